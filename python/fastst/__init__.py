@@ -1,0 +1,37 @@
+"""fastst: a fast, strict, zero-copy reader and writer of ``.safetensors`` files.
+
+``from fastst import safe_open`` works as the reference package's does.
+"""
+
+from __future__ import annotations
+
+from ._errors import (
+    ClosedFileError,
+    HeaderFramingError,
+    HeaderJsonError,
+    LayoutError,
+    MetadataError,
+    SafetensorError,
+    SerializeError,
+    TensorNotFoundError,
+    TensorTableError,
+    UnsupportedDtypeError,
+)
+from ._fastst import __version__
+from ._open import SafeSlice, safe_open
+
+__all__ = [
+    "__version__",
+    "safe_open",
+    "SafeSlice",
+    "SafetensorError",
+    "HeaderFramingError",
+    "HeaderJsonError",
+    "MetadataError",
+    "TensorTableError",
+    "LayoutError",
+    "TensorNotFoundError",
+    "ClosedFileError",
+    "SerializeError",
+    "UnsupportedDtypeError",
+]

@@ -1,0 +1,109 @@
+"""Header dtype names <-> numpy dtypes (BF16 and the F8/F6/F4 kinds through
+``ml_dtypes``, which fastst imports itself)."""
+
+from __future__ import annotations
+
+from typing import Dict, Sequence, Tuple
+
+import ml_dtypes
+import numpy as np
+
+from ._errors import SafetensorError, UnsupportedDtypeError
+
+#: Header name -> numpy dtype of one element (little-endian where it matters).
+NUMPY_DTYPES: Dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "U8": np.dtype("u1"),
+    "I8": np.dtype("i1"),
+    "U16": np.dtype("<u2"),
+    "I16": np.dtype("<i2"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "U32": np.dtype("<u4"),
+    "I32": np.dtype("<i4"),
+    "F32": np.dtype("<f4"),
+    "C64": np.dtype("<c8"),
+    "U64": np.dtype("<u8"),
+    "I64": np.dtype("<i8"),
+    "F64": np.dtype("<f8"),
+    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    "F8_E4M3FNUZ": np.dtype(ml_dtypes.float8_e4m3fnuz),
+    "F8_E5M2FNUZ": np.dtype(ml_dtypes.float8_e5m2fnuz),
+    "F8_E8M0": np.dtype(ml_dtypes.float8_e8m0fnu),
+    "F4": np.dtype(ml_dtypes.float4_e2m1fn),
+    "F6_E2M3": np.dtype(ml_dtypes.float6_e2m3fn),
+    "F6_E3M2": np.dtype(ml_dtypes.float6_e3m2fn),
+}
+
+#: Bits per element of the kinds stored packed (several per byte).
+PACKED_BITS: Dict[str, int] = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
+
+#: numpy dtype -> header name (native and explicit byte orders both map).
+_FROM_NUMPY: Dict[np.dtype, str] = {}
+for _name, _dt in NUMPY_DTYPES.items():
+    if _name in PACKED_BITS:
+        continue
+    _FROM_NUMPY[_dt] = _name
+    _FROM_NUMPY[_dt.newbyteorder("=")] = _name
+
+
+def header_dtype(dtype: np.dtype) -> str:
+    """The header name of a numpy dtype; raises for dtypes the format lacks."""
+    dt = np.dtype(dtype)
+    name = _FROM_NUMPY.get(dt)
+    if name is None and dt.byteorder == ">":
+        name = _FROM_NUMPY.get(dt.newbyteorder("<"))
+    if name is None:
+        name = {
+            np.dtype(ml_dtypes.float4_e2m1fn): "F4",
+            np.dtype(ml_dtypes.float6_e2m3fn): "F6_E2M3",
+            np.dtype(ml_dtypes.float6_e3m2fn): "F6_E3M2",
+        }.get(dt)
+    if name is None:
+        raise UnsupportedDtypeError(f"numpy dtype {dt} has no safetensors equivalent")
+    return name
+
+
+def unpack_bits(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """Unpacks ``count`` little-endian ``bits``-wide fields from a byte array.
+
+    Element ``i`` occupies bits ``[i*bits, (i+1)*bits)`` of the byte string
+    read as one little-endian integer (so for F4 the first element is the low
+    nibble of the first byte).
+    """
+    if count == 0:
+        return np.zeros(0, dtype=np.uint8)
+    as_bits = np.unpackbits(np.asarray(packed, dtype=np.uint8), bitorder="little")
+    fields = as_bits[: count * bits].reshape(count, bits)
+    weights = (1 << np.arange(bits, dtype=np.uint8)).astype(np.uint8)
+    return (fields * weights).sum(axis=1, dtype=np.uint8)
+
+
+def pack_bits(values: np.ndarray, bits: int) -> bytes:
+    """Inverse of :func:`unpack_bits`: packs the low ``bits`` of each byte."""
+    flat = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
+    if (flat.size * bits) % 8:
+        raise SafetensorError(
+            f"{flat.size} elements of {bits} bits do not fill whole bytes"
+        )
+    fields = np.unpackbits(flat[:, None], axis=1, bitorder="little")[:, :bits]
+    return np.packbits(fields.reshape(-1), bitorder="little").tobytes()
+
+
+def to_numpy(buffer: object, dtype: str, shape: Sequence[int]) -> np.ndarray:
+    """Wraps a tensor buffer as a numpy array without copying (packed kinds
+    are unpacked to one byte per element, which copies)."""
+    np_dtype = NUMPY_DTYPES[dtype]
+    bits = PACKED_BITS.get(dtype)
+    if bits is not None:
+        count = 1
+        for d in shape:
+            count *= d
+        raw = np.frombuffer(buffer, dtype=np.uint8)  # type: ignore[call-overload]
+        return unpack_bits(raw, bits, count).view(np_dtype).reshape(tuple(shape))
+    return np.frombuffer(buffer, dtype=np_dtype).reshape(tuple(shape))  # type: ignore[call-overload]
+
+
+def shape_of(shape: Sequence[int]) -> Tuple[int, ...]:
+    return tuple(int(d) for d in shape)

@@ -1,0 +1,165 @@
+"""``safe_open``: lazy, zero-copy access to the tensors of one file."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+
+from . import _frameworks
+from ._dtypes import to_numpy
+from ._errors import ClosedFileError
+from ._fastst import DEFAULT_HEADER_CAP, RawFile
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class safe_open:  # noqa: N801 - the reference package's name
+    """Opens a ``.safetensors`` file and gives its tensors on demand.
+
+    ``safe_open(filename, framework, device="cpu", *, backend="mmap")`` reads
+    and validates the header at once (refusing a malformed file with a
+    :class:`fastst.SafetensorError` subclass); tensor data is read only when
+    asked for. Usable with or without ``with``. Arrays handed out are
+    zero-copy views of the file's pages, yet writable and independent of
+    each other, and they stay valid after the file is closed or deleted.
+    """
+
+    def __init__(
+        self,
+        filename: PathLike,
+        framework: str,
+        device: Any = "cpu",
+        *,
+        backend: str = "mmap",
+        header_cap: int = DEFAULT_HEADER_CAP,
+    ) -> None:
+        self._framework = _frameworks.resolve(framework)
+        self._device = device
+        path = os.fspath(filename)
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        self._convert = _frameworks.converter(self._framework)
+        self._raw = RawFile(path, path, backend, header_cap)
+
+    # context manager -------------------------------------------------
+    def __enter__(self) -> safe_open:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Releases the file. Arrays obtained before stay valid."""
+        self._raw.close()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._raw.closed)
+
+    # header ----------------------------------------------------------
+    def keys(self) -> List[str]:
+        """Tensor names, sorted."""
+        return self._raw.keys()
+
+    def offset_keys(self) -> List[str]:
+        """Tensor names in the order of their data in the file."""
+        return self._raw.offset_keys()
+
+    def metadata(self) -> Optional[Dict[str, str]]:
+        """The ``__metadata__`` map, or None when the file has none."""
+        return self._raw.metadata()
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._raw
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.keys())
+
+    # tensors ---------------------------------------------------------
+    def _numpy(self, name: str) -> Tuple[np.ndarray, str]:
+        buffer, dtype, shape = self._raw.tensor(name)
+        return to_numpy(buffer, dtype, shape), dtype
+
+    def get_tensor(self, name: str) -> Any:
+        """The whole tensor ``name`` in the framework the file was opened for."""
+        array, dtype = self._numpy(name)
+        return self._convert(array, dtype, self._device)
+
+    def get_tensors(self) -> Dict[str, Any]:
+        """Every tensor, keyed by name, in file order."""
+        return {name: self.get_tensor(name) for name in self.offset_keys()}
+
+    def get_slice(self, name: str) -> SafeSlice:
+        """A lazy handle on tensor ``name``: index it to read part of it."""
+        dtype, shape, _begin, _end = self._raw.info(name)
+        return SafeSlice(self, name, dtype, shape)
+
+
+_BASIC = (int, slice, type(Ellipsis), type(None))
+
+
+def _check_index(index: Any) -> Any:
+    items = index if isinstance(index, tuple) else (index,)
+    for item in items:
+        if isinstance(item, bool) or not (
+            isinstance(item, _BASIC) or hasattr(item, "__index__")
+        ):
+            raise TypeError(
+                "get_slice supports basic indexing only (ints, slices, ..., None); "
+                f"got {type(item).__name__}"
+            )
+    return index
+
+
+class SafeSlice:
+    """A tensor not read yet; ``s[...]`` reads only the part asked for,
+    with numpy's basic indexing rules (negative indices and steps, ``...``,
+    ``None``, clamped slice bounds)."""
+
+    def __init__(self, owner: safe_open, name: str, dtype: str, shape: Tuple[int, ...]):
+        self._owner = owner
+        self._name = name
+        self._dtype = dtype
+        self._shape = shape
+
+    def get_shape(self) -> List[int]:
+        """The tensor's full shape."""
+        return list(self._shape)
+
+    def get_dtype(self) -> str:
+        """The tensor's header dtype name, e.g. ``"F32"``."""
+        return self._dtype
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return tuple(self._shape)
+
+    @property
+    def dtype(self) -> str:
+        return self._dtype
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __getitem__(self, index: Any) -> Any:
+        index = _check_index(index)
+        owner = self._owner
+        if owner.closed:
+            raise ClosedFileError(f"{owner._raw.name}: file is closed")
+        array, dtype = owner._numpy(self._name)
+        try:
+            part = array[index]
+        except IndexError as exc:
+            raise IndexError(
+                f"{owner._raw.name}: tensor {self._name!r} of shape {list(self._shape)}: {exc}"
+            ) from None
+        if not isinstance(part, np.ndarray):
+            part = np.asarray(part)
+        return owner._convert(part, dtype, owner._device)

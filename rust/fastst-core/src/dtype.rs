@@ -1,0 +1,222 @@
+//! The element types a `.safetensors` file can declare.
+
+use std::fmt;
+
+/// One element type of the format, as named in a header's `"dtype"` field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    Bool,
+    U8,
+    I8,
+    U16,
+    I16,
+    F16,
+    Bf16,
+    U32,
+    I32,
+    F32,
+    C64,
+    U64,
+    I64,
+    F64,
+    F8E4M3,
+    F8E5M2,
+    F8E4M3Fnuz,
+    F8E5M2Fnuz,
+    F8E8M0,
+    F4,
+    F6E2M3,
+    F6E3M2,
+}
+
+impl Dtype {
+    /// Every dtype, in a stable order.
+    pub const ALL: [Dtype; 22] = [
+        Dtype::Bool,
+        Dtype::U8,
+        Dtype::I8,
+        Dtype::U16,
+        Dtype::I16,
+        Dtype::F16,
+        Dtype::Bf16,
+        Dtype::U32,
+        Dtype::I32,
+        Dtype::F32,
+        Dtype::C64,
+        Dtype::U64,
+        Dtype::I64,
+        Dtype::F64,
+        Dtype::F8E4M3,
+        Dtype::F8E5M2,
+        Dtype::F8E4M3Fnuz,
+        Dtype::F8E5M2Fnuz,
+        Dtype::F8E8M0,
+        Dtype::F4,
+        Dtype::F6E2M3,
+        Dtype::F6E3M2,
+    ];
+
+    /// The name used in headers (`"F32"`, `"BF16"`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Dtype::Bool => "BOOL",
+            Dtype::U8 => "U8",
+            Dtype::I8 => "I8",
+            Dtype::U16 => "U16",
+            Dtype::I16 => "I16",
+            Dtype::F16 => "F16",
+            Dtype::Bf16 => "BF16",
+            Dtype::U32 => "U32",
+            Dtype::I32 => "I32",
+            Dtype::F32 => "F32",
+            Dtype::C64 => "C64",
+            Dtype::U64 => "U64",
+            Dtype::I64 => "I64",
+            Dtype::F64 => "F64",
+            Dtype::F8E4M3 => "F8_E4M3",
+            Dtype::F8E5M2 => "F8_E5M2",
+            Dtype::F8E4M3Fnuz => "F8_E4M3FNUZ",
+            Dtype::F8E5M2Fnuz => "F8_E5M2FNUZ",
+            Dtype::F8E8M0 => "F8_E8M0",
+            Dtype::F4 => "F4",
+            Dtype::F6E2M3 => "F6_E2M3",
+            Dtype::F6E3M2 => "F6_E3M2",
+        }
+    }
+
+    /// Parses a header name. Names are case-sensitive: `"f32"` is not a dtype.
+    pub fn from_name(name: &str) -> Option<Dtype> {
+        Dtype::ALL.iter().copied().find(|d| d.name() == name)
+    }
+
+    /// Size of one element in bits (4 for `F4`, 6 for the `F6` kinds).
+    pub const fn bits(self) -> u64 {
+        match self {
+            Dtype::F4 => 4,
+            Dtype::F6E2M3 | Dtype::F6E3M2 => 6,
+            Dtype::Bool
+            | Dtype::U8
+            | Dtype::I8
+            | Dtype::F8E4M3
+            | Dtype::F8E5M2
+            | Dtype::F8E4M3Fnuz
+            | Dtype::F8E5M2Fnuz
+            | Dtype::F8E8M0 => 8,
+            Dtype::U16 | Dtype::I16 | Dtype::F16 | Dtype::Bf16 => 16,
+            Dtype::U32 | Dtype::I32 | Dtype::F32 => 32,
+            Dtype::C64 | Dtype::U64 | Dtype::I64 | Dtype::F64 => 64,
+        }
+    }
+
+    /// Natural alignment of one element in bytes (1 for sub-byte kinds).
+    pub const fn alignment(self) -> u64 {
+        let b = self.bits() / 8;
+        if b == 0 {
+            1
+        } else if self as u8 == Dtype::C64 as u8 {
+            4
+        } else {
+            b
+        }
+    }
+
+    /// True for the kinds that pack several elements into a byte.
+    pub const fn is_sub_byte(self) -> bool {
+        self.bits() % 8 != 0
+    }
+
+    /// True for floating-point kinds (incl. complex), used by forensics.
+    pub const fn is_float(self) -> bool {
+        !matches!(
+            self,
+            Dtype::Bool
+                | Dtype::U8
+                | Dtype::I8
+                | Dtype::U16
+                | Dtype::I16
+                | Dtype::U32
+                | Dtype::I32
+                | Dtype::U64
+                | Dtype::I64
+        )
+    }
+
+    /// Number of bytes `nelements` elements occupy, or `None` on overflow or
+    /// when sub-byte elements would not fill whole bytes.
+    pub fn byte_len(self, nelements: u64) -> Option<u64> {
+        let bits = nelements.checked_mul(self.bits())?;
+        if bits % 8 != 0 {
+            return None;
+        }
+        Some(bits / 8)
+    }
+
+    /// Rank used to order tensors when writing: the reference writer sorts by
+    /// this rank descending, then by name, so that wide types come first and
+    /// stay aligned.
+    pub const fn write_rank(self) -> u8 {
+        match self {
+            Dtype::Bool => 0,
+            Dtype::F4 => 1,
+            Dtype::F6E2M3 => 2,
+            Dtype::F6E3M2 => 3,
+            Dtype::U8 => 4,
+            Dtype::I8 => 5,
+            Dtype::F8E5M2 => 6,
+            Dtype::F8E4M3 => 7,
+            Dtype::F8E4M3Fnuz => 8,
+            Dtype::F8E5M2Fnuz => 9,
+            Dtype::F8E8M0 => 10,
+            Dtype::I16 => 11,
+            Dtype::U16 => 12,
+            Dtype::F16 => 13,
+            Dtype::Bf16 => 14,
+            Dtype::I32 => 15,
+            Dtype::U32 => 16,
+            Dtype::F32 => 17,
+            Dtype::C64 => 18,
+            Dtype::F64 => 19,
+            Dtype::I64 => 20,
+            Dtype::U64 => 21,
+        }
+    }
+}
+
+impl fmt::Display for Dtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_are_case_sensitive() {
+        for d in Dtype::ALL {
+            assert_eq!(Dtype::from_name(d.name()), Some(d));
+            assert_eq!(Dtype::from_name(&d.name().to_lowercase()), None);
+        }
+        assert_eq!(Dtype::from_name("F8_E4M3FN"), None);
+    }
+
+    #[test]
+    fn byte_lengths() {
+        assert_eq!(Dtype::F32.byte_len(3), Some(12));
+        assert_eq!(Dtype::F4.byte_len(3), None);
+        assert_eq!(Dtype::F4.byte_len(4), Some(2));
+        assert_eq!(Dtype::F6E2M3.byte_len(4), Some(3));
+        assert_eq!(Dtype::F6E2M3.byte_len(2), None);
+        assert_eq!(Dtype::F64.byte_len(u64::MAX / 4), None);
+        assert_eq!(Dtype::C64.alignment(), 4);
+    }
+
+    #[test]
+    fn write_ranks_are_distinct() {
+        let mut ranks: Vec<u8> = Dtype::ALL.iter().map(|d| d.write_rank()).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        assert_eq!(ranks.len(), Dtype::ALL.len());
+    }
+}

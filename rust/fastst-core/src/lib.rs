@@ -1,0 +1,15 @@
+//! fastst-core: reading, validating and writing `.safetensors` files.
+//!
+//! Pure Rust (no Python): the `fastst` Python package and command are thin
+//! layers over this crate.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod dtype;
+pub mod error;
+pub mod header;
+pub mod storage;
+
+pub use dtype::Dtype;
+pub use error::{Error, ErrorKind, Result};
+pub use header::{Header, ParseNotes, TensorInfo, DEFAULT_HEADER_CAP};
+pub use storage::{Backend, MappedFile, OpenOptions, TensorData};

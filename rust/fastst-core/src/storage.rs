@@ -1,0 +1,262 @@
+//! The bytes of an open file: a validated header plus access to tensor data
+//! through a memory map (the default) or positioned reads.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::{Mmap, MmapMut, MmapOptions};
+
+use crate::error::{Error, Result};
+use crate::header::{check_prefix, Header, TensorInfo, DEFAULT_HEADER_CAP};
+
+/// How tensor bytes are fetched from the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// Memory-map the file; tensors become private copy-on-write mappings.
+    #[default]
+    Mmap,
+    /// Read tensor bytes with positioned reads into owned memory.
+    Pread,
+}
+
+impl Backend {
+    /// Parses `"mmap"` / `"pread"`.
+    pub fn from_name(name: &str) -> Option<Backend> {
+        match name {
+            "mmap" => Some(Backend::Mmap),
+            "pread" => Some(Backend::Pread),
+            _ => None,
+        }
+    }
+}
+
+/// Options for [`MappedFile::open`].
+#[derive(Clone, Copy, Debug)]
+pub struct OpenOptions {
+    /// Largest header length prefix accepted.
+    pub header_cap: u64,
+    /// How tensor bytes are fetched.
+    pub backend: Backend,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            header_cap: DEFAULT_HEADER_CAP,
+            backend: Backend::Mmap,
+        }
+    }
+}
+
+/// Tensors smaller than this are copied into owned memory instead of getting
+/// a private mapping of their own (a mapping costs a VMA and a syscall).
+pub const PRIVATE_MAP_THRESHOLD: u64 = 64 * 1024;
+
+/// An open, validated `.safetensors` file.
+#[derive(Debug)]
+pub struct MappedFile {
+    path: PathBuf,
+    file: File,
+    file_len: u64,
+    header: Header,
+    map: Option<Mmap>,
+    backend: Backend,
+}
+
+impl MappedFile {
+    /// Opens `path`, reads and validates the header. Tensor data is not read.
+    pub fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<MappedFile> {
+        let path = path.as_ref().to_path_buf();
+        let file = File::open(&path).map_err(|e| Error::io("cannot open file", e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io("cannot stat file", e))?;
+        if meta.is_dir() {
+            return Err(Error::io(
+                "cannot open file",
+                std::io::Error::other("is a directory"),
+            ));
+        }
+        let file_len = meta.len();
+        let mut prefix = [0u8; 8];
+        if file_len < 8 {
+            return Err(Error::FileTooShort { len: file_len });
+        }
+        read_exact_at(&file, &mut prefix, 0)?;
+        let n = check_prefix(&prefix, file_len, options.header_cap)?;
+        let n_usize = usize::try_from(n).map_err(|_| Error::HeaderTooLarge {
+            len: n,
+            cap: options.header_cap,
+        })?;
+        // `n` is bounded by both the cap and the file's real length.
+        let mut json = vec![0u8; n_usize];
+        read_exact_at(&file, &mut json, 8)?;
+        let buffer_len = file_len - 8 - n;
+        let header = Header::parse(&json, buffer_len)?;
+        drop(json);
+        let map = if options.backend == Backend::Mmap && file_len > 0 {
+            // SAFETY: the mapping is read-only and private; fastst never writes
+            // through it. Another process truncating the file while it is mapped
+            // is outside what any mmap-based reader can defend against.
+            let m = unsafe { MmapOptions::new().map_copy_read_only(&file) }
+                .map_err(|e| Error::io("cannot memory-map file", e))?;
+            Some(m)
+        } else {
+            None
+        };
+        Ok(MappedFile {
+            path,
+            file,
+            file_len,
+            header,
+            map,
+            backend: options.backend,
+        })
+    }
+
+    /// The validated header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The path the file was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's length in bytes when it was opened.
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    /// The backend in use.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The whole file as mapped bytes (mmap backend only).
+    pub fn mapped_bytes(&self) -> Option<&[u8]> {
+        self.map.as_deref()
+    }
+
+    /// Absolute file range of a tensor's bytes.
+    fn absolute(&self, info: &TensorInfo) -> (u64, usize) {
+        // Validation guarantees begin <= end <= buffer_len, so neither the
+        // addition nor the length can exceed the file's length.
+        let start = self.header.data_start() + info.begin;
+        (start, (info.end - info.begin) as usize)
+    }
+
+    /// Borrowed bytes of a tensor (mmap backend), without copying.
+    pub fn tensor_slice(&self, info: &TensorInfo) -> Option<&[u8]> {
+        let map = self.map.as_deref()?;
+        let (start, len) = self.absolute(info);
+        let start = usize::try_from(start).ok()?;
+        map.get(start..start.checked_add(len)?)
+    }
+
+    /// Copies `buf.len()` bytes of the tensor, starting `offset` bytes into
+    /// it, into `buf`.
+    pub fn read_tensor_into(&self, info: &TensorInfo, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let (start, len) = self.absolute(info);
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= len as u64)
+            .ok_or_else(|| Error::InvalidInput {
+                message: format!("read past the end of tensor {:?}", info.name),
+            })?;
+        let _ = end;
+        if let Some(src) = self.tensor_slice(info) {
+            let o = offset as usize;
+            buf.copy_from_slice(&src[o..o + buf.len()]);
+            Ok(())
+        } else {
+            read_exact_at(&self.file, buf, start + offset)
+        }
+    }
+
+    /// The tensor's bytes as memory the caller owns and may write to, without
+    /// copying where the backend allows it: large tensors under the mmap
+    /// backend get a private copy-on-write mapping of their own (writes never
+    /// reach the file, and two calls give independent memory); small ones and
+    /// the pread backend get an owned copy.
+    pub fn tensor_data(&self, info: &TensorInfo) -> Result<TensorData> {
+        let (start, len) = self.absolute(info);
+        if len == 0 {
+            return Ok(TensorData::Owned(Vec::new()));
+        }
+        if self.backend == Backend::Mmap && len as u64 >= PRIVATE_MAP_THRESHOLD {
+            // SAFETY: a private (MAP_PRIVATE) writable mapping: writes go to
+            // anonymous copy-on-write pages and never reach the file. The range
+            // lies inside the file, as validated against its length at open.
+            let mapped = unsafe { MmapOptions::new().offset(start).len(len).map_copy(&self.file) };
+            match mapped {
+                Ok(m) => return Ok(TensorData::Mapped(m)),
+                // Out of mappings (vm.max_map_count) or address space: fall
+                // back to a copy rather than fail.
+                Err(_) => {}
+            }
+        }
+        let mut buf = vec![0u8; len];
+        self.read_tensor_into(info, 0, &mut buf)?;
+        Ok(TensorData::Owned(buf))
+    }
+}
+
+/// Writable memory holding one tensor's bytes.
+#[derive(Debug)]
+pub enum TensorData {
+    /// A private copy-on-write mapping of the file's bytes.
+    Mapped(MmapMut),
+    /// An owned copy.
+    Owned(Vec<u8>),
+}
+
+impl TensorData {
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            TensorData::Mapped(m) => m,
+            TensorData::Owned(v) => v,
+        }
+    }
+
+    /// The bytes, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            TensorData::Mapped(m) => m,
+            TensorData::Owned(v) => v,
+        }
+    }
+
+    /// True when the bytes are a private mapping of the file (no copy made).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self, TensorData::Mapped(_))
+    }
+}
+
+#[cfg(unix)]
+fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.read_exact_at(buf, offset)
+        .map_err(|e| Error::io(format!("cannot read {} bytes at offset {offset}", buf.len()), e))
+}
+
+#[cfg(windows)]
+fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !buf.is_empty() {
+        let n = file
+            .seek_read(buf, offset)
+            .map_err(|e| Error::io(format!("cannot read at offset {offset}"), e))?;
+        if n == 0 {
+            return Err(Error::io(
+                format!("cannot read at offset {offset}"),
+                std::io::ErrorKind::UnexpectedEof.into(),
+            ));
+        }
+        buf = &mut buf[n..];
+        offset += n as u64;
+    }
+    Ok(())
+}

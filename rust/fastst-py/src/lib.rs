@@ -1,0 +1,19 @@
+//! Python bindings of fastst: PyO3 glue only, the format logic lives in
+//! `fastst-core`.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod buffer;
+mod errors;
+mod file;
+
+use pyo3::prelude::*;
+
+/// The compiled part of fastst.
+#[pymodule]
+fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("DEFAULT_HEADER_CAP", fastst_core::DEFAULT_HEADER_CAP)?;
+    m.add_class::<file::RawFile>()?;
+    m.add_class::<buffer::TensorBuffer>()?;
+    Ok(())
+}

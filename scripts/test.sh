@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The whole test suite: Rust format, lints and tests, Python lints, then the
+# Python tests (unit, differential against the reference package, property).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+. .venv/bin/activate
+echo "== cargo fmt"; cargo fmt --all -- --check
+echo "== cargo clippy"; cargo clippy --all-targets --release -- -D warnings
+echo "== cargo test"; cargo test --release --quiet
+echo "== ruff"; ruff check python tests benches; ruff format --check python tests benches
+echo "== pytest"; python -m pytest -q -p no:cacheprovider tests
