@@ -96,7 +96,11 @@ pub enum Error {
     #[error("tensor {tensor:?}: data_offsets must be two integers [begin, end], found {found}")]
     BadOffsets { tensor: String, found: String },
     #[error("tensor {tensor:?}: data_offsets [{begin}, {end}] are not ordered (begin > end)")]
-    OffsetsReversed { tensor: String, begin: u64, end: u64 },
+    OffsetsReversed {
+        tensor: String,
+        begin: u64,
+        end: u64,
+    },
     #[error("tensor {tensor:?}: data_offsets [{begin}, {end}] hold {held} bytes but shape {shape:?} of {dtype} needs {needed}")]
     ByteLengthMismatch {
         tensor: String,

@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::collections::HashSet;
 use std::fmt;
 
-use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
@@ -39,7 +39,11 @@ pub struct TensorInfo {
 impl TensorInfo {
     /// Number of elements (1 for a scalar). Validated headers never overflow.
     pub fn nelements(&self) -> u64 {
-        self.shape.iter().copied().try_fold(1u64, u64::checked_mul).unwrap_or(u64::MAX)
+        self.shape
+            .iter()
+            .copied()
+            .try_fold(1u64, u64::checked_mul)
+            .unwrap_or(u64::MAX)
     }
 
     /// Length in bytes of the tensor's data.
@@ -269,10 +273,16 @@ macro_rules! reject_other_types {
 
 macro_rules! reject_containers {
     ($on_fail:expr) => {
-        fn visit_seq<A: SeqAccess<'de>>(self, _seq: A) -> std::result::Result<Self::Value, A::Error> {
+        fn visit_seq<A: SeqAccess<'de>>(
+            self,
+            _seq: A,
+        ) -> std::result::Result<Self::Value, A::Error> {
             Err($on_fail(self, Found("a list".to_owned())))
         }
-        fn visit_map<A: MapAccess<'de>>(self, _map: A) -> std::result::Result<Self::Value, A::Error> {
+        fn visit_map<A: MapAccess<'de>>(
+            self,
+            _map: A,
+        ) -> std::result::Result<Self::Value, A::Error> {
             Err($on_fail(self, Found("an object".to_owned())))
         }
     };
@@ -285,7 +295,10 @@ struct TopSeed<'c> {
 impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
     type Value = (Vec<TensorInfo>, Option<Vec<(String, String)>>);
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
         d.deserialize_map(self)
     }
 }
@@ -297,7 +310,10 @@ impl<'de> Visitor<'de> for TopSeed<'_> {
         f.write_str("a JSON object mapping tensor names to entries")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
         let mut tensors = Vec::with_capacity(map.size_hint().unwrap_or(0).min(1 << 16));
         let mut metadata: Option<Vec<(String, String)>> = None;
         let mut seen_metadata = false;
@@ -336,7 +352,10 @@ struct MetadataSeed<'c> {
 impl<'de> DeserializeSeed<'de> for MetadataSeed<'_> {
     type Value = Option<Vec<(String, String)>>;
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
@@ -383,7 +402,10 @@ impl<'de> Visitor<'de> for MetadataSeed<'_> {
         }))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
         let mut out: Vec<(String, String)> = Vec::new();
         let mut seen: HashSet<String> = HashSet::new();
         while let Some(key) = map.next_key::<String>()? {
@@ -417,7 +439,10 @@ impl MetadataValueSeed<'_, '_> {
 impl<'de> DeserializeSeed<'de> for MetadataValueSeed<'_, '_> {
     type Value = String;
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
@@ -474,7 +499,10 @@ type Entry = (Dtype, Vec<u64>, u64, u64);
 impl<'de> DeserializeSeed<'de> for EntrySeed<'_, '_> {
     type Value = Entry;
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
@@ -492,7 +520,10 @@ impl<'de> Visitor<'de> for EntrySeed<'_, '_> {
         Err(self.not_object(Found("a list".to_owned())))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
         let ctx = self.ctx;
         let tensor = self.name;
         let mut dtype: Option<Dtype> = None;
@@ -529,7 +560,7 @@ impl<'de> Visitor<'de> for EntrySeed<'_, '_> {
                     if unknown.contains(&field) {
                         return Err(dup(field));
                     }
-                    map.next_value::<IgnoredAny>()?;
+                    map.next_value_seed(SkipValue)?;
                     unknown.push(field);
                 }
             }
@@ -572,7 +603,10 @@ impl DtypeSeed<'_, '_> {
 impl<'de> DeserializeSeed<'de> for DtypeSeed<'_, '_> {
     type Value = Dtype;
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
@@ -630,7 +664,10 @@ impl ShapeSeed<'_, '_> {
 impl<'de> DeserializeSeed<'de> for ShapeSeed<'_, '_> {
     type Value = Vec<u64>;
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
@@ -648,7 +685,10 @@ impl<'de> Visitor<'de> for ShapeSeed<'_, '_> {
         Err(self.wrong(Found("an object".to_owned())))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Self::Value, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
         let mut shape = Vec::with_capacity(seq.size_hint().unwrap_or(4).min(64));
         while let Some(dim) = seq.next_element_seed(ShapeEntrySeed {
             ctx: self.ctx,
@@ -677,7 +717,10 @@ impl ShapeEntrySeed<'_, '_> {
 impl<'de> DeserializeSeed<'de> for ShapeEntrySeed<'_, '_> {
     type Value = u64;
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
@@ -734,7 +777,10 @@ impl OffsetsSeed<'_, '_> {
 impl<'de> DeserializeSeed<'de> for OffsetsSeed<'_, '_> {
     type Value = (u64, u64);
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
@@ -752,14 +798,19 @@ impl<'de> Visitor<'de> for OffsetsSeed<'_, '_> {
         Err(self.bad("an object".to_owned()))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Self::Value, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
         let mut vals = [0u64; 2];
         let mut count = 0usize;
         while let Some(v) = seq.next_element_seed(OffsetEntrySeed)? {
             match v {
                 Some(v) if count < 2 => vals[count] = v,
                 Some(_) => {}
-                None => return Err(self.bad("a value that is not a non-negative integer".to_owned())),
+                None => {
+                    return Err(self.bad("a value that is not a non-negative integer".to_owned()))
+                }
             }
             count += 1;
         }
@@ -776,7 +827,10 @@ struct OffsetEntrySeed;
 impl<'de> DeserializeSeed<'de> for OffsetEntrySeed {
     type Value = Option<u64>;
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
@@ -806,13 +860,67 @@ impl<'de> Visitor<'de> for OffsetEntrySeed {
     fn visit_unit<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
         Ok(None)
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
+    fn visit_seq<A: SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        while seq.next_element_seed(SkipValue)?.is_some() {}
         Ok(None)
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        while map.next_entry_seed(SkipValue, SkipValue)?.is_some() {}
         Ok(None)
+    }
+}
+
+/// Skips any JSON value. Unlike `IgnoredAny` (which serde_json skips
+/// without a depth limit) it goes through `deserialize_any`, so serde_json's
+/// recursion limit bounds the nesting of values in unknown fields.
+struct SkipValue;
+
+impl<'de> DeserializeSeed<'de> for SkipValue {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for SkipValue {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _v: bool) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E: de::Error>(self, _v: i64) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E: de::Error>(self, _v: u64) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E: de::Error>(self, _v: f64) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E: de::Error>(self, _v: &str) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
+        while seq.next_element_seed(SkipValue)?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
+        while map.next_entry_seed(SkipValue, SkipValue)?.is_some() {}
+        Ok(())
     }
 }
 

@@ -159,13 +159,12 @@ impl MappedFile {
     /// it, into `buf`.
     pub fn read_tensor_into(&self, info: &TensorInfo, offset: u64, buf: &mut [u8]) -> Result<()> {
         let (start, len) = self.absolute(info);
-        let end = offset
+        offset
             .checked_add(buf.len() as u64)
             .filter(|&e| e <= len as u64)
             .ok_or_else(|| Error::InvalidInput {
                 message: format!("read past the end of tensor {:?}", info.name),
             })?;
-        let _ = end;
         if let Some(src) = self.tensor_slice(info) {
             let o = offset as usize;
             buf.copy_from_slice(&src[o..o + buf.len()]);
@@ -189,12 +188,16 @@ impl MappedFile {
             // SAFETY: a private (MAP_PRIVATE) writable mapping: writes go to
             // anonymous copy-on-write pages and never reach the file. The range
             // lies inside the file, as validated against its length at open.
-            let mapped = unsafe { MmapOptions::new().offset(start).len(len).map_copy(&self.file) };
-            match mapped {
-                Ok(m) => return Ok(TensorData::Mapped(m)),
-                // Out of mappings (vm.max_map_count) or address space: fall
-                // back to a copy rather than fail.
-                Err(_) => {}
+            let mapped = unsafe {
+                MmapOptions::new()
+                    .offset(start)
+                    .len(len)
+                    .map_copy(&self.file)
+            };
+            // On failure (out of mappings under vm.max_map_count, or of address
+            // space) fall back to a copy rather than fail.
+            if let Ok(m) = mapped {
+                return Ok(TensorData::Mapped(m));
             }
         }
         let mut buf = vec![0u8; len];
@@ -238,8 +241,12 @@ impl TensorData {
 #[cfg(unix)]
 fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> Result<()> {
     use std::os::unix::fs::FileExt;
-    file.read_exact_at(buf, offset)
-        .map_err(|e| Error::io(format!("cannot read {} bytes at offset {offset}", buf.len()), e))
+    file.read_exact_at(buf, offset).map_err(|e| {
+        Error::io(
+            format!("cannot read {} bytes at offset {offset}", buf.len()),
+            e,
+        )
+    })
 }
 
 #[cfg(windows)]

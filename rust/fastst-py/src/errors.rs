@@ -2,9 +2,7 @@
 //! `fastst/_errors.py`; every message is prefixed with the file name.
 
 use fastst_core::{Error, ErrorKind};
-use pyo3::exceptions::{
-    PyFileNotFoundError, PyIsADirectoryError, PyOSError, PyPermissionError,
-};
+use pyo3::exceptions::{PyFileNotFoundError, PyIsADirectoryError, PyOSError, PyPermissionError};
 use pyo3::prelude::*;
 
 pyo3::import_exception!(fastst._errors, SafetensorError);

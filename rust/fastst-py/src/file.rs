@@ -28,7 +28,12 @@ impl RawFile {
         guard.clone().ok_or_else(|| closed(&self.name))
     }
 
-    fn lookup<'a>(&self, py: Python<'_>, file: &'a MappedFile, name: &str) -> PyResult<&'a TensorInfo> {
+    fn lookup<'a>(
+        &self,
+        py: Python<'_>,
+        file: &'a MappedFile,
+        name: &str,
+    ) -> PyResult<&'a TensorInfo> {
         file.header()
             .require(name)
             .map_err(|e| to_pyerr(py, &self.name, e))
@@ -96,14 +101,16 @@ impl RawFile {
     /// Tensor names, sorted.
     fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let file = self.file()?;
-        let cached = self.sorted_keys.get_or_try_init(py, || -> PyResult<Py<PyList>> {
-            let header = file.header();
-            let list = PyList::new(
-                py,
-                header.tensors_by_name().map(|t| PyString::new(py, &t.name)),
-            )?;
-            Ok(list.unbind())
-        })?;
+        let cached = self
+            .sorted_keys
+            .get_or_try_init(py, || -> PyResult<Py<PyList>> {
+                let header = file.header();
+                let list = PyList::new(
+                    py,
+                    header.tensors_by_name().map(|t| PyString::new(py, &t.name)),
+                )?;
+                Ok(list.unbind())
+            })?;
         // A fresh list each call: callers may mutate what they get.
         Ok(cached.bind(py).get_slice(0, usize::MAX))
     }
