@@ -72,10 +72,7 @@ impl MappedFile {
             .metadata()
             .map_err(|e| Error::io("cannot stat file", e))?;
         if meta.is_dir() {
-            return Err(Error::io(
-                "cannot open file",
-                std::io::Error::other("is a directory"),
-            ));
+            return Err(Error::io("cannot open file", is_a_directory()));
         }
         let file_len = meta.len();
         let mut prefix = [0u8; 8];
@@ -203,6 +200,16 @@ impl MappedFile {
         let mut buf = vec![0u8; len];
         self.read_tensor_into(info, 0, &mut buf)?;
         Ok(TensorData::Owned(buf))
+    }
+}
+
+#[cold]
+fn is_a_directory() -> std::io::Error {
+    // EISDIR (21 on Linux and macOS) so that callers see the usual OS error.
+    if cfg!(unix) {
+        std::io::Error::from_raw_os_error(21)
+    } else {
+        std::io::ErrorKind::IsADirectory.into()
     }
 }
 

@@ -1,0 +1,145 @@
+"""safe_open's API as the reference package has it, plus slices with
+numpy's basic indexing semantics."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+from conftest import raw_file
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from safetensors import safe_open as ref_open
+
+import fastst
+
+A = np.arange(6 * 5 * 4, dtype=np.float32).reshape(6, 5, 4)
+
+
+@pytest.fixture
+def sample(write):
+    return write(
+        raw_file(
+            {"a": ("F32", A.shape, A.tobytes()), "b": ("I8", [2], b"\x01\xff")},
+            {"format": "np", "x": "y"},
+        )
+    )
+
+
+@pytest.mark.parametrize("framework", ["np", "numpy"])
+def test_framework_names_and_pathlike(sample, framework) -> None:
+    with fastst.safe_open(pathlib.Path(sample), framework) as f:
+        assert f.keys() == ["a", "b"]
+        assert f.offset_keys() == ["a", "b"]
+        assert f.metadata() == {"format": "np", "x": "y"}
+        assert len(f) == 2 and "a" in f and "zz" not in f
+        got = f.get_tensors()
+        assert list(got) == ["a", "b"]
+        np.testing.assert_array_equal(got["a"], A)
+
+
+def test_unknown_framework_and_backend(sample) -> None:
+    with pytest.raises(fastst.SafetensorError, match="not supported"):
+        fastst.safe_open(sample, "caffe")
+    with pytest.raises(ValueError, match="backend"):
+        fastst.safe_open(sample, "np", backend="nfs")
+
+
+def test_usable_without_with_and_closed_errors(sample) -> None:
+    f = fastst.safe_open(sample, "np")
+    a = f.get_tensor("a")
+    s = f.get_slice("a")
+    f.close()
+    for call in (f.keys, f.offset_keys, f.metadata, lambda: f.get_tensor("a"), lambda: s[0]):
+        with pytest.raises(fastst.ClosedFileError, match="closed"):
+            call()
+    np.testing.assert_array_equal(a, A)
+
+
+def test_missing_tensor_is_safetensor_and_key_error(sample) -> None:
+    with fastst.safe_open(sample, "np") as f:
+        with pytest.raises(fastst.TensorNotFoundError) as info:
+            f.get_tensor("nope")
+        assert isinstance(info.value, KeyError)
+        assert isinstance(info.value, fastst.SafetensorError)
+        assert str(info.value) == f'{sample}: no tensor named "nope" in the file'
+        with pytest.raises(fastst.TensorNotFoundError):
+            f.get_slice("nope")
+
+
+def test_missing_file_raises_file_not_found(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError):
+        fastst.safe_open(tmp_path / "absent.safetensors", "np")
+    with pytest.raises(IsADirectoryError):
+        fastst.safe_open(tmp_path, "np")
+
+
+def test_pread_backend_reads_the_same(sample) -> None:
+    with fastst.safe_open(sample, "np", backend="pread") as f:
+        np.testing.assert_array_equal(f.get_tensor("a"), A)
+        assert f.get_tensor("a").flags.writeable
+
+
+def test_slice_metadata(sample) -> None:
+    with fastst.safe_open(sample, "np") as f:
+        s = f.get_slice("a")
+        assert s.get_shape() == [6, 5, 4]
+        assert s.get_dtype() == "F32"
+        assert len(s) == 6
+
+
+SLICE_CASES = [
+    np.s_[:],
+    np.s_[1],
+    np.s_[-1],
+    np.s_[1:3],
+    np.s_[:, :2],
+    np.s_[::-1],
+    np.s_[::2, 1::-1, -1],
+    np.s_[..., 0],
+    np.s_[None, 1:, ..., None],
+    np.s_[2:100],
+    np.s_[-100:2],
+    np.s_[5:1],
+    np.s_[1, 2, 3],
+]
+
+
+@pytest.mark.parametrize("index", SLICE_CASES, ids=[repr(i) for i in SLICE_CASES])
+def test_slices_follow_numpy(sample, index) -> None:
+    with fastst.safe_open(sample, "np") as f:
+        got = f.get_slice("a")[index]
+    expected = A[index]
+    assert got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("index", [np.s_[:, :2], np.s_[1:3], np.s_[2], np.s_[..., 1:3]])
+def test_slices_match_reference(sample, index) -> None:
+    with fastst.safe_open(sample, "np") as f, ref_open(sample, "np") as r:
+        np.testing.assert_array_equal(f.get_slice("a")[index], r.get_slice("a")[index])
+
+
+def test_bad_slices(sample) -> None:
+    with fastst.safe_open(sample, "np") as f:
+        s = f.get_slice("a")
+        with pytest.raises(IndexError, match="tensor 'a'"):
+            s[6]
+        with pytest.raises(IndexError):
+            s[0, 0, 0, 0]
+        with pytest.raises(TypeError, match="basic indexing"):
+            s[[0, 1]]
+        with pytest.raises(TypeError, match="basic indexing"):
+            s["x"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(index=hnp.basic_indices(shape=A.shape, allow_newaxis=True, allow_ellipsis=True))
+def test_any_basic_index_matches_numpy(sample, index) -> None:
+    with fastst.safe_open(sample, "np") as f:
+        got = f.get_slice("a")[index]
+    expected = A[index]
+    assert got.shape == np.shape(expected)
+    np.testing.assert_array_equal(got, expected)
