@@ -40,7 +40,9 @@ def llama_layout(scale: float) -> List[Tuple[str, Tuple[int, ...]]]:
     return out
 
 
-def write_file(path: Path, layout: List[Tuple[str, Tuple[int, ...]]], dtype: str, itemsize: int) -> None:
+def write_file(
+    path: Path, layout: List[Tuple[str, Tuple[int, ...]]], dtype: str, itemsize: int
+) -> None:
     header: Dict[str, object] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, shape in sorted(layout):

@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 import struct
 
+import fastst
 import numpy as np
 import pytest
 from conftest import touch_pages
 from safetensors import safe_open as ref_open
-
-import fastst
 
 
 def fastst_views(path):

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import pathlib
 
+import fastst
 import numpy as np
 import pytest
 from conftest import raw_file
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from safetensors import safe_open as ref_open
-
-import fastst
 
 A = np.arange(6 * 5 * 4, dtype=np.float32).reshape(6, 5, 4)
 
@@ -135,7 +133,9 @@ def test_bad_slices(sample) -> None:
             s["x"]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(index=hnp.basic_indices(shape=A.shape, allow_newaxis=True, allow_ellipsis=True))
 def test_any_basic_index_matches_numpy(sample, index) -> None:
     with fastst.safe_open(sample, "np") as f:

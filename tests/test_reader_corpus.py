@@ -3,13 +3,12 @@ edge case is accepted (and read the same as the reference where it reads it)."""
 
 from __future__ import annotations
 
+import fastst
 import numpy as np
 import pytest
 import safetensors
 from corpus import GOOD, MALFORMED, Bad, Good
 from safetensors import safe_open as ref_open
-
-import fastst
 
 
 @pytest.mark.parametrize("case", MALFORMED, ids=[c.name for c in MALFORMED])

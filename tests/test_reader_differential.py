@@ -3,6 +3,7 @@ and must return identical keys, metadata, shapes, dtypes and values."""
 
 from __future__ import annotations
 
+import fastst
 import numpy as np
 import pytest
 import torch
@@ -10,8 +11,6 @@ from conftest import raw_file
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open as ref_open
-
-import fastst
 
 # Header dtype -> (bytes per element, torch dtype the reference gives)
 DTYPES = {
@@ -33,7 +32,21 @@ DTYPES = {
     "F8_E5M2": (1, torch.float8_e5m2),
     "F8_E8M0": (1, torch.float8_e8m0fnu),
 }
-NUMPY_NATIVE = {"BOOL", "U8", "I8", "U16", "I16", "F16", "U32", "I32", "F32", "C64", "U64", "I64", "F64"}
+NUMPY_NATIVE = {
+    "BOOL",
+    "U8",
+    "I8",
+    "U16",
+    "I16",
+    "F16",
+    "U32",
+    "I32",
+    "F32",
+    "C64",
+    "U64",
+    "I64",
+    "F64",
+}
 
 
 def random_bytes(rng: np.random.Generator, dtype: str, n: int) -> bytes:
@@ -86,9 +99,7 @@ def test_fnuz_kinds_have_ml_dtypes_values(write) -> None:
     import ml_dtypes
 
     raw = bytes(range(256))
-    path = write(
-        raw_file({"a": ("F8_E4M3FNUZ", [256], raw), "b": ("F8_E5M2FNUZ", [256], raw)})
-    )
+    path = write(raw_file({"a": ("F8_E4M3FNUZ", [256], raw), "b": ("F8_E5M2FNUZ", [256], raw)}))
     with fastst.safe_open(path, "np") as f:
         a, b = f.get_tensor("a"), f.get_tensor("b")
     assert a.dtype == ml_dtypes.float8_e4m3fnuz and b.dtype == ml_dtypes.float8_e5m2fnuz
@@ -108,9 +119,7 @@ def test_packed_f4_and_f6_unpack_in_element_order(write) -> None:
     six = [0b000001, 0b100000, 0b111111, 0b010101]
     bits = sum(v << (6 * i) for i, v in enumerate(six))
     path = write(
-        raw_file(
-            {"f4": ("F4", [4, 4], packed), "f6": ("F6_E2M3", [4], bits.to_bytes(3, "little"))}
-        )
+        raw_file({"f4": ("F4", [4, 4], packed), "f6": ("F6_E2M3", [4], bits.to_bytes(3, "little"))})
     )
     with fastst.safe_open(path, "np") as f:
         f4, f6 = f.get_tensor("f4"), f.get_tensor("f6")
@@ -125,7 +134,9 @@ names = st.text(
 ).filter(lambda s: s != "__metadata__")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     tensors=st.dictionaries(
         names,

@@ -10,10 +10,9 @@ import subprocess
 import sys
 import textwrap
 
+import fastst
 import numpy as np
 from conftest import raw_file
-
-import fastst
 
 MIB = 1 << 20
 
@@ -22,7 +21,12 @@ def big_file(write, mib: int = 16):
     data = np.arange(mib * MIB // 4, dtype=np.float32)
     small = np.arange(10, dtype=np.int64)
     path = write(
-        raw_file({"big": ("F32", data.shape, data.tobytes()), "small": ("I64", small.shape, small.tobytes())})
+        raw_file(
+            {
+                "big": ("F32", data.shape, data.tobytes()),
+                "small": ("I64", small.shape, small.tobytes()),
+            }
+        )
     )
     return path, data, small
 
@@ -88,7 +92,9 @@ def test_views_of_every_tensor_barely_grow_anonymous_memory(tmp_path) -> None:
         per = {size_mib} * 2**20 // n
         header, off = {{}}, 0
         for i in range(n):
-            header[f"layer.{{i}}.weight"] = {{"dtype": "BF16", "shape": [per // 2], "data_offsets": [off, off + per]}}
+            header[f"layer.{{i}}.weight"] = {{
+                "dtype": "BF16", "shape": [per // 2], "data_offsets": [off, off + per]
+            }}
             off += per
         hb = json.dumps(header).encode()
         hb += b" " * (-len(hb) % 8)
@@ -110,7 +116,9 @@ def test_views_of_every_tensor_barely_grow_anonymous_memory(tmp_path) -> None:
     )
     out = subprocess.run(
         [sys.executable, "-c", script, str(tmp_path / "m.safetensors")],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     import json
 

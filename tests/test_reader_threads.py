@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import threading
 
+import fastst
 import numpy as np
 from conftest import raw_file
-
-import fastst
 
 
 def test_eight_threads_share_one_handle(write) -> None:

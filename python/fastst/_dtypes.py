@@ -84,9 +84,7 @@ def pack_bits(values: np.ndarray, bits: int) -> bytes:
     """Inverse of :func:`unpack_bits`: packs the low ``bits`` of each byte."""
     flat = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
     if (flat.size * bits) % 8:
-        raise SafetensorError(
-            f"{flat.size} elements of {bits} bits do not fill whole bytes"
-        )
+        raise SafetensorError(f"{flat.size} elements of {bits} bits do not fill whole bytes")
     fields = np.unpackbits(flat[:, None], axis=1, bitorder="little")[:, :bits]
     return np.packbits(fields.reshape(-1), bitorder="little").tobytes()
 

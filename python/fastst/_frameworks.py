@@ -54,8 +54,13 @@ def converter(framework: str) -> Callable[[np.ndarray, str, Any], Any]:
         # Framework modules register themselves on import.
         import importlib
 
-        module = {"torch": "torch", "tensorflow": "tensorflow", "flax": "flax",
-                  "mlx": "mlx", "paddle": "paddle"}[framework]
+        module = {
+            "torch": "torch",
+            "tensorflow": "tensorflow",
+            "flax": "flax",
+            "mlx": "mlx",
+            "paddle": "paddle",
+        }[framework]
         importlib.import_module(f"fastst._fw_{module}")
         conv = CONVERTERS[framework]
     return conv

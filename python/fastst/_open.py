@@ -106,9 +106,7 @@ _BASIC = (int, slice, type(Ellipsis), type(None))
 def _check_index(index: Any) -> Any:
     items = index if isinstance(index, tuple) else (index,)
     for item in items:
-        if isinstance(item, bool) or not (
-            isinstance(item, _BASIC) or hasattr(item, "__index__")
-        ):
+        if isinstance(item, bool) or not (isinstance(item, _BASIC) or hasattr(item, "__index__")):
             raise TypeError(
                 "get_slice supports basic indexing only (ints, slices, ..., None); "
                 f"got {type(item).__name__}"
