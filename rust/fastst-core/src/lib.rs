@@ -4,6 +4,7 @@
 //! layers over this crate.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod convert;
 pub mod dtype;
 pub mod error;
 pub mod header;

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use memmap2::{Mmap, MmapMut, MmapOptions};
 
+use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::header::{check_prefix, Header, TensorInfo, DEFAULT_HEADER_CAP};
 
@@ -223,6 +224,87 @@ fn is_a_directory() -> std::io::Error {
         std::io::Error::from_raw_os_error(21)
     } else {
         std::io::ErrorKind::IsADirectory.into()
+    }
+}
+
+impl MappedFile {
+    /// Copies a tensor's bytes into `dst` (exactly its length), with several
+    /// threads for large tensors: memory copies from the mapping, or
+    /// positioned reads under the pread backend.
+    pub fn copy_tensor_into(&self, info: &TensorInfo, dst: &mut [u8]) -> Result<()> {
+        let len = info.byte_len() as usize;
+        if dst.len() != len {
+            return Err(Error::InvalidInput {
+                message: format!(
+                    "tensor {:?} holds {len} bytes but the destination has {}",
+                    info.name,
+                    dst.len()
+                ),
+            });
+        }
+        if let Some(src) = self.tensor_slice(info) {
+            return crate::convert::parallel_copy(src, dst);
+        }
+        let threads = crate::convert::threads_for(len / 4);
+        if threads <= 1 {
+            return self.read_tensor_into(info, 0, dst);
+        }
+        let per = len.div_ceil(threads);
+        let results: Vec<Result<()>> = std::thread::scope(|s| {
+            let handles: Vec<_> = dst
+                .chunks_mut(per)
+                .enumerate()
+                .map(|(i, chunk)| {
+                    s.spawn(move || self.read_tensor_into(info, (i * per) as u64, chunk))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::InvalidInput {
+                            message: "a read thread panicked".to_owned(),
+                        })
+                    })
+                })
+                .collect()
+        });
+        results.into_iter().collect()
+    }
+
+    /// Converts a tensor into `to` while reading it, writing `dst` (exactly
+    /// the converted length), with several threads for large tensors.
+    pub fn convert_tensor_into(&self, info: &TensorInfo, to: Dtype, dst: &mut [u8]) -> Result<()> {
+        if let Some(src) = self.tensor_slice(info) {
+            return crate::convert::convert(info.dtype, to, src, dst);
+        }
+        // pread back end: read in bounded chunks, converting each.
+        const CHUNK: usize = 8 << 20;
+        let (fs, ts) = ((info.dtype.bits() / 8) as usize, (to.bits() / 8) as usize);
+        if fs == 0 || ts == 0 {
+            return crate::convert::convert(info.dtype, to, &[], dst);
+        }
+        let per = CHUNK / fs * fs;
+        let mut buf = vec![0u8; per.min(info.byte_len() as usize)];
+        let mut done = 0usize;
+        for out in dst.chunks_mut(per / fs * ts) {
+            let n = out.len() / ts * fs;
+            self.read_tensor_into(info, done as u64, &mut buf[..n])?;
+            crate::convert::convert(info.dtype, to, &buf[..n], out)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Tells the kernel the whole file will be read front to back soon
+    /// (mmap back end; a no-op otherwise). Advice is a hint: failures are
+    /// ignored.
+    pub fn advise_sequential(&self) {
+        #[cfg(unix)]
+        if let Some(map) = &self.map {
+            let _ = map.advise(memmap2::Advice::Sequential);
+            let _ = map.advise(memmap2::Advice::WillNeed);
+        }
     }
 }
 

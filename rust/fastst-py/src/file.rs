@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use fastst_core::storage::PRIVATE_MAP_THRESHOLD;
-use fastst_core::{Backend, MappedFile, OpenOptions, TensorInfo};
+use fastst_core::{Backend, Dtype, MappedFile, OpenOptions, TensorInfo};
+use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
@@ -38,6 +39,44 @@ impl RawFile {
             .require(name)
             .map_err(|e| to_pyerr(py, &self.name, e))
     }
+}
+
+/// A writable byte view of a Python buffer, usable without the GIL.
+struct WritableBytes {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the pointer stays valid while the `PyBuffer` it came from is alive
+// (the exporter is pinned for the buffer's lifetime), and every use of a
+// `WritableBytes` is scoped inside the call holding that `PyBuffer`.
+unsafe impl Send for WritableBytes {}
+
+impl WritableBytes {
+    fn into_slice<'a>(self) -> &'a mut [u8] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: `ptr`/`len` describe a writable, C-contiguous buffer kept
+        // alive by the caller's `PyBuffer`; fastst holds no other reference
+        // into it during the call.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+fn writable(buf: &PyBuffer<u8>) -> PyResult<WritableBytes> {
+    if buf.readonly() {
+        return Err(PyValueError::new_err("destination buffer is read-only"));
+    }
+    if !buf.is_c_contiguous() {
+        return Err(PyValueError::new_err(
+            "destination buffer is not C-contiguous",
+        ));
+    }
+    Ok(WritableBytes {
+        ptr: buf.buf_ptr().cast::<u8>(),
+        len: buf.len_bytes(),
+    })
 }
 
 fn shape_tuple<'py>(py: Python<'py>, shape: &[u64]) -> PyResult<Bound<'py, PyTuple>> {
@@ -166,6 +205,49 @@ impl RawFile {
         .map_err(|e| to_pyerr(py, &self.name, e))?;
         let buffer = Bound::new(py, TensorBuffer::new(data))?;
         (buffer, t.dtype.name(), shape_tuple(py, &t.shape)?).into_pyobject(py)
+    }
+
+    /// Copies tensor `name` into `out`, a writable C-contiguous byte buffer
+    /// of exactly the tensor's length (several threads, GIL released).
+    fn read_into(&self, py: Python<'_>, name: &str, out: PyBuffer<u8>) -> PyResult<()> {
+        let file = self.file()?;
+        let t = self.lookup(py, &file, name)?;
+        let dst = writable(&out)?;
+        let file = &*file;
+        py.allow_threads(move || file.copy_tensor_into(t, dst.into_slice()))
+            .map_err(|e| to_pyerr(py, &self.name, e))
+    }
+
+    /// Converts tensor `name` to dtype `to` (a header name) into `out`, a
+    /// writable C-contiguous byte buffer of the converted length.
+    fn convert_into(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        out: PyBuffer<u8>,
+        to: &str,
+    ) -> PyResult<()> {
+        let file = self.file()?;
+        let t = self.lookup(py, &file, name)?;
+        let target = Dtype::from_name(to)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown dtype {to:?}")))?;
+        if !fastst_core::convert::supported(t.dtype, target) {
+            return Err(PyValueError::new_err(format!(
+                "{}: tensor {name:?}: no conversion from {} to {target}",
+                self.name, t.dtype
+            )));
+        }
+        let dst = writable(&out)?;
+        let file = &*file;
+        py.allow_threads(move || file.convert_tensor_into(t, target, dst.into_slice()))
+            .map_err(|e| to_pyerr(py, &self.name, e))
+    }
+
+    /// Hints the kernel that the whole file is about to be read in order.
+    fn advise_sequential(&self, py: Python<'_>) -> PyResult<()> {
+        let file = self.file()?;
+        py.allow_threads(|| file.advise_sequential());
+        Ok(())
     }
 
     /// Data offset of the byte buffer in the file (8 + header length).

@@ -1,0 +1,359 @@
+//! Dtype conversion kernels used on load: the 16- and 8-bit float kinds to
+//! F32, and F32 to BF16/F16 with round-to-nearest-even. Results are exact
+//! IEEE conversions; NaN and infinities are preserved (kinds without an
+//! infinity map overflow to NaN, as ml_dtypes does).
+
+use std::sync::OnceLock;
+
+use crate::dtype::Dtype;
+use crate::error::{Error, Result};
+
+/// Inputs below this many elements are converted on the calling thread.
+const PARALLEL_MIN: usize = 1 << 20;
+
+/// The conversions supported, `(from, to)`.
+pub fn supported(from: Dtype, to: Dtype) -> bool {
+    matches!(
+        (from, to),
+        (
+            Dtype::Bf16
+                | Dtype::F16
+                | Dtype::F8E4M3
+                | Dtype::F8E5M2
+                | Dtype::F8E4M3Fnuz
+                | Dtype::F8E5M2Fnuz
+                | Dtype::F8E8M0,
+            Dtype::F32
+        ) | (Dtype::F32, Dtype::Bf16 | Dtype::F16)
+    ) || from == to
+}
+
+/// How an 8-bit float kind encodes special values.
+#[derive(Clone, Copy)]
+enum Special {
+    /// IEEE-like: all-ones exponent is Inf (mantissa 0) or NaN.
+    Ieee,
+    /// "fn": no infinities; only all-ones exponent and mantissa is NaN.
+    Fn,
+    /// "fnuz": no infinities, no negative zero; 0x80 is the only NaN.
+    Fnuz,
+}
+
+fn decode_minifloat(bits: u32, exp_bits: u32, man_bits: u32, bias: i32, special: Special) -> f32 {
+    let sign_shift = exp_bits + man_bits;
+    let sign = (bits >> sign_shift) & 1;
+    let exp = ((bits >> man_bits) & ((1 << exp_bits) - 1)) as i32;
+    let man = bits & ((1 << man_bits) - 1);
+    let max_exp = (1 << exp_bits) - 1;
+    let neg = if sign == 1 { -1.0f32 } else { 1.0f32 };
+    match special {
+        Special::Ieee if exp == max_exp => {
+            return if man == 0 {
+                neg * f32::INFINITY
+            } else {
+                f32::NAN
+            };
+        }
+        Special::Fn if exp == max_exp && man == (1 << man_bits) - 1 => return f32::NAN,
+        Special::Fnuz if sign == 1 && exp == 0 && man == 0 => return f32::NAN,
+        _ => {}
+    }
+    let value = if exp == 0 {
+        // Subnormal: man * 2^(1 - bias - man_bits); exact in f32 for these kinds.
+        man as f32 * 2f32.powi(1 - bias - man_bits as i32)
+    } else {
+        (1.0 + man as f32 / (1u32 << man_bits) as f32) * 2f32.powi(exp - bias)
+    };
+    neg * value
+}
+
+/// Decodes one element of an 8-bit kind.
+fn decode8(dtype: Dtype, byte: u8) -> f32 {
+    let b = u32::from(byte);
+    match dtype {
+        Dtype::F8E4M3 => decode_minifloat(b, 4, 3, 7, Special::Fn),
+        Dtype::F8E5M2 => decode_minifloat(b, 5, 2, 15, Special::Ieee),
+        Dtype::F8E4M3Fnuz => decode_minifloat(b, 4, 3, 8, Special::Fnuz),
+        Dtype::F8E5M2Fnuz => decode_minifloat(b, 5, 2, 16, Special::Fnuz),
+        // E8M0: an unsigned power of two, 0xFF is NaN.
+        Dtype::F8E8M0 if byte == 0xff => f32::NAN,
+        Dtype::F8E8M0 => 2f32.powi(b as i32 - 127),
+        _ => f32::NAN,
+    }
+}
+
+fn table8(dtype: Dtype) -> &'static [f32; 256] {
+    static TABLES: [OnceLock<[f32; 256]>; 5] = [
+        OnceLock::new(),
+        OnceLock::new(),
+        OnceLock::new(),
+        OnceLock::new(),
+        OnceLock::new(),
+    ];
+    let slot = match dtype {
+        Dtype::F8E4M3 => 0,
+        Dtype::F8E5M2 => 1,
+        Dtype::F8E4M3Fnuz => 2,
+        Dtype::F8E5M2Fnuz => 3,
+        _ => 4,
+    };
+    TABLES[slot].get_or_init(|| {
+        let mut t = [0f32; 256];
+        for (i, v) in t.iter_mut().enumerate() {
+            *v = decode8(dtype, i as u8);
+        }
+        t
+    })
+}
+
+/// IEEE half to single, exact.
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h >> 15) << 31;
+    let exp = u32::from((h >> 10) & 0x1f);
+    let man = u32::from(h & 0x3ff);
+    let bits = if exp == 0x1f {
+        sign | 0x7f80_0000 | (man << 13)
+    } else if exp != 0 {
+        sign | ((exp + 112) << 23) | (man << 13)
+    } else if man == 0 {
+        sign
+    } else {
+        // Subnormal half: normalise.
+        let shift = man.leading_zeros() - 21;
+        let man = (man << shift) & 0x3ff;
+        sign | ((113 - shift) << 23) | (man << 13)
+    };
+    f32::from_bits(bits)
+}
+
+/// bfloat16 to single, exact.
+pub fn bf16_to_f32(h: u16) -> f32 {
+    f32::from_bits(u32::from(h) << 16)
+}
+
+/// Single to bfloat16, round to nearest even; NaN stays a (quiet) NaN.
+pub fn f32_to_bf16(f: f32) -> u16 {
+    let bits = f.to_bits();
+    if f.is_nan() {
+        return ((bits >> 16) as u16) | 0x0040;
+    }
+    let rounding = 0x7fff + ((bits >> 16) & 1);
+    (bits.wrapping_add(rounding) >> 16) as u16
+}
+
+/// Single to IEEE half, round to nearest even; overflow gives infinity,
+/// NaN stays a (quiet) NaN.
+pub fn f32_to_f16(f: f32) -> u16 {
+    let bits = f.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let exp = ((bits >> 23) & 0xff) as i32;
+    let man = bits & 0x7f_ffff;
+    if exp == 0xff {
+        return if man == 0 {
+            sign | 0x7c00
+        } else {
+            sign | 0x7e00 | ((man >> 13) as u16)
+        };
+    }
+    let e = exp - 127 + 15;
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    if e <= 0 {
+        // Result is subnormal or zero.
+        if e < -10 {
+            return sign;
+        }
+        let m = man | 0x80_0000;
+        let shift = (14 - e) as u32;
+        let half = 1u32 << (shift - 1);
+        let rest = m & ((1u32 << shift) - 1);
+        let mut out = m >> shift;
+        if rest > half || (rest == half && (out & 1) == 1) {
+            out += 1;
+        }
+        return sign | out as u16;
+    }
+    let mut out = ((e as u32) << 10) | (man >> 13);
+    let rest = man & 0x1fff;
+    if rest > 0x1000 || (rest == 0x1000 && (out & 1) == 1) {
+        out += 1; // may carry into the exponent, up to infinity: correct.
+    }
+    sign | out as u16
+}
+
+pub(crate) fn threads_for(n: usize) -> usize {
+    if n < PARALLEL_MIN {
+        return 1;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    cores.clamp(1, 16).min(n / (PARALLEL_MIN / 4)).max(1)
+}
+
+/// Runs `f(src_chunk, dst_chunk)` over matching chunks of `src` (in units of
+/// `src_size` bytes per element) and `dst` (`dst_size` bytes per element).
+fn par_chunks(
+    src: &[u8],
+    src_size: usize,
+    dst: &mut [u8],
+    dst_size: usize,
+    f: impl Fn(&[u8], &mut [u8]) + Sync,
+) {
+    let n = src.len() / src_size;
+    let threads = threads_for(n);
+    if threads <= 1 {
+        f(src, dst);
+        return;
+    }
+    let per = n.div_ceil(threads);
+    std::thread::scope(|s| {
+        for (sc, dc) in src
+            .chunks(per * src_size)
+            .zip(dst.chunks_mut(per * dst_size))
+        {
+            let f = &f;
+            s.spawn(move || f(sc, dc));
+        }
+    });
+}
+
+/// Converts the little-endian elements of `src` (of kind `from`) into `dst`
+/// (of kind `to`, little-endian), using several threads for large inputs.
+pub fn convert(from: Dtype, to: Dtype, src: &[u8], dst: &mut [u8]) -> Result<()> {
+    let (fs, ts) = ((from.bits() / 8) as usize, (to.bits() / 8) as usize);
+    if !supported(from, to) || fs == 0 || ts == 0 {
+        return Err(Error::InvalidInput {
+            message: format!("no conversion from {from} to {to}"),
+        });
+    }
+    if src.len() % fs != 0 || dst.len() != src.len() / fs * ts {
+        return Err(Error::InvalidInput {
+            message: format!(
+                "conversion from {from} to {to}: {} source bytes do not match {} destination bytes",
+                src.len(),
+                dst.len()
+            ),
+        });
+    }
+    if from == to {
+        par_chunks(src, fs, dst, ts, |s, d| d.copy_from_slice(s));
+        return Ok(());
+    }
+    match (from, to) {
+        (Dtype::Bf16, Dtype::F32) => par_chunks(src, 2, dst, 4, |s, d| {
+            for (i, o) in s.chunks_exact(2).zip(d.chunks_exact_mut(4)) {
+                o.copy_from_slice(&bf16_to_f32(u16::from_le_bytes([i[0], i[1]])).to_le_bytes());
+            }
+        }),
+        (Dtype::F16, Dtype::F32) => par_chunks(src, 2, dst, 4, |s, d| {
+            for (i, o) in s.chunks_exact(2).zip(d.chunks_exact_mut(4)) {
+                o.copy_from_slice(&f16_to_f32(u16::from_le_bytes([i[0], i[1]])).to_le_bytes());
+            }
+        }),
+        (Dtype::F32, Dtype::Bf16) => par_chunks(src, 4, dst, 2, |s, d| {
+            for (i, o) in s.chunks_exact(4).zip(d.chunks_exact_mut(2)) {
+                let f = f32::from_le_bytes([i[0], i[1], i[2], i[3]]);
+                o.copy_from_slice(&f32_to_bf16(f).to_le_bytes());
+            }
+        }),
+        (Dtype::F32, Dtype::F16) => par_chunks(src, 4, dst, 2, |s, d| {
+            for (i, o) in s.chunks_exact(4).zip(d.chunks_exact_mut(2)) {
+                let f = f32::from_le_bytes([i[0], i[1], i[2], i[3]]);
+                o.copy_from_slice(&f32_to_f16(f).to_le_bytes());
+            }
+        }),
+        (eight, Dtype::F32) => {
+            let table = table8(eight);
+            par_chunks(src, 1, dst, 4, |s, d| {
+                for (&b, o) in s.iter().zip(d.chunks_exact_mut(4)) {
+                    o.copy_from_slice(&table[b as usize].to_le_bytes());
+                }
+            })
+        }
+        _ => {
+            return Err(Error::InvalidInput {
+                message: format!("no conversion from {from} to {to}"),
+            })
+        }
+    }
+    Ok(())
+}
+
+/// Copies `src` into `dst` with several threads when large.
+pub fn parallel_copy(src: &[u8], dst: &mut [u8]) -> Result<()> {
+    if src.len() != dst.len() {
+        return Err(Error::InvalidInput {
+            message: format!(
+                "copy of {} bytes into a {}-byte destination",
+                src.len(),
+                dst.len()
+            ),
+        });
+    }
+    par_chunks(src, 1, dst, 1, |s, d| d.copy_from_slice(s));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_round_trips_every_value() {
+        for h in 0..=u16::MAX {
+            let f = f16_to_f32(h);
+            if f.is_nan() {
+                assert!(
+                    f32::from_bits(u32::from(f32_to_f16(f))).is_nan()
+                        || f16_to_f32(f32_to_f16(f)).is_nan()
+                );
+            } else {
+                assert_eq!(f32_to_f16(f), h, "{h:#06x}");
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_round_trips_and_rounds_to_even() {
+        for h in 0..=u16::MAX {
+            let f = bf16_to_f32(h);
+            if !f.is_nan() {
+                assert_eq!(f32_to_bf16(f), h);
+            }
+        }
+        // halfway cases round to even
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8000)), 0x3f80);
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f81_8000)), 0x3f82);
+        assert_eq!(f32_to_bf16(f32::MAX), 0x7f80);
+    }
+
+    #[test]
+    fn f16_rounding_edges() {
+        assert_eq!(f32_to_f16(65504.0), 0x7bff);
+        assert_eq!(f32_to_f16(65520.0), 0x7c00); // halfway to the next: rounds to inf
+        assert_eq!(f32_to_f16(65519.99), 0x7bff);
+        assert_eq!(f32_to_f16(2f32.powi(-25)), 0); // halfway to smallest subnormal: even = 0
+        assert_eq!(f32_to_f16(2f32.powi(-25) * 1.0001), 1);
+        assert_eq!(f32_to_f16(-0.0), 0x8000);
+    }
+
+    #[test]
+    fn eight_bit_specials() {
+        assert!(decode8(Dtype::F8E4M3, 0x7f).is_nan());
+        assert_eq!(decode8(Dtype::F8E4M3, 0x7e), 448.0);
+        assert_eq!(decode8(Dtype::F8E5M2, 0x7c), f32::INFINITY);
+        assert!(decode8(Dtype::F8E4M3Fnuz, 0x80).is_nan());
+        assert_eq!(decode8(Dtype::F8E4M3Fnuz, 0x00), 0.0);
+        assert_eq!(decode8(Dtype::F8E8M0, 127), 1.0);
+        assert!(decode8(Dtype::F8E8M0, 255).is_nan());
+    }
+
+    #[test]
+    fn convert_checks_lengths_and_pairs() {
+        let mut out = [0u8; 8];
+        assert!(convert(Dtype::Bf16, Dtype::F32, &[0, 0x3f, 0, 0x40], &mut out).is_ok());
+        assert_eq!(f32::from_le_bytes([out[0], out[1], out[2], out[3]]), 0.5);
+        assert!(convert(Dtype::Bf16, Dtype::F32, &[0, 0x3f], &mut out).is_err());
+        assert!(convert(Dtype::I32, Dtype::F32, &[0; 4], &mut out[..4]).is_err());
+    }
+}
