@@ -1,0 +1,206 @@
+"""Sharded checkpoints: a ``model.safetensors.index.json`` (or the folder
+holding it) opened as one logical file.
+
+The index is the Hugging Face layout: ``{"metadata": {...}, "weight_map":
+{tensor name: shard file name}}`` with shard files beside the index. Opening
+validates that the index and the shards agree, naming the shard at fault.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+from ._errors import SafetensorError, TensorNotFoundError
+from ._fastst import RawFile
+
+INDEX_SUFFIX = ".safetensors.index.json"
+
+
+class ShardIndexError(SafetensorError):
+    """A sharded checkpoint's index is malformed or disagrees with its shards."""
+
+
+def find_index(path: str) -> Optional[str]:
+    """The index file ``path`` designates, or None when it is a plain file."""
+    if os.path.isdir(path):
+        candidates = sorted(f for f in os.listdir(path) if f.endswith(INDEX_SUFFIX))
+        if not candidates:
+            return None
+        if len(candidates) > 1:
+            raise ShardIndexError(
+                f"{path}: several index files ({', '.join(candidates)}); open one of them"
+            )
+        return os.path.join(path, candidates[0])
+    if path.endswith(".index.json"):
+        return path
+    return None
+
+
+def _error(where: str, message: str, rule: str) -> ShardIndexError:
+    err = ShardIndexError(f"{where}: {message}")
+    err.filename = where
+    err.rule = rule
+    return err
+
+
+class ShardedFile:
+    """The ``RawFile`` interface over several shards."""
+
+    def __init__(self, index_path: str, backend: str, header_cap: int) -> None:
+        self.name = index_path
+        folder = os.path.dirname(os.path.abspath(index_path))
+        try:
+            with open(index_path, "rb") as fh:
+                index = json.loads(fh.read().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise _error(index_path, f"index is not valid JSON: {exc}", "index-json") from None
+        if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
+            raise _error(
+                index_path, 'index must be an object with a "weight_map" object', "index-shape"
+            )
+        meta = index.get("metadata", {})
+        self._index_metadata: Dict[str, Any] = meta if isinstance(meta, dict) else {}
+        weight_map: Dict[str, str] = index["weight_map"]
+        shard_names: List[str] = []
+        expected: Dict[str, List[str]] = {}
+        for tensor, shard in weight_map.items():
+            if not isinstance(shard, str) or not shard:
+                raise _error(
+                    index_path, f"tensor {tensor!r}: shard must be a file name", "index-shape"
+                )
+            if os.path.isabs(shard) or os.path.normpath(shard).startswith(".."):
+                raise _error(
+                    index_path,
+                    f"tensor {tensor!r}: shard {shard!r} is outside the index's folder",
+                    "shard-path",
+                )
+            if shard not in expected:
+                expected[shard] = []
+                shard_names.append(shard)
+            expected[shard].append(tensor)
+        self._shards: Dict[str, RawFile] = {}
+        try:
+            for shard in shard_names:
+                path = os.path.join(folder, shard)
+                if not os.path.exists(path):
+                    raise _error(
+                        index_path,
+                        f"shard {shard!r} listed in the index is missing",
+                        "shard-missing",
+                    )
+                raw = RawFile(path, path, backend, header_cap)
+                self._shards[shard] = raw
+                listed = set(expected[shard])
+                present = set(raw.keys())
+                if listed - present:
+                    missing = sorted(listed - present)[:5]
+                    raise _error(
+                        path,
+                        f"tensors the index places in this shard are not in it: {missing}",
+                        "shard-lacks-tensor",
+                    )
+                if present - listed:
+                    extra = sorted(present - listed)[:5]
+                    raise _error(
+                        path,
+                        f"shard holds tensors the index does not place in it: {extra}",
+                        "shard-extra-tensor",
+                    )
+        except BaseException:
+            self.close()
+            raise
+        self._where: Dict[str, RawFile] = {t: self._shards[s] for t, s in weight_map.items()}
+        self._closed = False
+
+    # the RawFile interface ------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        for raw in getattr(self, "_shards", {}).values():
+            raw.close()
+        self._closed = True
+
+    def _check(self) -> None:
+        if self._closed:
+            from ._errors import ClosedFileError
+
+            raise ClosedFileError(f"{self.name}: file is closed")
+
+    def _shard(self, name: str) -> RawFile:
+        self._check()
+        raw = self._where.get(name)
+        if raw is None:
+            err = TensorNotFoundError(f'{self.name}: no tensor named "{name}" in the checkpoint')
+            err.filename, err.tensor, err.rule = self.name, name, "tensor-not-found"
+            raise err
+        return raw
+
+    def keys(self) -> List[str]:
+        self._check()
+        return sorted(self._where)
+
+    def offset_keys(self) -> List[str]:
+        self._check()
+        out: List[str] = []
+        for raw in self._shards.values():
+            out.extend(raw.offset_keys())
+        return out
+
+    def metadata(self) -> Optional[Dict[str, str]]:
+        """The first shard's ``__metadata__`` (shards written together share it)."""
+        self._check()
+        for raw in self._shards.values():
+            return raw.metadata()
+        return None
+
+    def index_metadata(self) -> Dict[str, Any]:
+        """The index's own ``metadata`` object (e.g. ``total_size``)."""
+        return dict(self._index_metadata)
+
+    def shard_of(self, name: str) -> str:
+        """The path of the shard holding tensor ``name``."""
+        return str(self._shard(name).name)
+
+    def __len__(self) -> int:
+        self._check()
+        return len(self._where)
+
+    def __contains__(self, name: str) -> bool:
+        self._check()
+        return name in self._where
+
+    def info(self, name: str) -> Tuple[str, Tuple[int, ...], int, int]:
+        return self._shard(name).info(name)
+
+    def tensor(self, name: str) -> Any:
+        return self._shard(name).tensor(name)
+
+    def read_into(self, name: str, out: Any) -> None:
+        self._shard(name).read_into(name, out)
+
+    def convert_into(self, name: str, out: Any, to: str) -> None:
+        self._shard(name).convert_into(name, out, to)
+
+    def advise_sequential(self) -> None:
+        self._check()
+        for raw in self._shards.values():
+            raw.advise_sequential()
+
+    @property
+    def backend(self) -> str:
+        for raw in self._shards.values():
+            return str(raw.backend)
+        return "mmap"
+
+
+def open_raw(path: str, backend: str, header_cap: int) -> Any:
+    """A ``RawFile`` for a plain file, a ``ShardedFile`` for an index or a
+    folder holding one."""
+    index = find_index(path)
+    if index is None:
+        return RawFile(path, path, backend, header_cap)
+    return ShardedFile(index, backend, header_cap)
