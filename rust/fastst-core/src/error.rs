@@ -143,6 +143,24 @@ pub enum Error {
     TensorNotFound { name: String },
     #[error("{message}")]
     InvalidInput { message: String },
+
+    // --- writer input errors (kind `Write`) ---
+    #[error("tensor name {name:?} is reserved for the metadata map and cannot name a tensor")]
+    ReservedName { name: String },
+    #[error("tensor name {name:?} is given twice")]
+    DuplicateName { name: String },
+    #[error("metadata key {key:?} is given twice")]
+    DuplicateKey { key: String },
+    #[error("tensor {tensor:?}: {reason}")]
+    BadTensorSize { tensor: String, reason: String },
+    #[error("header would be {len} bytes, above the {cap}-byte header size cap (too many tensors or too much metadata)")]
+    HeaderOverCap { len: u64, cap: u64 },
+    #[error("tensor {tensor:?}: expected {expected} bytes of data, got {got}")]
+    DataLength {
+        tensor: String,
+        expected: u64,
+        got: u64,
+    },
 }
 
 impl Error {
@@ -178,7 +196,13 @@ impl Error {
             | DataTooShort { .. }
             | TrailingBytes { .. } => ErrorKind::Layout,
             TensorNotFound { .. } => ErrorKind::TensorNotFound,
-            InvalidInput { .. } => ErrorKind::Write,
+            InvalidInput { .. }
+            | ReservedName { .. }
+            | DuplicateName { .. }
+            | DuplicateKey { .. }
+            | BadTensorSize { .. }
+            | HeaderOverCap { .. }
+            | DataLength { .. } => ErrorKind::Write,
         }
     }
 
@@ -218,6 +242,12 @@ impl Error {
             TrailingBytes { .. } => "trailing-bytes",
             TensorNotFound { .. } => "tensor-not-found",
             InvalidInput { .. } => "invalid-input",
+            ReservedName { .. } => "reserved-name",
+            DuplicateName { .. } => "duplicate-name",
+            DuplicateKey { .. } => "duplicate-key",
+            BadTensorSize { .. } => "bad-tensor-size",
+            HeaderOverCap { .. } => "header-over-cap",
+            DataLength { .. } => "data-length",
         }
     }
 
@@ -238,8 +268,13 @@ impl Error {
             | ByteLengthMismatch { tensor, .. }
             | Hole { tensor, .. }
             | Overlap { tensor, .. }
-            | DataTooShort { tensor, .. } => Some(tensor),
-            DuplicateTensor { name } | TensorNotFound { name } => Some(name),
+            | DataTooShort { tensor, .. }
+            | BadTensorSize { tensor, .. }
+            | DataLength { tensor, .. } => Some(tensor),
+            DuplicateTensor { name }
+            | TensorNotFound { name }
+            | ReservedName { name }
+            | DuplicateName { name } => Some(name),
             _ => None,
         }
     }

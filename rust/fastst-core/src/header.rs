@@ -175,6 +175,24 @@ pub fn check_prefix(prefix: &[u8], file_len: u64, cap: u64) -> Result<u64> {
     Ok(n)
 }
 
+/// Parses a whole file held in memory (length prefix, header, byte buffer),
+/// as `deserialize` needs; the header's offsets are relative to
+/// [`Header::data_start`].
+pub fn parse_file_bytes(bytes: &[u8], cap: u64) -> Result<Header> {
+    let n = check_prefix(bytes, bytes.len() as u64, cap)?;
+    // `check_prefix` guarantees 8 + n <= bytes.len().
+    let start = usize::try_from(n)
+        .ok()
+        .and_then(|n| n.checked_add(8))
+        .filter(|&s| s <= bytes.len())
+        .ok_or(Error::HeaderPastEnd {
+            len: n,
+            available: bytes.len().saturating_sub(8) as u64,
+        })?;
+    let json = bytes.get(8..start).unwrap_or_default();
+    Header::parse(json, (bytes.len() - start) as u64)
+}
+
 type Parsed = (Vec<TensorInfo>, Option<Vec<(String, String)>>, ParseNotes);
 
 fn parse_json(json: &[u8]) -> Result<Parsed> {

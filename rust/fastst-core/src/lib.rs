@@ -9,8 +9,10 @@ pub mod dtype;
 pub mod error;
 pub mod header;
 pub mod storage;
+pub mod write;
 
 pub use dtype::Dtype;
 pub use error::{Error, ErrorKind, Result};
-pub use header::{Header, ParseNotes, TensorInfo, DEFAULT_HEADER_CAP};
+pub use header::{parse_file_bytes, Header, ParseNotes, TensorInfo, DEFAULT_HEADER_CAP};
 pub use storage::{Backend, MappedFile, OpenOptions, TensorData};
+pub use write::{AtomicFile, NewTensor, PlannedTensor, TensorStream, WritePlan};
