@@ -19,6 +19,7 @@ from ._errors import (
 )
 from ._fastst import __version__
 from ._open import SafeSlice, safe_open
+from ._write import TensorSpec, deserialize, serialize, serialize_file
 
 __all__ = [
     "__version__",
@@ -34,4 +35,8 @@ __all__ = [
     "ClosedFileError",
     "SerializeError",
     "UnsupportedDtypeError",
+    "TensorSpec",
+    "serialize",
+    "serialize_file",
+    "deserialize",
 ]

@@ -503,7 +503,7 @@ impl AtomicFile {
         self.file.as_mut().ok_or_else(|| {
             Error::io(
                 "writing the temporary file",
-                io::Error::new(io::ErrorKind::Other, "file already closed"),
+                io::Error::other("file already closed"),
             )
         })
     }
@@ -525,7 +525,7 @@ impl AtomicFile {
         let file = self.file.take().ok_or_else(|| {
             Error::io(
                 "committing the temporary file",
-                io::Error::new(io::ErrorKind::Other, "file already closed"),
+                io::Error::other("file already closed"),
             )
         })?;
         if durable {

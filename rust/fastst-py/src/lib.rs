@@ -5,6 +5,7 @@
 mod buffer;
 mod errors;
 mod file;
+mod write;
 
 use pyo3::prelude::*;
 
@@ -15,5 +16,8 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_HEADER_CAP", fastst_core::DEFAULT_HEADER_CAP)?;
     m.add_class::<file::RawFile>()?;
     m.add_class::<buffer::TensorBuffer>()?;
+    // writer
+    m.add_class::<write::PyWritePlan>()?;
+    m.add_function(wrap_pyfunction!(write::parse_bytes, m)?)?;
     Ok(())
 }

@@ -1,0 +1,63 @@
+"""``fastst.numpy``: save and load numpy arrays, with the same functions as
+``safetensors.numpy`` (``save``, ``save_file``, ``load``, ``load_file``).
+
+Beyond the reference: every dtype with a safetensors equivalent works,
+including the ``ml_dtypes`` kinds (bfloat16, float8, float6, float4), and
+arrays of any layout (strided, Fortran-ordered, reversed, big-endian) are
+written correctly.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Mapping, Optional, Union
+
+import numpy as np
+
+from ._dtypes import to_numpy
+from ._open import safe_open
+from ._fastst import parse_bytes
+from ._write import BYTES_NAME, serialize, serialize_file
+
+__all__ = ["save", "save_file", "load", "load_file"]
+
+
+def save(
+    tensor_dict: Mapping[str, Any], metadata: Optional[Mapping[str, str]] = None
+) -> bytes:
+    """The ``.safetensors`` bytes of ``tensor_dict`` (name -> array) with
+    optional str -> str ``metadata``."""
+    return serialize(tensor_dict, metadata=metadata)
+
+
+def save_file(
+    tensor_dict: Mapping[str, Any],
+    filename: Union[str, "os.PathLike[str]"],
+    metadata: Optional[Mapping[str, str]] = None,
+) -> None:
+    """Writes ``tensor_dict`` (name -> array) to ``filename``, replacing it
+    atomically (see :func:`fastst.serialize_file`)."""
+    serialize_file(tensor_dict, filename, metadata=metadata)
+
+
+def load(data: bytes) -> Dict[str, np.ndarray]:
+    """The arrays of a file held in memory, keyed by name; each array is a
+    writable copy, independent of ``data`` and of the others."""
+    view = memoryview(data)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    start, entries, _metadata = parse_bytes(view, BYTES_NAME)
+    out: Dict[str, np.ndarray] = {}
+    for name, dtype, shape, begin, end in entries:
+        buffer = bytearray(view[start + begin : start + end])
+        out[name] = to_numpy(buffer, dtype, shape)
+    return out
+
+
+def load_file(
+    filename: Union[str, "os.PathLike[str]"], *, backend: str = "mmap"
+) -> Dict[str, np.ndarray]:
+    """The arrays of ``filename``, keyed by name, in file order."""
+    with safe_open(filename, framework="np", backend=backend) as f:
+        return f.get_tensors()
+

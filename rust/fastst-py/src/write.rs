@@ -1,0 +1,271 @@
+//! `WritePlan`: the Python face of the writer, and `parse_bytes` for
+//! `deserialize`. The layout, header, length checks and the atomic file
+//! are `fastst-core`'s; this module moves bytes from Python buffers to them
+//! with the GIL released.
+
+use std::io::BufWriter;
+use std::path::PathBuf;
+
+use fastst_core::write::{AtomicFile, NewTensor, TensorStream, WritePlan, WRITE_BUFFER};
+use fastst_core::{Dtype, Error};
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use crate::errors::to_pyerr;
+
+/// Chunks at least this long are written with the GIL released; shorter
+/// ones are not worth the hand-off.
+const RELEASE_GIL_AT: usize = 64 * 1024;
+
+/// The layout of a file to write, built from `(name, dtype, shape)` triples
+/// and the metadata pairs.
+#[pyclass(frozen, module = "fastst._fastst", name = "WritePlan")]
+pub struct PyWritePlan {
+    plan: WritePlan,
+}
+
+/// One Python buffer of bytes (`bytes`, `bytearray`, a uint8 array...),
+/// kept exported while its bytes are borrowed.
+struct Chunk {
+    buffer: PyBuffer<u8>,
+}
+
+impl Chunk {
+    fn get(obj: &Bound<'_, PyAny>, tensor: &str) -> PyResult<Chunk> {
+        let buffer = PyBuffer::<u8>::get(obj)?;
+        if !buffer.is_c_contiguous() {
+            return Err(PyValueError::new_err(format!(
+                "tensor {tensor:?}: a data chunk must be a C-contiguous byte buffer"
+            )));
+        }
+        Ok(Chunk { buffer })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        let len = self.buffer.len_bytes();
+        if len == 0 {
+            return &[];
+        }
+        // SAFETY: the buffer is C-contiguous (checked in `get`), so its
+        // `len_bytes()` bytes start at `buf_ptr()`; `self.buffer` keeps the
+        // export alive for as long as the returned slice borrows `self`. The
+        // bytes are only copied to a file or another buffer; if Python code
+        // mutates the source concurrently the copy may mix old and new
+        // values, as with any write of shared memory, but no Rust invariant
+        // depends on their contents.
+        unsafe { std::slice::from_raw_parts(self.buffer.buf_ptr().cast::<u8>(), len) }
+    }
+}
+
+impl PyWritePlan {
+    /// Feeds every tensor's chunks, in file order, to `stream`.
+    fn feed<W: std::io::Write + Send>(
+        &self,
+        py: Python<'_>,
+        display_name: &str,
+        chunks: &Bound<'_, PyAny>,
+        stream: &mut TensorStream<'_, W>,
+    ) -> PyResult<()> {
+        for t in self.plan.tensors() {
+            let parts = chunks.call1((t.index,))?;
+            for part in parts.try_iter()? {
+                let part = part?;
+                let chunk = Chunk::get(&part, &t.name)?;
+                let bytes = chunk.bytes();
+                let result = if bytes.len() >= RELEASE_GIL_AT {
+                    py.allow_threads(|| stream.write(bytes))
+                } else {
+                    stream.write(bytes)
+                };
+                result.map_err(|e| to_pyerr(py, display_name, e))?;
+            }
+            stream
+                .end_tensor()
+                .map_err(|e| to_pyerr(py, display_name, e))?;
+        }
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl PyWritePlan {
+    /// Orders the tensors, assigns offsets and renders the header; fails
+    /// with a `SerializeError` on a reserved or repeated name, a shape that
+    /// does not fill whole bytes or overflows, or a header over `header_cap`.
+    #[new]
+    #[pyo3(signature = (tensors, metadata, display_name, header_cap = fastst_core::DEFAULT_HEADER_CAP))]
+    fn new(
+        py: Python<'_>,
+        tensors: Vec<(String, String, Vec<u64>)>,
+        metadata: Option<Vec<(String, String)>>,
+        display_name: &str,
+        header_cap: u64,
+    ) -> PyResult<PyWritePlan> {
+        let mut entries = Vec::with_capacity(tensors.len());
+        for (name, dtype, shape) in tensors {
+            let Some(dtype) = Dtype::from_name(&dtype) else {
+                let err = Error::InvalidInput {
+                    message: format!("tensor {name:?}: unknown dtype {dtype:?}"),
+                };
+                return Err(to_pyerr(py, display_name, err));
+            };
+            entries.push(NewTensor { name, dtype, shape });
+        }
+        let plan = WritePlan::new(entries, metadata, header_cap)
+            .map_err(|e| to_pyerr(py, display_name, e))?;
+        Ok(PyWritePlan { plan })
+    }
+
+    /// Input positions of the tensors, in file order.
+    #[getter]
+    fn order(&self) -> Vec<usize> {
+        self.plan.tensors().iter().map(|t| t.index).collect()
+    }
+
+    /// `(name, dtype, shape, begin, end)` of each tensor, in file order.
+    fn tensors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let items = self
+            .plan
+            .tensors()
+            .iter()
+            .map(|t| {
+                (
+                    t.name.as_str(),
+                    t.dtype.name(),
+                    PyTuple::new(py, t.shape.iter().copied())?,
+                    t.begin,
+                    t.end,
+                )
+                    .into_pyobject(py)
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, items)
+    }
+
+    /// The bytes before the data: length prefix, JSON, padding.
+    fn header<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.plan.header())
+    }
+
+    /// Length of the padded JSON header.
+    #[getter]
+    fn header_len(&self) -> u64 {
+        self.plan.header_len()
+    }
+
+    /// Length of all tensors' data.
+    #[getter]
+    fn data_len(&self) -> u64 {
+        self.plan.data_len()
+    }
+
+    /// Length of the whole file.
+    #[getter]
+    fn total_len(&self) -> u64 {
+        self.plan.total_len()
+    }
+
+    /// Writes the file to `path` through a temporary file renamed over it.
+    /// `chunks(i)` returns an iterable of C-contiguous byte buffers holding
+    /// the data of input tensor `i`; it is called in file order. On any
+    /// error (a Python exception from `chunks` included) the temporary file
+    /// is removed and `path` is left as it was.
+    #[pyo3(signature = (path, display_name, chunks, durable = true))]
+    fn write_file(
+        &self,
+        py: Python<'_>,
+        path: PathBuf,
+        display_name: &str,
+        chunks: &Bound<'_, PyAny>,
+        durable: bool,
+    ) -> PyResult<()> {
+        let mut atomic = py
+            .allow_threads(|| AtomicFile::create(&path))
+            .map_err(|e| to_pyerr(py, display_name, e))?;
+        {
+            let file = atomic.file().map_err(|e| to_pyerr(py, display_name, e))?;
+            let out = BufWriter::with_capacity(WRITE_BUFFER, file);
+            let mut stream =
+                TensorStream::new(&self.plan, out).map_err(|e| to_pyerr(py, display_name, e))?;
+            self.feed(py, display_name, chunks, &mut stream)?;
+            let out = stream.finish().map_err(|e| to_pyerr(py, display_name, e))?;
+            py.allow_threads(|| out.into_inner().map(|_| ()))
+                .map_err(|e| {
+                    let err = Error::Io {
+                        context: "writing the data".to_owned(),
+                        source: e.into_error(),
+                    };
+                    to_pyerr(py, display_name, err)
+                })?;
+        }
+        py.allow_threads(|| atomic.commit(durable))
+            .map_err(|e| to_pyerr(py, display_name, e))
+    }
+
+    /// The whole file as `bytes`, allocated once at its exact size; `chunks`
+    /// as for `write_file`.
+    fn to_bytes<'py>(
+        &self,
+        py: Python<'py>,
+        display_name: &str,
+        chunks: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let total = usize::try_from(self.plan.total_len()).map_err(|_| {
+            let err = Error::InvalidInput {
+                message: format!(
+                    "the file would be {} bytes, more than this machine can address",
+                    self.plan.total_len()
+                ),
+            };
+            to_pyerr(py, display_name, err)
+        })?;
+        PyBytes::new_with(py, total, |out: &mut [u8]| {
+            let mut stream =
+                TensorStream::new(&self.plan, out).map_err(|e| to_pyerr(py, display_name, e))?;
+            self.feed(py, display_name, chunks, &mut stream)?;
+            let rest = stream.finish().map_err(|e| to_pyerr(py, display_name, e))?;
+            if !rest.is_empty() {
+                let err = Error::InvalidInput {
+                    message: format!("{} bytes of the output were not written", rest.len()),
+                };
+                return Err(to_pyerr(py, display_name, err));
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Parses a whole file held in a bytes-like object: returns the offset of
+/// the byte buffer, `(name, dtype, shape, begin, end)` per tensor in file
+/// order (offsets relative to the byte buffer), and the metadata pairs or
+/// None.
+#[pyfunction]
+#[pyo3(signature = (data, display_name, header_cap = fastst_core::DEFAULT_HEADER_CAP))]
+pub fn parse_bytes<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyAny>,
+    display_name: &str,
+    header_cap: u64,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let chunk = Chunk::get(data, "")?;
+    let header = fastst_core::parse_file_bytes(chunk.bytes(), header_cap)
+        .map_err(|e| to_pyerr(py, display_name, e))?;
+    let tensors = header
+        .tensors()
+        .iter()
+        .map(|t| {
+            (
+                t.name.as_str(),
+                t.dtype.name(),
+                PyTuple::new(py, t.shape.iter().copied())?,
+                t.begin,
+                t.end,
+            )
+                .into_pyobject(py)
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let metadata = header.metadata().map(|m| m.to_vec());
+    (header.data_start(), PyList::new(py, tensors)?, metadata).into_pyobject(py)
+}
