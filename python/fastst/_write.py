@@ -89,9 +89,7 @@ class TensorSpec:
 
     __slots__ = ("_dtype", "_shape", "_data_ptr", "_data_len")
 
-    def __init__(
-        self, *, dtype: str, shape: Sequence[int], data_ptr: int, data_len: int
-    ) -> None:
+    def __init__(self, *, dtype: str, shape: Sequence[int], data_ptr: int, data_len: int) -> None:
         name = _spec_dtype(dtype)
         if name is None:
             known = ", ".join(SPEC_DTYPES)
@@ -280,8 +278,7 @@ def _prepare(where: str, name: str, value: Any) -> _Tensor:
             array = np.asarray(value)
         except Exception as exc:
             raise TypeError(
-                f"{where}: tensor {name!r}: cannot read a {type(value).__name__} "
-                f"as an array: {exc}"
+                f"{where}: tensor {name!r}: cannot read a {type(value).__name__} as an array: {exc}"
             ) from exc
     else:
         raise TypeError(

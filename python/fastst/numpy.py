@@ -15,16 +15,14 @@ from typing import Any, Dict, Mapping, Optional, Union
 import numpy as np
 
 from ._dtypes import to_numpy
-from ._open import safe_open
 from ._fastst import parse_bytes
+from ._open import safe_open
 from ._write import BYTES_NAME, serialize, serialize_file
 
 __all__ = ["save", "save_file", "load", "load_file"]
 
 
-def save(
-    tensor_dict: Mapping[str, Any], metadata: Optional[Mapping[str, str]] = None
-) -> bytes:
+def save(tensor_dict: Mapping[str, Any], metadata: Optional[Mapping[str, str]] = None) -> bytes:
     """The ``.safetensors`` bytes of ``tensor_dict`` (name -> array) with
     optional str -> str ``metadata``."""
     return serialize(tensor_dict, metadata=metadata)
@@ -32,7 +30,7 @@ def save(
 
 def save_file(
     tensor_dict: Mapping[str, Any],
-    filename: Union[str, "os.PathLike[str]"],
+    filename: Union[str, os.PathLike[str]],
     metadata: Optional[Mapping[str, str]] = None,
 ) -> None:
     """Writes ``tensor_dict`` (name -> array) to ``filename``, replacing it
@@ -55,9 +53,8 @@ def load(data: bytes) -> Dict[str, np.ndarray]:
 
 
 def load_file(
-    filename: Union[str, "os.PathLike[str]"], *, backend: str = "mmap"
+    filename: Union[str, os.PathLike[str]], *, backend: str = "mmap"
 ) -> Dict[str, np.ndarray]:
     """The arrays of ``filename``, keyed by name, in file order."""
     with safe_open(filename, framework="np", backend=backend) as f:
         return f.get_tensors()
-
