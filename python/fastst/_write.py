@@ -212,7 +212,8 @@ def _array_chunks(a: np.ndarray, bits: Optional[int]) -> Callable[[], Iterator[A
 def _raw_chunks(address: int, length: int) -> Callable[[], Iterator[Any]]:
     def raw() -> Iterator[Any]:
         if length:
-            yield (ctypes.c_ubyte * length).from_address(address)
+            memory = (ctypes.c_ubyte * length).from_address(address)
+            yield np.frombuffer(memory, dtype=np.uint8)
 
     return raw
 
