@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections import abc
 from typing import (
     Any,
-    Callable,
     Dict,
     Iterator,
     List,
@@ -140,22 +140,17 @@ def _spec_dtype(name: object) -> Optional[str]:
 
 
 class _Tensor:
-    """One input ready to write: header dtype, shape, byte length and a
-    generator of its bytes."""
+    """One input ready to write: header dtype, shape and its bytes, either
+    one C-contiguous uint8 buffer or an iterator of them (evaluated lazily,
+    while the file is written)."""
 
-    __slots__ = ("name", "dtype", "shape", "chunks")
+    __slots__ = ("name", "dtype", "shape", "data")
 
-    def __init__(
-        self,
-        name: str,
-        dtype: str,
-        shape: Tuple[int, ...],
-        chunks: Callable[[], Iterator[Any]],
-    ) -> None:
+    def __init__(self, name: str, dtype: str, shape: Tuple[int, ...], data: Any) -> None:
         self.name = name
         self.dtype = dtype
         self.shape = shape
-        self.chunks = chunks
+        self.data = data
 
 
 def _pieces(a: np.ndarray) -> Iterator[np.ndarray]:
@@ -179,53 +174,43 @@ def _pieces(a: np.ndarray) -> Iterator[np.ndarray]:
             yield from _pieces(a[i])
 
 
-def _is_little_native_layout(a: np.ndarray, little: np.dtype) -> bool:
-    return bool(a.flags.c_contiguous) and a.dtype == little and a.dtype.isnative
+def _converted(a: np.ndarray, little: np.dtype) -> Iterator[Any]:
+    """C-ordered little-endian bytes of ``a``, a few megabytes at a time."""
+    for piece in _pieces(a):
+        yield np.ascontiguousarray(piece, dtype=little).reshape(-1).view(np.uint8)
 
 
-def _array_chunks(a: np.ndarray, bits: Optional[int]) -> Callable[[], Iterator[Any]]:
+def _packed(a: np.ndarray, bits: int) -> Iterator[Any]:
+    """Packed bytes of a sub-byte kind, converted a chunk at a time (chunks
+    hold a multiple of 8 elements, so every chunk fills whole bytes)."""
+    flat = a.reshape(-1)
+    step = max(8, (CHUNK_BYTES // 8) * 8)
+    for i in range(0, flat.shape[0], step):
+        yield pack_bits(flat[i : i + step], bits)
+
+
+def _array_data(a: np.ndarray, dtype: str) -> Any:
+    bits = PACKED_BITS.get(dtype)
     if bits is not None:
-
-        def packed() -> Iterator[Any]:
-            flat = a.reshape(-1)
-            step = max(8, (CHUNK_BYTES // 8) * 8)
-            for i in range(0, flat.shape[0], step):
-                yield pack_bits(flat[i : i + step], bits)
-
-        return packed
-
+        return _packed(a, bits)
     little = a.dtype.newbyteorder("<")
-    if _is_little_native_layout(a, little):
-
-        def direct() -> Iterator[Any]:
-            yield a.reshape(-1).view(np.uint8)
-
-        return direct
-
-    def converted() -> Iterator[Any]:
-        for piece in _pieces(a):
-            yield np.ascontiguousarray(piece, dtype=little).reshape(-1).view(np.uint8)
-
-    return converted
+    if a.flags.c_contiguous and a.dtype == little and a.dtype.isnative:
+        return a.reshape(-1).view(np.uint8)  # written straight from its memory
+    return _converted(a, little)
 
 
-def _raw_chunks(address: int, length: int) -> Callable[[], Iterator[Any]]:
-    def raw() -> Iterator[Any]:
-        if length:
-            memory = (ctypes.c_ubyte * length).from_address(address)
-            yield np.frombuffer(memory, dtype=np.uint8)
-
-    return raw
+def _raw_data(address: int, length: int) -> Any:
+    if not length:
+        return b""
+    memory = (ctypes.c_ubyte * length).from_address(address)
+    return np.frombuffer(memory, dtype=np.uint8)
 
 
-def _bytes_chunks(data: Any) -> Callable[[], Iterator[Any]]:
-    def chunks() -> Iterator[Any]:
-        view = memoryview(data)
-        if not view.c_contiguous:
-            view = memoryview(view.tobytes())
-        yield view.cast("B") if view.format != "B" or view.ndim != 1 else view
-
-    return chunks
+def _bytes_data(data: Any) -> Any:
+    view = memoryview(data)
+    if not view.c_contiguous:
+        view = memoryview(view.tobytes())
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
 def _shape_of(where: str, name: str, shape: Any) -> Tuple[int, ...]:
@@ -240,6 +225,8 @@ def _shape_of(where: str, name: str, shape: Any) -> Tuple[int, ...]:
 
 def _prepare(where: str, name: str, value: Any) -> _Tensor:
     """Turns one input into a :class:`_Tensor`, or raises naming it."""
+    if isinstance(value, np.ndarray):
+        return _from_array(where, name, value)
     # Raw memory described by a TensorSpec (ours or the reference's).
     if hasattr(value, "data_ptr") and hasattr(value, "data_len") and hasattr(value, "shape"):
         ptr, length = value.data_ptr, value.data_len
@@ -247,11 +234,9 @@ def _prepare(where: str, name: str, value: Any) -> _Tensor:
             dtype = _spec_dtype(value.dtype)
             if dtype is None:
                 raise _fail(where, name, "unsupported-dtype", f"unknown dtype {value.dtype!r}")
-            return _Tensor(
-                name, dtype, _shape_of(where, name, value.shape), _raw_chunks(ptr, length)
-            )
+            return _Tensor(name, dtype, _shape_of(where, name, value.shape), _raw_data(ptr, length))
     # The older dict form {"dtype": ..., "shape": ..., "data": bytes-like}.
-    if isinstance(value, Mapping):
+    if isinstance(value, abc.Mapping):
         if not {"dtype", "shape", "data"} <= set(value):
             raise TypeError(
                 f"{where}: tensor {name!r}: a dict input needs the keys "
@@ -264,28 +249,29 @@ def _prepare(where: str, name: str, value: Any) -> _Tensor:
         if value["dtype"] == "float4_e2m1fn_x2" and shape:
             shape = shape[:-1] + (shape[-1] * 2,)
         try:
-            memoryview(value["data"])
+            data = _bytes_data(value["data"])
         except TypeError:
             raise TypeError(
                 f"{where}: tensor {name!r}: 'data' must be a bytes-like object, "
                 f"got {type(value['data']).__name__}"
             ) from None
-        return _Tensor(name, dtype, shape, _bytes_chunks(value["data"]))
-    # Arrays: numpy, anything with __array__ / __array_interface__, buffers.
-    if isinstance(value, np.ndarray):
-        array = value
-    elif isinstance(value, np.generic) or _array_like(value):
+        return _Tensor(name, dtype, shape, data)
+    # Anything else numpy can read: scalars, __array__, buffers.
+    if isinstance(value, np.generic) or _array_like(value):
         try:
             array = np.asarray(value)
         except Exception as exc:
             raise TypeError(
                 f"{where}: tensor {name!r}: cannot read a {type(value).__name__} as an array: {exc}"
             ) from exc
-    else:
-        raise TypeError(
-            f"{where}: tensor {name!r}: expected an array (numpy, the buffer protocol "
-            f"or __array__), got {type(value).__name__}"
-        )
+        return _from_array(where, name, array)
+    raise TypeError(
+        f"{where}: tensor {name!r}: expected an array (numpy, the buffer protocol "
+        f"or __array__), got {type(value).__name__}"
+    )
+
+
+def _from_array(where: str, name: str, array: np.ndarray) -> _Tensor:
     try:
         dtype = header_dtype(array.dtype)
     except UnsupportedDtypeError:
@@ -297,8 +283,7 @@ def _prepare(where: str, name: str, value: Any) -> _Tensor:
             f"(supported: bool, (u)int8-64, float16/32/64, complex64 and the "
             f"ml_dtypes bfloat16, float8, float6 and float4 kinds)",
         ) from None
-    bits = PACKED_BITS.get(dtype)
-    return _Tensor(name, dtype, tuple(array.shape), _array_chunks(array, bits))
+    return _Tensor(name, dtype, array.shape, _array_data(array, dtype))
 
 
 def _array_like(value: Any) -> bool:
@@ -314,7 +299,7 @@ def _array_like(value: Any) -> bool:
 def _check_metadata(where: str, metadata: Any) -> Optional[List[Tuple[str, str]]]:
     if metadata is None:
         return None
-    if not isinstance(metadata, Mapping):
+    if not isinstance(metadata, abc.Mapping):
         raise TypeError(
             f"{where}: metadata must be a dict mapping str to str, got {type(metadata).__name__}"
         )
@@ -336,7 +321,7 @@ def _check_metadata(where: str, metadata: Any) -> Optional[List[Tuple[str, str]]
 def _plan(
     where: str, tensor_dict: Any, metadata: Any, header_cap: int
 ) -> Tuple[WritePlan, List[_Tensor]]:
-    if not isinstance(tensor_dict, Mapping):
+    if not isinstance(tensor_dict, abc.Mapping):
         raise TypeError(
             f"{where}: expected a dict of tensor name -> tensor, got {type(tensor_dict).__name__}"
         )
@@ -353,13 +338,6 @@ def _plan(
     return plan, tensors
 
 
-def _chunk_source(tensors: List[_Tensor]) -> Callable[[int], Iterator[Any]]:
-    def chunks(index: int) -> Iterator[Any]:
-        return tensors[index].chunks()
-
-    return chunks
-
-
 def serialize(
     tensor_dict: Mapping[str, Any],
     metadata: Optional[Mapping[str, str]] = None,
@@ -371,7 +349,7 @@ def serialize(
     str -> str ``metadata``. Tensors are laid out as the reference writer
     lays them out; metadata keys are written sorted."""
     plan, tensors = _plan(BYTES_NAME, tensor_dict, metadata, header_cap)
-    return plan.to_bytes(BYTES_NAME, _chunk_source(tensors))
+    return plan.to_bytes(BYTES_NAME, [t.data for t in tensors])
 
 
 def serialize_file(
@@ -396,7 +374,7 @@ def serialize_file(
     if isinstance(path, bytes):
         path = os.fsdecode(path)
     plan, tensors = _plan(path, tensor_dict, metadata, header_cap)
-    plan.write_file(path, path, _chunk_source(tensors), durable)
+    plan.write_file(path, path, [t.data for t in tensors], durable)
 
 
 def deserialize(data: Any) -> List[Tuple[str, Dict[str, Any]]]:

@@ -32,10 +32,13 @@ def save_file(
     tensor_dict: Mapping[str, Any],
     filename: Union[str, os.PathLike[str]],
     metadata: Optional[Mapping[str, str]] = None,
+    *,
+    durable: bool = True,
 ) -> None:
     """Writes ``tensor_dict`` (name -> array) to ``filename``, replacing it
-    atomically (see :func:`fastst.serialize_file`)."""
-    serialize_file(tensor_dict, filename, metadata=metadata)
+    atomically; ``durable=False`` skips the flush to disk before the rename
+    (see :func:`fastst.serialize_file`)."""
+    serialize_file(tensor_dict, filename, metadata=metadata, durable=durable)
 
 
 def load(data: bytes) -> Dict[str, np.ndarray]:

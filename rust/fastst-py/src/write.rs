@@ -11,7 +11,7 @@ use fastst_core::{Dtype, Error};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyIterator, PyList, PyTuple};
 
 use crate::errors::to_pyerr;
 
@@ -60,26 +60,34 @@ impl Chunk {
 }
 
 impl PyWritePlan {
-    /// Feeds every tensor's chunks, in file order, to `stream`.
+    /// Feeds every tensor's data, in file order, to `stream`. `sources[i]`
+    /// holds the data of input tensor `i`: one C-contiguous byte buffer, or
+    /// an iterator of them.
     fn feed<W: std::io::Write + Send>(
         &self,
         py: Python<'_>,
         display_name: &str,
-        chunks: &Bound<'_, PyAny>,
+        sources: &Bound<'_, PyAny>,
         stream: &mut TensorStream<'_, W>,
     ) -> PyResult<()> {
+        let write = |stream: &mut TensorStream<'_, W>, part: &Bound<'_, PyAny>, tensor: &str| {
+            let chunk = Chunk::get(part, tensor)?;
+            let bytes = chunk.bytes();
+            let result = if bytes.len() >= RELEASE_GIL_AT {
+                py.allow_threads(|| stream.write(bytes))
+            } else {
+                stream.write(bytes)
+            };
+            result.map_err(|e| to_pyerr(py, display_name, e))
+        };
         for t in self.plan.tensors() {
-            let parts = chunks.call1((t.index,))?;
-            for part in parts.try_iter()? {
-                let part = part?;
-                let chunk = Chunk::get(&part, &t.name)?;
-                let bytes = chunk.bytes();
-                let result = if bytes.len() >= RELEASE_GIL_AT {
-                    py.allow_threads(|| stream.write(bytes))
-                } else {
-                    stream.write(bytes)
-                };
-                result.map_err(|e| to_pyerr(py, display_name, e))?;
+            let source = sources.get_item(t.index)?;
+            if let Ok(parts) = source.downcast::<PyIterator>() {
+                for part in parts.clone() {
+                    write(stream, &part?, &t.name)?;
+                }
+            } else {
+                write(stream, &source, &t.name)?;
             }
             stream
                 .end_tensor()
@@ -168,17 +176,17 @@ impl PyWritePlan {
     }
 
     /// Writes the file to `path` through a temporary file renamed over it.
-    /// `chunks(i)` returns an iterable of C-contiguous byte buffers holding
-    /// the data of input tensor `i`; it is called in file order. On any
-    /// error (a Python exception from `chunks` included) the temporary file
-    /// is removed and `path` is left as it was.
-    #[pyo3(signature = (path, display_name, chunks, durable = true))]
+    /// `sources[i]` holds the data of input tensor `i`: a C-contiguous byte
+    /// buffer, or an iterator of them (consumed in file order). On any error
+    /// (a Python exception from an iterator included) the temporary file is
+    /// removed and `path` is left as it was.
+    #[pyo3(signature = (path, display_name, sources, durable = true))]
     fn write_file(
         &self,
         py: Python<'_>,
         path: PathBuf,
         display_name: &str,
-        chunks: &Bound<'_, PyAny>,
+        sources: &Bound<'_, PyAny>,
         durable: bool,
     ) -> PyResult<()> {
         let mut atomic = py
@@ -189,7 +197,7 @@ impl PyWritePlan {
             let out = BufWriter::with_capacity(WRITE_BUFFER, file);
             let mut stream =
                 TensorStream::new(&self.plan, out).map_err(|e| to_pyerr(py, display_name, e))?;
-            self.feed(py, display_name, chunks, &mut stream)?;
+            self.feed(py, display_name, sources, &mut stream)?;
             let out = stream.finish().map_err(|e| to_pyerr(py, display_name, e))?;
             py.allow_threads(|| out.into_inner().map(|_| ()))
                 .map_err(|e| {
@@ -204,13 +212,13 @@ impl PyWritePlan {
             .map_err(|e| to_pyerr(py, display_name, e))
     }
 
-    /// The whole file as `bytes`, allocated once at its exact size; `chunks`
+    /// The whole file as `bytes`, allocated once at its exact size; `sources`
     /// as for `write_file`.
     fn to_bytes<'py>(
         &self,
         py: Python<'py>,
         display_name: &str,
-        chunks: &Bound<'py, PyAny>,
+        sources: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let total = usize::try_from(self.plan.total_len()).map_err(|_| {
             let err = Error::InvalidInput {
@@ -224,7 +232,7 @@ impl PyWritePlan {
         PyBytes::new_with(py, total, |out: &mut [u8]| {
             let mut stream =
                 TensorStream::new(&self.plan, out).map_err(|e| to_pyerr(py, display_name, e))?;
-            self.feed(py, display_name, chunks, &mut stream)?;
+            self.feed(py, display_name, sources, &mut stream)?;
             let rest = stream.finish().map_err(|e| to_pyerr(py, display_name, e))?;
             if !rest.is_empty() {
                 let err = Error::InvalidInput {
