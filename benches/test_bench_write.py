@@ -1,10 +1,11 @@
 """Writer benchmarks: ``save_file`` of a Llama-like BF16 state dict (about
-1 GB; set FASTST_BENCH_GB to change) by fastst and by the reference, against
-the raw write limit (``ndarray.tofile`` of the same bytes), plus a
-20 000-tensor file and the peak extra memory of a save.
+1 GB; FASTST_BENCH_GB scales it, as for the read benchmarks) by fastst and
+by the reference, against the raw write limit (``ndarray.tofile`` of the
+same bytes, with and without fsync), a 20 000-tensor file, and the peak
+extra memory of a save (measured in a subprocess).
 
-Run: ``pytest benches/test_bench_write.py --benchmark-only -s``; the ratios
-are printed at the end (and the raw timings by pytest-benchmark).
+Run: ``pytest benches/test_bench_write.py -s -p no:randomly``; the ratios
+are printed by the last test (and the raw timings by pytest-benchmark).
 """
 
 from __future__ import annotations
@@ -23,48 +24,31 @@ import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy as ref_numpy
+from conftest import SCALE, llama_layout
 
-GB = float(os.environ.get("FASTST_BENCH_GB", "1.0"))
 ROUNDS = int(os.environ.get("FASTST_BENCH_ROUNDS", "3"))
 RESULTS: Dict[str, float] = {}
 
 
-def llama_like(total_bytes: float, seed: int = 0) -> Dict[str, np.ndarray]:
-    """A BF16 state dict shaped like a small Llama (d=2048, ff=5632, 32k
-    vocabulary), with as many layers as fit ``total_bytes``."""
-    d, ff, vocab = 2048, 5632, 32000
+def llama_like(scale: float, seed: int = 0) -> Dict[str, np.ndarray]:
+    """An in-memory BF16 state dict with the benchmark checkpoint's layout
+    (a small Llama: d=2048, ff=5632, 32k vocabulary, about ``scale`` GB)."""
     rng = np.random.default_rng(seed)
-
-    def bf16(*shape: int) -> np.ndarray:
+    out: Dict[str, np.ndarray] = {}
+    for name, shape in llama_layout(scale):
         n = int(np.prod(shape))
-        return rng.integers(0, 1 << 16, n, dtype=np.uint16).view(ml_dtypes.bfloat16).reshape(shape)
-
-    scale = max(total_bytes / 1e9, 0.01)
-    vocab = max(256, int(vocab * min(1.0, scale)))
-    per_layer = 2 * (4 * d * d + 3 * d * ff + 2 * d)
-    layers = max(1, int((total_bytes - 2 * 2 * vocab * d) // per_layer))
-    out: Dict[str, np.ndarray] = {"model.embed_tokens.weight": bf16(vocab, d)}
-    for i in range(layers):
-        p = f"model.layers.{i}."
-        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            out[p + f"self_attn.{name}.weight"] = bf16(d, d)
-        out[p + "mlp.gate_proj.weight"] = bf16(ff, d)
-        out[p + "mlp.up_proj.weight"] = bf16(ff, d)
-        out[p + "mlp.down_proj.weight"] = bf16(d, ff)
-        out[p + "input_layernorm.weight"] = bf16(d)
-        out[p + "post_attention_layernorm.weight"] = bf16(d)
-    out["model.norm.weight"] = bf16(d)
-    out["lm_head.weight"] = bf16(vocab, d)
+        bits = rng.integers(0x3000, 0x3C00, n, dtype=np.uint16)
+        out[name] = bits.view(ml_dtypes.bfloat16).reshape(shape)
     return out
 
 
 @pytest.fixture(scope="module")
 def state_dict() -> Dict[str, np.ndarray]:
-    return llama_like(GB * 1e9)
+    return llama_like(SCALE)
 
 
 @pytest.fixture(scope="module")
-def many_tensors() -> Dict[str, np.ndarray]:
+def small_tensors() -> Dict[str, np.ndarray]:
     rng = np.random.default_rng(1)
     return {
         f"blocks.{i // 10}.t{i % 10}": rng.standard_normal(int(rng.integers(16, 512))).astype(
@@ -146,21 +130,21 @@ def test_same_bytes_as_reference(state_dict, tmp_path: Path) -> None:
 # ------------------------------------------------------ 20 000 tensors
 
 
-def test_fastst_many_tensors(benchmark, many_tensors, tmp_path: Path) -> None:
+def test_fastst_many_tensors(benchmark, small_tensors, tmp_path: Path) -> None:
     run(
         benchmark,
         "fastst_20k",
         tmp_path / "m.safetensors",
-        lambda p: fnp.save_file(many_tensors, p),
+        lambda p: fnp.save_file(small_tensors, p),
     )
 
 
-def test_reference_many_tensors(benchmark, many_tensors, tmp_path: Path) -> None:
+def test_reference_many_tensors(benchmark, small_tensors, tmp_path: Path) -> None:
     run(
         benchmark,
         "reference_20k",
         tmp_path / "m.safetensors",
-        lambda p: ref_numpy.save_file(many_tensors, p),
+        lambda p: ref_numpy.save_file(small_tensors, p),
     )
 
 
@@ -181,7 +165,7 @@ PEAK_SCRIPT = textwrap.dedent(
         raise KeyError(key)
 
     which, layout, path, gb = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-    sd = llama_like(gb * 1e9)
+    sd = llama_like(gb)
     if layout == "bigendian":
         sd = {{k: v.view(np.uint16).astype(">u2") for k, v in sd.items()}}
     if which == "fastst":
@@ -206,7 +190,7 @@ PEAK_SCRIPT = textwrap.dedent(
 def test_peak_extra_memory(which: str, layout: str, tmp_path: Path) -> None:
     script = PEAK_SCRIPT.format(bench_dir=str(Path(__file__).parent))
     out = subprocess.run(
-        [sys.executable, "-c", script, which, layout, str(tmp_path / "p.safetensors"), str(GB)],
+        [sys.executable, "-c", script, which, layout, str(tmp_path / "p.safetensors"), str(SCALE)],
         capture_output=True,
         text=True,
     )

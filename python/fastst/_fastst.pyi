@@ -1,7 +1,7 @@
 # Type stubs of the compiled module fastst._fastst (checked against the
 # module by tests/test_stubs.py).
 import os
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 __version__: str
 DEFAULT_HEADER_CAP: int
@@ -45,3 +45,43 @@ class RawFile:
     def header_len(self) -> int: ...
     @property
     def backend(self) -> str: ...
+
+# --- writing --------------------------------------------------------------------
+
+class WritePlan:
+    """The layout of a file to write: tensors ordered as the reference
+    writer orders them, offsets, and the rendered header."""
+
+    def __new__(
+        cls,
+        tensors: List[Tuple[str, str, List[int]]],
+        metadata: Optional[List[Tuple[str, str]]],
+        display_name: str,
+        header_cap: int = ...,
+    ) -> WritePlan: ...
+    @property
+    def order(self) -> List[int]: ...
+    def tensors(self) -> List[Tuple[str, str, Tuple[int, ...], int, int]]: ...
+    def header(self) -> bytes: ...
+    @property
+    def header_len(self) -> int: ...
+    @property
+    def data_len(self) -> int: ...
+    @property
+    def total_len(self) -> int: ...
+    def write_file(
+        self,
+        path: Union[str, os.PathLike[str]],
+        display_name: str,
+        sources: Sequence[object],
+        durable: bool = True,
+    ) -> None: ...
+    def to_bytes(self, display_name: str, sources: Sequence[object]) -> bytes: ...
+
+def parse_bytes(
+    data: object, display_name: str, header_cap: int = ...
+) -> Tuple[
+    int,
+    List[Tuple[str, str, Tuple[int, ...], int, int]],
+    Optional[List[Tuple[str, str]]],
+]: ...
