@@ -238,7 +238,9 @@ def test_paths_and_return_values(tmp_path: Path) -> None:
     assert fnp.save_file(t, tmp_path / "p.safetensors") is None
     assert fnp.save_file(t, str(tmp_path / "s.safetensors")) is None
     fastst.serialize_file(t, bytes(tmp_path / "b.safetensors"), durable=False)
-    for name in ("p", "s", "b"):
+    fnp.save_file(t, tmp_path / "d.safetensors", durable=True)
+    fnp.save_file(t, tmp_path / "d.safetensors")  # replaces: flushed by default
+    for name in ("p", "s", "b", "d"):
         np.testing.assert_array_equal(fnp.load_file(tmp_path / f"{name}.safetensors")["x"], t["x"])
     assert fnp.load_file(tmp_path / "p.safetensors", backend="pread")["x"].tolist() == [0, 1, 2]
 

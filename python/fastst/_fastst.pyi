@@ -74,7 +74,7 @@ class WritePlan:
         path: Union[str, os.PathLike[str]],
         display_name: str,
         sources: Sequence[object],
-        durable: bool = True,
+        durable: Optional[bool] = None,
     ) -> None: ...
     def to_bytes(self, display_name: str, sources: Sequence[object]) -> bytes: ...
 

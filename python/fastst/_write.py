@@ -357,7 +357,7 @@ def serialize_file(
     filename: PathLike,
     metadata: Optional[Mapping[str, str]] = None,
     *,
-    durable: bool = True,
+    durable: Optional[bool] = None,
     header_cap: int = DEFAULT_HEADER_CAP,
 ) -> None:
     """Writes ``tensor_dict`` to ``filename`` (see :func:`serialize`).
@@ -365,10 +365,13 @@ def serialize_file(
     The file is written to a temporary file in the same folder and renamed
     over ``filename`` once complete: readers never see a partial file, a
     file open with ``safe_open`` keeps its old contents, and on any error the
-    old file is left untouched and the temporary file removed. With
-    ``durable`` (the default) the data is flushed to disk before the rename,
-    so a system crash cannot leave a truncated file either; pass
-    ``durable=False`` to skip that flush when speed matters more.
+    old file is left untouched and the temporary file removed.
+
+    ``durable`` says whether the data is flushed to disk before the rename,
+    so that a system crash cannot leave a truncated file in its place. The
+    default (``None``) flushes when an existing file is replaced, which is
+    when a crash could cost good data, and skips the flush for a new file
+    (as fast as a plain write); ``True`` always flushes, ``False`` never.
     """
     path = os.fspath(filename)
     if isinstance(path, bytes):

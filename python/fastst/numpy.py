@@ -33,11 +33,11 @@ def save_file(
     filename: Union[str, os.PathLike[str]],
     metadata: Optional[Mapping[str, str]] = None,
     *,
-    durable: bool = True,
+    durable: Optional[bool] = None,
 ) -> None:
     """Writes ``tensor_dict`` (name -> array) to ``filename``, replacing it
-    atomically; ``durable=False`` skips the flush to disk before the rename
-    (see :func:`fastst.serialize_file`)."""
+    atomically; ``durable`` as for :func:`fastst.serialize_file` (by default
+    the data is flushed to disk before replacing an existing file)."""
     serialize_file(tensor_dict, filename, metadata=metadata, durable=durable)
 
 

@@ -437,6 +437,7 @@ pub struct AtomicFile {
     target: PathBuf,
     temp: PathBuf,
     file: Option<File>,
+    replaces: bool,
 }
 
 impl AtomicFile {
@@ -475,6 +476,7 @@ impl AtomicFile {
                         target,
                         temp,
                         file: Some(file),
+                        replaces: existing.is_some(),
                     };
                     if let Some(meta) = existing {
                         fs::set_permissions(&atomic.temp, meta.permissions()).map_err(|e| {
@@ -506,6 +508,11 @@ impl AtomicFile {
                 io::Error::other("file already closed"),
             )
         })
+    }
+
+    /// True when a file already exists at the target (it will be replaced).
+    pub fn replaces_existing(&self) -> bool {
+        self.replaces
     }
 
     /// Path of the temporary file.
@@ -914,6 +921,10 @@ mod tests {
 
         // Dropping an uncommitted file removes it.
         let mut a = AtomicFile::create(&path).expect("create");
+        assert!(a.replaces_existing());
+        assert!(!AtomicFile::create(&dir.join("new.safetensors"))
+            .expect("create")
+            .replaces_existing());
         a.file()
             .expect("file")
             .write_all(b"partial")

@@ -179,15 +179,17 @@ impl PyWritePlan {
     /// `sources[i]` holds the data of input tensor `i`: a C-contiguous byte
     /// buffer, or an iterator of them (consumed in file order). On any error
     /// (a Python exception from an iterator included) the temporary file is
-    /// removed and `path` is left as it was.
-    #[pyo3(signature = (path, display_name, sources, durable = true))]
+    /// removed and `path` is left as it was. `durable` flushes the data to
+    /// disk before the rename; `None` does so only when a file is replaced,
+    /// so that a system crash can never lose the old file's contents.
+    #[pyo3(signature = (path, display_name, sources, durable = None))]
     fn write_file(
         &self,
         py: Python<'_>,
         path: PathBuf,
         display_name: &str,
         sources: &Bound<'_, PyAny>,
-        durable: bool,
+        durable: Option<bool>,
     ) -> PyResult<()> {
         let mut atomic = py
             .allow_threads(|| AtomicFile::create(&path))
@@ -208,6 +210,7 @@ impl PyWritePlan {
                     to_pyerr(py, display_name, err)
                 })?;
         }
+        let durable = durable.unwrap_or_else(|| atomic.replaces_existing());
         py.allow_threads(|| atomic.commit(durable))
             .map_err(|e| to_pyerr(py, display_name, e))
     }
