@@ -36,7 +36,9 @@ def test_accepts_scalars_buffers_and_array_likes() -> None:
         {
             "scalar": np.float32(1.5),
             "buffer": memoryview(array.array("f", [1.0, 2.0])),
-            "bytes": memoryview(b"abc"),
+            "view": memoryview(b"abc"),
+            "bytes": b"de",
+            "bytearray": bytearray(b"f"),
             "like": ArrayLike(),
             "torch": torch.arange(4, dtype=torch.float64),
         }
@@ -44,7 +46,8 @@ def test_accepts_scalars_buffers_and_array_likes() -> None:
     out = fnp.load(data)
     assert out["scalar"].shape == () and out["scalar"] == np.float32(1.5)
     assert out["buffer"].dtype == np.float32 and list(out["buffer"]) == [1.0, 2.0]
-    assert out["bytes"].dtype == np.uint8 and bytes(out["bytes"]) == b"abc"
+    assert out["view"].dtype == np.uint8 and bytes(out["view"]) == b"abc"
+    assert bytes(out["bytes"]) == b"de" and bytes(out["bytearray"]) == b"f"
     assert list(out["like"]) == [0, 1, 2]
     assert list(out["torch"]) == [0.0, 1.0, 2.0, 3.0]
 
@@ -132,6 +135,11 @@ def test_metadata_must_map_str_to_str(metadata, match, tmp_path: Path) -> None:
 def test_names_must_be_str_and_not_reserved(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="tensor names must be str"):
         fnp.save({1: np.zeros(1)})
+    # Not encodable as UTF-8: the same error as the reference's.
+    with pytest.raises(UnicodeEncodeError):
+        fnp.save({"a\ud800": np.zeros(1)})
+    with pytest.raises(UnicodeEncodeError):
+        fnp.save({"a": np.zeros(1)}, metadata={"k": "\udc80"})
     path = tmp_path / "r.safetensors"
     with pytest.raises(SerializeError, match="reserved") as info:
         fnp.save_file({"__metadata__": np.zeros(1)}, path)

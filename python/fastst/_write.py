@@ -256,6 +256,9 @@ def _prepare(where: str, name: str, value: Any) -> _Tensor:
                 f"got {type(value['data']).__name__}"
             ) from None
         return _Tensor(name, dtype, shape, data)
+    # Plain bytes are a U8 vector (numpy alone would make them one string).
+    if isinstance(value, (bytes, bytearray)):
+        return _from_array(where, name, np.frombuffer(value, dtype=np.uint8))
     # Anything else numpy can read: scalars, __array__, buffers.
     if isinstance(value, np.generic) or _array_like(value):
         try:
