@@ -88,10 +88,23 @@ def test_large_non_contiguous_array_is_written_in_chunks(monkeypatch) -> None:
 
     monkeypatch.setattr(w, "CHUNK_BYTES", 4096)
     base = np.arange(64 * 50 * 8, dtype=">i8").reshape(64, 50, 8)
-    cases = [base[:, ::-1, ::2], np.asfortranarray(base), base[::3, 1:, 3]]
+    f4 = (np.arange(64 * 50 * 8) % 16).astype(np.uint8).view(ml_dtypes.float4_e2m1fn)
+    f6 = (np.arange(64 * 50 * 8) % 64).astype(np.uint8).view(ml_dtypes.float6_e3m2fn)
+    cases = [
+        base[:, ::-1, ::2],
+        np.asfortranarray(base),
+        base[::3, 1:, 3],
+        f4.reshape(64, 50, 8)[:, ::-1, ::2],
+        f6.reshape(64, 400).T,
+        f4,
+    ]
     out = fnp.load(fnp.save({str(i): c for i, c in enumerate(cases)}))
     for i, c in enumerate(cases):
-        np.testing.assert_array_equal(out[str(i)], c)
+        assert out[str(i)].dtype == c.dtype.newbyteorder("=")
+        little = c.dtype.newbyteorder("<")
+        expected = np.ascontiguousarray(c, dtype=little).tobytes()
+        assert out[str(i)].shape == c.shape
+        assert np.ascontiguousarray(out[str(i)], dtype=little).tobytes() == expected
 
 
 def test_tensor_spec_api() -> None:

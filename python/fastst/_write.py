@@ -183,10 +183,12 @@ def _converted(a: np.ndarray, little: np.dtype) -> Iterator[Any]:
 def _packed(a: np.ndarray, bits: int) -> Iterator[Any]:
     """Packed bytes of a sub-byte kind, converted a chunk at a time (chunks
     hold a multiple of 8 elements, so every chunk fills whole bytes)."""
-    flat = a.reshape(-1)
-    step = max(8, (CHUNK_BYTES // 8) * 8)
-    for i in range(0, flat.shape[0], step):
-        yield pack_bits(flat[i : i + step], bits)
+    # A strided array is read through its flat iterator, a chunk at a time,
+    # rather than copied whole; packing needs 8 bytes of scratch per element.
+    flat: Any = a.reshape(-1) if a.flags.c_contiguous else a.flat
+    step = max(8, (CHUNK_BYTES // 64) * 8)
+    for i in range(0, a.size, step):
+        yield pack_bits(np.asarray(flat[i : i + step]), bits)
 
 
 def _array_data(a: np.ndarray, dtype: str) -> Any:
