@@ -56,8 +56,24 @@ def load(data: bytes) -> Dict[str, np.ndarray]:
 
 
 def load_file(
-    filename: Union[str, os.PathLike[str]], *, backend: str = "mmap"
+    filename: Union[str, os.PathLike[str]],
+    *,
+    backend: str = "mmap",
+    dtype: Any = None,
+    copy: bool = False,
 ) -> Dict[str, np.ndarray]:
-    """The arrays of ``filename``, keyed by name, in file order."""
+    """The arrays of ``filename``, keyed by name, in file order.
+
+    ``dtype`` converts each tensor on load and ``copy=True`` asks for owned
+    arrays rather than views of the file; both are passed on to
+    :meth:`fastst.safe_open.get_tensor`.
+    """
     with safe_open(filename, framework="np", backend=backend) as f:
-        return f.get_tensors()
+        if dtype is None and not copy:
+            return f.get_tensors()
+        options: Dict[str, Any] = {}
+        if dtype is not None:
+            options["dtype"] = dtype
+        if copy:
+            options["copy"] = True
+        return {name: f.get_tensor(name, **options) for name in f.offset_keys()}
