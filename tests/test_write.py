@@ -292,7 +292,7 @@ def test_gil_is_released_while_bytes_move(tmp_path: Path) -> None:
     thread.join()
     # Were the GIL held during the single 256 MB write, this loop would stall
     # for about the whole write.
-    assert worst < max(0.05, timing["write"] / 2), (worst, timing)
+    assert worst < 0.8 * timing["write"], (worst, timing)
 
 
 def test_two_threads_save_different_files(tmp_path: Path) -> None:
