@@ -1,7 +1,7 @@
 # Type stubs of the compiled module fastst._fastst (checked against the
 # module by tests/test_stubs.py).
 import os
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 __version__: str
 DEFAULT_HEADER_CAP: int
