@@ -1,12 +1,21 @@
-"""Framework names as ``safe_open`` accepts them, and the conversion of a
-zero-copy numpy array into each framework's tensor type."""
+"""Framework names as ``safe_open`` accepts them, and the backends that turn a
+tensor's zero-copy buffer into each framework's tensor type.
+
+A backend is looked up by canonical name; the ones for optional frameworks
+live in ``fastst._fw_<name>`` modules imported on first use, so importing
+fastst never imports a framework.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable, Dict, Sequence, Tuple
 
 import numpy as np
 
+from ._dtypes import to_numpy
 from ._errors import SafetensorError
 
 #: Accepted spellings -> canonical framework name (as the reference accepts).
@@ -25,6 +34,15 @@ ALIASES: Dict[str, str] = {
     "pp": "paddle",
 }
 
+#: Canonical name -> (module to import, pip extra that installs it).
+REQUIREMENTS: Dict[str, Tuple[str, str]] = {
+    "torch": ("torch", "torch"),
+    "flax": ("jax", "jax"),
+    "tensorflow": ("tensorflow", "tensorflow"),
+    "paddle": ("paddle", "paddle"),
+    "mlx": ("mlx.core", "mlx"),
+}
+
 
 def resolve(framework: object) -> str:
     """Canonical name of a framework, or SafetensorError for an unknown one."""
@@ -37,30 +55,123 @@ def resolve(framework: object) -> str:
     return canonical
 
 
-def _numpy(array: np.ndarray, dtype: str, device: Any) -> np.ndarray:
-    if device not in ("cpu", None):
-        raise SafetensorError(f"numpy arrays live on the CPU; device {device!r} is not supported")
-    return array
+def require(framework: str) -> ModuleType:
+    """Imports the module a framework needs, or raises an ImportError that
+    names the pip extra installing it."""
+    module, extra = REQUIREMENTS[framework]
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"fastst's {framework} support needs the {module.split('.')[0]!r} package, "
+            f"which could not be imported ({exc}); install it with: "
+            f"pip install fastst[{extra}]"
+        ) from exc
 
 
-#: canonical name -> function(numpy array, header dtype name, device) -> tensor
-CONVERTERS: Dict[str, Callable[[np.ndarray, str, Any], Any]] = {"numpy": _numpy}
+Buffer = Any
+Shape = Sequence[int]
 
 
-def converter(framework: str) -> Callable[[np.ndarray, str, Any], Any]:
-    """The converter of a canonical framework name."""
-    conv = CONVERTERS.get(framework)
-    if conv is None:
-        # Framework modules register themselves on import.
-        import importlib
+@dataclass(frozen=True)
+class Backend:
+    """How one framework receives tensors from a file.
 
-        module = {
-            "torch": "torch",
-            "tensorflow": "tensorflow",
-            "flax": "flax",
-            "mlx": "mlx",
-            "paddle": "paddle",
-        }[framework]
-        importlib.import_module(f"fastst._fw_{module}")
-        conv = CONVERTERS[framework]
-    return conv
+    ``device(value)`` validates and normalises the ``device`` argument when
+    the file is opened; ``tensor(buffer, dtype, shape, device, where)`` wraps
+    a whole tensor; ``index(buffer, dtype, shape, key, device, where)``
+    returns part of one with the framework's indexing rules. ``where`` names
+    the file and tensor for error messages.
+    """
+
+    name: str
+    device: Callable[[Any], Any]
+    tensor: Callable[[Buffer, str, Shape, Any, str], Any]
+    index: Callable[[Buffer, str, Shape, Any, Any, str], Any]
+
+
+def numpy_index(buffer: Buffer, dtype: str, shape: Shape, key: Any, where: str) -> np.ndarray:
+    """``key`` applied with numpy's basic indexing to the zero-copy array."""
+    array = to_numpy(buffer, dtype, shape)
+    try:
+        part = array[key]
+    except IndexError as exc:
+        raise IndexError(f"{where} of shape {list(shape)}: {exc}") from None
+    if not isinstance(part, np.ndarray):
+        part = np.asarray(part)
+    return part
+
+
+def cpu_only(framework: str) -> Callable[[Any], Any]:
+    """A device check accepting only the CPU (``"cpu"`` or None)."""
+
+    def check(device: Any) -> Any:
+        if device is None or device == "cpu":
+            return "cpu"
+        raise SafetensorError(
+            f"{framework} tensors are loaded on the CPU; device {device!r} is not supported"
+        )
+
+    return check
+
+
+def from_numpy(
+    framework: str,
+    convert: Callable[[np.ndarray, str, Any, str], Any],
+    device: Callable[[Any], Any],
+) -> Backend:
+    """A backend for frameworks that take numpy arrays: ``convert(array,
+    dtype, device, where)`` turns the zero-copy numpy array (whole or indexed with
+    numpy's rules) into the framework's tensor."""
+
+    def tensor(buffer: Buffer, dtype: str, shape: Shape, dev: Any, where: str) -> Any:
+        return convert(to_numpy(buffer, dtype, shape), dtype, dev, where)
+
+    def index(buffer: Buffer, dtype: str, shape: Shape, key: Any, dev: Any, where: str) -> Any:
+        return convert(numpy_index(buffer, dtype, shape, key, where), dtype, dev, where)
+
+    return Backend(framework, device, tensor, index)
+
+
+NUMPY = from_numpy("numpy", lambda array, _dtype, _device, _where: array, cpu_only("numpy"))
+
+#: canonical name -> backend; optional frameworks register on import.
+BACKENDS: Dict[str, Backend] = {"numpy": NUMPY}
+
+
+def register(backend: Backend) -> None:
+    BACKENDS[backend.name] = backend
+
+
+def backend(framework: str) -> Backend:
+    """The backend of a canonical framework name, importing it on first use."""
+    found = BACKENDS.get(framework)
+    if found is None:
+        importlib.import_module(f"fastst._fw_{framework}")
+        found = BACKENDS[framework]
+    return found
+
+
+def load_bytes(data: bytes, framework: str, device: Any = "cpu") -> Dict[str, Any]:
+    """Every tensor of a ``.safetensors`` file given as bytes, as tensors of
+    ``framework``, in file order. Each tensor gets its own writable copy of
+    its bytes, so none aliases ``data`` or another tensor."""
+    from . import deserialize
+
+    found = backend(framework)
+    target = found.device(device)
+    result: Dict[str, Any] = {}
+    for name, view in deserialize(data):
+        buffer = bytearray(view["data"])
+        where = f"tensor {name!r}"
+        result[name] = found.tensor(buffer, view["dtype"], view["shape"], target, where)
+    return result
+
+
+def load_path(filename: Any, framework: str, storage: str = "mmap", device: Any = "cpu") -> Any:
+    """Every tensor of ``filename`` as tensors of ``framework``, in file order
+    (``storage`` is safe_open's ``backend``)."""
+    from ._open import safe_open
+
+    with safe_open(filename, framework, device=device, backend=storage) as f:
+        return f.get_tensors()

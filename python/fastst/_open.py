@@ -36,11 +36,11 @@ class safe_open:  # noqa: N801 - the reference package's name
         header_cap: int = DEFAULT_HEADER_CAP,
     ) -> None:
         self._framework = _frameworks.resolve(framework)
-        self._device = device
         path = os.fspath(filename)
         if isinstance(path, bytes):
             path = os.fsdecode(path)
-        self._convert = _frameworks.converter(self._framework)
+        self._backend = _frameworks.backend(self._framework)
+        self._device = self._backend.device(device)
         self._raw = RawFile(path, path, backend, header_cap)
 
     # context manager -------------------------------------------------
@@ -85,10 +85,13 @@ class safe_open:  # noqa: N801 - the reference package's name
         buffer, dtype, shape = self._raw.tensor(name)
         return to_numpy(buffer, dtype, shape), dtype
 
+    def _where(self, name: str) -> str:
+        return f"{self._raw.name}: tensor {name!r}"
+
     def get_tensor(self, name: str) -> Any:
         """The whole tensor ``name`` in the framework the file was opened for."""
-        array, dtype = self._numpy(name)
-        return self._convert(array, dtype, self._device)
+        buffer, dtype, shape = self._raw.tensor(name)
+        return self._backend.tensor(buffer, dtype, shape, self._device, self._where(name))
 
     def get_tensors(self) -> Dict[str, Any]:
         """Every tensor, keyed by name, in file order."""
@@ -115,9 +118,11 @@ def _check_index(index: Any) -> Any:
 
 
 class SafeSlice:
-    """A tensor not read yet; ``s[...]`` reads only the part asked for,
-    with numpy's basic indexing rules (negative indices and steps, ``...``,
-    ``None``, clamped slice bounds)."""
+    """A tensor not read yet; ``s[...]`` reads only the part asked for, with
+    basic indexing (ints, slices, ``...``, ``None``; out-of-range slice bounds
+    clamp). numpy and the frameworks fed from numpy follow numpy's rules,
+    negative steps included; torch follows torch's (a negative step raises
+    ValueError)."""
 
     def __init__(self, owner: safe_open, name: str, dtype: str, shape: Tuple[int, ...]):
         self._owner = owner
@@ -151,13 +156,7 @@ class SafeSlice:
         owner = self._owner
         if owner.closed:
             raise ClosedFileError(f"{owner._raw.name}: file is closed")
-        array, dtype = owner._numpy(self._name)
-        try:
-            part = array[index]
-        except IndexError as exc:
-            raise IndexError(
-                f"{owner._raw.name}: tensor {self._name!r} of shape {list(self._shape)}: {exc}"
-            ) from None
-        if not isinstance(part, np.ndarray):
-            part = np.asarray(part)
-        return owner._convert(part, dtype, owner._device)
+        buffer, dtype, shape = owner._raw.tensor(self._name)
+        return owner._backend.index(
+            buffer, dtype, shape, index, owner._device, owner._where(self._name)
+        )

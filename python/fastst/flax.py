@@ -1,0 +1,53 @@
+"""JAX/Flax support: ``fastst.flax`` has the functions of ``safetensors.flax``
+(``save``, ``save_file``, ``load``, ``load_file``). Unlike the reference it
+never modifies the dict it is given."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional, Union
+
+import numpy as np
+
+from . import _frameworks
+
+jax = _frameworks.require("flax")
+
+__all__ = ["save", "save_file", "load", "load_file"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+Array = Any  # jax.Array
+
+
+def _to_numpy(tensors: Dict[str, Array]) -> Dict[str, np.ndarray]:
+    # np.asarray of a CPU jax array shares its memory; BF16/F8/F4 arrays come
+    # back with their ml_dtypes types, which fastst writes directly.
+    return {name: np.asarray(value) for name, value in tensors.items()}
+
+
+def save(tensors: Dict[str, Array], metadata: Optional[Dict[str, str]] = None) -> bytes:
+    """The bytes of a ``.safetensors`` file holding ``tensors`` and ``metadata``."""
+    from . import serialize
+
+    return bytes(serialize(_to_numpy(tensors), metadata=metadata))
+
+
+def save_file(
+    tensors: Dict[str, Array],
+    filename: PathLike,
+    metadata: Optional[Dict[str, str]] = None,
+) -> None:
+    """Writes ``tensors`` and optional string ``metadata`` to ``filename``."""
+    from . import serialize_file
+
+    serialize_file(_to_numpy(tensors), filename, metadata=metadata)
+
+
+def load(data: bytes) -> Dict[str, Array]:
+    """Every tensor of a ``.safetensors`` file given as bytes, as jax arrays."""
+    return _frameworks.load_bytes(data, "flax")
+
+
+def load_file(filename: PathLike, *, backend: str = "mmap") -> Dict[str, Array]:
+    """Every tensor of ``filename``, in file order, as jax arrays."""
+    return _frameworks.load_path(filename, "flax", backend)

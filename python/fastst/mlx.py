@@ -1,0 +1,58 @@
+"""MLX support: ``fastst.mlx`` has the functions of ``safetensors.mlx``
+(``save``, ``save_file``, ``load``, ``load_file``), BF16 included."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional, Union
+
+import numpy as np
+
+from . import _frameworks
+
+mx = _frameworks.require("mlx")
+
+__all__ = ["save", "save_file", "load", "load_file"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _as_numpy(value: Any) -> np.ndarray:
+    if value.dtype == mx.bfloat16:
+        # numpy cannot take MLX's bfloat16 buffer format: reinterpret the bits.
+        import ml_dtypes
+
+        return np.asarray(value.view(mx.uint16)).view(ml_dtypes.bfloat16)
+    return np.asarray(value)
+
+
+def _to_numpy(tensors: Dict[str, Any]) -> Dict[str, np.ndarray]:
+    return {name: _as_numpy(value) for name, value in tensors.items()}
+
+
+def save(tensors: Dict[str, Any], metadata: Optional[Dict[str, str]] = None) -> bytes:
+    """The bytes of a ``.safetensors`` file holding ``tensors`` and ``metadata``."""
+    from . import serialize
+
+    return bytes(serialize(_to_numpy(tensors), metadata=metadata))
+
+
+def save_file(
+    tensors: Dict[str, Any],
+    filename: PathLike,
+    metadata: Optional[Dict[str, str]] = None,
+) -> None:
+    """Writes ``tensors`` and optional string ``metadata`` to ``filename``."""
+    from . import serialize_file
+
+    serialize_file(_to_numpy(tensors), filename, metadata=metadata)
+
+
+def load(data: bytes) -> Dict[str, Any]:
+    """Every tensor of a ``.safetensors`` file given as bytes, as ``mx.array``."""
+    return _frameworks.load_bytes(data, "mlx")
+
+
+def load_file(filename: PathLike, *, backend: str = "mmap") -> Dict[str, Any]:
+    """Every tensor of ``filename``, in file order, as ``mx.array``."""
+    return _frameworks.load_path(filename, "mlx", backend)

@@ -1,0 +1,98 @@
+"""Paddle support: ``fastst.paddle`` has the functions of ``safetensors.paddle``
+(``save``, ``save_file``, ``load``, ``load_file``, with ``device``). CPU
+tensors are loaded and saved without copying their data."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any, Dict, List, Optional, Union
+
+import numpy as np
+
+from . import _frameworks
+from ._errors import UnsupportedDtypeError
+
+paddle = _frameworks.require("paddle")
+
+from . import _fw_paddle  # noqa: E402  (needs paddle imported first)
+
+__all__ = ["save", "save_file", "load", "load_file"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: paddle dtype -> header dtype name.
+_HEADER_NAMES: Dict[Any, str] = {dt: name for name, dt in _fw_paddle.PADDLE_DTYPES.items()}
+_HEADER_NAMES[paddle.uint32] = "U32"
+_HEADER_NAMES[paddle.uint64] = "U64"
+
+
+def _as_numpy(name: str, tensor: Any, keep_alive: List[Any]) -> np.ndarray:
+    """A numpy array over ``tensor``'s memory (a CPU copy first for tensors
+    on another place)."""
+    from ._dtypes import NUMPY_DTYPES
+
+    if not tensor.is_contiguous():
+        raise ValueError(
+            f"You are trying to save a non contiguous tensor: `{name}` which is not allowed. It "
+            "either means you are trying to save tensors which are reference of each other in "
+            "which case it's recommended to save only the full tensors, and reslice at load "
+            "time, or simply call `.contiguous()` on your tensor to pack it before saving."
+        )
+    if not tensor.place.is_cpu_place():
+        tensor = tensor.cpu()
+    header = _HEADER_NAMES.get(tensor.dtype)
+    if header is None:
+        raise UnsupportedDtypeError(
+            f"tensor {name!r}: paddle dtype {tensor.dtype} has no safetensors equivalent"
+        )
+    np_dtype = NUMPY_DTYPES[header]
+    shape = tuple(int(d) for d in tensor.shape)
+    count = int(np.prod(shape, dtype=np.int64))
+    if count == 0:
+        return np.empty(shape, dtype=np_dtype)
+    keep_alive.append(tensor)
+    raw = (ctypes.c_ubyte * (count * np_dtype.itemsize)).from_address(tensor.data_ptr())
+    return np.frombuffer(raw, dtype=np.uint8).view(np_dtype).reshape(shape)
+
+
+def _to_numpy(tensors: Dict[str, Any], keep_alive: List[Any]) -> Dict[str, np.ndarray]:
+    if not isinstance(tensors, dict):
+        raise ValueError(f"Expected a dict of [str, paddle.Tensor] but received {type(tensors)}")
+    for name, value in tensors.items():
+        if not isinstance(value, paddle.Tensor):
+            raise ValueError(
+                f"Key `{name}` is invalid, expected paddle.Tensor but received {type(value)}"
+            )
+    return {name: _as_numpy(name, value, keep_alive) for name, value in tensors.items()}
+
+
+def save(tensors: Dict[str, Any], metadata: Optional[Dict[str, str]] = None) -> bytes:
+    """The bytes of a ``.safetensors`` file holding ``tensors`` and ``metadata``."""
+    from . import serialize
+
+    keep_alive: List[Any] = []
+    return bytes(serialize(_to_numpy(tensors, keep_alive), metadata=metadata))
+
+
+def save_file(
+    tensors: Dict[str, Any],
+    filename: PathLike,
+    metadata: Optional[Dict[str, str]] = None,
+) -> None:
+    """Writes ``tensors`` and optional string ``metadata`` to ``filename``."""
+    from . import serialize_file
+
+    keep_alive: List[Any] = []
+    serialize_file(_to_numpy(tensors, keep_alive), filename, metadata=metadata)
+
+
+def load(data: bytes, device: str = "cpu") -> Dict[str, Any]:
+    """Every tensor of a ``.safetensors`` file given as bytes, on ``device``."""
+    return _frameworks.load_bytes(data, "paddle", device)
+
+
+def load_file(filename: PathLike, device: str = "cpu", *, backend: str = "mmap") -> Dict[str, Any]:
+    """Every tensor of ``filename``, in file order, on ``device`` (a paddle
+    place such as ``"cpu"`` or ``"gpu:0"``)."""
+    return _frameworks.load_path(filename, "paddle", backend, device)

@@ -1,0 +1,51 @@
+"""TensorFlow support: ``fastst.tensorflow`` has the functions of
+``safetensors.tensorflow`` (``save``, ``save_file``, ``load``,
+``load_file``). Unlike the reference it never modifies the dict it is given."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional, Union
+
+import numpy as np
+
+from . import _frameworks
+
+tf = _frameworks.require("tensorflow")
+
+__all__ = ["save", "save_file", "load", "load_file"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _to_numpy(tensors: Dict[str, Any]) -> Dict[str, np.ndarray]:
+    # BF16/F8/F4 tensors come back with their ml_dtypes types.
+    return {name: value.numpy() for name, value in tensors.items()}
+
+
+def save(tensors: Dict[str, Any], metadata: Optional[Dict[str, str]] = None) -> bytes:
+    """The bytes of a ``.safetensors`` file holding ``tensors`` and ``metadata``."""
+    from . import serialize
+
+    return bytes(serialize(_to_numpy(tensors), metadata=metadata))
+
+
+def save_file(
+    tensors: Dict[str, Any],
+    filename: PathLike,
+    metadata: Optional[Dict[str, str]] = None,
+) -> None:
+    """Writes ``tensors`` and optional string ``metadata`` to ``filename``."""
+    from . import serialize_file
+
+    serialize_file(_to_numpy(tensors), filename, metadata=metadata)
+
+
+def load(data: bytes) -> Dict[str, Any]:
+    """Every tensor of a ``.safetensors`` file given as bytes, as ``tf.Tensor``."""
+    return _frameworks.load_bytes(data, "tensorflow")
+
+
+def load_file(filename: PathLike, *, backend: str = "mmap") -> Dict[str, Any]:
+    """Every tensor of ``filename``, in file order, as ``tf.Tensor``."""
+    return _frameworks.load_path(filename, "tensorflow", backend)

@@ -1,0 +1,361 @@
+"""PyTorch support: ``fastst.torch`` has the functions of ``safetensors.torch``
+with the same signatures, results and errors.
+
+Loading gives CPU tensors that share the file's pages (copy-on-write, so
+they are writable and independent) or lands them on a CUDA device through
+pinned staging memory; saving writes contiguous CPU tensors straight from
+their storage, without an intermediate copy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from typing import Any, Dict, List, Optional, Set, Tuple, Union
+
+import numpy as np
+
+from . import _frameworks
+from ._errors import UnsupportedDtypeError
+from ._open import safe_open
+
+torch = _frameworks.require("torch")
+
+from . import _fw_torch  # noqa: E402  (needs torch imported first)
+
+__all__ = [
+    "load_file",
+    "load",
+    "save",
+    "save_file",
+    "save_model",
+    "load_model",
+    "storage_ptr",
+    "storage_size",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+Device = Union[str, int, Any]
+
+_SHARED_DOCS = "https://huggingface.co/docs/safetensors/torch_shared_tensors"
+
+
+# storage helpers ----------------------------------------------------------
+
+
+def storage_ptr(tensor: torch.Tensor) -> int:
+    """Address of the start of ``tensor``'s storage (0 for meta tensors)."""
+    try:
+        return int(tensor.untyped_storage().data_ptr())
+    except NotImplementedError:
+        return 0
+
+
+def storage_size(tensor: torch.Tensor) -> int:
+    """Size in bytes of ``tensor``'s whole storage."""
+    try:
+        return int(tensor.untyped_storage().nbytes())
+    except NotImplementedError:
+        return tensor.nelement() * tensor.element_size()
+
+
+def _extent(tensor: torch.Tensor) -> Tuple[int, int]:
+    """[start, stop) byte addresses that ``tensor``'s elements span."""
+    start = tensor.data_ptr()
+    if tensor.nelement() == 0:
+        return start, start
+    last = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    return start, start + (last + 1) * tensor.element_size()
+
+
+def _split_disjoint(groups: List[Set[str]], state_dict: Dict[str, torch.Tensor]) -> List[Set[str]]:
+    """Splits each group of tensors on one storage into runs whose byte
+    ranges overlap: tensors on one storage but at disjoint places do not
+    share memory."""
+    result: List[Set[str]] = []
+    for group in groups:
+        if len(group) < 2:
+            result.append(group)
+            continue
+        spans = sorted((*_extent(state_dict[name]), name) for name in group)
+        previous_stop = None
+        for start, stop, name in spans:
+            if previous_stop is not None and start < previous_stop:
+                result[-1].add(name)
+            else:
+                result.append({name})
+            previous_stop = stop
+    return result
+
+
+def _find_shared_tensors(state_dict: Dict[str, torch.Tensor]) -> List[Set[str]]:
+    """Groups the names of ``state_dict`` whose tensors overlap in memory
+    (one set per group, singletons included; meta and empty storages are
+    left out)."""
+    by_storage: Dict[Tuple[Any, int, int], Set[str]] = defaultdict(set)
+    for name, tensor in state_dict.items():
+        if tensor.device.type == "meta":
+            continue
+        ptr = storage_ptr(tensor)
+        size = storage_size(tensor)
+        if ptr != 0 and size != 0:
+            by_storage[(tensor.device, ptr, size)].add(name)
+    return _split_disjoint(list(by_storage.values()), state_dict)
+
+
+def _is_complete(tensor: torch.Tensor) -> bool:
+    """True when ``tensor`` covers its whole storage, from its first byte."""
+    return tensor.data_ptr() == storage_ptr(
+        tensor
+    ) and tensor.nelement() * tensor.element_size() == storage_size(tensor)
+
+
+def _remove_duplicate_names(
+    state_dict: Dict[str, torch.Tensor],
+    *,
+    preferred_names: Optional[List[str]] = None,
+    discard_names: Optional[List[str]] = None,
+) -> Dict[str, List[str]]:
+    """For each group of tensors sharing memory, picks the name to keep (one
+    covering the whole storage: first a preferred name, else one not to
+    discard, else the smallest) and maps it to the sorted names to drop."""
+    preferred = set(preferred_names or [])
+    discard = set(discard_names or [])
+    to_remove: Dict[str, List[str]] = defaultdict(list)
+    for shared in _find_shared_tensors(state_dict):
+        complete = {name for name in shared if _is_complete(state_dict[name])}
+        if not complete:
+            raise RuntimeError(
+                "Error while trying to find names to remove to save state dict, but found no "
+                f"suitable name to keep for saving amongst: {shared}. None is covering the entire "
+                "storage.Refusing to save/load the model since you could be storing much more "
+                f"memory than needed. Please refer to {_SHARED_DOCS} for more information. "
+                "Or open an issue."
+            )
+        keep = min(complete)
+        kept_candidates = complete - discard
+        if kept_candidates:
+            keep = min(kept_candidates)
+        if preferred & complete:
+            keep = min(preferred & complete)
+        for name in sorted(shared):
+            if name != keep:
+                to_remove[keep].append(name)
+    return to_remove
+
+
+# saving -------------------------------------------------------------------
+
+
+def _check_saveable(tensors: Dict[str, torch.Tensor]) -> None:
+    if not isinstance(tensors, dict):
+        raise ValueError(f"Expected a dict of [str, torch.Tensor] but received {type(tensors)}")
+    sparse = []
+    for name, tensor in tensors.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError(
+                f"Key `{name}` is invalid, expected torch.Tensor but received {type(tensor)}"
+            )
+        if tensor.layout != torch.strided:
+            sparse.append(name)
+    if sparse:
+        raise ValueError(
+            f"You are trying to save a sparse tensors: `{sparse}` which this library does not "
+            "support. You can make it a dense tensor before saving with `.to_dense()` but be "
+            "aware this might make a much larger file than needed."
+        )
+    shared = [group for group in _find_shared_tensors(tensors) if len(group) > 1]
+    if shared:
+        raise RuntimeError(
+            "Some tensors share memory, this will lead to duplicate memory on disk and potential "
+            f"differences when loading them again: {shared}.\n"
+            "A potential way to correctly save your model is to use `save_model`.\n"
+            f"More information at {_SHARED_DOCS}"
+        )
+
+
+def _unpack_fp4(packed: np.ndarray) -> np.ndarray:
+    """torch's float4_e2m1fn_x2 bytes -> one ml_dtypes float4 per byte (low
+    nibble first), the form fastst's writer packs back byte for byte."""
+    import ml_dtypes
+
+    pairs = np.stack([packed & 0x0F, packed >> 4], axis=-1)
+    shape = packed.shape[:-1] + (packed.shape[-1] * 2,) if packed.ndim else (2,)
+    return pairs.reshape(shape).view(ml_dtypes.float4_e2m1fn)
+
+
+def _as_numpy(name: str, tensor: torch.Tensor) -> np.ndarray:
+    """A numpy array over ``tensor``'s memory (no copy for a contiguous CPU
+    tensor), with the numpy/ml_dtypes dtype of the same header name."""
+    from ._dtypes import NUMPY_DTYPES
+
+    if not tensor.is_contiguous():
+        raise ValueError(
+            f"You are trying to save a non contiguous tensor: `{name}` which is not allowed. It "
+            "either means you are trying to save tensors which are reference of each other in "
+            "which case it's recommended to save only the full tensors, and reslice at load "
+            "time, or simply call `.contiguous()` on your tensor to pack it before saving."
+        )
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.to("cpu")
+    header = _fw_torch.HEADER_NAMES.get(tensor.dtype)
+    if header is None:
+        raise UnsupportedDtypeError(
+            f"tensor {name!r}: torch dtype {tensor.dtype} has no safetensors equivalent"
+        )
+    tensor = tensor.resolve_conj().resolve_neg()
+    if header == "F4":
+        return _unpack_fp4(tensor.view(torch.uint8).numpy())
+    size = tensor.element_size()
+    if tensor.dtype in _NUMPY_NATIVE:
+        return tensor.numpy()
+    carrier = {1: torch.uint8, 2: torch.int16}[size]
+    return tensor.view(carrier).numpy().view(NUMPY_DTYPES[header])
+
+
+_NUMPY_NATIVE = {
+    dt
+    for dt in (
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.float32,
+        torch.float64,
+        torch.complex64,
+        getattr(torch, "uint16", None),
+        getattr(torch, "uint32", None),
+        getattr(torch, "uint64", None),
+    )
+    if dt is not None
+}
+
+
+def _to_arrays(tensors: Dict[str, torch.Tensor]) -> Dict[str, np.ndarray]:
+    _check_saveable(tensors)
+    return {name: _as_numpy(name, tensor) for name, tensor in tensors.items()}
+
+
+def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = None) -> bytes:
+    """The bytes of a ``.safetensors`` file holding ``tensors`` (dense,
+    contiguous, not sharing memory) and optional string ``metadata``."""
+    from . import serialize
+
+    return bytes(serialize(_to_arrays(tensors), metadata=metadata))
+
+
+def save_file(
+    tensors: Dict[str, torch.Tensor],
+    filename: PathLike,
+    metadata: Optional[Dict[str, str]] = None,
+) -> None:
+    """Writes ``tensors`` (dense, contiguous, not sharing memory) and optional
+    string ``metadata`` to ``filename``. Tensors are written from their own
+    memory: do not modify them while this runs."""
+    from . import serialize_file
+
+    serialize_file(_to_arrays(tensors), filename, metadata=metadata)
+
+
+def save_model(
+    model: torch.nn.Module,
+    filename: str,
+    metadata: Optional[Dict[str, str]] = None,
+    force_contiguous: bool = True,
+) -> None:
+    """Saves ``model.state_dict()`` to ``filename``, keeping one name per group
+    of tied (memory-sharing) tensors; each dropped name is recorded in the
+    metadata as ``dropped -> kept`` unless the caller's metadata already has
+    that key. ``force_contiguous`` packs non-contiguous tensors first."""
+    state_dict = model.state_dict()
+    merged = dict(metadata) if metadata is not None else None
+    for kept, dropped_names in _remove_duplicate_names(state_dict).items():
+        for dropped in dropped_names:
+            if merged is None:
+                merged = {}
+            merged.setdefault(dropped, kept)
+            del state_dict[dropped]
+    if force_contiguous:
+        state_dict = {name: tensor.contiguous() for name, tensor in state_dict.items()}
+    try:
+        save_file(state_dict, filename, metadata=merged)
+    except ValueError as exc:
+        raise ValueError(
+            f"{exc} Or use save_model(..., force_contiguous=True), read the docs for potential "
+            "caveats."
+        ) from None
+
+
+# loading ------------------------------------------------------------------
+
+
+def load_file(
+    filename: PathLike,
+    device: Device = "cpu",
+    *,
+    backend: str = "mmap",
+) -> Dict[str, torch.Tensor]:
+    """Every tensor of ``filename``, in file order, on ``device`` ("cpu",
+    "cuda", "cuda:N", an int N, or a torch.device). CPU tensors share the
+    file's pages copy-on-write: no copy until written."""
+    with safe_open(filename, framework="pt", device=device, backend=backend) as f:
+        tensors = f.get_tensors()
+        target = f._device
+    if isinstance(target, _fw_torch.Target):
+        target.synchronize()
+    return tensors
+
+
+def load(data: bytes) -> Dict[str, torch.Tensor]:
+    """Every tensor of a ``.safetensors`` file given as bytes, on the CPU, in
+    file order. The tensors are writable and do not alias ``data``."""
+    from . import deserialize
+
+    result: Dict[str, torch.Tensor] = {}
+    for name, view in deserialize(data):
+        dtype = view["dtype"]
+        where = f"tensor {name!r}"
+        buffer = bytearray(view["data"])
+        result[name] = _fw_torch.cpu_tensor(buffer, dtype, view["shape"], where)
+    return result
+
+
+def load_model(
+    model: torch.nn.Module,
+    filename: PathLike,
+    strict: bool = True,
+    device: Device = "cpu",
+    *,
+    backend: str = "mmap",
+) -> Tuple[List[str], List[str]]:
+    """Loads ``filename`` into ``model``, tied tensors included (a dropped
+    name of a tied group is filled through the name kept in the file).
+
+    Returns ``(missing, unexpected)``: model names the file did not set and
+    file names the model did not use. With ``strict`` (the default) either
+    being non-empty raises RuntimeError listing them.
+    """
+    state_dict = load_file(filename, device=device, backend=backend)
+    to_remove = _remove_duplicate_names(model.state_dict(), preferred_names=list(state_dict))
+    missing_keys, unexpected = model.load_state_dict(state_dict, strict=False)
+    missing = set(missing_keys)
+    for dropped_names in to_remove.values():
+        for dropped in dropped_names:
+            if dropped in missing:
+                missing.remove(dropped)
+            else:
+                unexpected.append(dropped)
+    if strict and (missing or unexpected):
+        message = f"Error(s) in loading state_dict for {model.__class__.__name__}:"
+        if missing:
+            listed = ", ".join(f'"{k}"' for k in sorted(missing))
+            message += f"\n    Missing key(s) in state_dict: {listed}"
+        if unexpected:
+            listed = ", ".join(f'"{k}"' for k in sorted(unexpected))
+            message += f"\n    Unexpected key(s) in state_dict: {listed}"
+        raise RuntimeError(message)
+    return missing, unexpected  # type: ignore[return-value]
