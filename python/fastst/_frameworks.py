@@ -162,7 +162,9 @@ def load_bytes(data: bytes, framework: str, device: Any = "cpu") -> Dict[str, An
     target = found.device(device)
     result: Dict[str, Any] = {}
     for name, view in deserialize(data):
-        buffer = bytearray(view["data"])
+        buffer = view["data"]
+        if not isinstance(buffer, bytearray):
+            buffer = bytearray(buffer)
         where = f"tensor {name!r}"
         result[name] = found.tensor(buffer, view["dtype"], view["shape"], target, where)
     return result

@@ -313,15 +313,7 @@ def load_file(
 def load(data: bytes) -> Dict[str, torch.Tensor]:
     """Every tensor of a ``.safetensors`` file given as bytes, on the CPU, in
     file order. The tensors are writable and do not alias ``data``."""
-    from . import deserialize
-
-    result: Dict[str, torch.Tensor] = {}
-    for name, view in deserialize(data):
-        dtype = view["dtype"]
-        where = f"tensor {name!r}"
-        buffer = bytearray(view["data"])
-        result[name] = _fw_torch.cpu_tensor(buffer, dtype, view["shape"], where)
-    return result
+    return _frameworks.load_bytes(data, "torch")
 
 
 def load_model(
