@@ -30,6 +30,9 @@ UNSUPPORTED = frozenset(
 def to_mlx(array: np.ndarray, dtype: str, device: Any, where: str) -> Any:
     if dtype in UNSUPPORTED:
         raise UnsupportedDtypeError(f"{where}: dtype {dtype} has no MLX equivalent")
+    if not array.flags.c_contiguous:
+        # MLX refuses negative strides; it copies the data anyway.
+        array = array.copy(order="C")
     return mx.array(array)
 
 

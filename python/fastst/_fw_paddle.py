@@ -4,6 +4,7 @@ place when it is not the CPU."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, Sequence
 
 import numpy as np
@@ -41,19 +42,28 @@ PADDLE_DTYPES = {k: v for k, v in PADDLE_DTYPES.items() if v is not None}
 VIA_DLPACK = frozenset({"U32", "U64"})
 
 
+_PLACE = re.compile(r"(cpu|gpu|cuda|xpu|npu|dcu)(?::(\d+))?")
+
+
 def check_device(device: Any) -> str:
+    """Normalises ``device`` to a paddle place string: "cpu", "gpu", "gpu:N"
+    (also spelt "cuda", "cuda:N" or an int N), "xpu:N", "npu:N", "dcu:N"."""
     if device is None:
         return "cpu"
-    if not isinstance(device, str):
-        raise SafetensorError(f"device {device!r} is invalid: paddle places are strings")
-    return device
+    if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
+        return f"gpu:{device}"
+    match = _PLACE.fullmatch(device) if isinstance(device, str) else None
+    if match is None or (match.group(1) == "cpu" and match.group(2) is not None):
+        raise SafetensorError(f"device {device!r} is invalid for paddle")
+    kind = "gpu" if match.group(1) == "cuda" else match.group(1)
+    return kind if match.group(2) is None else f"{kind}:{match.group(2)}"
 
 
 def to_paddle(array: np.ndarray, dtype: str, device: str, where: str) -> Any:
     """A paddle tensor over ``array``'s memory (copied first only when the
     array is not contiguous), on ``device``."""
     if dtype in VIA_DLPACK:
-        tensor = paddle.utils.dlpack.from_dlpack(np.ascontiguousarray(array))
+        tensor = paddle.utils.dlpack.from_dlpack(np.require(array, requirements="C"))
     else:
         pdtype = PADDLE_DTYPES.get(dtype)
         if pdtype is None:
@@ -64,7 +74,7 @@ def to_paddle(array: np.ndarray, dtype: str, device: str, where: str) -> Any:
         if array.size == 0:
             tensor = paddle.empty(shape, dtype=pdtype)
         else:
-            flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+            flat = np.require(array, requirements="C").reshape(-1).view(np.uint8)
             tensor = paddle.base.core.frombuffer(flat, pdtype).reshape(shape)
     if device != "cpu":
         tensor = tensor.to(device)
