@@ -11,6 +11,7 @@ fi
 . .venv/bin/activate
 python -m pip install --quiet --upgrade pip
 python -m pip install --quiet -r requirements-test.txt
+python -m pip install --quiet -r requirements-frameworks.txt
 rm -rf target/wheels
 maturin build --release --quiet --out target/wheels
 python -m pip install --quiet --force-reinstall --no-deps target/wheels/fastst-*.whl
