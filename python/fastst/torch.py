@@ -39,6 +39,11 @@ Device = Union[str, int, Any]
 
 _SHARED_DOCS = "https://huggingface.co/docs/safetensors/torch_shared_tensors"
 
+#: Header dtype name -> torch dtype, and torch dtype -> bytes per element, for
+#: the dtypes this torch has (names some loaders read from the reference).
+_TYPES: Dict[str, Any] = {k: v for k, v in _fw_torch.TORCH_DTYPES.items() if v is not None}
+_SIZE: Dict[Any, int] = dict(_fw_torch.ITEM_SIZES)
+
 
 # storage helpers ----------------------------------------------------------
 
