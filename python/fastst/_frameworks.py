@@ -55,18 +55,23 @@ def resolve(framework: object) -> str:
     return canonical
 
 
-def require(framework: str) -> ModuleType:
-    """Imports the module a framework needs, or raises an ImportError that
-    names the pip extra installing it."""
+def missing(framework: str, cause: BaseException) -> ImportError:
+    """The ImportError for a framework that cannot be imported, naming the
+    pip extra that installs it."""
     module, extra = REQUIREMENTS[framework]
+    return ImportError(
+        f"fastst's {framework} support needs the {module.split('.')[0]!r} package, "
+        f"which could not be imported ({cause}); install it with: "
+        f"pip install fastst[{extra}]"
+    )
+
+
+def require(framework: str) -> ModuleType:
+    """Imports the module a framework needs, or raises :func:`missing`'s error."""
     try:
-        return importlib.import_module(module)
+        return importlib.import_module(REQUIREMENTS[framework][0])
     except ImportError as exc:
-        raise ImportError(
-            f"fastst's {framework} support needs the {module.split('.')[0]!r} package, "
-            f"which could not be imported ({exc}); install it with: "
-            f"pip install fastst[{extra}]"
-        ) from exc
+        raise missing(framework, exc) from exc
 
 
 Buffer = Any

@@ -5,18 +5,21 @@ never modifies the dict it is given."""
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional, Union
+from typing import Dict, Optional, Union
 
 import numpy as np
 
 from . import _frameworks
 
-jax = _frameworks.require("flax")
+try:
+    import jax
+except ImportError as _exc:
+    raise _frameworks.missing("flax", _exc) from _exc
 
 __all__ = ["save", "save_file", "load", "load_file"]
 
 PathLike = Union[str, "os.PathLike[str]"]
-Array = Any  # jax.Array
+Array = jax.Array
 
 
 def _to_numpy(tensors: Dict[str, Array]) -> Dict[str, np.ndarray]:

@@ -4,20 +4,23 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional, Union
+from typing import Dict, Optional, Union
 
 import numpy as np
 
 from . import _frameworks
 
-mx = _frameworks.require("mlx")
+try:
+    import mlx.core as mx
+except ImportError as _exc:
+    raise _frameworks.missing("mlx", _exc) from _exc
 
 __all__ = ["save", "save_file", "load", "load_file"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def _as_numpy(value: Any) -> np.ndarray:
+def _as_numpy(value: mx.array) -> np.ndarray:
     if value.dtype == mx.bfloat16:
         # numpy cannot take MLX's bfloat16 buffer format: reinterpret the bits.
         import ml_dtypes
@@ -26,11 +29,11 @@ def _as_numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-def _to_numpy(tensors: Dict[str, Any]) -> Dict[str, np.ndarray]:
+def _to_numpy(tensors: Dict[str, mx.array]) -> Dict[str, np.ndarray]:
     return {name: _as_numpy(value) for name, value in tensors.items()}
 
 
-def save(tensors: Dict[str, Any], metadata: Optional[Dict[str, str]] = None) -> bytes:
+def save(tensors: Dict[str, mx.array], metadata: Optional[Dict[str, str]] = None) -> bytes:
     """The bytes of a ``.safetensors`` file holding ``tensors`` and ``metadata``."""
     from . import serialize
 
@@ -38,7 +41,7 @@ def save(tensors: Dict[str, Any], metadata: Optional[Dict[str, str]] = None) -> 
 
 
 def save_file(
-    tensors: Dict[str, Any],
+    tensors: Dict[str, mx.array],
     filename: PathLike,
     metadata: Optional[Dict[str, str]] = None,
 ) -> None:
@@ -48,11 +51,11 @@ def save_file(
     serialize_file(_to_numpy(tensors), filename, metadata=metadata)
 
 
-def load(data: bytes) -> Dict[str, Any]:
+def load(data: bytes) -> Dict[str, mx.array]:
     """Every tensor of a ``.safetensors`` file given as bytes, as ``mx.array``."""
     return _frameworks.load_bytes(data, "mlx")
 
 
-def load_file(filename: PathLike, *, backend: str = "mmap") -> Dict[str, Any]:
+def load_file(filename: PathLike, *, backend: str = "mmap") -> Dict[str, mx.array]:
     """Every tensor of ``filename``, in file order, as ``mx.array``."""
     return _frameworks.load_path(filename, "mlx", backend)

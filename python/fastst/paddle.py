@@ -13,7 +13,10 @@ import numpy as np
 from . import _frameworks
 from ._errors import UnsupportedDtypeError
 
-paddle = _frameworks.require("paddle")
+try:
+    import paddle
+except ImportError as _exc:
+    raise _frameworks.missing("paddle", _exc) from _exc
 
 from . import _fw_paddle  # noqa: E402  (needs paddle imported first)
 
@@ -27,7 +30,7 @@ _HEADER_NAMES[paddle.uint32] = "U32"
 _HEADER_NAMES[paddle.uint64] = "U64"
 
 
-def _as_numpy(name: str, tensor: Any, keep_alive: List[Any]) -> np.ndarray:
+def _as_numpy(name: str, tensor: paddle.Tensor, keep_alive: List[Any]) -> np.ndarray:
     """A numpy array over ``tensor``'s memory (a CPU copy first for tensors
     on another place)."""
     from ._dtypes import NUMPY_DTYPES
@@ -56,7 +59,7 @@ def _as_numpy(name: str, tensor: Any, keep_alive: List[Any]) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8).view(np_dtype).reshape(shape)
 
 
-def _to_numpy(tensors: Dict[str, Any], keep_alive: List[Any]) -> Dict[str, np.ndarray]:
+def _to_numpy(tensors: Dict[str, paddle.Tensor], keep_alive: List[Any]) -> Dict[str, np.ndarray]:
     if not isinstance(tensors, dict):
         raise ValueError(f"Expected a dict of [str, paddle.Tensor] but received {type(tensors)}")
     for name, value in tensors.items():
@@ -67,7 +70,7 @@ def _to_numpy(tensors: Dict[str, Any], keep_alive: List[Any]) -> Dict[str, np.nd
     return {name: _as_numpy(name, value, keep_alive) for name, value in tensors.items()}
 
 
-def save(tensors: Dict[str, Any], metadata: Optional[Dict[str, str]] = None) -> bytes:
+def save(tensors: Dict[str, paddle.Tensor], metadata: Optional[Dict[str, str]] = None) -> bytes:
     """The bytes of a ``.safetensors`` file holding ``tensors`` and ``metadata``."""
     from . import serialize
 
@@ -76,7 +79,7 @@ def save(tensors: Dict[str, Any], metadata: Optional[Dict[str, str]] = None) -> 
 
 
 def save_file(
-    tensors: Dict[str, Any],
+    tensors: Dict[str, paddle.Tensor],
     filename: PathLike,
     metadata: Optional[Dict[str, str]] = None,
 ) -> None:
@@ -87,12 +90,14 @@ def save_file(
     serialize_file(_to_numpy(tensors, keep_alive), filename, metadata=metadata)
 
 
-def load(data: bytes, device: str = "cpu") -> Dict[str, Any]:
+def load(data: bytes, device: str = "cpu") -> Dict[str, paddle.Tensor]:
     """Every tensor of a ``.safetensors`` file given as bytes, on ``device``."""
     return _frameworks.load_bytes(data, "paddle", device)
 
 
-def load_file(filename: PathLike, device: str = "cpu", *, backend: str = "mmap") -> Dict[str, Any]:
+def load_file(
+    filename: PathLike, device: str = "cpu", *, backend: str = "mmap"
+) -> Dict[str, paddle.Tensor]:
     """Every tensor of ``filename``, in file order, on ``device`` (a paddle
     place such as ``"cpu"`` or ``"gpu:0"``)."""
     return _frameworks.load_path(filename, "paddle", backend, device)

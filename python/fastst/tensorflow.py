@@ -5,25 +5,28 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional, Union
+from typing import Dict, Optional, Union
 
 import numpy as np
 
 from . import _frameworks
 
-tf = _frameworks.require("tensorflow")
+try:
+    import tensorflow as tf
+except ImportError as _exc:
+    raise _frameworks.missing("tensorflow", _exc) from _exc
 
 __all__ = ["save", "save_file", "load", "load_file"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def _to_numpy(tensors: Dict[str, Any]) -> Dict[str, np.ndarray]:
+def _to_numpy(tensors: Dict[str, tf.Tensor]) -> Dict[str, np.ndarray]:
     # BF16/F8/F4 tensors come back with their ml_dtypes types.
     return {name: value.numpy() for name, value in tensors.items()}
 
 
-def save(tensors: Dict[str, Any], metadata: Optional[Dict[str, str]] = None) -> bytes:
+def save(tensors: Dict[str, tf.Tensor], metadata: Optional[Dict[str, str]] = None) -> bytes:
     """The bytes of a ``.safetensors`` file holding ``tensors`` and ``metadata``."""
     from . import serialize
 
@@ -31,7 +34,7 @@ def save(tensors: Dict[str, Any], metadata: Optional[Dict[str, str]] = None) -> 
 
 
 def save_file(
-    tensors: Dict[str, Any],
+    tensors: Dict[str, tf.Tensor],
     filename: PathLike,
     metadata: Optional[Dict[str, str]] = None,
 ) -> None:
@@ -41,11 +44,11 @@ def save_file(
     serialize_file(_to_numpy(tensors), filename, metadata=metadata)
 
 
-def load(data: bytes) -> Dict[str, Any]:
+def load(data: bytes) -> Dict[str, tf.Tensor]:
     """Every tensor of a ``.safetensors`` file given as bytes, as ``tf.Tensor``."""
     return _frameworks.load_bytes(data, "tensorflow")
 
 
-def load_file(filename: PathLike, *, backend: str = "mmap") -> Dict[str, Any]:
+def load_file(filename: PathLike, *, backend: str = "mmap") -> Dict[str, tf.Tensor]:
     """Every tensor of ``filename``, in file order, as ``tf.Tensor``."""
     return _frameworks.load_path(filename, "tensorflow", backend)

@@ -19,7 +19,10 @@ from . import _frameworks
 from ._errors import UnsupportedDtypeError
 from ._open import safe_open
 
-torch = _frameworks.require("torch")
+try:
+    import torch
+except ImportError as _exc:
+    raise _frameworks.missing("torch", _exc) from _exc
 
 from . import _fw_torch  # noqa: E402  (needs torch imported first)
 
