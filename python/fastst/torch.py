@@ -13,8 +13,6 @@ import os
 from collections import defaultdict
 from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
-import numpy as np
-
 from . import _frameworks
 from ._errors import UnsupportedDtypeError
 from ._open import safe_open
@@ -182,19 +180,11 @@ def _check_saveable(tensors: Dict[str, torch.Tensor]) -> None:
         )
 
 
-def _unpack_fp4(packed: np.ndarray) -> np.ndarray:
-    """torch's float4_e2m1fn_x2 bytes -> one ml_dtypes float4 per byte (low
-    nibble first), the form fastst's writer packs back byte for byte."""
-    import ml_dtypes
-
-    pairs = np.stack([packed & 0x0F, packed >> 4], axis=-1)
-    shape = packed.shape[:-1] + (packed.shape[-1] * 2,) if packed.ndim else (2,)
-    return pairs.reshape(shape).view(ml_dtypes.float4_e2m1fn)
-
-
-def _as_numpy(name: str, tensor: torch.Tensor) -> np.ndarray:
-    """A numpy array over ``tensor``'s memory (no copy for a contiguous CPU
-    tensor), with the numpy/ml_dtypes dtype of the same header name."""
+def _as_numpy(name: str, tensor: torch.Tensor, keep_alive: List[Any]) -> Any:
+    """What fastst's writer takes for ``tensor``, over its memory (no copy for
+    a contiguous CPU tensor): a numpy array with the numpy/ml_dtypes dtype of
+    the same header name, or for packed FP4 a ``TensorSpec`` of its bytes
+    (the tensor it points into is appended to ``keep_alive``)."""
     from ._dtypes import NUMPY_DTYPES
 
     if not tensor.is_contiguous():
@@ -214,7 +204,15 @@ def _as_numpy(name: str, tensor: torch.Tensor) -> np.ndarray:
         )
     tensor = tensor.resolve_conj().resolve_neg()
     if header == "F4":
-        return _unpack_fp4(tensor.view(torch.uint8).numpy())
+        from . import TensorSpec
+
+        keep_alive.append(tensor)
+        return TensorSpec(
+            dtype="float4_e2m1fn_x2",
+            shape=list(tensor.shape),
+            data_ptr=tensor.data_ptr(),
+            data_len=tensor.numel(),
+        )
     size = tensor.element_size()
     if tensor.dtype in _NUMPY_NATIVE:
         return tensor.numpy()
@@ -243,9 +241,9 @@ _NUMPY_NATIVE = {
 }
 
 
-def _to_arrays(tensors: Dict[str, torch.Tensor]) -> Dict[str, np.ndarray]:
+def _to_arrays(tensors: Dict[str, torch.Tensor], keep_alive: List[Any]) -> Dict[str, Any]:
     _check_saveable(tensors)
-    return {name: _as_numpy(name, tensor) for name, tensor in tensors.items()}
+    return {name: _as_numpy(name, tensor, keep_alive) for name, tensor in tensors.items()}
 
 
 def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = None) -> bytes:
@@ -253,7 +251,8 @@ def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = 
     contiguous, not sharing memory) and optional string ``metadata``."""
     from . import serialize
 
-    return bytes(serialize(_to_arrays(tensors), metadata=metadata))
+    keep_alive: List[Any] = []
+    return bytes(serialize(_to_arrays(tensors, keep_alive), metadata=metadata))
 
 
 def save_file(
@@ -266,7 +265,8 @@ def save_file(
     memory: do not modify them while this runs."""
     from . import serialize_file
 
-    serialize_file(_to_arrays(tensors), filename, metadata=metadata)
+    keep_alive: List[Any] = []
+    serialize_file(_to_arrays(tensors, keep_alive), filename, metadata=metadata)
 
 
 def save_model(
