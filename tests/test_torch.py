@@ -9,6 +9,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -20,6 +21,8 @@ import safetensors
 import safetensors.torch as ref
 import torch
 from conftest import raw_file
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from st_compare import same_file_bytes
 
 # Header dtype -> torch dtype, for every kind torch has.
@@ -596,3 +599,75 @@ def test_missing_torch_names_the_extra(every_dtype: Path) -> None:
     assert len(lines) == 2
     for line in lines:
         assert "pip install fastst[torch]" in line
+
+
+# ------------------------------------------------------------ properties
+
+_HYP_DTYPES = [
+    torch.float32,
+    torch.bfloat16,
+    torch.float16,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+    torch.float8_e4m3fn,
+    torch.uint32,
+    torch.complex64,
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=8),
+        st.tuples(
+            st.sampled_from(_HYP_DTYPES),
+            st.lists(st.integers(0, 4), max_size=3),
+            st.integers(0, 2**32 - 1),
+        ),
+        max_size=6,
+    )
+)
+def test_save_and_load_agree_with_reference(spec) -> None:
+    state: Dict[str, torch.Tensor] = {}
+    for name, (dtype, shape, seed) in spec.items():
+        count = int(np.prod(shape, dtype=np.int64))
+        size = torch.empty((), dtype=dtype).element_size()
+        raw = np.random.default_rng(seed).integers(0, 256, count * size, dtype=np.uint8)
+        if dtype == torch.bool:
+            raw &= 1
+        if count == 0:
+            state[name] = torch.empty(shape, dtype=dtype)
+        else:
+            state[name] = torch.from_numpy(raw).view(dtype).reshape(shape)
+    ours = ft.save(state)
+    assert ours == ref.save(state)
+    back = ft.load(ours)
+    assert set(back) == set(ref.load(ours))  # (the reference's order is a hash map's)
+    for name, tensor in state.items():
+        same_tensor(back[name], tensor)
+
+
+def test_threads_share_one_open_file(big_file: Path) -> None:
+    expected = ref.load_file(big_file)
+    errors: List[BaseException] = []
+
+    def work(f: Any, seed: int) -> None:
+        try:
+            for i in range(20):
+                name = "ab"[(seed + i) % 2]
+                t = f.get_tensor(name)
+                same_tensor(t, expected[name])
+                t.zero_()
+                part = f.get_slice(name)[i : i + 3]
+                same_tensor(part, expected[name][i : i + 3])
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    with fastst.safe_open(big_file, "pt") as f:
+        threads = [threading.Thread(target=work, args=(f, s)) for s in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors[0]
