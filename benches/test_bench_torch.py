@@ -1,5 +1,6 @@
 """torch: fastst.torch vs safetensors.torch on the same Llama-like BF16 file
-(about $FASTST_BENCH_GB GB, default 1.0), same run.
+(about $FASTST_BENCH_GB GB, default 1.0) and a file of 20,000 small tensors,
+same run.
 
 Run: `python -m pytest benches/test_bench_torch.py --benchmark-json=torch.json`
 then `python benches/ratios.py torch.json` for the time ratios; the RssAnon
@@ -101,3 +102,13 @@ def test_save_reference(benchmark, state_dict) -> None:
     out = BENCH_DIR / "torch-save-reference.safetensors"
     benchmark.pedantic(ref.save_file, setup=_settle(out, state_dict), rounds=5, warmup_rounds=1)
     out.unlink()
+
+
+@pytest.mark.benchmark(group="torch-load_file-20000-tensors")
+def test_many_fastst(benchmark, many_tensors) -> None:
+    assert len(benchmark.pedantic(ft.load_file, args=(many_tensors,), rounds=5)) == 20_000
+
+
+@pytest.mark.benchmark(group="torch-load_file-20000-tensors")
+def test_many_reference(benchmark, many_tensors) -> None:
+    assert len(benchmark.pedantic(ref.load_file, args=(many_tensors,), rounds=5)) == 20_000
