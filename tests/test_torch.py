@@ -671,3 +671,30 @@ def test_threads_share_one_open_file(big_file: Path) -> None:
         for t in threads:
             t.join()
     assert not errors, errors[0]
+
+
+def test_load_file_barely_grows_anonymous_memory(tmp_path: Path) -> None:
+    # In a fresh interpreter, so that other tests' allocations do not count:
+    # load_file of a 128 MiB file, then a read of every page of every tensor.
+    per = 8 << 20
+    layout = {f"layer.{i}.weight": ("BF16", (per // 2,), bytes([i]) * per) for i in range(16)}
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(raw_file(layout))
+    script = (
+        "import sys, torch, fastst.torch as ft\n"
+        "def rss_anon():\n"
+        "    for line in open('/proc/self/status'):\n"
+        "        if line.startswith('RssAnon:'):\n"
+        "            return int(line.split()[1]) * 1024\n"
+        "base = rss_anon()\n"
+        "tensors = ft.load_file(sys.argv[1])\n"
+        "total = sum(int(t.view(torch.uint8)[::4096].sum()) for t in tensors.values())\n"
+        "print(rss_anon() - base, total)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    grown, total = (int(x) for x in done.stdout.split())
+    assert total == sum(i * (per // 4096) for i in range(16))
+    assert grown < 0.05 * 16 * per
