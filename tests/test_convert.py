@@ -109,3 +109,19 @@ def test_numpy_load_file_options(write) -> None:
     np.testing.assert_array_equal(got["b"].reshape(-1), np.arange(6, dtype=np.float32))
     owned = load_file(path, copy=True)
     assert owned["b"].flags.owndata
+
+
+def test_torch_load_file_converts_and_copies(write) -> None:
+    import torch
+    from fastst.torch import load_file
+
+    b = torch.arange(-8, 8, dtype=torch.float32).to(torch.bfloat16).reshape(4, 4)
+    raw = b.view(torch.uint16).numpy().tobytes()
+    path = write(raw_file({"b": ("BF16", [4, 4], raw)}))
+    got = load_file(path, dtype=torch.float32)["b"]
+    assert got.dtype == torch.float32 and got.shape == (4, 4)
+    assert torch.equal(got, b.float())
+    owned = load_file(path, copy=True)["b"]
+    assert owned.dtype == torch.bfloat16 and torch.equal(owned, b)
+    owned[0, 0] = 100
+    assert load_file(path)["b"][0, 0] == b[0, 0]

@@ -19,6 +19,7 @@ from ._errors import (
 )
 from ._fastst import __version__
 from ._open import SafeSlice, safe_open
+from ._sharded import ShardIndexError
 from ._write import TensorSpec, deserialize, serialize, serialize_file
 
 __all__ = [
@@ -39,4 +40,5 @@ __all__ = [
     "serialize",
     "serialize_file",
     "deserialize",
+    "ShardIndexError",
 ]

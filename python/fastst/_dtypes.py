@@ -65,6 +65,26 @@ def header_dtype(dtype: np.dtype) -> str:
     return name
 
 
+def target_dtype(spec: object) -> str:
+    """The header name of a dtype given as a header name (``"F32"``), a numpy
+    dtype or anything ``np.dtype`` accepts (``np.float32``, ``"bfloat16"``), or
+    a framework dtype whose name numpy or ml_dtypes knows (``torch.float16``)."""
+    if isinstance(spec, str) and spec in NUMPY_DTYPES:
+        return spec
+    if type(spec).__module__.split(".")[0] in ("torch", "paddle", "tensorflow", "mlx", "jax"):
+        name = str(spec).rsplit(".", 1)[-1]
+        spec = getattr(ml_dtypes, name, None) or name
+    if isinstance(spec, str):
+        ml = getattr(ml_dtypes, spec, None)
+        if ml is not None:
+            spec = ml
+    try:
+        dt = np.dtype(spec)  # type: ignore[call-overload]
+    except TypeError as exc:
+        raise UnsupportedDtypeError(f"dtype {spec!r} is not a dtype fastst knows: {exc}") from None
+    return header_dtype(dt)
+
+
 def unpack_bits(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
     """Unpacks ``count`` little-endian ``bits``-wide fields from a byte array.
 

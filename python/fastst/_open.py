@@ -8,9 +8,10 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from . import _frameworks
-from ._dtypes import to_numpy
+from ._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
 from ._errors import ClosedFileError
-from ._fastst import DEFAULT_HEADER_CAP, RawFile
+from ._fastst import DEFAULT_HEADER_CAP
+from ._sharded import open_raw
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -24,6 +25,10 @@ class safe_open:  # noqa: N801 - the reference package's name
     asked for. Usable with or without ``with``. Arrays handed out are
     zero-copy views of the file's pages, yet writable and independent of
     each other, and they stay valid after the file is closed or deleted.
+
+    ``filename`` may also be a sharded checkpoint's
+    ``model.safetensors.index.json`` or the folder holding it: the shards
+    are then read as one file (see :class:`fastst.ShardIndexError`).
     """
 
     def __init__(
@@ -41,7 +46,7 @@ class safe_open:  # noqa: N801 - the reference package's name
             path = os.fsdecode(path)
         self._backend = _frameworks.backend(self._framework)
         self._device = self._backend.device(device)
-        self._raw = RawFile(path, path, backend, header_cap)
+        self._raw = open_raw(path, backend, header_cap)
 
     # context manager -------------------------------------------------
     def __enter__(self) -> safe_open:
@@ -88,14 +93,55 @@ class safe_open:  # noqa: N801 - the reference package's name
     def _where(self, name: str) -> str:
         return f"{self._raw.name}: tensor {name!r}"
 
-    def get_tensor(self, name: str) -> Any:
-        """The whole tensor ``name`` in the framework the file was opened for."""
-        buffer, dtype, shape = self._raw.tensor(name)
-        return self._backend.tensor(buffer, dtype, shape, self._device, self._where(name))
+    def get_tensor(self, name: str, *, copy: bool = False, dtype: Any = None) -> Any:
+        """The whole tensor ``name`` in the framework the file was opened for.
 
-    def get_tensors(self) -> Dict[str, Any]:
-        """Every tensor, keyed by name, in file order."""
-        return {name: self.get_tensor(name) for name in self.offset_keys()}
+        By default a zero-copy view of the file's pages. ``copy=True`` gives
+        memory of its own, filled by several threads with the GIL released;
+        ``dtype`` (``np.float32``, ``"bfloat16"``, ``torch.float16``, a header
+        name such as ``"F32"``...) converts while reading: BF16/F16/F8 kinds
+        to F32, F32 to BF16/F16 (round to nearest even), exact, NaN and
+        infinities preserved.
+        """
+        if not copy and dtype is None:
+            buffer, src, shape = self._raw.tensor(name)
+            return self._backend.tensor(buffer, src, shape, self._device, self._where(name))
+        array, target, shape = self._owned(name, dtype)
+        if self._framework == "numpy":
+            return array
+        return self._backend.tensor(
+            array.reshape(-1).view(np.uint8), target, shape, self._device, self._where(name)
+        )
+
+    def _owned(self, name: str, dtype: Any) -> Tuple[np.ndarray, str, Tuple[int, ...]]:
+        """A freshly allocated array holding tensor ``name`` (converted to
+        ``dtype`` when given), its header dtype and its shape."""
+        src, shape, begin, end = self._raw.info(name)
+        target = src if dtype is None else target_dtype(dtype)
+        if src in PACKED_BITS or target in PACKED_BITS:
+            if target != src:
+                raise ValueError(
+                    f'{self._raw.name}: tensor "{name}": no conversion from {src} to {target}'
+                )
+            packed = np.empty(end - begin, dtype=np.uint8)
+            self._raw.read_into(name, packed)
+            return to_numpy(packed, src, shape), src, shape
+        array = np.empty(shape, dtype=NUMPY_DTYPES[target])  # no zero-fill pass
+        out = array.reshape(-1).view(np.uint8)
+        if target == src:
+            self._raw.read_into(name, out)
+        else:
+            self._raw.convert_into(name, out, target)
+        return array, target, shape
+
+    def get_tensors(self, *, copy: bool = False, dtype: Any = None) -> Dict[str, Any]:
+        """Every tensor, keyed by name, in file order (``copy`` and ``dtype``
+        as for :meth:`get_tensor`)."""
+        if not copy and dtype is None:
+            return {name: self.get_tensor(name) for name in self.offset_keys()}
+        # Everything will be read front to back: let the kernel read ahead.
+        self._raw.advise_sequential()
+        return {name: self.get_tensor(name, copy=copy, dtype=dtype) for name in self.offset_keys()}
 
     def get_slice(self, name: str) -> SafeSlice:
         """A lazy handle on tensor ``name``: index it to read part of it."""

@@ -204,3 +204,102 @@ def open_raw(path: str, backend: str, header_cap: int) -> Any:
     if index is None:
         return RawFile(path, path, backend, header_cap)
     return ShardedFile(index, backend, header_cap)
+
+
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
+
+
+def parse_size(size: Any) -> int:
+    """Bytes from an int or a string such as ``"5GB"``, ``"500MiB"``."""
+    if isinstance(size, bool):
+        raise TypeError("max_shard_size must be an int or a size string such as '5GB'")
+    if isinstance(size, int):
+        value = size
+    elif isinstance(size, str):
+        text = size.strip().upper().replace(" ", "")
+        digits = text.rstrip("KMGTIB")
+        unit = text[len(digits) :]
+        if unit not in _UNITS or not digits:
+            raise ValueError(f"cannot read {size!r} as a size (e.g. '5GB', '500MiB', 1000000)")
+        value = int(float(digits) * _UNITS[unit])
+    else:
+        raise TypeError("max_shard_size must be an int or a size string such as '5GB'")
+    if value <= 0:
+        raise ValueError(f"max_shard_size must be positive, got {size!r}")
+    return value
+
+
+def plan_shards(sizes: Dict[str, int], max_size: int) -> List[List[str]]:
+    """Groups tensor names, in the given order, into shards of at most
+    ``max_size`` bytes (a tensor larger than that gets a shard of its own)."""
+    shards: List[List[str]] = []
+    current: List[str] = []
+    used = 0
+    for name, size in sizes.items():
+        if current and used + size > max_size:
+            shards.append(current)
+            current, used = [], 0
+        current.append(name)
+        used += size
+    if current or not shards:
+        shards.append(current)
+    return shards
+
+
+def write_sharded(
+    tensors: Dict[str, Any],
+    folder: Any,
+    sizes: Dict[str, int],
+    save_one: Any,
+    *,
+    max_shard_size: Any = "5GB",
+    metadata: Optional[Dict[str, str]] = None,
+    prefix: str = "model",
+) -> str:
+    """Writes ``tensors`` as shards ``{prefix}-00001-of-0000N.safetensors``
+    plus ``{prefix}.safetensors.index.json`` into ``folder``; returns the
+    index's path. ``save_one(subset, path, metadata)`` writes one shard.
+    Each file is replaced atomically, the index last; shards of an earlier
+    save under the same prefix that the new index no longer names are
+    removed afterwards."""
+    import re
+
+    limit = parse_size(max_shard_size)
+    folder = os.fspath(folder)
+    os.makedirs(folder, exist_ok=True)
+    groups = plan_shards(sizes, limit)
+    total = len(groups)
+    weight_map: Dict[str, str] = {}
+    written = set()
+    for i, names in enumerate(groups, start=1):
+        shard = f"{prefix}-{i:05d}-of-{total:05d}.safetensors"
+        save_one({n: tensors[n] for n in names}, os.path.join(folder, shard), metadata)
+        written.add(shard)
+        for n in names:
+            weight_map[n] = shard
+    index = {
+        "metadata": {"total_size": sum(sizes.values())},
+        "weight_map": dict(sorted(weight_map.items())),
+    }
+    index_path = os.path.join(folder, f"{prefix}.safetensors.index.json")
+    tmp = index_path + f".{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(index, fh, indent=2, ensure_ascii=False)
+        fh.write("\n")
+    os.replace(tmp, index_path)
+    pattern = re.compile(re.escape(prefix) + r"-\d{5}-of-\d{5}\.safetensors$")
+    for entry in os.listdir(folder):
+        if pattern.match(entry) and entry not in written:
+            os.remove(os.path.join(folder, entry))
+    return index_path

@@ -19,7 +19,7 @@ from ._fastst import parse_bytes
 from ._open import safe_open
 from ._write import BYTES_NAME, serialize, serialize_file
 
-__all__ = ["save", "save_file", "load", "load_file"]
+__all__ = ["save", "save_file", "load", "load_file", "save_sharded"]
 
 
 def save(tensor_dict: Mapping[str, Any], metadata: Optional[Mapping[str, str]] = None) -> bytes:
@@ -77,3 +77,35 @@ def load_file(
         if copy:
             options["copy"] = True
         return {name: f.get_tensor(name, **options) for name in f.offset_keys()}
+
+
+def save_sharded(
+    tensor_dict: Mapping[str, Any],
+    folder: Union[str, os.PathLike[str]],
+    *,
+    max_shard_size: Union[int, str] = "5GB",
+    metadata: Optional[Mapping[str, str]] = None,
+    prefix: str = "model",
+) -> str:
+    """Writes ``tensor_dict`` as a sharded checkpoint in ``folder``: shards
+    ``{prefix}-00001-of-0000N.safetensors`` of at most ``max_shard_size``
+    bytes each (in the dict's order) and ``{prefix}.safetensors.index.json``,
+    the layout the Hugging Face ecosystem reads. Returns the index's path,
+    which :class:`fastst.safe_open` opens as one file."""
+    from ._sharded import write_sharded
+
+    arrays = {k: np.asarray(v) for k, v in tensor_dict.items()}
+    sizes = {k: int(a.nbytes) for k, a in arrays.items()}
+
+    def save_one(subset: Dict[str, Any], path: str, meta: Optional[Mapping[str, str]]) -> None:
+        serialize_file(subset, path, metadata=meta)
+
+    return write_sharded(
+        arrays,
+        folder,
+        sizes,
+        save_one,
+        max_shard_size=max_shard_size,
+        metadata=dict(metadata) if metadata is not None else None,
+        prefix=prefix,
+    )

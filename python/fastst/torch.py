@@ -29,6 +29,7 @@ __all__ = [
     "load",
     "save",
     "save_file",
+    "save_sharded",
     "save_model",
     "load_model",
     "storage_ptr",
@@ -269,6 +270,33 @@ def save_file(
     serialize_file(_to_arrays(tensors, keep_alive), filename, metadata=metadata)
 
 
+def save_sharded(
+    tensors: Dict[str, torch.Tensor],
+    folder: PathLike,
+    *,
+    max_shard_size: Union[int, str] = "5GB",
+    metadata: Optional[Dict[str, str]] = None,
+    prefix: str = "model",
+) -> str:
+    """Writes ``tensors`` as a sharded checkpoint in ``folder`` (shards of at
+    most ``max_shard_size`` bytes plus ``{prefix}.safetensors.index.json``,
+    the Hugging Face layout), with :func:`save_file`'s rules for each shard.
+    Returns the index's path, which :class:`fastst.safe_open` and
+    :func:`load_file` open as one file."""
+    from ._sharded import write_sharded
+
+    sizes = {k: int(t.numel() * t.element_size()) for k, t in tensors.items()}
+    return write_sharded(
+        tensors,
+        folder,
+        sizes,
+        save_file,
+        max_shard_size=max_shard_size,
+        metadata=metadata,
+        prefix=prefix,
+    )
+
+
 def save_model(
     model: torch.nn.Module,
     filename: str,
@@ -306,12 +334,17 @@ def load_file(
     device: Device = "cpu",
     *,
     backend: str = "mmap",
+    copy: bool = False,
+    dtype: Any = None,
 ) -> Dict[str, torch.Tensor]:
     """Every tensor of ``filename``, in file order, on ``device`` ("cpu",
     "cuda", "cuda:N", an int N, or a torch.device). CPU tensors share the
-    file's pages copy-on-write: no copy until written."""
+    file's pages copy-on-write: no copy until written. ``copy=True`` gives
+    tensors with memory of their own (filled by several threads), ``dtype``
+    (e.g. ``torch.float32``) converts while loading; see
+    :meth:`fastst.safe_open.get_tensor`."""
     with safe_open(filename, framework="pt", device=device, backend=backend) as f:
-        tensors = f.get_tensors()
+        tensors = f.get_tensors(copy=copy, dtype=dtype)
         target = f._device
     if isinstance(target, _fw_torch.Target):
         target.synchronize()

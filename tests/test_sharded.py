@@ -1,0 +1,139 @@
+"""Sharded checkpoints: writing shards + index in the Hugging Face layout,
+and opening the index (or its folder) as one logical file."""
+
+from __future__ import annotations
+
+import json
+
+import fastst
+import numpy as np
+import pytest
+import torch
+from fastst.numpy import save_sharded
+from safetensors import safe_open as ref_open
+
+
+@pytest.fixture
+def tensors():
+    rng = np.random.default_rng(0)
+    return {f"layer.{i}.w": rng.standard_normal((16, 16)).astype(np.float32) for i in range(10)}
+
+
+def test_write_then_read_as_one_file(tensors, tmp_path) -> None:
+    index = save_sharded(tensors, tmp_path, max_shard_size=3 * 1024 + 10, metadata={"format": "np"})
+    assert index == str(tmp_path / "model.safetensors.index.json")
+    data = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    assert data["metadata"]["total_size"] == 10 * 1024
+    shards = sorted(p.name for p in tmp_path.glob("model-*.safetensors"))
+    assert shards == [f"model-{i:05d}-of-00004.safetensors" for i in range(1, 5)]
+    assert set(data["weight_map"]) == set(tensors)
+    for where in (index, tmp_path):
+        with fastst.safe_open(where, "np") as f:
+            assert f.keys() == sorted(tensors)
+            assert len(f) == 10 and "layer.3.w" in f
+            assert f.metadata() == {"format": "np"}
+            for k, v in tensors.items():
+                np.testing.assert_array_equal(f.get_tensor(k), v)
+                np.testing.assert_array_equal(f.get_slice(k)[2:5, ::-2], v[2:5, ::-2])
+            np.testing.assert_array_equal(
+                f.get_tensor("layer.0.w", copy=True), tensors["layer.0.w"]
+            )
+            assert list(f.get_tensors()) == f.offset_keys()
+    # every shard is a plain file the reference reads
+    for shard in shards:
+        with ref_open(tmp_path / shard, "np") as r:
+            for k in r.keys():
+                np.testing.assert_array_equal(r.get_tensor(k), tensors[k])
+
+
+def test_resaving_with_fewer_shards_removes_stale_ones(tensors, tmp_path) -> None:
+    save_sharded(tensors, tmp_path, max_shard_size=2048)
+    assert len(list(tmp_path.glob("model-*.safetensors"))) == 5
+    save_sharded(tensors, tmp_path, max_shard_size="1MB")
+    assert [p.name for p in tmp_path.glob("model-*.safetensors")] == [
+        "model-00001-of-00001.safetensors"
+    ]
+    with fastst.safe_open(tmp_path, "np") as f:
+        assert f.keys() == sorted(tensors)
+
+
+def test_torch_sharded_round_trip(tmp_path) -> None:
+    from fastst.torch import load_file
+    from fastst.torch import save_sharded as torch_save_sharded
+
+    sd = {f"w{i}": torch.full((64,), float(i), dtype=torch.bfloat16) for i in range(4)}
+    index = torch_save_sharded(sd, tmp_path, max_shard_size=256)
+    loaded = load_file(index)
+    assert list(loaded) == ["w0", "w1", "w2", "w3"]
+    for k, v in sd.items():
+        assert torch.equal(loaded[k], v)
+
+
+def index_with(tmp_path, weight_map, metadata=None):
+    path = tmp_path / "model.safetensors.index.json"
+    path.write_text(json.dumps({"metadata": metadata or {}, "weight_map": weight_map}))
+    return path
+
+
+def test_index_disagreeing_with_shards_names_the_shard(tensors, tmp_path) -> None:
+    save_sharded(tensors, tmp_path, max_shard_size=4096)
+    data = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    wm = data["weight_map"]
+    first = wm["layer.0.w"]
+
+    bad = dict(wm)
+    bad["ghost"] = first
+    with pytest.raises(fastst.ShardIndexError, match=f"{first}.*ghost") as info:
+        fastst.safe_open(index_with(tmp_path, bad), "np")
+    assert info.value.rule == "shard-lacks-tensor"
+
+    bad = {k: v for k, v in wm.items() if k != "layer.0.w"}
+    with pytest.raises(fastst.ShardIndexError, match="does not place") as info:
+        fastst.safe_open(index_with(tmp_path, bad), "np")
+    assert info.value.rule == "shard-extra-tensor"
+
+    bad = dict(wm)
+    bad["layer.0.w"] = "model-missing.safetensors"
+    with pytest.raises(fastst.ShardIndexError, match="missing") as info:
+        fastst.safe_open(index_with(tmp_path, bad), "np")
+    assert info.value.rule == "shard-missing"
+
+    for outside in ("../x.safetensors", "/etc/passwd"):
+        bad = dict(wm)
+        bad["layer.0.w"] = outside
+        with pytest.raises(fastst.ShardIndexError, match="outside") as info:
+            fastst.safe_open(index_with(tmp_path, bad), "np")
+        assert info.value.rule == "shard-path"
+
+
+def test_malformed_index(tmp_path) -> None:
+    path = tmp_path / "model.safetensors.index.json"
+    path.write_text("{not json")
+    with pytest.raises(fastst.ShardIndexError, match="not valid JSON"):
+        fastst.safe_open(path, "np")
+    path.write_text(json.dumps({"weight_map": []}))
+    with pytest.raises(fastst.ShardIndexError, match="weight_map"):
+        fastst.safe_open(path, "np")
+
+
+def test_missing_tensor_and_closed(tensors, tmp_path) -> None:
+    index = save_sharded(tensors, tmp_path, max_shard_size=4096)
+    f = fastst.safe_open(index, "np")
+    with pytest.raises(fastst.TensorNotFoundError, match="nope"):
+        f.get_tensor("nope")
+    a = f.get_tensor("layer.1.w")
+    f.close()
+    with pytest.raises(fastst.ClosedFileError):
+        f.keys()
+    np.testing.assert_array_equal(a, tensors["layer.1.w"])
+
+
+def test_sizes_parse() -> None:
+    from fastst._sharded import parse_size
+
+    assert parse_size("5GB") == 5 * 10**9
+    assert parse_size("500MiB") == 500 * 2**20
+    assert parse_size(123) == 123
+    for bad in ("lots", "-1", 0, True, 1.5):
+        with pytest.raises((ValueError, TypeError)):
+            parse_size(bad)
