@@ -8,6 +8,7 @@ pub mod convert;
 pub mod dtype;
 pub mod error;
 pub mod header;
+pub mod inspect;
 pub mod storage;
 pub mod write;
 

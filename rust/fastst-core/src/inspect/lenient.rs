@@ -1,0 +1,218 @@
+//! A lenient second reading of a header the strict parser rejected: keys are
+//! kept in order with their duplicates, entries and metadata are kept as raw
+//! JSON so that every problem can be reported, not only the first.
+//!
+//! Still bounded: serde_json's recursion limit applies, and nothing is sized
+//! from a number found in the header.
+
+use std::fmt;
+use std::path::Path;
+
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+use super::source::Source;
+use crate::error::{Error, Result};
+use crate::header::check_prefix;
+
+/// An object kept as its key/value pairs in order (duplicates included), or
+/// any other JSON value.
+pub(crate) enum Node {
+    Pairs(Vec<(String, Value)>),
+    Other(Value),
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Node, D::Error> {
+        d.deserialize_any(NodeVisitor)
+    }
+}
+
+struct NodeVisitor;
+
+impl<'de> Visitor<'de> for NodeVisitor {
+    type Value = Node;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Node, A::Error> {
+        let mut pairs = Vec::new();
+        while let Some(pair) = map.next_entry::<String, Value>()? {
+            pairs.push(pair);
+        }
+        Ok(Node::Pairs(pairs))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Node, A::Error> {
+        let mut items = Vec::new();
+        while let Some(v) = seq.next_element::<Value>()? {
+            items.push(v);
+        }
+        Ok(Node::Other(Value::Array(items)))
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> std::result::Result<Node, E> {
+        Ok(Node::Other(Value::Bool(v)))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Node, E> {
+        Ok(Node::Other(Value::from(v)))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Node, E> {
+        Ok(Node::Other(Value::from(v)))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Node, E> {
+        Ok(Node::Other(Value::from(v)))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Node, E> {
+        Ok(Node::Other(Value::String(v.to_owned())))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<Node, E> {
+        Ok(Node::Other(Value::String(v)))
+    }
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<Node, E> {
+        Ok(Node::Other(Value::Null))
+    }
+}
+
+/// A header read leniently.
+pub(crate) struct LenientHeader {
+    /// Tensor entries in header order (duplicate names kept).
+    pub entries: Vec<(String, Node)>,
+    /// Every `__metadata__` value, in header order.
+    pub metadata: Vec<Node>,
+}
+
+struct TopVisitor;
+
+impl<'de> Visitor<'de> for TopVisitor {
+    type Value = LenientHeader;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<LenientHeader, A::Error> {
+        let mut entries = Vec::new();
+        let mut metadata = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let node = map.next_value::<Node>()?;
+            if key == "__metadata__" {
+                metadata.push(node);
+            } else {
+                entries.push((key, node));
+            }
+        }
+        Ok(LenientHeader { entries, metadata })
+    }
+}
+
+/// Skips JSON whitespace and a UTF-8 byte-order mark.
+fn trim_start(json: &[u8]) -> &[u8] {
+    let json = json.strip_prefix(b"\xef\xbb\xbf").unwrap_or(json);
+    let n = json
+        .iter()
+        .take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        .count();
+    &json[n..]
+}
+
+/// Parses a header leniently; `None` when it is not a JSON object at all.
+/// Whatever follows the top-level object (NUL padding, a second object) is
+/// ignored here; the strict verdict reports it.
+pub(crate) fn parse(json: &[u8]) -> Option<LenientHeader> {
+    let mut de = serde_json::Deserializer::from_slice(trim_start(json));
+    de.deserialize_map(TopVisitor).ok()
+}
+
+struct MetadataOnly;
+
+impl<'de> Visitor<'de> for MetadataOnly {
+    type Value = Option<Node>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Option<Node>, A::Error> {
+        let mut found = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "__metadata__" && found.is_none() {
+                found = Some(map.next_value::<Node>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// Reads the `__metadata__` of the file at `path` without validating its
+/// tensor table (so it works on files the reader rejects): its pairs in
+/// header order, values that are not strings given as their JSON text.
+/// `None` when the header has no metadata (absent or null, or not an
+/// object). Fails when the header itself cannot be located or parsed.
+pub fn read_metadata(path: &Path, header_cap: u64) -> Result<Option<Vec<(String, String)>>> {
+    let src = Source::open(path)?;
+    if src.len < 8 {
+        return Err(Error::FileTooShort { len: src.len });
+    }
+    let prefix = src.read_range(0, 8)?;
+    let n = check_prefix(&prefix, src.len, header_cap)?;
+    let json = src.read_range(8, n)?;
+    let mut de = serde_json::Deserializer::from_slice(trim_start(&json));
+    let node = de.deserialize_map(MetadataOnly).map_err(|e| Error::Json {
+        message: e.to_string(),
+    })?;
+    Ok(match node {
+        Some(Node::Pairs(pairs)) => Some(
+            pairs
+                .into_iter()
+                .map(|(k, v)| match v {
+                    Value::String(s) => (k, s),
+                    other => (k, other.to_string()),
+                })
+                .collect(),
+        ),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_duplicates_in_order() {
+        let h =
+            parse(br#"{"a":{"dtype":"F32","dtype":"I8"},"a":1,"__metadata__":{"k":"1","k":2}}"#)
+                .unwrap();
+        assert_eq!(h.entries.len(), 2);
+        match &h.entries[0].1 {
+            Node::Pairs(p) => assert_eq!(p.len(), 2),
+            Node::Other(_) => panic!("expected an object"),
+        }
+        assert!(matches!(h.entries[1].1, Node::Other(Value::Number(_))));
+        match &h.metadata[..] {
+            [Node::Pairs(p)] => assert_eq!(p.len(), 2),
+            _ => panic!("expected one metadata object"),
+        }
+    }
+
+    #[test]
+    fn tolerates_trailing_garbage_and_bom_but_not_non_objects() {
+        assert!(parse(b"\xef\xbb\xbf {\"a\":1}\0\0").is_some());
+        assert!(parse(b"[1,2]").is_none());
+        assert!(parse(b"{\"a\":").is_none());
+        let deep = "[".repeat(10_000);
+        assert!(parse(format!("{{\"a\":{deep}").as_bytes()).is_none());
+    }
+}

@@ -1,0 +1,176 @@
+//! Checks on `__metadata__`: keys against the conventions the ecosystem
+//! writes (Hugging Face `format`, kohya `ss_*`/`sshs_*`, additional-networks
+//! `ssmd_*`, Stability ModelSpec `modelspec.*`, the webui merger's
+//! `sd_merge_*`), values of known keys against their expected shape, sizes.
+
+use super::Finding;
+
+/// Values longer than this many bytes are reported as huge.
+pub const HUGE_METADATA_VALUE: usize = 1 << 20;
+
+/// Limit for the keys meant to hold images (thumbnails, cover images).
+pub const HUGE_METADATA_IMAGE: usize = 16 << 20;
+
+/// Keys written by a known convention (exact keys or prefixes).
+pub fn is_known_metadata_key(key: &str) -> bool {
+    const PREFIXES: [&str; 4] = ["ss_", "sshs_", "ssmd_", "modelspec."];
+    const EXACT: [&str; 3] = ["format", "sd_merge_recipe", "sd_merge_models"];
+    EXACT.contains(&key) || PREFIXES.iter().any(|p| key.starts_with(p))
+}
+
+/// Keys whose value is JSON text by convention.
+const JSON_KEYS: [&str; 8] = [
+    "ss_tag_frequency",
+    "ss_dataset_dirs",
+    "ss_reg_dataset_dirs",
+    "ss_bucket_info",
+    "ss_datasets",
+    "ss_network_args",
+    "ssmd_cover_images",
+    "sd_merge_recipe",
+];
+
+/// Keys whose value is a number by convention.
+const NUMBER_KEYS: [&str; 8] = [
+    "ss_network_dim",
+    "ss_network_alpha",
+    "ss_steps",
+    "ss_max_train_steps",
+    "ss_epoch",
+    "ss_num_train_images",
+    "ss_training_started_at",
+    "ss_training_finished_at",
+];
+
+const IMAGE_KEYS: [&str; 2] = ["modelspec.thumbnail", "ssmd_cover_images"];
+
+fn is_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Why the value of a known key has the wrong shape, if it does.
+fn malformed(key: &str, value: &str) -> Option<String> {
+    let absent = matches!(value, "" | "None" | "null");
+    if JSON_KEYS.contains(&key) {
+        if !absent && serde_json::from_str::<serde::de::IgnoredAny>(value).is_err() {
+            return Some("is not valid JSON".to_owned());
+        }
+    } else if NUMBER_KEYS.contains(&key) {
+        if !absent && value.trim().parse::<f64>().is_err() {
+            return Some("is not a number".to_owned());
+        }
+    } else if key == "sshs_model_hash" {
+        if !is_hex(value, 64) {
+            return Some("is not 64 hexadecimal digits (a SHA-256)".to_owned());
+        }
+    } else if key == "sshs_legacy_hash" {
+        if !is_hex(value, 8) {
+            return Some("is not 8 hexadecimal digits".to_owned());
+        }
+    } else if key == "modelspec.hash_sha256" {
+        let digits = value.strip_prefix("0x").unwrap_or(value);
+        if !is_hex(digits, 64) {
+            return Some("is not `0x` followed by 64 hexadecimal digits (a SHA-256)".to_owned());
+        }
+    } else if key == "modelspec.thumbnail" && !value.starts_with("data:image/") {
+        return Some("is not a `data:image/...` URL".to_owned());
+    }
+    None
+}
+
+/// Findings about a string-to-string metadata map.
+pub(crate) fn metadata_findings<'a>(
+    pairs: impl Iterator<Item = (&'a str, &'a str)>,
+    out: &mut Vec<Finding>,
+) {
+    for (key, value) in pairs {
+        if !is_known_metadata_key(key) {
+            out.push(
+                Finding::new(
+                    "unknown-metadata-key",
+                    format!(
+                        "__metadata__ key {key:?} ({} bytes) follows no known convention",
+                        value.len()
+                    ),
+                )
+                .key(key),
+            );
+        }
+        let limit = if IMAGE_KEYS.contains(&key) {
+            HUGE_METADATA_IMAGE
+        } else {
+            HUGE_METADATA_VALUE
+        };
+        if value.len() > limit {
+            out.push(
+                Finding::new(
+                    "huge-metadata-value",
+                    format!(
+                        "__metadata__ value of {key:?} is {} bytes, above the {limit}-byte limit for such a key",
+                        value.len()
+                    ),
+                )
+                .key(key)
+                .count(value.len() as u64),
+            );
+        }
+        if let Some(why) = malformed(key, value) {
+            out.push(
+                Finding::new(
+                    "malformed-metadata-value",
+                    format!("__metadata__ value of {key:?} {why}"),
+                )
+                .key(key),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(pairs: &[(&str, &str)]) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        metadata_findings(pairs.iter().copied(), &mut out);
+        out.into_iter().map(|f| f.rule).collect()
+    }
+
+    #[test]
+    fn known_keys_pass() {
+        assert!(rules(&[
+            ("format", "pt"),
+            ("ss_tag_frequency", "{\"10_sks dog\": {\"sks\": 10}}"),
+            ("ss_network_dim", "32"),
+            ("ss_network_alpha", "16.0"),
+            ("ss_max_train_steps", "None"),
+            ("sshs_model_hash", &"ab".repeat(32)),
+            ("modelspec.hash_sha256", &format!("0x{}", "cd".repeat(32))),
+            ("modelspec.thumbnail", "data:image/png;base64,AAAA"),
+            ("ssmd_display_name", "x"),
+        ])
+        .is_empty());
+    }
+
+    #[test]
+    fn unknown_and_malformed() {
+        assert_eq!(rules(&[("my_key", "v")]), ["unknown-metadata-key"]);
+        assert_eq!(
+            rules(&[("ss_tag_frequency", "{oops")]),
+            ["malformed-metadata-value"]
+        );
+        assert_eq!(rules(&[("ss_steps", "many")]), ["malformed-metadata-value"]);
+        assert_eq!(
+            rules(&[("sshs_model_hash", "xyz")]),
+            ["malformed-metadata-value"]
+        );
+        assert_eq!(
+            rules(&[("modelspec.thumbnail", "http://x")]),
+            ["malformed-metadata-value"]
+        );
+        let big = "a".repeat(HUGE_METADATA_VALUE + 1);
+        assert_eq!(rules(&[("ss_comment", &big)]), ["huge-metadata-value"]);
+        let thumb = format!("data:image/png;base64,{big}");
+        assert!(rules(&[("modelspec.thumbnail", &thumb)]).is_empty());
+    }
+}
