@@ -5,6 +5,7 @@
 mod buffer;
 mod errors;
 mod file;
+mod inspect;
 mod write;
 
 use pyo3::prelude::*;
@@ -19,5 +20,7 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // writer
     m.add_class::<write::PyWritePlan>()?;
     m.add_function(wrap_pyfunction!(write::parse_bytes, m)?)?;
+    // forensics and hashes (the fastst command)
+    inspect::register(m)?;
     Ok(())
 }

@@ -1,0 +1,296 @@
+//! Forensics and hashes for Python: thin functions over
+//! `fastst_core::inspect` that release the GIL while they work and return
+//! plain Python data (dicts, lists, tuples, strings, ints).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use fastst_core::inspect::{self, Finding, HashOptions, VerifyOptions, RULES};
+use fastst_core::{Backend, MappedFile, OpenOptions, DEFAULT_HEADER_CAP};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+use crate::errors::to_pyerr;
+
+/// A progress line on stderr, redrawn at most every 100 ms.
+struct StderrProgress {
+    label: String,
+    started: Instant,
+    last: Mutex<Option<Instant>>,
+}
+
+impl StderrProgress {
+    fn new(label: &str) -> StderrProgress {
+        StderrProgress {
+            label: label.to_owned(),
+            started: Instant::now(),
+            last: Mutex::new(None),
+        }
+    }
+
+    fn report(&self, done: u64, total: u64) {
+        let now = Instant::now();
+        {
+            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|t| now.duration_since(t) < Duration::from_millis(100))
+                && done < total
+            {
+                return;
+            }
+            *last = Some(now);
+        }
+        let secs = now.duration_since(self.started).as_secs_f64().max(1e-6);
+        let mib = |b: u64| b as f64 / f64::from(1 << 20);
+        let pct = if total == 0 {
+            100.0
+        } else {
+            100.0 * done as f64 / total as f64
+        };
+        // Progress is best effort: a closed stderr must not fail the work.
+        let _ = write!(
+            std::io::stderr(),
+            "\r\x1b[K{}: {pct:5.1}% {:.0}/{:.0} MiB, {:.0} MiB/s",
+            self.label,
+            mib(done),
+            mib(total),
+            mib(done) / secs
+        );
+    }
+
+    fn finish(&self) {
+        if self.last.lock().map(|l| l.is_some()).unwrap_or(true) {
+            let _ = write!(std::io::stderr(), "\r\x1b[K");
+        }
+    }
+}
+
+fn finding_dict<'py>(py: Python<'py>, f: &Finding) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("rule", f.rule)?;
+    d.set_item("severity", f.severity.name())?;
+    d.set_item("message", &f.message)?;
+    d.set_item("tensor", f.tensor.as_deref())?;
+    d.set_item("key", f.key.as_deref())?;
+    d.set_item("offset", f.offset)?;
+    d.set_item("length", f.length)?;
+    d.set_item("count", f.count)?;
+    Ok(d)
+}
+
+fn display(path: &std::path::Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+/// Runs `work` without the GIL, with a stderr progress line when asked.
+fn with_progress<T: Send>(
+    py: Python<'_>,
+    label: &str,
+    progress: bool,
+    work: impl FnOnce(inspect::Progress) -> T + Send,
+) -> T {
+    if progress {
+        let p = StderrProgress::new(label);
+        let out = py.allow_threads(|| {
+            let report = |done: u64, total: u64| p.report(done, total);
+            work(Some(&report))
+        });
+        p.finish();
+        out
+    } else {
+        py.allow_threads(|| work(None))
+    }
+}
+
+/// Verifies a file: a dict with `file_len`, `header_len`, `tensors`,
+/// `accepted`, `complete`, `values_checked` and `findings` (a list of dicts
+/// with `rule`, `severity`, `message`, `tensor`, `key`, `offset`, `length`,
+/// `count`). Raises OSError only when the file cannot be read.
+#[pyfunction]
+#[pyo3(signature = (path, values = false, header_cap = DEFAULT_HEADER_CAP, threads = 0, progress = false))]
+fn verify_file<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    values: bool,
+    header_cap: u64,
+    threads: usize,
+    progress: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let name = display(&path);
+    let options = VerifyOptions {
+        header_cap,
+        values,
+        threads,
+    };
+    let report = with_progress(py, &name, progress, |p| {
+        inspect::verify_path(&path, &options, p)
+    })
+    .map_err(|e| to_pyerr(py, &name, e))?;
+    let d = PyDict::new(py);
+    d.set_item("path", &name)?;
+    d.set_item("file_len", report.file_len)?;
+    d.set_item("header_len", report.header_len)?;
+    d.set_item("tensors", report.tensors)?;
+    d.set_item("accepted", report.accepted)?;
+    d.set_item("complete", report.complete)?;
+    d.set_item("values_checked", report.values_checked)?;
+    let findings = PyList::empty(py);
+    for f in &report.findings {
+        findings.append(finding_dict(py, f)?)?;
+    }
+    d.set_item("findings", findings)?;
+    Ok(d)
+}
+
+/// Hashes a file: a dict with `file_len`, `sha256`, `autov1`, `autov2`,
+/// `autov3`, `header_len`, `header_sha256`, `tensors` (a dict name ->
+/// SHA-256 in file order, or None) and `header_problem` (a finding dict or
+/// None).
+#[pyfunction]
+#[pyo3(signature = (path, tensors = false, header_cap = DEFAULT_HEADER_CAP, threads = 0, progress = false))]
+fn hash_file<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    tensors: bool,
+    header_cap: u64,
+    threads: usize,
+    progress: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let name = display(&path);
+    let options = HashOptions {
+        tensors,
+        threads,
+        header_cap,
+    };
+    let report = with_progress(py, &name, progress, |p| {
+        inspect::hash_path(&path, &options, p)
+    })
+    .map_err(|e| to_pyerr(py, &name, e))?;
+    let d = PyDict::new(py);
+    d.set_item("path", &name)?;
+    d.set_item("file_len", report.file_len)?;
+    d.set_item("sha256", &report.sha256)?;
+    d.set_item("autov1", &report.autov1)?;
+    d.set_item("autov2", &report.autov2)?;
+    d.set_item("autov3", report.autov3.as_deref())?;
+    d.set_item("header_len", report.header_len)?;
+    d.set_item("header_sha256", report.header_sha256.as_deref())?;
+    match &report.tensors {
+        Some(list) => {
+            let t = PyDict::new(py);
+            for (n, h) in list {
+                t.set_item(n, h)?;
+            }
+            d.set_item("tensors", t)?;
+        }
+        None => d.set_item("tensors", py.None())?,
+    }
+    match &report.header_problem {
+        Some(f) => d.set_item("header_problem", finding_dict(py, f)?)?,
+        None => d.set_item("header_problem", py.None())?,
+    }
+    Ok(d)
+}
+
+/// Summarises a file the strict reader accepts: a dict with `tensors`,
+/// `parameters`, `by_dtype` (list of dicts), `header_len`, `data_start`,
+/// `data_len`, `file_len`, `metadata` (dict or None) and, when `table` is
+/// true, `table`: `(name, dtype, shape, begin, end)` tuples in file order
+/// (offsets relative to the data buffer).
+#[pyfunction]
+#[pyo3(signature = (path, table = false, header_cap = DEFAULT_HEADER_CAP))]
+fn inspect_file<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    table: bool,
+    header_cap: u64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let name = display(&path);
+    let options = OpenOptions {
+        header_cap,
+        backend: Backend::Pread,
+    };
+    let file = py
+        .allow_threads(|| MappedFile::open(&path, options))
+        .map_err(|e| to_pyerr(py, &name, e))?;
+    let header = file.header();
+    let s = py.allow_threads(|| inspect::summarize(header));
+    let d = PyDict::new(py);
+    d.set_item("path", &name)?;
+    d.set_item("file_len", file.file_len())?;
+    d.set_item("tensors", s.tensors)?;
+    d.set_item("parameters", s.parameters)?;
+    d.set_item("header_len", s.header_len)?;
+    d.set_item("data_start", s.data_start)?;
+    d.set_item("data_len", s.data_len)?;
+    let by_dtype = PyList::empty(py);
+    for t in &s.by_dtype {
+        let e = PyDict::new(py);
+        e.set_item("dtype", t.dtype.name())?;
+        e.set_item("tensors", t.tensors)?;
+        e.set_item("parameters", t.parameters)?;
+        e.set_item("bytes", t.bytes)?;
+        by_dtype.append(e)?;
+    }
+    d.set_item("by_dtype", by_dtype)?;
+    match header.metadata() {
+        Some(pairs) => {
+            let m = PyDict::new(py);
+            for (k, v) in pairs {
+                m.set_item(k, v)?;
+            }
+            d.set_item("metadata", m)?;
+        }
+        None => d.set_item("metadata", py.None())?,
+    }
+    if table {
+        let rows = PyList::empty(py);
+        for t in header.tensors() {
+            let shape = PyTuple::new(py, t.shape.iter().copied())?;
+            rows.append((t.name.as_str(), t.dtype.name(), shape, t.begin, t.end))?;
+        }
+        d.set_item("table", rows)?;
+    }
+    Ok(d)
+}
+
+/// The `__metadata__` pairs of a file, read without validating its tensor
+/// table: a list of `(key, value)` in header order (non-string values as
+/// JSON text), or None when there is no metadata.
+#[pyfunction]
+#[pyo3(signature = (path, header_cap = DEFAULT_HEADER_CAP))]
+fn read_metadata(
+    py: Python<'_>,
+    path: PathBuf,
+    header_cap: u64,
+) -> PyResult<Option<Vec<(String, String)>>> {
+    let name = display(&path);
+    py.allow_threads(|| inspect::read_metadata(&path, header_cap))
+        .map_err(|e| to_pyerr(py, &name, e))
+}
+
+/// The catalogue of verify rules: a list of dicts with `id`, `severity` and
+/// `summary`.
+#[pyfunction]
+fn verify_rules(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
+    let out = PyList::empty(py);
+    for r in RULES {
+        let d = PyDict::new(py);
+        d.set_item("id", r.id)?;
+        d.set_item("severity", r.severity.name())?;
+        d.set_item("summary", r.summary)?;
+        out.append(d)?;
+    }
+    Ok(out)
+}
+
+/// Adds this file's functions to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(verify_file, m)?)?;
+    m.add_function(wrap_pyfunction!(hash_file, m)?)?;
+    m.add_function(wrap_pyfunction!(inspect_file, m)?)?;
+    m.add_function(wrap_pyfunction!(read_metadata, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_rules, m)?)?;
+    Ok(())
+}
