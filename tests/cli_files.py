@@ -1,0 +1,48 @@
+"""Helpers for the tests of the ``fastst`` command: hand-made files (valid
+or deliberately broken) and a runner that captures the command's output."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from fastst.cli import main
+
+
+def write_raw(path: Path, header: Union[str, bytes], data: bytes = b"") -> Path:
+    """Writes ``len(header)`` as the 8-byte prefix, then ``header``, then ``data``."""
+    raw = header.encode("utf-8") if isinstance(header, str) else header
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data)
+    return path
+
+
+def entry(dtype: str, shape: Sequence[int], begin: int, end: int) -> Dict[str, Any]:
+    return {"dtype": dtype, "shape": list(shape), "data_offsets": [begin, end]}
+
+
+def write_entries(
+    path: Path,
+    entries: Dict[str, Dict[str, Any]],
+    data: bytes,
+    metadata: Optional[Dict[str, Any]] = None,
+) -> Path:
+    """Writes a file from a tensor table (and metadata) given as dicts."""
+    table: Dict[str, Any] = {}
+    if metadata is not None:
+        table["__metadata__"] = metadata
+    table.update(entries)
+    return write_raw(path, json.dumps(table), data)
+
+
+def run(argv: List[str], capsys: Any) -> Tuple[int, str, str]:
+    """Runs ``fastst ARGV``; returns (exit code, stdout, stderr)."""
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def run_json(argv: List[str], capsys: Any) -> Tuple[int, Any]:
+    code, out, _err = run(argv, capsys)
+    return code, json.loads(out)

