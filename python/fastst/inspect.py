@@ -384,6 +384,10 @@ def metadata_card(metadata: Optional[Dict[str, str]]) -> Dict[str, Any]:
     ``sshs_*``), sd-webui-additional-networks (``ssmd_*``), Stability
     ModelSpec (``modelspec.*``) and the webui merger (``sd_merge_*``).
 
+    Where conventions overlap, values a person set afterwards in
+    additional-networks' editor (``ssmd_*``) win over what the trainer
+    wrote (``modelspec.*``, then ``ss_*``).
+
     Keys: ``title``, ``name``, ``description``, ``author``, ``license``,
     ``date``, ``format``, ``trigger_words`` (merged: trigger phrase,
     keywords, DreamBooth folder tokens), ``trigger_phrase``, ``keywords``,
@@ -470,10 +474,10 @@ def metadata_card(metadata: Optional[Dict[str, str]]) -> Dict[str, Any]:
         merged_from = ", ".join(names) or None
 
     return {
-        "title": _first(md, "modelspec.title", "ssmd_display_name", "ss_output_name"),
+        "title": _first(md, "ssmd_display_name", "modelspec.title", "ss_output_name"),
         "name": _first(md, "ss_output_name", "ssmd_display_name"),
-        "description": _first(md, "modelspec.description", "ssmd_description"),
-        "author": _first(md, "modelspec.author", "ssmd_author"),
+        "description": _first(md, "ssmd_description", "modelspec.description"),
+        "author": _first(md, "ssmd_author", "modelspec.author"),
         "license": _first(md, "modelspec.license"),
         "date": _first(md, "modelspec.date"),
         "format": _first(md, "format"),
