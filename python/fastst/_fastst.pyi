@@ -88,3 +88,27 @@ def parse_bytes(
     List[Tuple[str, str, Tuple[int, ...], int, int]],
     Optional[List[Tuple[str, str]]],
 ]: ...
+
+# --- forensics and hashes: the fastst command (python/fastst/inspect.py) -------
+
+def verify_file(
+    path: Union[str, os.PathLike[str]],
+    values: bool = False,
+    header_cap: int = ...,
+    threads: int = 0,
+    progress: bool = False,
+) -> Dict[str, Any]: ...
+def hash_file(
+    path: Union[str, os.PathLike[str]],
+    tensors: bool = False,
+    header_cap: int = ...,
+    threads: int = 0,
+    progress: bool = False,
+) -> Dict[str, Any]: ...
+def inspect_file(
+    path: Union[str, os.PathLike[str]], table: bool = False, header_cap: int = ...
+) -> Dict[str, Any]: ...
+def read_metadata(
+    path: Union[str, os.PathLike[str]], header_cap: int = ...
+) -> Optional[List[Tuple[str, str]]]: ...
+def verify_rules() -> List[Dict[str, str]]: ...

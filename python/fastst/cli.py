@@ -265,7 +265,8 @@ def _print_verify(out: _Out, report: Dict[str, Any]) -> None:
     if not report["complete"]:
         verdict += "; header unreadable, tensors not examined"
     if report.get("values_checked") is not None:
-        verdict += f"; values of {report['values_checked']} tensors checked"
+        n = report["values_checked"]
+        verdict += f"; values of {n} tensor{'s' if n != 1 else ''} checked"
     if not findings:
         out.print(f"{report['path']}: OK, no findings ({verdict})")
         return
