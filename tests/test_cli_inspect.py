@@ -84,7 +84,7 @@ def test_text_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert code == 0 and err == ""
     assert out.startswith(str(path) + "\n")
     assert "  tensors      5" in out
-    assert "  metadata     format, k" in out or "  metadata     k, format" in out
+    assert "  metadata     2 keys: format, k" in out or "  metadata     2 keys: k, format" in out
 
 
 @pytest.mark.parametrize("name", ["a.bias", "z.half", "b.weight", "c.ids", "scalar"])

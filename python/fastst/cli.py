@@ -15,6 +15,7 @@ import json
 import os
 import pathlib
 import sys
+import textwrap
 import urllib.parse
 from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
@@ -184,8 +185,14 @@ def _print_inspect(
             f"  {_size(d['bytes'])}"
         )
     metadata = info.get("metadata")
-    keys = ", ".join(metadata) if metadata else "(none)"
-    out.print(f"  metadata     {keys}")
+    if metadata:
+        keys = f"{len(metadata)} key{'s' if len(metadata) != 1 else ''}: " + ", ".join(sorted(metadata))
+        for line in textwrap.wrap(
+            keys, width=100, initial_indent="  metadata     ", subsequent_indent=" " * 15
+        ):
+            out.print(line)
+    else:
+        out.print("  metadata     (none)")
     table = info.get("table")
     if table is not None:
         out.print()
