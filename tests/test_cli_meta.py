@@ -239,11 +239,11 @@ def test_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     path = _save(tmp_path / "addnet.safetensors", addnet_metadata())
     code, out, err = run(["meta", str(path)], capsys)
     assert code == 0 and err == ""
-    assert "  title           Sks Dog" in out
-    assert "  trigger words   sks dog, a photo of sks dog, sks dog sitting" in out
-    assert "  network         LoRA, dim 32, alpha 16.0" in out
-    assert "  trained         2023-11-14T22:13:20Z -> 2023-11-14T23:13:20Z" in out
-    assert "  civitai model   12345" in out
+    assert "  title             Sks Dog" in out
+    assert "  trigger words     sks dog, a photo of sks dog, sks dog sitting" in out
+    assert "  network           LoRA, dim 32, alpha 16.0" in out
+    assert "  trained           2023-11-14T22:13:20Z -> 2023-11-14T23:13:20Z" in out
+    assert "  civitai model     12345" in out
     assert "  raw metadata:" in out
     # ss_tag_frequency pretty-printed as JSON.
     assert '        "10_sks dog": {' in out

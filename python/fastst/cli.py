@@ -186,7 +186,8 @@ def _print_inspect(
         )
     metadata = info.get("metadata")
     if metadata:
-        keys = f"{len(metadata)} key{'s' if len(metadata) != 1 else ''}: " + ", ".join(sorted(metadata))
+        plural = "s" if len(metadata) != 1 else ""
+        keys = f"{len(metadata)} key{plural}: " + ", ".join(sorted(metadata))
         for line in textwrap.wrap(
             keys, width=100, initial_indent="  metadata     ", subsequent_indent=" " * 15
         ):
@@ -552,7 +553,7 @@ def _print_meta(
             line(key, value)
         out.print()
     out.print("  raw metadata:")
-    for key, value in decoded.items():
+    for key, value in sorted(decoded.items()):
         if isinstance(value, (dict, list)):
             out.print(f"    {key}:")
             for text in json.dumps(value, indent=2, ensure_ascii=False).splitlines():
@@ -568,9 +569,9 @@ def _print_meta(
 def _card_line(out: _Out) -> Callable[[str, str], None]:
     def line(label: str, value: str) -> None:
         lines = value.splitlines() or [""]
-        out.print(f"  {label:<16}{lines[0]}")
+        out.print(f"  {label:<17} {lines[0]}")
         for more in lines[1:]:
-            out.print(f"  {'':<16}{more}")
+            out.print(f"  {'':<17} {more}")
 
     return line
 
