@@ -210,3 +210,15 @@ def test_text_output_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert f"sha256         {_sha(raw)}" in out
     assert f"{_sha(np.arange(4, dtype=np.float32).tobytes())}  x" in out
     assert err.count("\n") == 1 and "gone.safetensors" in err
+
+
+def test_progress_goes_to_stderr(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "p.safetensors"
+    raw = _save(path)
+    h = fi.hash_file(path, progress=True)
+    captured = capfd.readouterr()
+    assert h["sha256"] == _sha(raw)
+    assert captured.out == ""
+    assert "100.0%" in captured.err and str(path) in captured.err
+    # The line is cleared at the end.
+    assert captured.err.endswith("\r\x1b[K")

@@ -216,3 +216,46 @@ mod tests {
         assert!(parse(format!("{{\"a\":{deep}").as_bytes()).is_none());
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod file_tests {
+    use super::super::testfile::{build, raw};
+    use super::*;
+    use crate::DEFAULT_HEADER_CAP;
+
+    #[test]
+    fn reads_metadata_of_files_the_reader_rejects() {
+        // A hole in the layout, a non-string value and a repeated key.
+        let f = build(
+            r#"{"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"__metadata__":{"a":"1","n":2,"a":"3"}}"#,
+            &[0; 8],
+        );
+        let md = read_metadata(&f.0, DEFAULT_HEADER_CAP).unwrap().unwrap();
+        assert_eq!(
+            md,
+            [
+                ("a".to_owned(), "1".to_owned()),
+                ("n".to_owned(), "2".to_owned()),
+                ("a".to_owned(), "3".to_owned())
+            ]
+        );
+        let none = build(r#"{"__metadata__":null}"#, b"");
+        assert_eq!(read_metadata(&none.0, DEFAULT_HEADER_CAP).unwrap(), None);
+        let bad = build("{\"__metadata__\":", b"");
+        assert!(matches!(
+            read_metadata(&bad.0, DEFAULT_HEADER_CAP),
+            Err(Error::Json { .. })
+        ));
+        let short = raw(b"\x01");
+        assert!(matches!(
+            read_metadata(&short.0, DEFAULT_HEADER_CAP),
+            Err(Error::FileTooShort { .. })
+        ));
+        let past = raw(b"\xff\x00\x00\x00\x00\x00\x00\x00{}");
+        assert!(matches!(
+            read_metadata(&past.0, DEFAULT_HEADER_CAP),
+            Err(Error::HeaderPastEnd { .. })
+        ));
+    }
+}
