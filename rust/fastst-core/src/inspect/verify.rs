@@ -1,7 +1,7 @@
 //! `verify`: every structural rule of the format plus forensic checks, each
 //! problem reported as a [`Finding`] rather than stopping at the first.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -259,6 +259,31 @@ fn describe(v: &Value) -> String {
     }
 }
 
+/// The keys of one object seen so far: a short list for the usual handful
+/// of keys, a hash set once there are many (hostile headers).
+#[derive(Default)]
+struct Seen<'a> {
+    few: Vec<&'a str>,
+    many: HashSet<&'a str>,
+}
+
+impl<'a> Seen<'a> {
+    /// Records `key`; false when it was seen before.
+    fn insert(&mut self, key: &'a str) -> bool {
+        if self.many.is_empty() {
+            if self.few.contains(&key) {
+                return false;
+            }
+            if self.few.len() < 16 {
+                self.few.push(key);
+                return true;
+            }
+            self.many.extend(self.few.drain(..));
+        }
+        self.many.insert(key)
+    }
+}
+
 /// A tensor entry whose offsets are usable, placed in the byte buffer.
 struct Placed<'a> {
     name: &'a str,
@@ -284,7 +309,7 @@ fn check_entry<'a>(
             return (None, None);
         }
     };
-    let mut seen: HashSet<&str> = HashSet::new();
+    let mut seen = Seen::default();
     let mut reported: HashSet<&str> = HashSet::new();
     let (mut dtype_v, mut shape_v, mut offsets_v) = (None, None, None);
     for (field, value) in pairs {
@@ -456,24 +481,28 @@ fn rejected_findings(
     items: &mut Vec<ScanItem>,
 ) -> Result<()> {
     // Duplicate tensor names (serde gives keys unescaped, so `"a"` and
-    // `"\u0061"` are the same name, as the rule requires).
-    let mut counts: HashMap<&str, u64> = HashMap::new();
-    for (name, _) in &header.entries {
-        *counts.entry(name.as_str()).or_default() += 1;
-    }
-    let mut reported: HashSet<&str> = HashSet::new();
-    for (name, _) in &header.entries {
-        let n = counts.get(name.as_str()).copied().unwrap_or(0);
-        if n > 1 && reported.insert(name.as_str()) {
-            let f = Finding::from_error(&Error::DuplicateTensor { name: name.clone() });
-            out.push(Finding {
-                message: format!(
-                    "{} ({n} entries; readers disagree on which one wins)",
-                    f.message
-                ),
-                ..f
-            });
-        }
+    // `"\u0061"` are the same name, as the rule requires), found by sorting
+    // rather than hashing names an attacker chose; reported in header order.
+    let entries = &header.entries;
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    order.sort_unstable_by(|&a, &b| entries[a].0.cmp(&entries[b].0).then(a.cmp(&b)));
+    let mut duplicates: Vec<(usize, usize)> = order
+        .chunk_by(|&a, &b| entries[a].0 == entries[b].0)
+        .filter(|run| run.len() > 1)
+        .map(|run| (run[0], run.len()))
+        .collect();
+    drop(order);
+    duplicates.sort_unstable();
+    for (first, n) in duplicates {
+        let name = &entries[first].0;
+        let f = Finding::from_error(&Error::DuplicateTensor { name: name.clone() });
+        out.push(Finding {
+            message: format!(
+                "{} ({n} entries; readers disagree on which one wins)",
+                f.message
+            ),
+            ..f
+        });
     }
     metadata_blocks(&header.metadata, out);
     if header.entries.is_empty() {
@@ -964,5 +993,22 @@ mod tests {
             None,
         );
         assert!(matches!(err, Err(Error::Io { .. })));
+    }
+}
+
+#[cfg(test)]
+mod seen_tests {
+    use super::Seen;
+
+    #[test]
+    fn seen_switches_to_a_set_without_forgetting() {
+        let keys: Vec<String> = (0..100).map(|i| format!("k{i}")).collect();
+        let mut seen = Seen::default();
+        for k in &keys {
+            assert!(seen.insert(k));
+        }
+        for k in &keys {
+            assert!(!seen.insert(k), "{k}");
+        }
     }
 }
