@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple
 
+import fastst
 import fastst.inspect as fi
 import jsonschema
 import numpy as np
@@ -18,6 +19,8 @@ import safetensors
 import safetensors.numpy
 from cli_files import entry, run, run_json, write_entries, write_raw
 from fastst.cli import sarif_log
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 F32_1 = entry("F32", [1], 0, 4)
 A = json.dumps(F32_1)
@@ -466,3 +469,65 @@ def test_python_api(tmp_path: Path) -> None:
     assert report["findings"][0]["rule"] == "hidden-payload"
     with pytest.raises(FileNotFoundError):
         fi.verify_file(tmp_path / "absent.safetensors")
+
+
+PAST_END = {"ghost-tensor", "data-too-short", "large-tensor"}
+READER_RULES = {r["id"] for r in fi.rules() if r["severity"] == "high"} - {
+    "ghost-tensor",
+    "aliased-tensor",
+    "hash-mismatch",
+}
+
+
+def _seed_file() -> bytes:
+    return safetensors.numpy.save(
+        {
+            "a.weight": np.arange(6, dtype=np.float32).reshape(2, 3),
+            "b": np.array([True, False]),
+            "c": np.zeros((0, 2), np.float16),
+        },
+        metadata={"format": "pt"},
+    )
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.data())
+def test_mutated_files_never_crash_and_agree_with_the_reader(
+    tmp_path: Path, data: st.DataObject
+) -> None:
+    raw = bytearray(_seed_file())
+    for _ in range(data.draw(st.integers(1, 4))):
+        kind = data.draw(st.sampled_from(["flip", "truncate", "insert", "delete"]))
+        pos = data.draw(st.integers(0, max(0, len(raw) - 1)))
+        if kind == "flip" and raw:
+            raw[pos] = data.draw(st.integers(0, 255))
+        elif kind == "truncate":
+            del raw[pos:]
+        elif kind == "insert":
+            raw[pos:pos] = data.draw(st.binary(min_size=1, max_size=8))
+        elif kind == "delete" and raw:
+            del raw[pos]
+    path = tmp_path / "fuzz.safetensors"
+    path.write_bytes(bytes(raw))
+    report = fi.verify_file(path, values=True)
+    try:
+        with fastst.safe_open(path, "numpy") as f:
+            f.keys()
+        reader_accepts = True
+    except fastst.SafetensorError:
+        reader_accepts = False
+    assert report["accepted"] == reader_accepts
+    rules = {f["rule"] for f in report["findings"]}
+    if reader_accepts:
+        assert not rules & READER_RULES, rules
+        assert all(f["severity"] != "critical" for f in report["findings"])
+    else:
+        assert rules & (READER_RULES | {"foreign-content", "hidden-payload"}), rules
+    for f in report["findings"]:
+        assert f["severity"] in fi.SEVERITIES and f["message"]
+        # Byte ranges lie inside the file, except for data a header
+        # declares beyond its end.
+        if f["offset"] is not None and f["rule"] not in PAST_END:
+            assert f["offset"] + (f["length"] or 0) <= report["file_len"], f
