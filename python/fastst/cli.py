@@ -592,7 +592,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def _add_work(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=int, default=0, help="worker threads (default: one per core)")
+    p.add_argument(
+        "--threads", type=int, default=0, metavar="N", help="worker threads (default: one per core)"
+    )
     p.add_argument("--no-progress", action="store_true", help="never show progress on stderr")
 
 
