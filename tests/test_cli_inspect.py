@@ -189,3 +189,14 @@ def test_stubs_match_the_compiled_module() -> None:
         assert params == [a.arg for a in f.args.args], f.name
     for c in classes:
         assert hasattr(_fastst, c.name), c.name
+
+
+def test_bad_numbers_are_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _save(tmp_path / "m.safetensors")
+    for argv in (
+        ["hash", "--threads", "-1", str(path)],
+        ["verify", "--header-cap", "-5", str(path)],
+        ["inspect", "--max-values", "x", str(path)],
+    ):
+        code, out, err = run(argv, capsys)
+        assert code == 2 and out == "" and "usage:" in err, argv

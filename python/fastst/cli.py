@@ -579,12 +579,22 @@ def _card_line(out: _Out) -> Callable[[str, str], None]:
 # parser ----------------------------------------------------------------
 
 
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0 or value >= 1 << 64:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 2^64 - 1: {text}")
+    return value
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILE", help="files or folders (*.safetensors)")
     p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
     p.add_argument(
         "--header-cap",
-        type=int,
+        type=_non_negative,
         default=DEFAULT_HEADER_CAP,
         metavar="BYTES",
         help=f"largest header accepted (default {DEFAULT_HEADER_CAP})",
@@ -593,7 +603,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 def _add_work(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--threads", type=int, default=0, metavar="N", help="worker threads (default: one per core)"
+        "--threads",
+        type=_non_negative,
+        default=0,
+        metavar="N",
+        help="worker threads (default: one per core)",
     )
     p.add_argument("--no-progress", action="store_true", help="never show progress on stderr")
 
@@ -627,7 +641,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensor", metavar="NAME", help="print the values of tensor NAME")
     p.add_argument(
         "--max-values",
-        type=int,
+        type=_non_negative,
         default=1000,
         metavar="N",
         help="summarise arrays with more than N values (default 1000)",
