@@ -651,7 +651,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="structural rules and forensic findings")
     _add_common(p)
     _add_work(p)
-    p.add_argument("--format", choices=("text", "json", "sarif"), default="text")
+    p.add_argument(
+        "--format",
+        choices=("text", "json", "sarif"),
+        default="text",
+        help="output format: text (default), json (same as --json) or sarif (SARIF 2.1.0)",
+    )
     p.add_argument("--values", action="store_true", help="also scan values (NaN/Inf, BOOL bytes)")
     _add_fail_on(p, "low")
     p.set_defaults(run=_cmd_verify)
