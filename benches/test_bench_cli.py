@@ -1,13 +1,14 @@
 """Benchmarks of the ``fastst`` command against the baselines it must match,
 on the same files in the same run:
 
-- ``fastst hash`` (all hashes, one pass) on a ~1 GB checkpoint vs
+- ``fastst hash`` (all hashes, one pass) on the shared Llama-like BF16
+  checkpoint of ``conftest.py`` (about ``FASTST_BENCH_GB`` GB, default 1) vs
   ``sha256sum`` of the same file: throughput ratio, target >= 0.8;
 - ``fastst verify`` (no ``--values``) on a 1,500,000-tensor header vs the
   reference package's ``safe_open`` + ``keys()``: time ratio, target <= 1.
 
-Sizes shrink with ``FASTST_BENCH_HASH_MB`` (default 1024) and
-``FASTST_BENCH_TENSORS`` (default 1500000). Run with
+Sizes shrink with ``FASTST_BENCH_GB`` and ``FASTST_BENCH_TENSORS`` (default
+1500000). Run with
 ``python -m pytest benches/test_bench_cli.py --benchmark-only -s``.
 """
 
@@ -23,11 +24,9 @@ from pathlib import Path
 from typing import Callable, Iterator, List
 
 import fastst.inspect as fi
-import numpy as np
 import pytest
 import safetensors
 
-HASH_MB = int(os.environ.get("FASTST_BENCH_HASH_MB", "1024"))
 TENSORS = int(os.environ.get("FASTST_BENCH_TENSORS", "1500000"))
 ROUNDS = int(os.environ.get("FASTST_BENCH_ROUNDS", "3"))
 
@@ -44,37 +43,6 @@ def _write(path: Path, header: bytes, data_len: int, fill: Callable[[int], bytes
             left -= len(chunk)
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A Llama-like BF16 checkpoint of about HASH_MB MiB (random bytes)."""
-    path = tmp_path_factory.mktemp("hash") / "model.safetensors"
-    total = HASH_MB << 20
-    rows = 4096
-    names: List[str] = []
-    entries = []
-    offset = 0
-    layer = 0
-    while offset < total:
-        for part in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            cols = min(4096, max(1, (total - offset) // (2 * rows)))
-            size = rows * cols * 2
-            name = f"model.layers.{layer}.self_attn.{part}.weight"
-            entries.append(
-                f'"{name}":{{"dtype":"BF16","shape":[{rows},{cols}],'
-                f'"data_offsets":[{offset},{offset + size}]}}'
-            )
-            names.append(name)
-            offset += size
-            if offset >= total:
-                break
-        layer += 1
-    header = ('{"__metadata__":{"format":"pt"},' + ",".join(entries) + "}").encode()
-    rng = np.random.default_rng(0)
-    _write(path, header, offset, lambda n: rng.integers(0, 256, n, dtype=np.uint8).tobytes())
-    yield path
-    path.unlink()
-
-
 def _name(i: int) -> str:
     digits = "0123456789abcdefghijklmnopqrstuvwxyz"
     out = ""
@@ -86,7 +54,7 @@ def _name(i: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def many_tensors(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def huge_table(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """TENSORS one-byte U8 tensors (a header just under the 100 MB cap)."""
     path = tmp_path_factory.mktemp("many") / "many.safetensors"
     parts = [
@@ -115,7 +83,8 @@ def _fastst_command() -> List[str]:
 
 
 @pytest.mark.skipif(shutil.which("sha256sum") is None, reason="needs coreutils sha256sum")
-def test_hash_vs_sha256sum(benchmark: pytest.FixtureRequest, checkpoint: Path) -> None:
+def test_hash_vs_sha256sum(benchmark: pytest.FixtureRequest, llama_bf16: Path) -> None:
+    checkpoint = llama_bf16
     size = checkpoint.stat().st_size
     fastst_cmd = [*_fastst_command(), "hash", "--no-progress", str(checkpoint)]
     sha_cmd = ["sha256sum", str(checkpoint)]
@@ -150,7 +119,9 @@ def test_hash_vs_sha256sum(benchmark: pytest.FixtureRequest, checkpoint: Path) -
     assert ratio >= 0.8
 
 
-def test_verify_vs_reference_keys(benchmark: pytest.FixtureRequest, many_tensors: Path) -> None:
+def test_verify_vs_reference_keys(benchmark: pytest.FixtureRequest, huge_table: Path) -> None:
+    many_tensors = huge_table
+
     def reference() -> int:
         with safetensors.safe_open(str(many_tensors), "numpy") as f:
             return len(f.keys())

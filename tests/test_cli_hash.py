@@ -222,3 +222,13 @@ def test_progress_goes_to_stderr(tmp_path: Path, capfd: pytest.CaptureFixture[st
     assert "100.0%" in captured.err and str(path) in captured.err
     # The line is cleared at the end.
     assert captured.err.endswith("\r\x1b[K")
+
+
+def test_check_when_the_data_cannot_be_hashed() -> None:
+    (finding,) = fi.check_hashes({"autov3": None}, {"modelspec.hash_sha256": "0x" + "a" * 64})
+    assert finding["rule"] == "hash-mismatch" and "cannot be hashed" in finding["message"]
+    # An upper-case embedded hash, with or without 0x, still matches.
+    assert fi.check_hashes({"autov3": "ab" * 32}, {"sshs_model_hash": "AB" * 32}) == []
+    assert (
+        fi.check_hashes({"autov3": "ab" * 32}, {"modelspec.hash_sha256": "0xAB" + "ab" * 31}) == []
+    )

@@ -149,16 +149,18 @@ def check_hashes(hashes: Dict[str, Any], metadata: Optional[Dict[str, str]]) -> 
             embedded = embedded[2:]
         computed = hashes.get(field)
         compared += 1
-        if computed is None or embedded != computed:
-            found.append(
-                _finding(
-                    "hash-mismatch",
-                    "high",
-                    f"__metadata__ {key} is {metadata[key]!r} but the tensor data "
-                    f"(bytes after the header) hashes to {computed}",
-                    key=key,
-                )
+        if computed is None:
+            message = (
+                f"__metadata__ {key} is {metadata[key]!r} but the tensor data cannot be "
+                "hashed: the length prefix points past the end of the file"
             )
+        else:
+            message = (
+                f"__metadata__ {key} is {metadata[key]!r} but the tensor data "
+                f"(bytes after the header) hashes to {computed}"
+            )
+        if computed is None or embedded != computed:
+            found.append(_finding("hash-mismatch", "high", message, key=key))
     if compared == 0:
         found.append(
             _finding(
