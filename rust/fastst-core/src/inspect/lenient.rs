@@ -76,38 +76,31 @@ impl<'de> Visitor<'de> for NodeVisitor {
     }
 }
 
-/// A header read leniently.
-pub(crate) struct LenientHeader {
-    /// Tensor entries in header order (duplicate names kept).
-    pub entries: Vec<(String, Node)>,
-    /// Every `__metadata__` value, in header order.
-    pub metadata: Vec<Node>,
+/// Walks the top-level object, handing each tensor entry to `on_entry` as
+/// soon as it is parsed (so that a huge table never exists as one tree) and
+/// keeping every `__metadata__` value.
+struct TopVisitor<'f, F> {
+    on_entry: &'f mut F,
 }
 
-struct TopVisitor;
-
-impl<'de> Visitor<'de> for TopVisitor {
-    type Value = LenientHeader;
+impl<'de, F: FnMut(String, Node)> Visitor<'de> for TopVisitor<'_, F> {
+    type Value = Vec<Node>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(
-        self,
-        mut map: A,
-    ) -> std::result::Result<LenientHeader, A::Error> {
-        let mut entries = Vec::new();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Vec<Node>, A::Error> {
         let mut metadata = Vec::new();
         while let Some(key) = map.next_key::<String>()? {
             let node = map.next_value::<Node>()?;
             if key == "__metadata__" {
                 metadata.push(node);
             } else {
-                entries.push((key, node));
+                (self.on_entry)(key, node);
             }
         }
-        Ok(LenientHeader { entries, metadata })
+        Ok(metadata)
     }
 }
 
@@ -121,12 +114,18 @@ fn trim_start(json: &[u8]) -> &[u8] {
     &json[n..]
 }
 
-/// Parses a header leniently; `None` when it is not a JSON object at all.
-/// Whatever follows the top-level object (NUL padding, a second object) is
-/// ignored here; the strict verdict reports it.
-pub(crate) fn parse(json: &[u8]) -> Option<LenientHeader> {
+/// Parses a header leniently: each tensor entry (name and raw value, in
+/// header order, duplicates included) goes to `on_entry`; returns every
+/// `__metadata__` value, or `None` when the header is not a JSON object at
+/// all (entries already handed over should then be disregarded). Whatever
+/// follows the top-level object (NUL padding, a second object) is ignored
+/// here; the strict verdict reports it.
+pub(crate) fn parse_with(json: &[u8], mut on_entry: impl FnMut(String, Node)) -> Option<Vec<Node>> {
     let mut de = serde_json::Deserializer::from_slice(trim_start(json));
-    de.deserialize_map(TopVisitor).ok()
+    de.deserialize_map(TopVisitor {
+        on_entry: &mut on_entry,
+    })
+    .ok()
 }
 
 struct MetadataOnly;
@@ -189,6 +188,17 @@ pub fn read_metadata(path: &Path, header_cap: u64) -> Result<Option<Vec<(String,
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    struct Parsed {
+        entries: Vec<(String, Node)>,
+        metadata: Vec<Node>,
+    }
+
+    fn parse(json: &[u8]) -> Option<Parsed> {
+        let mut entries = Vec::new();
+        let metadata = parse_with(json, |k, v| entries.push((k, v)))?;
+        Some(Parsed { entries, metadata })
+    }
 
     #[test]
     fn keeps_duplicates_in_order() {

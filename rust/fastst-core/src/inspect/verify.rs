@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
-use super::lenient::{self, LenientHeader, Node};
+use super::lenient::{self, Node};
 use super::magic::{sniff, SNIFF_LEN};
 use super::metadata::metadata_findings;
 use super::names::{dtype_findings, name_findings};
@@ -103,21 +103,20 @@ pub fn verify_path(
         }
         Err(strict) => {
             foreign_content(&head, &mut report.findings);
-            if let Some(lenient) = lenient::parse(&json) {
+            let whitespace = leading_whitespace(&json);
+            if let Some(entries) = rejected_findings(
+                &src,
+                &json,
+                data_start,
+                buffer_len,
+                &mut report.findings,
+                &mut items,
+            )? {
                 report.complete = true;
-                report.tensors = Some(lenient.entries.len() as u64);
-                let whitespace = leading_whitespace(&json);
+                report.tensors = Some(entries);
                 if whitespace > 0 {
                     report.findings.push(whitespace_finding(whitespace));
                 }
-                rejected_findings(
-                    &src,
-                    &lenient,
-                    data_start,
-                    buffer_len,
-                    &mut report.findings,
-                    &mut items,
-                )?;
             }
             let strict_finding = Finding::from_error(&strict);
             if !report
@@ -284,21 +283,22 @@ impl<'a> Seen<'a> {
     }
 }
 
-/// A tensor entry whose offsets are usable, placed in the byte buffer.
-struct Placed<'a> {
-    name: &'a str,
+/// A tensor entry whose offsets are usable, placed in the byte buffer
+/// (`idx`: its position in the header).
+struct Placed {
+    idx: usize,
     begin: u64,
     end: u64,
 }
 
-/// Checks one leniently read entry; returns its placement when its
-/// offsets are usable and, separately, its dtype when the whole entry is
-/// valid (so that its values can be scanned).
-fn check_entry<'a>(
-    name: &'a str,
-    node: &'a Node,
+/// Checks one leniently read entry; returns its offsets when they are
+/// usable and, separately, its dtype when the whole entry is valid (so that
+/// its values can be scanned).
+fn check_entry(
+    name: &str,
+    node: &Node,
     out: &mut Vec<Finding>,
-) -> (Option<Placed<'a>>, Option<Dtype>) {
+) -> (Option<(u64, u64)>, Option<Dtype>) {
     let pairs = match node {
         Node::Pairs(pairs) => pairs,
         Node::Other(v) => {
@@ -428,7 +428,7 @@ fn check_entry<'a>(
             }
         },
     };
-    let placed = offsets.map(|(begin, end)| Placed { name, begin, end });
+    let placed = offsets;
     let (Some(dtype), Some(shape), Some((begin, end))) = (dtype, shape, offsets) else {
         return (placed, None);
     };
@@ -471,31 +471,67 @@ fn check_entry<'a>(
     (placed, Some(dtype))
 }
 
-/// Findings from the lenient reading of a header the strict reader rejects.
+/// Findings from the lenient reading of a header the strict reader rejects;
+/// returns the number of tensor entries, or `None` (and no finding) when
+/// the header is not a JSON object at all.
 fn rejected_findings(
     src: &Source,
-    header: &LenientHeader,
+    json: &[u8],
     data_start: u64,
     buffer_len: u64,
     out: &mut Vec<Finding>,
     items: &mut Vec<ScanItem>,
-) -> Result<()> {
+) -> Result<Option<u64>> {
+    let mut names: Vec<String> = Vec::new();
+    let mut placed: Vec<Placed> = Vec::new();
+    let mut found: Vec<Finding> = Vec::new();
+    let mut scan: Vec<ScanItem> = Vec::new();
+    let metadata = lenient::parse_with(json, |name, node| {
+        let idx = names.len();
+        name_findings(&name, &mut found);
+        let (offsets, dtype) = check_entry(&name, &node, &mut found);
+        if let Some((begin, end)) = offsets {
+            if let Some(dtype) = dtype {
+                let len = end - begin;
+                dtype_findings(
+                    &name,
+                    dtype,
+                    data_start.saturating_add(begin),
+                    len,
+                    &mut found,
+                );
+                if scannable(dtype) && len > 0 && end <= buffer_len {
+                    scan.push(ScanItem {
+                        name: name.clone(),
+                        dtype,
+                        abs_begin: data_start + begin,
+                        len,
+                    });
+                }
+            }
+            placed.push(Placed { idx, begin, end });
+        }
+        names.push(name);
+    });
+    let Some(metadata) = metadata else {
+        return Ok(None);
+    };
     // Duplicate tensor names (serde gives keys unescaped, so `"a"` and
     // `"\u0061"` are the same name, as the rule requires), found by sorting
     // rather than hashing names an attacker chose; reported in header order.
-    let entries = &header.entries;
-    let mut order: Vec<usize> = (0..entries.len()).collect();
-    order.sort_unstable_by(|&a, &b| entries[a].0.cmp(&entries[b].0).then(a.cmp(&b)));
+    let mut order: Vec<usize> = (0..names.len()).collect();
+    order.sort_unstable_by(|&a, &b| names[a].cmp(&names[b]).then(a.cmp(&b)));
     let mut duplicates: Vec<(usize, usize)> = order
-        .chunk_by(|&a, &b| entries[a].0 == entries[b].0)
+        .chunk_by(|&a, &b| names[a] == names[b])
         .filter(|run| run.len() > 1)
         .map(|run| (run[0], run.len()))
         .collect();
     drop(order);
     duplicates.sort_unstable();
     for (first, n) in duplicates {
-        let name = &entries[first].0;
-        let f = Finding::from_error(&Error::DuplicateTensor { name: name.clone() });
+        let f = Finding::from_error(&Error::DuplicateTensor {
+            name: names[first].clone(),
+        });
         out.push(Finding {
             message: format!(
                 "{} ({n} entries; readers disagree on which one wins)",
@@ -504,29 +540,14 @@ fn rejected_findings(
             ..f
         });
     }
-    metadata_blocks(&header.metadata, out);
-    if header.entries.is_empty() {
+    metadata_blocks(&metadata, out);
+    if names.is_empty() {
         out.push(no_tensors());
     }
-    let mut placed = Vec::with_capacity(header.entries.len());
-    for (name, node) in &header.entries {
-        name_findings(name, out);
-        let (place, dtype) = check_entry(name, node, out);
-        if let (Some(p), Some(dtype)) = (&place, dtype) {
-            let len = p.end - p.begin;
-            dtype_findings(name, dtype, data_start.saturating_add(p.begin), len, out);
-            if scannable(dtype) && len > 0 && p.end <= buffer_len {
-                items.push(ScanItem {
-                    name: name.clone(),
-                    dtype,
-                    abs_begin: data_start + p.begin,
-                    len,
-                });
-            }
-        }
-        placed.extend(place);
-    }
-    layout_findings(src, &mut placed, data_start, buffer_len, out)
+    out.append(&mut found);
+    items.append(&mut scan);
+    layout_findings(src, &mut placed, &names, data_start, buffer_len, out)?;
+    Ok(Some(names.len() as u64))
 }
 
 fn metadata_blocks(blocks: &[Node], out: &mut Vec<Finding>) {
@@ -576,14 +597,16 @@ fn metadata_blocks(blocks: &[Node], out: &mut Vec<Finding>) {
 /// each reported; bytes no tensor covers are scanned for other formats.
 fn layout_findings(
     src: &Source,
-    placed: &mut [Placed<'_>],
+    placed: &mut [Placed],
+    names: &[String],
     data_start: u64,
     buffer_len: u64,
     out: &mut Vec<Finding>,
 ) -> Result<()> {
-    placed.sort_by(|a, b| (a.begin, a.end, a.name).cmp(&(b.begin, b.end, b.name)));
+    placed.sort_by(|a, b| (a.begin, a.end, &names[a.idx]).cmp(&(b.begin, b.end, &names[b.idx])));
+    let name = |p: &Placed| names[p.idx].as_str();
     let mut cursor = 0u64;
-    let mut last: Option<&Placed<'_>> = None;
+    let mut last: Option<&Placed> = None;
     for p in placed.iter() {
         let abs = |off: u64| data_start.saturating_add(off);
         if p.end > buffer_len {
@@ -593,15 +616,15 @@ fn layout_findings(
                         "ghost-tensor",
                         format!(
                             "tensor {:?}: data_offsets [{}, {}] lie entirely past the end of the {buffer_len}-byte buffer: the header lists data the file does not hold",
-                            p.name, p.begin, p.end
+                            name(p), p.begin, p.end
                         ),
                     )
-                    .tensor(p.name)
+                    .tensor(name(p))
                     .at(abs(p.begin), p.end - p.begin),
                 );
             } else {
                 let err = Error::DataTooShort {
-                    tensor: p.name.to_owned(),
+                    tensor: name(p).to_owned(),
                     end: p.end,
                     available: buffer_len,
                 };
@@ -613,7 +636,7 @@ fn layout_findings(
         }
         if p.begin > cursor {
             let err = Error::Hole {
-                tensor: p.name.to_owned(),
+                tensor: name(p).to_owned(),
                 begin: p.begin,
                 end: p.end,
                 expected: cursor,
@@ -633,18 +656,18 @@ fn layout_findings(
                         "aliased-tensor",
                         format!(
                             "tensor {:?}: data_offsets [{}, {}] are exactly those of tensor {:?}: both names read the same bytes",
-                            p.name, p.begin, p.end, l.name
+                            name(p), p.begin, p.end, name(l)
                         ),
                     )
-                    .tensor(p.name)
+                    .tensor(name(p))
                     .at(abs(p.begin), p.end - p.begin),
                 ),
                 _ => {
                     let err = Error::Overlap {
-                        tensor: p.name.to_owned(),
+                        tensor: name(p).to_owned(),
                         begin: p.begin,
                         end: p.end,
-                        other: last.map(|l| l.name.to_owned()).unwrap_or_default(),
+                        other: last.map(|l| name(l).to_owned()).unwrap_or_default(),
                         other_end: cursor,
                     };
                     let overlap = cursor.min(p.end) - p.begin;
