@@ -1035,3 +1035,86 @@ mod seen_tests {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod mutation_tests {
+    use super::super::testfile::raw;
+    use super::*;
+    use crate::{MappedFile, OpenOptions};
+
+    /// xorshift64*: a small deterministic generator for the mutations.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n.max(1) as u64) as usize
+        }
+    }
+
+    fn seed() -> Vec<u8> {
+        let header = br#"{"__metadata__":{"format":"pt"},"a.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"m":{"dtype":"BOOL","shape":[2],"data_offsets":[8,10]},"z":{"dtype":"F16","shape":[0,3],"data_offsets":[10,10]}}"#;
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header);
+        bytes.extend_from_slice(&1.5f32.to_le_bytes());
+        bytes.extend_from_slice(&f32::NAN.to_le_bytes());
+        bytes.extend_from_slice(&[1, 0]);
+        bytes
+    }
+
+    #[test]
+    fn mutated_files_never_panic_and_agree_with_the_reader() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let options = VerifyOptions {
+            values: true,
+            threads: 2,
+            ..VerifyOptions::default()
+        };
+        for _ in 0..500 {
+            let mut bytes = seed();
+            for _ in 0..1 + rng.below(4) {
+                let pos = rng.below(bytes.len());
+                match rng.below(4) {
+                    0 if !bytes.is_empty() => bytes[pos] = rng.next() as u8,
+                    1 => bytes.truncate(pos),
+                    2 => bytes.insert(pos.min(bytes.len()), rng.next() as u8),
+                    _ if !bytes.is_empty() => {
+                        bytes.remove(pos);
+                    }
+                    _ => {}
+                }
+            }
+            let file = raw(&bytes);
+            let report = verify_path(&file.0, &options, None).unwrap();
+            let reader = MappedFile::open(&file.0, OpenOptions::default());
+            assert_eq!(report.accepted, reader.is_ok(), "{:?}", report.findings);
+            let worst = report.findings.iter().map(|f| f.severity).max();
+            if report.accepted {
+                assert!(
+                    worst.is_none_or(|s| s < Severity::High),
+                    "{:?}",
+                    report.findings
+                );
+            } else {
+                assert!(
+                    worst.is_some_and(|s| s >= Severity::High),
+                    "{:?}",
+                    report.findings
+                );
+                let err = reader.err().unwrap();
+                assert!(
+                    report.findings.iter().any(|f| covers(err.rule(), f.rule)),
+                    "{} not in {:?}",
+                    err.rule(),
+                    report.findings
+                );
+            }
+        }
+    }
+}
