@@ -472,11 +472,6 @@ def test_python_api(tmp_path: Path) -> None:
 
 
 PAST_END = {"ghost-tensor", "data-too-short", "large-tensor"}
-READER_RULES = {r["id"] for r in fi.rules() if r["severity"] == "high"} - {
-    "ghost-tensor",
-    "aliased-tensor",
-    "hash-mismatch",
-}
 
 
 def _seed_file() -> bytes:
@@ -519,12 +514,10 @@ def test_mutated_files_never_crash_and_agree_with_the_reader(
     except fastst.SafetensorError:
         reader_accepts = False
     assert report["accepted"] == reader_accepts
-    rules = {f["rule"] for f in report["findings"]}
-    if reader_accepts:
-        assert not rules & READER_RULES, rules
-        assert all(f["severity"] != "critical" for f in report["findings"])
-    else:
-        assert rules & (READER_RULES | {"foreign-content", "hidden-payload"}), rules
+    # The reader's verdict shows in the severities: a file it rejects has a
+    # finding of at least high severity, a file it accepts has none.
+    worst = max((fi.severity_rank(f["severity"]) for f in report["findings"]), default=-1)
+    assert (worst >= fi.severity_rank("high")) != reader_accepts, report["findings"]
     for f in report["findings"]:
         assert f["severity"] in fi.SEVERITIES and f["message"]
         # Byte ranges lie inside the file, except for data a header
