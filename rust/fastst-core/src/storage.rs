@@ -53,6 +53,9 @@ impl Default for OpenOptions {
 /// a private mapping of their own (a mapping costs a VMA and a syscall).
 pub const PRIVATE_MAP_THRESHOLD: u64 = 64 * 1024;
 
+/// Owned copies of at least this many bytes use positioned reads.
+const POSITIONED_READ_MIN: usize = 1 << 20;
+
 /// File offsets of private mappings are aligned down to this (2 MiB).
 const MAP_ALIGN: u64 = 2 * 1024 * 1024;
 
@@ -175,6 +178,12 @@ impl MappedFile {
         }
     }
 
+    /// Copies part of a tensor with positioned reads, whatever the backend.
+    fn pread_tensor_into(&self, info: &TensorInfo, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let (start, _) = self.absolute(info);
+        read_exact_at(&self.file, buf, start + offset)
+    }
+
     /// The tensor's bytes as memory the caller owns and may write to, without
     /// copying where the backend allows it: large tensors under the mmap
     /// backend get a private copy-on-write mapping of their own (writes never
@@ -242,12 +251,18 @@ impl MappedFile {
                 ),
             });
         }
-        if let Some(src) = self.tensor_slice(info) {
-            return crate::convert::parallel_copy(src, dst);
+        // Small tensors: a memory copy from the mapping. Large ones: positioned
+        // reads, which copy in the kernel straight from the page cache and so
+        // skip the page faults a fresh mapping would take on every source page.
+        if len < POSITIONED_READ_MIN {
+            if let Some(src) = self.tensor_slice(info) {
+                dst.copy_from_slice(src);
+                return Ok(());
+            }
         }
         let threads = crate::convert::threads_for(len / 4);
         if threads <= 1 {
-            return self.read_tensor_into(info, 0, dst);
+            return self.pread_tensor_into(info, 0, dst);
         }
         let per = len.div_ceil(threads);
         let results: Vec<Result<()>> = std::thread::scope(|s| {
