@@ -14,7 +14,7 @@ def main(path: str) -> None:
         data = json.load(fh)
     groups = defaultdict(list)
     for b in data["benchmarks"]:
-        groups[b["group"]].append((b["stats"]["median"], b["name"]))
+        groups[b["group"] or b["name"]].append((b["stats"]["median"], b["name"]))
     for group, rows in sorted(groups.items()):
         rows.sort()
         fastest = rows[0][0]

@@ -30,14 +30,16 @@ def fastst_owned(path, **kw):
 
 @pytest.mark.benchmark(group="owned-load")
 def test_owned_fastst(benchmark, llama_bf16):
-    out = benchmark.pedantic(load_file, args=(llama_bf16,), kwargs={"copy": True}, rounds=3)
+    out = benchmark.pedantic(
+        load_file, args=(llama_bf16,), kwargs={"copy": True}, rounds=5, warmup_rounds=1
+    )
     assert all(a.flags.owndata or a.base is not None for a in out.values())
 
 
 @pytest.mark.benchmark(group="owned-load")
 def test_owned_reference(benchmark, llama_f16):
     # numpy path of the reference (it cannot read BF16: F16 twin, same bytes)
-    benchmark.pedantic(ref_load_file, args=(llama_f16,), rounds=3)
+    benchmark.pedantic(ref_load_file, args=(llama_f16,), rounds=5, warmup_rounds=1)
 
 
 def preadv_two_threads(path, buf):
@@ -74,12 +76,14 @@ def test_owned_preadv_limit(benchmark, llama_bf16):
     with open(llama_bf16, "rb") as fh:
         (n,) = struct.unpack("<Q", fh.read(8))
     buf = np.ones(os.path.getsize(llama_bf16) - 8 - n, dtype=np.uint8)  # pre-touched
-    benchmark.pedantic(preadv_two_threads, args=(llama_bf16, buf), rounds=3)
+    benchmark.pedantic(preadv_two_threads, args=(llama_bf16, buf), rounds=5, warmup_rounds=1)
 
 
 @pytest.mark.benchmark(group="bf16-to-f32")
 def test_convert_fastst(benchmark, llama_bf16):
-    benchmark.pedantic(load_file, args=(llama_bf16,), kwargs={"dtype": np.float32}, rounds=3)
+    benchmark.pedantic(
+        load_file, args=(llama_bf16,), kwargs={"dtype": np.float32}, rounds=5, warmup_rounds=1
+    )
 
 
 @pytest.mark.benchmark(group="bf16-to-f32")
@@ -88,7 +92,7 @@ def test_convert_reference_torch(benchmark, llama_bf16):
         with ref_open(llama_bf16, "pt") as f:
             return {k: f.get_tensor(k).to(torch.float32) for k in f.keys()}
 
-    benchmark.pedantic(run, rounds=3)
+    benchmark.pedantic(run, rounds=5, warmup_rounds=1)
 
 
 @pytest.mark.benchmark(group="bf16-to-f32")
@@ -97,12 +101,14 @@ def test_convert_reference_numpy_f16(benchmark, llama_f16):
         with ref_open(llama_f16, "np") as f:
             return {k: f.get_tensor(k).astype(np.float32) for k in f.keys()}
 
-    benchmark.pedantic(run, rounds=3)
+    benchmark.pedantic(run, rounds=5, warmup_rounds=1)
 
 
 @pytest.mark.benchmark(group="pread-owned")
 def test_pread_fastst(benchmark, llama_bf16):
-    benchmark.pedantic(fastst_owned, args=(llama_bf16,), kwargs={"backend": "pread"}, rounds=3)
+    benchmark.pedantic(
+        fastst_owned, args=(llama_bf16,), kwargs={"backend": "pread"}, rounds=5, warmup_rounds=1
+    )
 
 
 @pytest.mark.benchmark(group="pread-owned")
@@ -111,7 +117,7 @@ def test_pread_reference(benchmark, llama_bf16):
         with ref_open(llama_bf16, "pt", backend="pread") as f:
             return {k: f.get_tensor(k) for k in f.keys()}
 
-    benchmark.pedantic(run, rounds=3)
+    benchmark.pedantic(run, rounds=5, warmup_rounds=1)
 
 
 @pytest.fixture(scope="session")
@@ -136,7 +142,11 @@ def keys_of(opener, path):
 @pytest.mark.benchmark(group="keys-1.5M")
 def test_huge_keys_fastst(benchmark, huge_header):
     assert (
-        len(benchmark.pedantic(keys_of, args=(fastst.safe_open, huge_header), rounds=3))
+        len(
+            benchmark.pedantic(
+                keys_of, args=(fastst.safe_open, huge_header), rounds=5, warmup_rounds=1
+            )
+        )
         == 1_500_000
     )
 
