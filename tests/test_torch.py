@@ -24,29 +24,8 @@ from conftest import raw_file
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from st_compare import same_file_bytes
+from torch_kinds import TORCH_KINDS  # noqa: E402
 
-# Header dtype -> torch dtype, for every kind torch has.
-TORCH_KINDS: Dict[str, torch.dtype] = {
-    "BOOL": torch.bool,
-    "U8": torch.uint8,
-    "I8": torch.int8,
-    "U16": torch.uint16,
-    "I16": torch.int16,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "U32": torch.uint32,
-    "I32": torch.int32,
-    "F32": torch.float32,
-    "C64": torch.complex64,
-    "U64": torch.uint64,
-    "I64": torch.int64,
-    "F64": torch.float64,
-    "F8_E4M3": torch.float8_e4m3fn,
-    "F8_E5M2": torch.float8_e5m2,
-    "F8_E4M3FNUZ": torch.float8_e4m3fnuz,
-    "F8_E5M2FNUZ": torch.float8_e5m2fnuz,
-    "F8_E8M0": torch.float8_e8m0fnu,
-}
 SIZES = {name: torch.empty((), dtype=dt).element_size() for name, dt in TORCH_KINDS.items()}
 SHAPES: List[Tuple[int, ...]] = [(2, 3), (), (0, 4), (7,)]
 

@@ -45,28 +45,8 @@ REF_SPEC = {
     "F8_E5M2FNUZ": "float8_e5m2fnuz",
     "F8_E8M0": "float8_e8m0fnu",
 }
-#: Header dtype -> torch dtype, for reading the reference's output as torch.
-TORCH = {
-    "BOOL": torch.bool,
-    "U8": torch.uint8,
-    "I8": torch.int8,
-    "U16": torch.uint16,
-    "I16": torch.int16,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "U32": torch.uint32,
-    "I32": torch.int32,
-    "F32": torch.float32,
-    "C64": torch.complex64,
-    "U64": torch.uint64,
-    "I64": torch.int64,
-    "F64": torch.float64,
-    "F8_E4M3": torch.float8_e4m3fn,
-    "F8_E5M2": torch.float8_e5m2,
-    "F8_E4M3FNUZ": torch.float8_e4m3fnuz,
-    "F8_E5M2FNUZ": torch.float8_e5m2fnuz,
-    "F8_E8M0": torch.float8_e8m0fnu,
-}
+from torch_kinds import TORCH_KINDS as TORCH  # noqa: E402
+
 ALL_DTYPES = sorted(NUMPY_DTYPES)
 
 

@@ -134,21 +134,13 @@ impl PyWritePlan {
 
     /// `(name, dtype, shape, begin, end)` of each tensor, in file order.
     fn tensors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let items = self
-            .plan
-            .tensors()
-            .iter()
-            .map(|t| {
-                (
-                    t.name.as_str(),
-                    t.dtype.name(),
-                    PyTuple::new(py, t.shape.iter().copied())?,
-                    t.begin,
-                    t.end,
-                )
-                    .into_pyobject(py)
-            })
-            .collect::<PyResult<Vec<_>>>()?;
+        let items = tensor_rows(
+            py,
+            self.plan
+                .tensors()
+                .iter()
+                .map(|t| (t.name.as_str(), t.dtype, t.shape.as_slice(), t.begin, t.end)),
+        )?;
         PyList::new(py, items)
     }
 
@@ -263,20 +255,32 @@ pub fn parse_bytes<'py>(
     let chunk = Chunk::get(data, "")?;
     let header = fastst_core::parse_file_bytes(chunk.bytes(), header_cap)
         .map_err(|e| to_pyerr(py, display_name, e))?;
-    let tensors = header
-        .tensors()
-        .iter()
-        .map(|t| {
+    let tensors = tensor_rows(
+        py,
+        header
+            .tensors()
+            .iter()
+            .map(|t| (t.name.as_str(), t.dtype, t.shape.as_slice(), t.begin, t.end)),
+    )?;
+    let metadata = header.metadata().map(|m| m.to_vec());
+    (header.data_start(), PyList::new(py, tensors)?, metadata).into_pyobject(py)
+}
+
+/// `(name, dtype, shape, begin, end)` tuples of tensors, in the order given.
+fn tensor_rows<'py, 'a>(
+    py: Python<'py>,
+    tensors: impl Iterator<Item = (&'a str, fastst_core::Dtype, &'a [u64], u64, u64)>,
+) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+    tensors
+        .map(|(name, dtype, shape, begin, end)| {
             (
-                t.name.as_str(),
-                t.dtype.name(),
-                PyTuple::new(py, t.shape.iter().copied())?,
-                t.begin,
-                t.end,
+                name,
+                dtype.name(),
+                PyTuple::new(py, shape.iter().copied())?,
+                begin,
+                end,
             )
                 .into_pyobject(py)
         })
-        .collect::<PyResult<Vec<_>>>()?;
-    let metadata = header.metadata().map(|m| m.to_vec());
-    (header.data_start(), PyList::new(py, tensors)?, metadata).into_pyobject(py)
+        .collect()
 }
