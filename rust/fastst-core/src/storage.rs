@@ -220,8 +220,9 @@ impl MappedFile {
                 });
             }
         }
+        // `vec!` of zeros is calloc: fresh zero pages, no fill pass.
         let mut buf = vec![0u8; len];
-        self.read_tensor_into(info, 0, &mut buf)?;
+        self.copy_tensor_into(info, &mut buf)?;
         Ok(TensorData::Owned(buf))
     }
 }
