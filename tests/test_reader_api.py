@@ -143,3 +143,37 @@ def test_any_basic_index_matches_numpy(sample, index) -> None:
     expected = A[index]
     assert got.shape == np.shape(expected)
     np.testing.assert_array_equal(got, expected)
+
+
+def test_framework_names_match_the_reference(sample) -> None:
+    from fastst._frameworks import ALIASES
+    from safetensors import SafetensorError as RefError
+
+    # The names the reference accepts (opening with them imports the
+    # frameworks, which must not share a process in some orders: the set is
+    # written out, and only numpy and refused names are opened here).
+    assert set(ALIASES) == {
+        "np",
+        "numpy",
+        "pt",
+        "torch",
+        "pytorch",
+        "tf",
+        "tensorflow",
+        "flax",
+        "jax",
+        "mlx",
+        "paddle",
+    }
+    for name in ["np", "numpy", "pp", "PT", "Numpy", "caffe", ""]:
+        try:
+            ref_open(sample, name)
+            ref_ok = True
+        except RefError:
+            ref_ok = False
+        try:
+            fastst.safe_open(sample, name).close()
+            ours_ok = True
+        except fastst.SafetensorError:
+            ours_ok = False
+        assert ours_ok == ref_ok, name

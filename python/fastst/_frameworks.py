@@ -31,7 +31,6 @@ ALIASES: Dict[str, str] = {
     "jax": "flax",
     "mlx": "mlx",
     "paddle": "paddle",
-    "pp": "paddle",
 }
 
 #: Canonical name -> (module to import, pip extra that installs it).
