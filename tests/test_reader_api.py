@@ -177,3 +177,39 @@ def test_framework_names_match_the_reference(sample) -> None:
         except fastst.SafetensorError:
             ours_ok = False
         assert ours_ok == ref_ok, name
+
+
+@pytest.mark.parametrize("index", SLICE_CASES + [np.s_[3:1], np.s_[-2:, 1], np.s_[0:6:4]], ids=repr)
+def test_pread_slices_read_only_their_rows_and_match_numpy(sample, index) -> None:
+    with fastst.safe_open(sample, "np", backend="pread") as f:
+        got = f.get_slice("a")[index]
+    expected = A[index]
+    assert got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_pread_slice_reads_a_part(sample, monkeypatch) -> None:
+    from fastst._fastst import RawFile
+
+    calls = []
+    with fastst.safe_open(sample, "np", backend="pread") as f:
+        real = f._raw
+
+        class Spy:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def read_range_into(self, name, offset, out):
+                calls.append((offset, len(out)))
+                real.read_range_into(name, offset, out)
+
+            def tensor(self, name):  # the whole-tensor path must not be taken
+                raise AssertionError("whole tensor read")
+
+        f._raw = Spy()
+        part = f.get_slice("a")[2:4, ::2]
+        f._raw = real
+    np.testing.assert_array_equal(part, A[2:4, ::2])
+    row = 5 * 4 * 4
+    assert calls == [(2 * row, 2 * row)]
+    assert isinstance(real, RawFile)

@@ -202,7 +202,51 @@ class SafeSlice:
         owner = self._owner
         if owner.closed:
             raise ClosedFileError(f"{owner._raw.name}: file is closed")
+        if owner._raw.backend == "pread":
+            rows = self._read_rows(index)
+            if rows is not None:
+                buffer, shape, index = rows
+                return owner._backend.index(
+                    buffer, self._dtype, shape, index, owner._device, owner._where(self._name)
+                )
         buffer, dtype, shape = owner._raw.tensor(self._name)
         return owner._backend.index(
             buffer, dtype, shape, index, owner._device, owner._where(self._name)
         )
+
+    def _read_rows(self, index: Any) -> Optional[Tuple[np.ndarray, Tuple[int, ...], Any]]:
+        """Under the pread back end, reads only the rows (outermost
+        dimension) the index selects: ``(bytes, their shape, the index
+        rewritten for them)``, or None when the whole tensor must be read
+        (packed dtypes, 0-d tensors, an index starting with ``...``/``None``,
+        negative steps, out-of-range ints: the full path raises the errors)."""
+        shape = self._shape
+        if not shape or self._dtype in PACKED_BITS:
+            return None
+        items = index if isinstance(index, tuple) else (index,)
+        if not items:
+            return None
+        first, rest = items[0], items[1:]
+        n0 = shape[0]
+        if isinstance(first, slice):
+            start, stop, step = first.indices(n0)
+            if step < 0:
+                return None
+            stop = max(start, stop)
+            lead: Any = slice(None, None, step)
+        elif not isinstance(first, bool) and hasattr(first, "__index__"):
+            i = first.__index__()
+            if i < 0:
+                i += n0
+            if not 0 <= i < n0:
+                return None
+            start, stop, lead = i, i + 1, 0
+        else:
+            return None
+        row = NUMPY_DTYPES[self._dtype].itemsize
+        for d in shape[1:]:
+            row *= d
+        out = np.empty((stop - start) * row, dtype=np.uint8)
+        if out.size:
+            self._owner._raw.read_range_into(self._name, start * row, out)
+        return out, (stop - start, *shape[1:]), (lead, *rest)

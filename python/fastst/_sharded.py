@@ -182,6 +182,9 @@ class ShardedFile:
     def read_into(self, name: str, out: Any) -> None:
         self._shard(name).read_into(name, out)
 
+    def read_range_into(self, name: str, offset: int, out: Any) -> None:
+        self._shard(name).read_range_into(name, offset, out)
+
     def convert_into(self, name: str, out: Any, to: str) -> None:
         self._shard(name).convert_into(name, out, to)
 

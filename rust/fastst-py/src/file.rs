@@ -218,6 +218,23 @@ impl RawFile {
             .map_err(|e| to_pyerr(py, &self.name, e))
     }
 
+    /// Copies `len(out)` bytes of tensor `name`, starting `offset` bytes
+    /// into it, into `out` (a writable C-contiguous byte buffer).
+    fn read_range_into(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        offset: u64,
+        out: PyBuffer<u8>,
+    ) -> PyResult<()> {
+        let file = self.file()?;
+        let t = self.lookup(py, &file, name)?;
+        let dst = writable(&out)?;
+        let file = &*file;
+        py.allow_threads(move || file.read_tensor_into(t, offset, dst.into_slice()))
+            .map_err(|e| to_pyerr(py, &self.name, e))
+    }
+
     /// Converts tensor `name` to dtype `to` (a header name) into `out`, a
     /// writable C-contiguous byte buffer of the converted length.
     fn convert_into(
