@@ -101,20 +101,8 @@ fn count_block(dtype: Dtype, bytes: &[u8]) -> ValueCounts {
 
 /// True for the dtypes [`count_values`] has anything to say about.
 pub(crate) fn scannable(dtype: Dtype) -> bool {
-    !matches!(
-        dtype,
-        Dtype::U8
-            | Dtype::I8
-            | Dtype::U16
-            | Dtype::I16
-            | Dtype::U32
-            | Dtype::I32
-            | Dtype::U64
-            | Dtype::I64
-            | Dtype::F4
-            | Dtype::F6E2M3
-            | Dtype::F6E3M2
-    )
+    // BOOL (bytes other than 0/1) and every float kind stored whole-byte.
+    dtype == Dtype::Bool || (dtype.is_float() && !dtype.is_sub_byte())
 }
 
 #[cfg(test)]
