@@ -14,6 +14,7 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
+use crate::json::whitespace_len;
 
 /// Default upper bound on the header length prefix (100 MB).
 pub const DEFAULT_HEADER_CAP: u64 = 100_000_000;
@@ -199,10 +200,7 @@ fn parse_json(json: &[u8]) -> Result<Parsed> {
     let text = std::str::from_utf8(json).map_err(|e| Error::HeaderNotUtf8 {
         offset: e.valid_up_to(),
     })?;
-    let leading = text
-        .bytes()
-        .take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
-        .count();
+    let leading = whitespace_len(text.as_bytes());
     match text.as_bytes().get(leading) {
         Some(b'{') => {}
         Some(&found) => {

@@ -5,6 +5,7 @@
 //! write `result.in_file(name)?`: the message is prefixed with the file name
 //! and the exception gets `filename`, `tensor` and `rule` attributes.
 
+use fastst_core::write::WriteFailure;
 use fastst_core::{Error, Family, RuleId};
 use pyo3::exceptions::{
     PyFileNotFoundError, PyIsADirectoryError, PyMemoryError, PyOSError, PyPermissionError,
@@ -35,6 +36,15 @@ impl<T> InFile<T> for Result<T, Error> {
     #[inline]
     fn in_file(self, file: &str) -> PyResult<T> {
         self.map_err(|e| to_pyerr(file, e))
+    }
+}
+
+impl<T> InFile<T> for Result<T, WriteFailure<PyErr>> {
+    fn in_file(self, file: &str) -> PyResult<T> {
+        self.map_err(|f| match f {
+            WriteFailure::Core(e) => to_pyerr(file, e),
+            WriteFailure::Feed(e) => e,
+        })
     }
 }
 

@@ -22,9 +22,10 @@ use sha2::{Digest, Sha256};
 
 use super::canonical::canonical_header;
 use super::source::Source;
-use super::{hex, thread_count, Finding, Progress};
+use super::{hex, Finding, Progress};
 use crate::error::Result;
 use crate::header::{check_prefix, Header, DEFAULT_HEADER_CAP};
+use crate::parallel::thread_count;
 
 /// Offset of the bytes AutoV1 hashes.
 pub const AUTOV1_OFFSET: u64 = 0x10_0000;
@@ -59,9 +60,13 @@ impl Default for HashOptions {
 /// The hashes of one file (lower-case hex).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HashReport {
+    /// Length of the file in bytes.
     pub file_len: u64,
+    /// SHA-256 of the whole file.
     pub sha256: String,
+    /// AutoV1: 8 hex digits of SHA-256 over 0x10000 bytes at offset 0x100000.
     pub autov1: String,
+    /// AutoV2: the first 10 hex digits of the file's SHA-256.
     pub autov2: String,
     /// `None` when the length prefix points past the end of the file.
     pub autov3: Option<String>,

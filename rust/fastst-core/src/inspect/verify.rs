@@ -14,10 +14,12 @@ use super::metadata::metadata_findings;
 use super::names::{dtype_findings, name_findings};
 use super::source::Source;
 use super::values::{count_values, scannable};
-use super::{thread_count, Finding, Progress, RuleId, Severity};
+use super::{Finding, Progress, RuleId, Severity};
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::header::{check_prefix, Header, DEFAULT_HEADER_CAP};
+use crate::json::whitespace_len;
+use crate::parallel::thread_count;
 
 /// Options for [`verify_path`].
 #[derive(Clone, Copy, Debug)]
@@ -103,7 +105,7 @@ pub fn verify_path(
         }
         Err(strict) => {
             foreign_content(&head, &mut report.findings);
-            let whitespace = leading_whitespace(&json);
+            let whitespace = whitespace_len(&json);
             if let Some(entries) = rejected_findings(
                 &src,
                 &json,
@@ -173,12 +175,6 @@ fn foreign_content(head: &[u8], out: &mut Vec<Finding>) {
             .at(0, head.len() as u64),
         );
     }
-}
-
-fn leading_whitespace(json: &[u8]) -> usize {
-    json.iter()
-        .take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
-        .count()
 }
 
 fn whitespace_finding(n: usize) -> Finding {
