@@ -17,6 +17,7 @@ pub(crate) mod parallel;
 pub mod progress;
 pub mod read;
 pub mod rules;
+pub(crate) mod validate;
 pub mod write;
 
 pub use dtype::Dtype;
