@@ -1,5 +1,8 @@
 //! Every way reading or writing a file can fail, one variant per rule.
 //!
+//! One cohesive job in one file (about 500 lines): the variants, their
+//! messages and the variant-to-rule map belong together.
+//!
 //! Each variant maps to exactly one [`RuleId`] of the catalogue
 //! ([`Error::rule`]); its family, and so the Python exception class, follows
 //! from the rule ([`Error::kind`]). Messages name the tensor; the caller

@@ -5,8 +5,9 @@
 //! recursion limit, and nothing is allocated because a header claims a
 //! size. The entry rules themselves live in [`crate::validate::entry`].
 //!
-//! One cohesive job in one file (about 600 lines): the visitors are many
-//! small types that only make sense together.
+//! One cohesive job in one file (over 700 lines): the visitors are many
+//! small types, one per kind of JSON value of the format, that only make
+//! sense together.
 
 use std::cell::RefCell;
 use std::collections::HashSet;
