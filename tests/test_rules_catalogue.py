@@ -126,6 +126,20 @@ def test_rule_error_builds_the_family_class() -> None:
         _fastst.error_family("no-such-rule")
 
 
+def test_closed_file_error_is_made_in_one_place(tmp_path: Path) -> None:
+    made = _fastst.closed_file_error("m.safetensors")
+    assert isinstance(made, fastst.ClosedFileError)
+    assert (made.filename, made.tensor, made.rule) == ("m.safetensors", None, "closed-file")
+    path = tmp_path / "m.safetensors"
+    fastst.numpy.save_file({"x": np.zeros(2, np.uint8)}, str(path))
+    f = fastst.safe_open(str(path), "np")
+    f.__exit__(None, None, None)
+    with pytest.raises(fastst.ClosedFileError) as raised:
+        f.keys()
+    assert str(raised.value) == str(_fastst.closed_file_error(str(path)))
+    assert (raised.value.filename, raised.value.rule) == (str(path), "closed-file")
+
+
 def test_errors_raised_by_the_core_carry_catalogue_ids(tmp_path: Path) -> None:
     ids = {r["id"] for r in _fastst.rule_catalogue()}
     bad = tmp_path / "bad.safetensors"

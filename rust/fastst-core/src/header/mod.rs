@@ -150,12 +150,9 @@ impl Header {
 /// Reads the 8-byte prefix of a file of `file_len` bytes and checks it
 /// against the file's length and the cap; returns `N`.
 pub fn check_prefix(prefix: &[u8], file_len: u64, cap: u64) -> Result<u64> {
-    let Some(bytes) = prefix.get(..8) else {
+    let Some(n) = prefix_value(prefix) else {
         return Err(Error::FileTooShort { len: file_len });
     };
-    let mut raw = [0u8; 8];
-    raw.copy_from_slice(bytes);
-    let n = u64::from_le_bytes(raw);
     if n == 0 {
         return Err(Error::HeaderLengthZero);
     }
@@ -167,6 +164,13 @@ pub fn check_prefix(prefix: &[u8], file_len: u64, cap: u64) -> Result<u64> {
         return Err(Error::HeaderPastEnd { len: n, available });
     }
     Ok(n)
+}
+
+/// The header length `N` the first 8 bytes of `bytes` announce (little
+/// endian), unchecked; `None` when there are fewer than 8 bytes.
+pub fn prefix_value(bytes: &[u8]) -> Option<u64> {
+    let raw: [u8; 8] = bytes.get(..8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(raw))
 }
 
 /// Parses a whole file held in memory (length prefix, header, byte buffer),

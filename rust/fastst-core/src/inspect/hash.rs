@@ -24,7 +24,7 @@ use super::canonical::canonical_header;
 use super::source::Source;
 use super::{hex, Finding, Progress};
 use crate::error::Result;
-use crate::header::{check_prefix, Header, DEFAULT_HEADER_CAP};
+use crate::header::{check_prefix, prefix_value, Header, DEFAULT_HEADER_CAP};
 use crate::parallel::thread_count;
 
 /// Offset of the bytes AutoV1 hashes.
@@ -113,11 +113,7 @@ pub fn hash_path(path: &Path, options: &HashOptions, progress: Progress) -> Resu
     let len = src.len;
     let map = src.map()?;
     let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
-    let raw_n = bytes.get(..8).map(|p| {
-        let mut raw = [0u8; 8];
-        raw.copy_from_slice(p);
-        u64::from_le_bytes(raw)
-    });
+    let raw_n = prefix_value(bytes);
     let data_start = raw_n.and_then(|n| n.checked_add(8)).filter(|&s| s <= len);
     let header = match check_prefix(bytes, len, options.header_cap) {
         Ok(n) => Header::parse(slice(bytes, 8, 8 + n), len - 8 - n),
