@@ -382,4 +382,61 @@ mod tests {
         assert_eq!(e.rule(), "io");
         fs::remove_dir_all(&dir).expect("cleanup");
     }
+
+    #[test]
+    fn write_atomic_runs_blocking_steps_and_keeps_feed_errors() {
+        let dir = temp_dir("with");
+        let path = dir.join("m.safetensors");
+        let p = plan(vec![NewTensor::new("a", Dtype::U8, vec![2])], None).expect("plan");
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let blocking = |work: &mut (dyn FnMut() + Send)| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            work();
+        };
+        // create, flush, commit: three blocking steps.
+        write_atomic(&p, &path, None, &blocking, |s| {
+            s.write(&[7, 8])?;
+            s.end_tensor()
+        })
+        .expect("write");
+        assert_eq!(calls.load(Ordering::Relaxed), 3);
+        assert_eq!(
+            fs::read(&path).expect("read"),
+            serialize(&p, &[&[7, 8]]).expect("ser")
+        );
+
+        // The caller's error comes back as it was; the old file stays.
+        let failed = write_atomic(&p, &path, Some(true), &|work| work(), |_| Err("stop"));
+        assert!(matches!(failed, Err(WriteFailure::Feed("stop"))));
+        assert_eq!(
+            fs::read(&path).expect("read"),
+            serialize(&p, &[&[7, 8]]).expect("ser")
+        );
+        assert_eq!(entries(&dir), vec!["m.safetensors"]);
+
+        // A tensor short of bytes is the core's own error.
+        let short = write_atomic(&p, &path, None, &|work| work(), |s| {
+            s.write(&[1]).map_err(|e| e.rule().id())
+        });
+        match short {
+            Err(WriteFailure::Core(e)) => assert_eq!(e.rule(), "data-length"),
+            other => panic!("{other:?}"),
+        }
+        fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn durability_default_flushes_only_replacements() {
+        let dir = temp_dir("durable");
+        let fresh = AtomicFile::create(&dir.join("new.safetensors")).expect("create");
+        assert!(!fresh.durable_by_default());
+        let old = dir.join("old.safetensors");
+        fs::write(&old, b"x").expect("write");
+        let replacing = AtomicFile::create(&old).expect("create");
+        assert!(replacing.durable_by_default());
+        replacing.commit(None).expect("commit");
+        drop(fresh);
+        assert_eq!(entries(&dir), vec!["old.safetensors"]);
+        fs::remove_dir_all(&dir).expect("cleanup");
+    }
 }
