@@ -201,9 +201,9 @@ pub enum Error {
     OffsetsReversed {
         /// The tensor involved (empty when none).
         tensor: String,
-        /// First byte (data_offsets[0]).
+        /// First byte (`data_offsets[0]`).
         begin: u64,
-        /// One past the last byte (data_offsets[1]).
+        /// One past the last byte (`data_offsets[1]`).
         end: u64,
     },
     #[error("tensor {tensor:?}: data_offsets [{begin}, {end}] hold {held} bytes but shape {shape:?} of {dtype} needs {needed}")]
@@ -211,9 +211,9 @@ pub enum Error {
     ByteLengthMismatch {
         /// The tensor involved (empty when none).
         tensor: String,
-        /// First byte (data_offsets[0]).
+        /// First byte (`data_offsets[0]`).
         begin: u64,
-        /// One past the last byte (data_offsets[1]).
+        /// One past the last byte (`data_offsets[1]`).
         end: u64,
         /// Bytes the data_offsets hold.
         held: u64,
@@ -229,9 +229,9 @@ pub enum Error {
     Hole {
         /// The tensor involved (empty when none).
         tensor: String,
-        /// First byte (data_offsets[0]).
+        /// First byte (`data_offsets[0]`).
         begin: u64,
-        /// One past the last byte (data_offsets[1]).
+        /// One past the last byte (`data_offsets[1]`).
         end: u64,
         /// The value required.
         expected: u64,
@@ -243,9 +243,9 @@ pub enum Error {
     Overlap {
         /// The tensor involved (empty when none).
         tensor: String,
-        /// First byte (data_offsets[0]).
+        /// First byte (`data_offsets[0]`).
         begin: u64,
-        /// One past the last byte (data_offsets[1]).
+        /// One past the last byte (`data_offsets[1]`).
         end: u64,
         /// The other tensor.
         other: String,
@@ -257,7 +257,7 @@ pub enum Error {
     DataTooShort {
         /// The tensor involved (empty when none).
         tensor: String,
-        /// One past the last byte (data_offsets[1]).
+        /// One past the last byte (`data_offsets[1]`).
         end: u64,
         /// Bytes actually available.
         available: u64,

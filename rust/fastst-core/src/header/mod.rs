@@ -1,10 +1,10 @@
 //! A parsed and validated header: the table of tensors and the optional
 //! `__metadata__` map, and the framing rule of the 8-byte length prefix.
 //!
-//! [`Header::parse`] reads the JSON strictly ([`json`]: serde visitors, one
+//! [`Header::parse`] reads the JSON strictly (`json.rs`: serde visitors, one
 //! error per rule, duplicate keys caught at every level, nothing allocated
 //! because a header claims a size), then applies the table rules
-//! ([`crate::validate`]: sizes, duplicates, layout), stopping at the first
+//! (`src/validate/`: sizes, duplicates, layout), stopping at the first
 //! broken rule.
 
 mod json;
