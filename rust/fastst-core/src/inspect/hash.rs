@@ -24,7 +24,7 @@ use super::canonical::canonical_header;
 use super::source::Source;
 use super::{hex, Finding, Progress};
 use crate::error::Result;
-use crate::header::{check_prefix, prefix_value, Header, DEFAULT_HEADER_CAP};
+use crate::header::{parse_file_bytes, prefix_value, DEFAULT_HEADER_CAP};
 use crate::parallel::thread_count;
 
 /// Offset of the bytes AutoV1 hashes.
@@ -115,10 +115,7 @@ pub fn hash_path(path: &Path, options: &HashOptions, progress: Progress) -> Resu
     let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
     let raw_n = prefix_value(bytes);
     let data_start = raw_n.and_then(|n| n.checked_add(8)).filter(|&s| s <= len);
-    let header = match check_prefix(bytes, len, options.header_cap) {
-        Ok(n) => Header::parse(slice(bytes, 8, 8 + n), len - 8 - n),
-        Err(e) => Err(e),
-    };
+    let header = parse_file_bytes(bytes, options.header_cap);
     let (header, header_problem) = match header {
         Ok(h) => (Some(h), None),
         Err(e) => (None, Some(Finding::from_error(&e))),
@@ -251,7 +248,7 @@ mod file_tests {
             let tensors = r.tensors.unwrap();
             assert_eq!(tensors[0], ("b".to_owned(), sha256_of(&data[..1_200_000])));
             assert_eq!(tensors[1], ("a".to_owned(), sha256_of(&data[1_200_000..])));
-            let h = Header::parse(header.as_bytes(), data.len() as u64).unwrap();
+            let h = crate::header::Header::parse(header.as_bytes(), data.len() as u64).unwrap();
             assert_eq!(r.header_sha256.unwrap(), sha256_of(&canonical_header(&h)));
             assert_eq!(r.header_len, Some(header.len() as u64));
         }
