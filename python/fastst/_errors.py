@@ -1,12 +1,15 @@
-"""The fastst exception tree, rooted at :class:`SafetensorError`.
+"""The fastst exception tree, rooted at :class:`SafetensorError`, and the one
+way Python code raises a rule's error (:func:`rule_error`).
 
 Every error raised for a bad file names the file, the tensor (where there is
-one) and the rule that failed, and carries them as attributes.
+one) and the rule that failed, and carries them as attributes. Each rule id
+belongs to one family (an exception class here), as the rule catalogue of
+the compiled core says.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, Optional
 
 
 class SafetensorError(Exception):
@@ -61,6 +64,76 @@ class UnsupportedDtypeError(SafetensorError, TypeError):
     """A dtype has no equivalent in the requested framework."""
 
 
+class ShardIndexError(SafetensorError):
+    """A sharded checkpoint's index is malformed or disagrees with its shards."""
+
+
+#: Exception class name -> class, for every family a rule can belong to.
+FAMILIES: Dict[str, type] = {
+    cls.__name__: cls
+    for cls in (
+        SafetensorError,
+        HeaderFramingError,
+        HeaderJsonError,
+        MetadataError,
+        TensorTableError,
+        LayoutError,
+        TensorNotFoundError,
+        ClosedFileError,
+        SerializeError,
+        UnsupportedDtypeError,
+        ShardIndexError,
+    )
+}
+
+# The families of the rules Python raises itself (until the core's catalogue
+# is exported to Python, which will replace this table).
+_PYTHON_RULES: Dict[str, str] = {
+    "bad-shape": "SerializeError",
+    "unsupported-dtype": "SerializeError",
+    "closed-file": "ClosedFileError",
+    "tensor-not-found": "TensorNotFoundError",
+    "index-json": "ShardIndexError",
+    "index-shape": "ShardIndexError",
+    "shard-path": "ShardIndexError",
+    "shard-missing": "ShardIndexError",
+    "shard-lacks-tensor": "ShardIndexError",
+    "shard-extra-tensor": "ShardIndexError",
+}
+
+
+def family(rule: str) -> type:
+    """The exception class of ``rule``'s family; KeyError for an unknown id."""
+    return FAMILIES[_PYTHON_RULES[rule]]
+
+
+def rule_error(
+    rule: str, filename: str, message: str, tensor: Optional[str] = None
+) -> SafetensorError:
+    """The exception for a failure of ``rule`` (an id of the catalogue) about
+    ``filename``: an instance of the rule's family whose text is
+    ``"<filename>: <message>"`` (the message names the tensor, if any, as the
+    core's messages do) and whose ``filename``, ``tensor`` and ``rule``
+    attributes are set. An unknown rule id raises KeyError at once."""
+    cls = family(rule)
+    err: SafetensorError = cls(f"{filename}: {message}" if filename else message)
+    err.filename = filename
+    err.tensor = tensor
+    err.rule = rule
+    return err
+
+
+def closed_file_error(filename: str) -> SafetensorError:
+    """The :class:`ClosedFileError` for any use of ``filename`` after it was
+    closed (rule ``closed-file``)."""
+    return rule_error(
+        "closed-file",
+        filename,
+        "file is closed (the `with` block ended or close() was called); "
+        "arrays obtained before stay valid",
+    )
+
+
 __all__ = [
     "SafetensorError",
     "HeaderFramingError",
@@ -72,4 +145,7 @@ __all__ = [
     "ClosedFileError",
     "SerializeError",
     "UnsupportedDtypeError",
+    "ShardIndexError",
+    "rule_error",
+    "closed_file_error",
 ]

@@ -85,13 +85,16 @@ class Backend:
     the file is opened; ``tensor(buffer, dtype, shape, device, where)`` wraps
     a whole tensor; ``index(buffer, dtype, shape, key, device, where)``
     returns part of one with the framework's indexing rules. ``where`` names
-    the file and tensor for error messages.
+    the file and tensor for error messages. ``settle(device)`` returns once
+    every tensor handed out for that device has landed there (a no-op where
+    tensors are complete when handed out).
     """
 
     name: str
     device: Callable[[Any], Any]
     tensor: Callable[[Buffer, str, Shape, Any, str], Any]
     index: Callable[[Buffer, str, Shape, Any, Any, str], Any]
+    settle: Callable[[Any], None] = lambda _device: None
 
 
 def numpy_index(buffer: Buffer, dtype: str, shape: Shape, key: Any, where: str) -> np.ndarray:
@@ -144,6 +147,7 @@ BACKENDS: Dict[str, Backend] = {"numpy": NUMPY}
 
 
 def register(backend: Backend) -> None:
+    """Makes ``backend`` the one used for its framework."""
     BACKENDS[backend.name] = backend
 
 
@@ -154,30 +158,3 @@ def backend(framework: str) -> Backend:
         importlib.import_module(f"fastst._fw_{framework}")
         found = BACKENDS[framework]
     return found
-
-
-def load_bytes(data: bytes, framework: str, device: Any = "cpu") -> Dict[str, Any]:
-    """Every tensor of a ``.safetensors`` file given as bytes, as tensors of
-    ``framework``, in file order. Each tensor gets its own writable copy of
-    its bytes, so none aliases ``data`` or another tensor."""
-    from . import deserialize
-
-    found = backend(framework)
-    target = found.device(device)
-    result: Dict[str, Any] = {}
-    for name, view in deserialize(data):
-        buffer = view["data"]
-        if not isinstance(buffer, bytearray):
-            buffer = bytearray(buffer)
-        where = f"tensor {name!r}"
-        result[name] = found.tensor(buffer, view["dtype"], view["shape"], target, where)
-    return result
-
-
-def load_path(filename: Any, framework: str, storage: str = "mmap", device: Any = "cpu") -> Any:
-    """Every tensor of ``filename`` as tensors of ``framework``, in file order
-    (``storage`` is safe_open's ``backend``)."""
-    from ._open import safe_open
-
-    with safe_open(filename, framework, device=device, backend=storage) as f:
-        return f.get_tensors()

@@ -10,6 +10,7 @@ from typing import Any, Dict, Sequence
 import numpy as np
 
 from . import _frameworks
+from ._dtypes import to_numpy
 from ._errors import SafetensorError, UnsupportedDtypeError
 
 paddle = _frameworks.require("paddle")
@@ -82,8 +83,6 @@ def to_paddle(array: np.ndarray, dtype: str, device: str, where: str) -> Any:
 
 
 def tensor(buffer: Any, dtype: str, shape: Sequence[int], device: str, where: str) -> Any:
-    from ._dtypes import to_numpy
-
     return to_paddle(to_numpy(buffer, dtype, shape), dtype, device, where)
 
 

@@ -216,6 +216,10 @@ def index(
     return device.place(part)
 
 
-_frameworks.register(_frameworks.Backend("torch", check_device, tensor, index))
+def settle(device: Target) -> None:
+    device.synchronize()
+
+
+_frameworks.register(_frameworks.Backend("torch", check_device, tensor, index, settle))
 
 __all__: List[str] = ["TORCH_DTYPES", "HEADER_NAMES", "ITEM_SIZES", "check_device", "Target"]

@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _frameworks
 from ._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
-from ._errors import ClosedFileError
+from ._errors import closed_file_error
 from ._fastst import DEFAULT_HEADER_CAP
 from ._sharded import open_raw
 
@@ -143,6 +143,11 @@ class safe_open:  # noqa: N801 - the reference package's name
         self._raw.advise_sequential()
         return {name: self.get_tensor(name, copy=copy, dtype=dtype) for name in self.offset_keys()}
 
+    def _settle(self) -> None:
+        """Returns once every tensor handed out has landed on its device
+        (CUDA copies are asynchronous)."""
+        self._backend.settle(self._device)
+
     def get_slice(self, name: str) -> SafeSlice:
         """A lazy handle on tensor ``name``: index it to read part of it."""
         dtype, shape, _begin, _end = self._raw.info(name)
@@ -201,7 +206,7 @@ class SafeSlice:
         index = _check_index(index)
         owner = self._owner
         if owner.closed:
-            raise ClosedFileError(f"{owner._raw.name}: file is closed")
+            raise closed_file_error(owner._raw.name)
         if owner._raw.backend == "pread":
             rows = self._read_rows(index)
             if rows is not None:
