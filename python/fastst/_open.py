@@ -118,11 +118,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         ``dtype`` when given), its header dtype and its shape."""
         src, shape, begin, end = self._raw.info(name)
         target = src if dtype is None else target_dtype(dtype)
-        if src in PACKED_BITS or target in PACKED_BITS:
-            if target != src:
-                raise ValueError(
-                    f'{self._raw.name}: tensor "{name}": no conversion from {src} to {target}'
-                )
+        if target == src and src in PACKED_BITS:
             packed = np.empty(end - begin, dtype=np.uint8)
             self._raw.read_into(name, packed)
             return to_numpy(packed, src, shape), src, shape
@@ -131,6 +127,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         if target == src:
             self._raw.read_into(name, out)
         else:
+            # The core says which conversions exist (ValueError for others).
             self._raw.convert_into(name, out, target)
         return array, target, shape
 
