@@ -108,13 +108,14 @@ def family(rule: str) -> type:
 
 
 def rule_error(
-    rule: str, filename: str, message: str, tensor: Optional[str] = None
+    rule: str, filename: Optional[str], message: str, tensor: Optional[str] = None
 ) -> SafetensorError:
     """The exception for a failure of ``rule`` (an id of the catalogue) about
     ``filename``: an instance of the rule's family whose text is
-    ``"<filename>: <message>"`` (the message names the tensor, if any, as the
-    core's messages do) and whose ``filename``, ``tensor`` and ``rule``
-    attributes are set. An unknown rule id raises KeyError at once."""
+    ``"<filename>: <message>"`` (just ``message`` when there is no file; the
+    message names the tensor, if any, as the core's messages do) and whose
+    ``filename``, ``tensor`` and ``rule`` attributes are set. An unknown
+    rule id raises KeyError at once."""
     cls = family(rule)
     err: SafetensorError = cls(f"{filename}: {message}" if filename else message)
     err.filename = filename

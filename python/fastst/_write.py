@@ -28,7 +28,7 @@ from typing import (
 import numpy as np
 
 from ._dtypes import NUMPY_DTYPES, PACKED_BITS, header_dtype, pack_bits
-from ._errors import SafetensorError, SerializeError, UnsupportedDtypeError, rule_error
+from ._errors import SafetensorError, UnsupportedDtypeError, rule_error
 from ._fastst import WritePlan
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -87,7 +87,9 @@ class TensorSpec:
         name = _spec_dtype(dtype)
         if name is None:
             known = ", ".join(SPEC_DTYPES)
-            raise SerializeError(f"Unknown dtype {dtype!r}. Supported dtypes: {known}")
+            raise rule_error(
+                "unsupported-dtype", None, f"Unknown dtype {dtype!r}. Supported dtypes: {known}"
+            )
         dims = [int(d) for d in shape]
         if any(d < 0 for d in dims):
             raise ValueError(f"shape {dims} has a negative dimension")
