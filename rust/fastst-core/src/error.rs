@@ -1,30 +1,21 @@
 //! Every way reading or writing a file can fail, one variant per rule.
 //!
-//! Messages name the tensor and the rule; the caller (the Python layer, the
-//! CLI) prefixes the file name.
+//! Each variant maps to exactly one [`RuleId`] of the catalogue
+//! ([`Error::rule`]); its family, and so the Python exception class, follows
+//! from the rule ([`Error::kind`]). Messages name the tensor; the caller
+//! names the file (the Python glue prefixes it, the CLI prints it first).
 
 use crate::dtype::Dtype;
+pub use crate::rules::Family;
+use crate::rules::RuleId;
 
-/// Which family of rules an error belongs to; the Python layer maps each
-/// family to its own exception class.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// Reading the file failed at the OS level.
-    Io,
-    /// The 8-byte length prefix or the header's framing is wrong.
-    HeaderFraming,
-    /// The header is not the strict JSON object the format requires.
-    Json,
-    /// `__metadata__` is not a string-to-string map.
-    Metadata,
-    /// A tensor entry is malformed (fields, dtype, shape, size).
-    TensorTable,
-    /// The data offsets do not tile the byte buffer exactly.
-    Layout,
-    /// A tensor that was asked for is not in the file.
-    TensorNotFound,
-    /// The input given to a writer is not valid.
-    Write,
+/// `"tensor \"name\": "`, or nothing when no tensor is involved.
+fn tensor_prefix(tensor: &str) -> String {
+    if tensor.is_empty() {
+        String::new()
+    } else {
+        format!("tensor {tensor:?}: ")
+    }
 }
 
 /// An error from reading, validating or writing a `.safetensors` file.
@@ -139,10 +130,36 @@ pub enum Error {
         covered: u64,
         available: u64,
     },
+    #[error("the header lists {count} tensors, more than 2^32")]
+    TooManyTensors { count: u64 },
     #[error("no tensor named {name:?} in the file")]
     TensorNotFound { name: String },
-    #[error("{message}")]
-    InvalidInput { message: String },
+
+    // --- using an open file (family `Usage`, `Memory`, `Io`) ---
+    #[error("tensor {tensor:?}: reading {len} bytes at offset {offset} runs past its end ({tensor_len} bytes)")]
+    ReadPastEnd {
+        tensor: String,
+        offset: u64,
+        len: u64,
+        tensor_len: u64,
+    },
+    #[error("{}{what} holds {got} bytes but {expected} are needed", tensor_prefix(.tensor))]
+    DestinationSize {
+        tensor: String,
+        what: &'static str,
+        expected: u64,
+        got: u64,
+    },
+    #[error("{}no conversion from {from} to {to}", tensor_prefix(.tensor))]
+    ConversionNotAllowed {
+        tensor: String,
+        from: Dtype,
+        to: Dtype,
+    },
+    #[error("cannot hold {bytes} bytes in memory")]
+    OutOfMemory { bytes: u64 },
+    #[error("{task} stopped without finishing (a worker thread panicked)")]
+    WorkerFailed { task: &'static str },
 
     // --- writer input errors (kind `Write`) ---
     #[error("tensor name {name:?} is reserved for the metadata map and cannot name a tensor")]
@@ -161,93 +178,70 @@ pub enum Error {
         expected: u64,
         got: u64,
     },
+    #[error("tensor {tensor:?}: unknown dtype {dtype:?}")]
+    UnsupportedDtype { tensor: String, dtype: String },
+    #[error("{reason}")]
+    FileTooLarge { reason: String },
+    #[error("{reason}")]
+    StreamOrder { reason: String },
 }
 
 impl Error {
-    /// The family of rules this error belongs to.
-    pub fn kind(&self) -> ErrorKind {
-        use Error::*;
-        match self {
-            Io { .. } => ErrorKind::Io,
-            FileTooShort { .. }
-            | HeaderLengthZero
-            | HeaderTooLarge { .. }
-            | HeaderPastEnd { .. }
-            | HeaderNotUtf8 { .. }
-            | HeaderStart { .. } => ErrorKind::HeaderFraming,
-            Json { .. } | JsonTooDeep { .. } | DuplicateTensor { .. } => ErrorKind::Json,
-            DuplicateMetadataKey { .. }
-            | DuplicateMetadata
-            | MetadataNotMap { .. }
-            | MetadataValueNotString { .. } => ErrorKind::Metadata,
-            EntryNotObject { .. }
-            | DuplicateField { .. }
-            | MissingField { .. }
-            | WrongFieldType { .. }
-            | UnknownDtype { .. }
-            | BadShapeEntry { .. }
-            | SizeOverflow { .. }
-            | SubByteNotWhole { .. }
-            | BadOffsets { .. }
-            | ByteLengthMismatch { .. } => ErrorKind::TensorTable,
-            OffsetsReversed { .. }
-            | Hole { .. }
-            | Overlap { .. }
-            | DataTooShort { .. }
-            | TrailingBytes { .. } => ErrorKind::Layout,
-            TensorNotFound { .. } => ErrorKind::TensorNotFound,
-            InvalidInput { .. }
-            | ReservedName { .. }
-            | DuplicateName { .. }
-            | DuplicateKey { .. }
-            | BadTensorSize { .. }
-            | HeaderOverCap { .. }
-            | DataLength { .. } => ErrorKind::Write,
-        }
+    /// The family of rules this error belongs to (from its rule).
+    pub fn kind(&self) -> Family {
+        self.rule().family()
     }
 
-    /// A short stable identifier of the rule that failed (used by the CLI and
-    /// by tests), e.g. `"header-too-large"`.
-    pub fn rule(&self) -> &'static str {
+    /// The catalogue rule that failed, e.g. [`RuleId::HeaderTooLarge`]
+    /// (`"header-too-large"`).
+    pub fn rule(&self) -> RuleId {
         use Error::*;
         match self {
-            Io { .. } => "io",
-            FileTooShort { .. } => "file-too-short",
-            HeaderLengthZero => "header-length-zero",
-            HeaderTooLarge { .. } => "header-too-large",
-            HeaderPastEnd { .. } => "header-past-end",
-            HeaderNotUtf8 { .. } => "header-not-utf8",
-            HeaderStart { .. } => "header-start",
-            Json { .. } => "json-syntax",
-            JsonTooDeep { .. } => "json-too-deep",
-            DuplicateTensor { .. } => "duplicate-tensor",
-            DuplicateMetadataKey { .. } => "duplicate-metadata-key",
-            DuplicateMetadata => "duplicate-metadata",
-            MetadataNotMap { .. } => "metadata-not-map",
-            MetadataValueNotString { .. } => "metadata-value-not-string",
-            EntryNotObject { .. } => "entry-not-object",
-            DuplicateField { .. } => "duplicate-field",
-            MissingField { .. } => "missing-field",
-            WrongFieldType { .. } => "wrong-field-type",
-            UnknownDtype { .. } => "unknown-dtype",
-            BadShapeEntry { .. } => "bad-shape-entry",
-            SizeOverflow { .. } => "size-overflow",
-            SubByteNotWhole { .. } => "sub-byte-not-whole",
-            BadOffsets { .. } => "bad-offsets",
-            OffsetsReversed { .. } => "offsets-reversed",
-            ByteLengthMismatch { .. } => "byte-length-mismatch",
-            Hole { .. } => "hole",
-            Overlap { .. } => "overlap",
-            DataTooShort { .. } => "data-too-short",
-            TrailingBytes { .. } => "trailing-bytes",
-            TensorNotFound { .. } => "tensor-not-found",
-            InvalidInput { .. } => "invalid-input",
-            ReservedName { .. } => "reserved-name",
-            DuplicateName { .. } => "duplicate-name",
-            DuplicateKey { .. } => "duplicate-key",
-            BadTensorSize { .. } => "bad-tensor-size",
-            HeaderOverCap { .. } => "header-over-cap",
-            DataLength { .. } => "data-length",
+            Io { .. } => RuleId::Io,
+            FileTooShort { .. } => RuleId::FileTooShort,
+            HeaderLengthZero => RuleId::HeaderLengthZero,
+            HeaderTooLarge { .. } => RuleId::HeaderTooLarge,
+            HeaderPastEnd { .. } => RuleId::HeaderPastEnd,
+            HeaderNotUtf8 { .. } => RuleId::HeaderNotUtf8,
+            HeaderStart { .. } => RuleId::HeaderStart,
+            Json { .. } => RuleId::JsonSyntax,
+            JsonTooDeep { .. } => RuleId::JsonTooDeep,
+            DuplicateTensor { .. } => RuleId::DuplicateTensor,
+            TooManyTensors { .. } => RuleId::TooManyTensors,
+            DuplicateMetadataKey { .. } => RuleId::DuplicateMetadataKey,
+            DuplicateMetadata => RuleId::DuplicateMetadata,
+            MetadataNotMap { .. } => RuleId::MetadataNotMap,
+            MetadataValueNotString { .. } => RuleId::MetadataValueNotString,
+            EntryNotObject { .. } => RuleId::EntryNotObject,
+            DuplicateField { .. } => RuleId::DuplicateField,
+            MissingField { .. } => RuleId::MissingField,
+            WrongFieldType { .. } => RuleId::WrongFieldType,
+            UnknownDtype { .. } => RuleId::UnknownDtype,
+            BadShapeEntry { .. } => RuleId::BadShapeEntry,
+            SizeOverflow { .. } => RuleId::SizeOverflow,
+            SubByteNotWhole { .. } => RuleId::SubByteNotWhole,
+            BadOffsets { .. } => RuleId::BadOffsets,
+            OffsetsReversed { .. } => RuleId::OffsetsReversed,
+            ByteLengthMismatch { .. } => RuleId::ByteLengthMismatch,
+            Hole { .. } => RuleId::Hole,
+            Overlap { .. } => RuleId::Overlap,
+            DataTooShort { .. } => RuleId::DataTooShort,
+            TrailingBytes { .. } => RuleId::TrailingBytes,
+            TensorNotFound { .. } => RuleId::TensorNotFound,
+            ReadPastEnd { .. } => RuleId::ReadPastEnd,
+            DestinationSize { .. } => RuleId::DestinationSize,
+            ConversionNotAllowed { .. } => RuleId::ConversionNotAllowed,
+            OutOfMemory { .. } => RuleId::OutOfMemory,
+            WorkerFailed { .. } => RuleId::WorkerFailed,
+            ReservedName { .. } => RuleId::ReservedName,
+            DuplicateName { .. } => RuleId::DuplicateName,
+            DuplicateKey { .. } => RuleId::DuplicateKey,
+            BadTensorSize { .. } => RuleId::BadTensorSize,
+            HeaderOverCap { .. } => RuleId::HeaderOverCap,
+            DataLength { .. } => RuleId::DataLength,
+            UnsupportedDtype { .. } => RuleId::UnsupportedDtype,
+            FileTooLarge { .. } => RuleId::FileTooLarge,
+            StreamOrder { .. } => RuleId::StreamOrder,
         }
     }
 
@@ -269,8 +263,15 @@ impl Error {
             | Hole { tensor, .. }
             | Overlap { tensor, .. }
             | DataTooShort { tensor, .. }
+            | ReadPastEnd { tensor, .. }
             | BadTensorSize { tensor, .. }
+            | UnsupportedDtype { tensor, .. }
             | DataLength { tensor, .. } => Some(tensor),
+            DestinationSize { tensor, .. } | ConversionNotAllowed { tensor, .. }
+                if !tensor.is_empty() =>
+            {
+                Some(tensor)
+            }
             DuplicateTensor { name }
             | TensorNotFound { name }
             | ReservedName { name }

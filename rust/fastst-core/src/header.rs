@@ -954,8 +954,8 @@ fn validate(mut tensors: Vec<TensorInfo>, buffer_len: u64) -> Result<(Vec<Tensor
             .then_with(|| a.name.cmp(&b.name))
     });
     // Duplicate names are found through the name index.
-    let count = u32::try_from(tensors.len()).map_err(|_| Error::Json {
-        message: "more than 2^32 tensors".to_owned(),
+    let count = u32::try_from(tensors.len()).map_err(|_| Error::TooManyTensors {
+        count: tensors.len() as u64,
     })?;
     let mut by_name: Vec<u32> = (0..count).collect();
     by_name.sort_unstable_by(|&a, &b| tensors[a as usize].name.cmp(&tensors[b as usize].name));

@@ -9,11 +9,13 @@ pub mod dtype;
 pub mod error;
 pub mod header;
 pub mod inspect;
+pub mod rules;
 pub mod storage;
 pub mod write;
 
 pub use dtype::Dtype;
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, Result};
 pub use header::{parse_file_bytes, Header, ParseNotes, TensorInfo, DEFAULT_HEADER_CAP};
+pub use rules::{Family, RuleId, Severity};
 pub use storage::{Backend, MappedFile, OpenOptions, TensorData};
 pub use write::{AtomicFile, NewTensor, PlannedTensor, TensorStream, WritePlan};

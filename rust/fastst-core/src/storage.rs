@@ -138,11 +138,6 @@ impl MappedFile {
         self.backend
     }
 
-    /// The whole file as mapped bytes (mmap backend only).
-    pub fn mapped_bytes(&self) -> Option<&[u8]> {
-        self.map.as_deref()
-    }
-
     /// Absolute file range of a tensor's bytes.
     fn absolute(&self, info: &TensorInfo) -> (u64, usize) {
         // Validation guarantees begin <= end <= buffer_len, so neither the
@@ -166,8 +161,11 @@ impl MappedFile {
         offset
             .checked_add(buf.len() as u64)
             .filter(|&e| e <= len as u64)
-            .ok_or_else(|| Error::InvalidInput {
-                message: format!("read past the end of tensor {:?}", info.name),
+            .ok_or_else(|| Error::ReadPastEnd {
+                tensor: info.name.clone(),
+                offset,
+                len: buf.len() as u64,
+                tensor_len: len as u64,
             })?;
         if let Some(src) = self.tensor_slice(info) {
             let o = offset as usize;
@@ -244,12 +242,11 @@ impl MappedFile {
     pub fn copy_tensor_into(&self, info: &TensorInfo, dst: &mut [u8]) -> Result<()> {
         let len = info.byte_len() as usize;
         if dst.len() != len {
-            return Err(Error::InvalidInput {
-                message: format!(
-                    "tensor {:?} holds {len} bytes but the destination has {}",
-                    info.name,
-                    dst.len()
-                ),
+            return Err(Error::DestinationSize {
+                tensor: info.name.clone(),
+                what: "the destination",
+                expected: len as u64,
+                got: dst.len() as u64,
             });
         }
         // Small tensors: a memory copy from the mapping. Large ones: positioned
@@ -277,11 +274,9 @@ impl MappedFile {
             handles
                 .into_iter()
                 .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Error::InvalidInput {
-                            message: "a read thread panicked".to_owned(),
-                        })
-                    })
+                    h.join().unwrap_or(Err(Error::WorkerFailed {
+                        task: "a parallel read",
+                    }))
                 })
                 .collect()
         });
@@ -291,6 +286,7 @@ impl MappedFile {
     /// Converts a tensor into `to` while reading it, writing `dst` (exactly
     /// the converted length), with several threads for large tensors.
     pub fn convert_tensor_into(&self, info: &TensorInfo, to: Dtype, dst: &mut [u8]) -> Result<()> {
+        crate::convert::check(&info.name, info.dtype, to, info.byte_len(), dst.len())?;
         if let Some(src) = self.tensor_slice(info) {
             return crate::convert::convert(info.dtype, to, src, dst);
         }

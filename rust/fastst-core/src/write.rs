@@ -151,8 +151,8 @@ impl WritePlan {
         let header = render_header(&planned, metadata.as_deref(), header_cap)?;
         let total_ok = (header.len() as u64).checked_add(offset).is_some();
         if !total_ok {
-            return Err(Error::InvalidInput {
-                message: "the file would exceed 2^64 bytes".to_owned(),
+            return Err(Error::FileTooLarge {
+                reason: "the file would exceed 2^64 bytes".to_owned(),
             });
         }
         Ok(WritePlan {
@@ -372,8 +372,8 @@ impl<'p, W: Write> TensorStream<'p, W> {
             return Ok(());
         }
         let Some(t) = self.current() else {
-            return Err(Error::InvalidInput {
-                message: format!("{} bytes given after the last tensor", bytes.len()),
+            return Err(Error::StreamOrder {
+                reason: format!("{} bytes given after the last tensor", bytes.len()),
             });
         };
         let got = self.filled.saturating_add(bytes.len() as u64);
@@ -394,8 +394,8 @@ impl<'p, W: Write> TensorStream<'p, W> {
     /// Ends the current tensor, checking it received all its bytes.
     pub fn end_tensor(&mut self) -> Result<()> {
         let Some(t) = self.current() else {
-            return Err(Error::InvalidInput {
-                message: "no tensor left to end".to_owned(),
+            return Err(Error::StreamOrder {
+                reason: "no tensor left to end".to_owned(),
             });
         };
         if self.filled != t.byte_len() {
@@ -596,8 +596,8 @@ pub fn write_file(plan: &WritePlan, data: &[&[u8]], path: &Path, durable: bool) 
 /// Serialises the tensors of `plan` to memory; `data[i]` holds the bytes of
 /// the `i`-th tensor given to [`WritePlan::new`].
 pub fn serialize(plan: &WritePlan, data: &[&[u8]]) -> Result<Vec<u8>> {
-    let cap = usize::try_from(plan.total_len()).map_err(|_| Error::InvalidInput {
-        message: "the file does not fit in memory".to_owned(),
+    let cap = usize::try_from(plan.total_len()).map_err(|_| Error::FileTooLarge {
+        reason: "the file does not fit in memory".to_owned(),
     })?;
     let mut stream = TensorStream::new(plan, Vec::with_capacity(cap))?;
     feed(plan, data, &mut stream)?;
@@ -610,8 +610,8 @@ fn feed<W: Write>(
     stream: &mut TensorStream<'_, W>,
 ) -> Result<()> {
     for t in plan.tensors() {
-        let bytes = data.get(t.index).ok_or_else(|| Error::InvalidInput {
-            message: format!("no data given for tensor {:?}", t.name),
+        let bytes = data.get(t.index).ok_or_else(|| Error::StreamOrder {
+            reason: format!("no data given for tensor {:?}", t.name),
         })?;
         stream.write(bytes)?;
         stream.end_tensor()?;
@@ -875,7 +875,7 @@ mod tests {
         let e = serialize(&p, &[&[0u8; 8], &[0u8; 4]]).expect_err("must fail");
         assert_eq!(e.tensor(), Some("b"));
         let e = serialize(&p, &[&[0u8; 8]]).expect_err("must fail");
-        assert_eq!(e.rule(), "invalid-input");
+        assert_eq!(e.rule(), "stream-order");
 
         let mut s = TensorStream::new(&p, Vec::new()).expect("stream");
         s.write(&[1; 4]).expect("part");

@@ -7,12 +7,13 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use fastst_core::inspect::{self, Finding, HashOptions, VerifyOptions, RULES};
+use fastst_core::inspect::{self, Finding, HashOptions, VerifyOptions};
+use fastst_core::RuleId;
 use fastst_core::{Backend, MappedFile, OpenOptions, DEFAULT_HEADER_CAP};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use crate::errors::to_pyerr;
+use crate::errors::InFile;
 
 /// A progress line on stderr, redrawn at most every 100 ms.
 struct StderrProgress {
@@ -68,7 +69,7 @@ impl StderrProgress {
 
 fn finding_dict<'py>(py: Python<'py>, f: &Finding) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("rule", f.rule)?;
+    d.set_item("rule", f.rule.id())?;
     d.set_item("severity", f.severity.name())?;
     d.set_item("message", &f.message)?;
     d.set_item("tensor", f.tensor.as_deref())?;
@@ -126,7 +127,7 @@ fn verify_file<'py>(
     let report = with_progress(py, &name, progress, |p| {
         inspect::verify_path(&path, &options, p)
     })
-    .map_err(|e| to_pyerr(py, &name, e))?;
+    .in_file(&name)?;
     let d = PyDict::new(py);
     d.set_item("path", &name)?;
     d.set_item("file_len", report.file_len)?;
@@ -166,7 +167,7 @@ fn hash_file<'py>(
     let report = with_progress(py, &name, progress, |p| {
         inspect::hash_path(&path, &options, p)
     })
-    .map_err(|e| to_pyerr(py, &name, e))?;
+    .in_file(&name)?;
     let d = PyDict::new(py);
     d.set_item("path", &name)?;
     d.set_item("file_len", report.file_len)?;
@@ -213,7 +214,7 @@ fn inspect_file<'py>(
     };
     let file = py
         .allow_threads(|| MappedFile::open(&path, options))
-        .map_err(|e| to_pyerr(py, &name, e))?;
+        .in_file(&name)?;
     let header = file.header();
     let s = py.allow_threads(|| inspect::summarize(header));
     let d = PyDict::new(py);
@@ -267,19 +268,20 @@ fn read_metadata(
 ) -> PyResult<Option<Vec<(String, String)>>> {
     let name = display(&path);
     py.allow_threads(|| inspect::read_metadata(&path, header_cap))
-        .map_err(|e| to_pyerr(py, &name, e))
+        .in_file(&name)
 }
 
-/// The catalogue of verify rules: a list of dicts with `id`, `severity` and
-/// `summary`.
+/// The rules `verify` can report (the reader's format rules and the
+/// forensic findings), in catalogue order: a list of dicts with `id`,
+/// `severity` and `summary`.
 #[pyfunction]
 fn verify_rules(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
     let out = PyList::empty(py);
-    for r in RULES {
+    for r in RuleId::ALL.iter().filter(|r| r.is_verify_rule()) {
         let d = PyDict::new(py);
-        d.set_item("id", r.id)?;
-        d.set_item("severity", r.severity.name())?;
-        d.set_item("summary", r.summary)?;
+        d.set_item("id", r.id())?;
+        d.set_item("severity", r.severity().name())?;
+        d.set_item("summary", r.summary())?;
         out.append(d)?;
     }
     Ok(out)

@@ -263,7 +263,10 @@ mod file_tests {
         assert_eq!(r.sha256, sha256_of(b"hello"));
         assert_eq!(r.autov1, sha256_of(b"")[..8]);
         assert_eq!(r.autov3, None);
-        assert_eq!(r.header_problem.map(|p| p.rule), Some("file-too-short"));
+        assert_eq!(
+            r.header_problem.map(|p| p.rule.id()),
+            Some("file-too-short")
+        );
         let e = raw(b"");
         let r = hash_path(&e.0, &HashOptions::default(), None).unwrap();
         assert_eq!(r.sha256, sha256_of(b""));
@@ -281,6 +284,9 @@ mod file_tests {
         assert_eq!(r.autov3.as_deref(), Some(sha256_of(b"xyz").as_str()));
         assert_eq!(r.header_sha256, None);
         assert_eq!(r.tensors, None);
-        assert_eq!(r.header_problem.map(|p| p.rule), Some("entry-not-object"));
+        assert_eq!(
+            r.header_problem.map(|p| p.rule.id()),
+            Some("entry-not-object")
+        );
     }
 }

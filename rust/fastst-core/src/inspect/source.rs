@@ -58,9 +58,7 @@ impl Source {
     pub fn read_range(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
         let end = offset.saturating_add(len).min(self.len);
         let n = end.saturating_sub(offset);
-        let n = usize::try_from(n).map_err(|_| Error::InvalidInput {
-            message: format!("cannot hold {n} bytes in memory"),
-        })?;
+        let n = usize::try_from(n).map_err(|_| Error::OutOfMemory { bytes: n })?;
         let mut buf = vec![0u8; n];
         if n > 0 {
             self.read_at(&mut buf, offset)?;

@@ -14,7 +14,7 @@ use super::metadata::metadata_findings;
 use super::names::{dtype_findings, name_findings};
 use super::source::Source;
 use super::values::{count_values, scannable};
-use super::{thread_count, Finding, Progress, Severity};
+use super::{thread_count, Finding, Progress, RuleId, Severity};
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::header::{check_prefix, Header, DEFAULT_HEADER_CAP};
@@ -146,11 +146,11 @@ fn finish(mut report: VerifyReport) -> VerifyReport {
 
 /// True when a finding of rule `found` already reports what the strict
 /// reader's first error `strict` says.
-fn covers(strict: &str, found: &str) -> bool {
+fn covers(strict: RuleId, found: RuleId) -> bool {
     strict == found
         || matches!(
             (strict, found),
-            ("overlap", "aliased-tensor") | ("data-too-short", "ghost-tensor")
+            (RuleId::Overlap, RuleId::AliasedTensor) | (RuleId::DataTooShort, RuleId::GhostTensor)
         )
 }
 
@@ -163,7 +163,7 @@ fn foreign_content(head: &[u8], out: &mut Vec<Finding>) {
         };
         out.push(
             Finding::new(
-                "foreign-content",
+                RuleId::ForeignContent,
                 format!(
                     "the file is not safetensors: it starts like a {}",
                     magic.name
@@ -183,7 +183,7 @@ fn leading_whitespace(json: &[u8]) -> usize {
 
 fn whitespace_finding(n: usize) -> Finding {
     Finding::new(
-        "leading-whitespace",
+        RuleId::LeadingWhitespace,
         format!("{n} bytes of whitespace precede the header's opening `{{`"),
     )
     .at(8, n as u64)
@@ -199,14 +199,14 @@ struct ScanItem {
 
 fn unknown_field(tensor: &str, field: &str) -> Finding {
     Finding::new(
-        "unknown-field",
+        RuleId::UnknownField,
         format!("tensor {tensor:?}: unknown field {field:?} (readers ignore it)"),
     )
     .tensor(tensor)
 }
 
 fn no_tensors() -> Finding {
-    Finding::new("no-tensors", "the file holds no tensor")
+    Finding::new(RuleId::NoTensors, "the file holds no tensor")
 }
 
 /// Findings for a file the strict reader accepts: the header's notes,
@@ -221,7 +221,7 @@ fn accepted_findings(header: &Header, out: &mut Vec<Finding>, items: &mut Vec<Sc
     }
     if notes.metadata_null {
         out.push(Finding::new(
-            "metadata-null",
+            RuleId::MetadataNull,
             "__metadata__ is null (readers treat it as absent)",
         ));
     }
@@ -560,7 +560,7 @@ fn metadata_blocks(blocks: &[Node], out: &mut Vec<Finding>) {
     match first {
         Node::Other(Value::Null) => {
             out.push(Finding::new(
-                "metadata-null",
+                RuleId::MetadataNull,
                 "__metadata__ is null (readers treat it as absent)",
             ));
         }
@@ -612,8 +612,7 @@ fn layout_findings(
         if p.end > buffer_len {
             if p.begin >= buffer_len && p.end > p.begin {
                 out.push(
-                    Finding::new(
-                        "ghost-tensor",
+                    Finding::new(RuleId::GhostTensor,
                         format!(
                             "tensor {:?}: data_offsets [{}, {}] lie entirely past the end of the {buffer_len}-byte buffer: the header lists data the file does not hold",
                             name(p), p.begin, p.end
@@ -652,8 +651,7 @@ fn layout_findings(
         } else if p.begin < cursor {
             match last {
                 Some(l) if l.begin == p.begin && l.end == p.end && p.end > p.begin => out.push(
-                    Finding::new(
-                        "aliased-tensor",
+                    Finding::new(RuleId::AliasedTensor,
                         format!(
                             "tensor {:?}: data_offsets [{}, {}] are exactly those of tensor {:?}: both names read the same bytes",
                             name(p), p.begin, p.end, name(l)
@@ -732,7 +730,7 @@ fn unreferenced(
         };
         out.push(
             Finding::new(
-                "hidden-payload",
+                RuleId::HiddenPayload,
                 format!(
                     "{len} bytes at file offset {abs} that no tensor covers start like a {}",
                     magic.name
@@ -797,7 +795,7 @@ fn scan_values(
                         local.push((
                             i,
                             Finding::new(
-                                "non-finite-values",
+                                RuleId::NonFiniteValues,
                                 format!(
                                     "tensor {:?} ({}): {} NaN and {} infinite values",
                                     item.name, item.dtype, counts.nan, counts.inf
@@ -812,7 +810,7 @@ fn scan_values(
                         local.push((
                             i,
                             Finding::new(
-                                "invalid-bool",
+                                RuleId::InvalidBool,
                                 format!(
                                     "tensor {:?} (BOOL): {} bytes are neither 0 nor 1",
                                     item.name, counts.bad_bool
@@ -851,7 +849,7 @@ mod tests {
     }
 
     fn rules(report: &VerifyReport) -> Vec<&'static str> {
-        report.findings.iter().map(|f| f.rule).collect()
+        report.findings.iter().map(|f| f.rule.id()).collect()
     }
 
     #[test]
