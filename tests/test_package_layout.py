@@ -12,7 +12,7 @@ from typing import Dict, Iterator, List, Set, Tuple
 import fastst
 import numpy as np
 import pytest
-from fastst import _errors
+from fastst import _errors, _fastst
 
 PACKAGE = Path(fastst.__file__).resolve().parent
 FRAMEWORK_MODULES = ("numpy", "torch", "flax", "tensorflow", "paddle", "mlx")
@@ -138,8 +138,8 @@ def test_every_exception_class_is_in_errors_module() -> None:
 
 
 def rule_ids_raised_from_python() -> Dict[str, Set[str]]:
-    """Rule ids passed as literals to ``rule_error`` (and the ``_fail``
-    helper of the writer, which forwards its rule to it), by module."""
+    """Rule ids passed as literals to ``rule_error``, ``Where.error`` and the
+    writer's ``_fail`` (which forward them to it), by module."""
     found: Dict[str, Set[str]] = {}
     for module, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text("utf-8"))):
@@ -147,7 +147,7 @@ def rule_ids_raised_from_python() -> Dict[str, Set[str]]:
                 continue
             func = node.func
             name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
-            position = {"rule_error": 0, "_fail": 2}.get(name)
+            position = {"rule_error": 0, "error": 0, "_fail": 2}.get(name)
             if position is None or len(node.args) <= position:
                 continue
             arg = node.args[position]
@@ -156,14 +156,37 @@ def rule_ids_raised_from_python() -> Dict[str, Set[str]]:
     return found
 
 
-def test_rule_ids_raised_from_python_are_known() -> None:
+CATALOGUE = {r["id"]: r for r in _fastst.rule_catalogue()}
+BUILTIN_FAMILIES = {"ValueError": ValueError, "MemoryError": MemoryError, "OSError": OSError}
+
+
+def test_every_family_of_the_catalogue_is_a_class() -> None:
+    families = {r["family"] for r in CATALOGUE.values()}
+    assert "ShardIndexError" in families and "ClosedFileError" in families
+    for family in families - {"Finding"}:
+        if family in BUILTIN_FAMILIES:
+            continue
+        cls = getattr(_errors, family)
+        assert issubclass(cls, fastst.SafetensorError), family
+        assert cls.__module__ == "fastst._errors", family
+
+
+def test_rule_ids_raised_from_python_are_in_the_catalogue() -> None:
     raised = rule_ids_raised_from_python()
     everything = set().union(*raised.values())
     # The scan finds the ids this package is known to raise.
-    assert {"bad-shape", "unsupported-dtype", "shard-missing", "closed-file"} <= everything
+    assert {
+        "bad-shape",
+        "unsupported-dtype",
+        "shard-missing",
+        "index-ambiguous",
+        "closed-file",
+        "framework-dtype",
+    } <= everything
     for module, ids in raised.items():
         for rule in ids:
-            assert issubclass(_errors.family(rule), fastst.SafetensorError), (module, rule)
+            assert rule in CATALOGUE, (module, rule)
+            assert CATALOGUE[rule]["family"] not in ("Finding", "OSError"), (module, rule)
 
 
 def test_rule_error_builds_the_family_with_attributes() -> None:
@@ -173,7 +196,13 @@ def test_rule_error_builds_the_family_with_attributes() -> None:
     assert (err.filename, err.tensor, err.rule) == ("x.safetensors", "w", "bad-shape")
     err = _errors.rule_error("shard-missing", "i.json", "shard 'a' is missing")
     assert type(err) is fastst.ShardIndexError and err.tensor is None
-    with pytest.raises(KeyError):
+    for rule, r in CATALOGUE.items():
+        if r["family"] in ("Finding", "OSError"):
+            continue
+        err = _errors.rule_error(rule, "f", "m")
+        expected = BUILTIN_FAMILIES.get(r["family"]) or getattr(_errors, r["family"])
+        assert type(err) is expected and err.rule == rule
+    with pytest.raises(ValueError, match="no rule"):
         _errors.rule_error("no-such-rule", "x", "message")
 
 
@@ -183,6 +212,10 @@ def test_closed_file_errors_carry_file_and_rule(tmp_path) -> None:
     path = tmp_path / "a.safetensors"
     fnp.save_file({"a": np.arange(4, dtype=np.float32)}, path)
     index = fnp.save_sharded({"a": np.arange(4, dtype=np.float32)}, tmp_path / "sharded")
+    f = fastst.safe_open(path, "np")
+    f.close()
+    with pytest.raises(fastst.ClosedFileError) as from_core:
+        f.get_tensor("a")
     for where, backend in ((path, "mmap"), (path, "pread"), (index, "mmap")):
         f = fastst.safe_open(where, "np", backend=backend)
         piece = f.get_slice("a")
@@ -191,10 +224,46 @@ def test_closed_file_errors_carry_file_and_rule(tmp_path) -> None:
             piece[1:]
         assert info.value.filename == str(where)
         assert info.value.rule == "closed-file"
-        assert str(info.value).startswith(f"{where}: file is closed")
+        # The same text as the core's, but for the file name.
+        assert str(info.value).replace(str(where), str(path)) == str(from_core.value)
     with pytest.raises(fastst.ClosedFileError) as info:
         f.keys()  # the sharded file itself
     assert (info.value.filename, info.value.rule) == (str(index), "closed-file")
+
+
+def test_framework_dtype_errors_carry_file_tensor_and_rule(tmp_path) -> None:
+    import fastst.numpy as fnp
+    import ml_dtypes
+
+    path = tmp_path / "f6.safetensors"
+    fnp.save_file({"w": np.zeros(4, ml_dtypes.float6_e2m3fn)}, path)
+    with fastst.safe_open(path, "pt") as f:
+        with pytest.raises(fastst.UnsupportedDtypeError) as info:
+            f.get_tensor("w")
+    assert str(info.value).startswith(f"{path}: tensor 'w': dtype F6_E2M3 has no torch")
+    assert (info.value.filename, info.value.tensor, info.value.rule) == (
+        str(path),
+        "w",
+        "framework-dtype",
+    )
+    from fastst.torch import load
+
+    with pytest.raises(fastst.UnsupportedDtypeError) as info:
+        load(path.read_bytes())
+    assert str(info.value).startswith("tensor 'w': dtype F6_E2M3 has no torch")
+    assert (info.value.tensor, info.value.rule) == ("w", "framework-dtype")
+
+
+def test_dtype_facts_come_from_the_core() -> None:
+    from fastst import _dtypes
+
+    facts = _fastst.dtype_facts()
+    assert set(_dtypes.NUMPY_DTYPES) == set(facts)
+    assert _dtypes.PACKED_BITS == {n: f["bits"] for n, f in facts.items() if f["packed"]}
+    for name, dt in _dtypes.NUMPY_DTYPES.items():
+        if name not in _dtypes.PACKED_BITS:
+            assert dt.itemsize * 8 == facts[name]["bits"], name
+        assert (dt.kind in "fcV") == facts[name]["float"] or name == "BOOL", name
 
 
 def test_no_source_file_outgrows_one_job() -> None:

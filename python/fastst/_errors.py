@@ -3,13 +3,15 @@ way Python code raises a rule's error (:func:`rule_error`).
 
 Every error raised for a bad file names the file, the tensor (where there is
 one) and the rule that failed, and carries them as attributes. Each rule id
-belongs to one family (an exception class here), as the rule catalogue of
-the compiled core says.
+belongs to one family (an exception class here, or a builtin such as
+ValueError), as the rule catalogue of the compiled core says.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Optional
+
+from . import _fastst
 
 
 class SafetensorError(Exception):
@@ -68,63 +70,24 @@ class ShardIndexError(SafetensorError):
     """A sharded checkpoint's index is malformed or disagrees with its shards."""
 
 
-#: Exception class name -> class, for every family a rule can belong to.
-FAMILIES: Dict[str, type] = {
-    cls.__name__: cls
-    for cls in (
-        SafetensorError,
-        HeaderFramingError,
-        HeaderJsonError,
-        MetadataError,
-        TensorTableError,
-        LayoutError,
-        TensorNotFoundError,
-        ClosedFileError,
-        SerializeError,
-        UnsupportedDtypeError,
-        ShardIndexError,
-    )
-}
-
-# The families of the rules Python raises itself (until the core's catalogue
-# is exported to Python, which will replace this table).
-_PYTHON_RULES: Dict[str, str] = {
-    "bad-shape": "SerializeError",
-    "unsupported-dtype": "SerializeError",
-    "closed-file": "ClosedFileError",
-    "tensor-not-found": "TensorNotFoundError",
-    "index-json": "ShardIndexError",
-    "index-shape": "ShardIndexError",
-    "shard-path": "ShardIndexError",
-    "shard-missing": "ShardIndexError",
-    "shard-lacks-tensor": "ShardIndexError",
-    "shard-extra-tensor": "ShardIndexError",
-}
-
-
-def family(rule: str) -> type:
-    """The exception class of ``rule``'s family; KeyError for an unknown id."""
-    return FAMILIES[_PYTHON_RULES[rule]]
-
-
 def rule_error(
-    rule: str, filename: Optional[str], message: str, tensor: Optional[str] = None
-) -> SafetensorError:
-    """The exception for a failure of ``rule`` (an id of the catalogue) about
-    ``filename``: an instance of the rule's family whose text is
-    ``"<filename>: <message>"`` (just ``message`` when there is no file; the
-    message names the tensor, if any, as the core's messages do) and whose
-    ``filename``, ``tensor`` and ``rule`` attributes are set. An unknown
-    rule id raises KeyError at once."""
-    cls = family(rule)
-    err: SafetensorError = cls(f"{filename}: {message}" if filename else message)
-    err.filename = filename
-    err.tensor = tensor
-    err.rule = rule
-    return err
+    rule: str, filename: str, message: str, tensor: Optional[str] = None
+) -> BaseException:
+    """The exception for breaking ``rule``, an id of the core's rule
+    catalogue (``_fastst.rule_catalogue()``): an instance of the class of the
+    rule's family, with text ``"<filename>: <message>"`` (just ``message``
+    when ``filename`` is empty; the message names the tensor, if any, as the
+    core's messages do) and attributes ``filename``, ``tensor`` and
+    ``rule``. Returned, not raised. An id that is not in the catalogue
+    raises ValueError at once.
+
+    This is the glue's own exception maker, the one every error of the
+    core goes through, so an error raised from Python and one raised by
+    the core for the same rule cannot differ in class or attributes."""
+    return _fastst.rule_error(rule, filename, message, tensor)
 
 
-def closed_file_error(filename: str) -> SafetensorError:
+def closed_file_error(filename: str) -> BaseException:
     """The :class:`ClosedFileError` for any use of ``filename`` after it was
     closed (rule ``closed-file``)."""
     return rule_error(

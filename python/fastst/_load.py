@@ -16,6 +16,7 @@ import os
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from ._fastst import DEFAULT_HEADER_CAP, parse_bytes
+from ._frameworks import Where
 from ._frameworks import backend as framework_backend
 from ._open import safe_open
 from ._write import BYTES_NAME, plan
@@ -109,7 +110,7 @@ def load_bytes(data: Any, framework: str, device: Any = "cpu") -> Dict[str, Any]
     found = framework_backend(framework)
     target = found.device(device)
     return {
-        name: found.tensor(buffer, dtype, shape, target, f"tensor {name!r}")
+        name: found.tensor(buffer, dtype, shape, target, Where("", name))
         for name, dtype, shape, buffer in _entries(data, "load")
     }
 

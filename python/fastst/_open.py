@@ -90,8 +90,8 @@ class safe_open:  # noqa: N801 - the reference package's name
         buffer, dtype, shape = self._raw.tensor(name)
         return to_numpy(buffer, dtype, shape), dtype
 
-    def _where(self, name: str) -> str:
-        return f"{self._raw.name}: tensor {name!r}"
+    def _where(self, name: str) -> _frameworks.Where:
+        return _frameworks.Where(self._raw.name, name)
 
     def get_tensor(self, name: str, *, copy: bool = False, dtype: Any = None) -> Any:
         """The whole tensor ``name`` in the framework the file was opened for.

@@ -27,8 +27,10 @@ def find_index(path: str) -> Optional[str]:
         if not candidates:
             return None
         if len(candidates) > 1:
-            raise ShardIndexError(
-                f"{path}: several index files ({', '.join(candidates)}); open one of them"
+            raise rule_error(
+                "index-ambiguous",
+                path,
+                f"several index files ({', '.join(candidates)}); open one of them",
             )
         return os.path.join(path, candidates[0])
     if path.endswith(".index.json"):

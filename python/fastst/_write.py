@@ -28,7 +28,7 @@ from typing import (
 import numpy as np
 
 from ._dtypes import NUMPY_DTYPES, PACKED_BITS, header_dtype, pack_bits
-from ._errors import SafetensorError, UnsupportedDtypeError, rule_error
+from ._errors import UnsupportedDtypeError, rule_error
 from ._fastst import WritePlan
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -66,7 +66,7 @@ SPEC_DTYPES: Dict[str, str] = {
 }
 
 
-def _fail(where: str, tensor: str, rule: str, message: str) -> SafetensorError:
+def _fail(where: str, tensor: str, rule: str, message: str) -> BaseException:
     return rule_error(rule, where, f"tensor {tensor!r}: {message}", tensor)
 
 
@@ -88,7 +88,7 @@ class TensorSpec:
         if name is None:
             known = ", ".join(SPEC_DTYPES)
             raise rule_error(
-                "unsupported-dtype", None, f"Unknown dtype {dtype!r}. Supported dtypes: {known}"
+                "unsupported-dtype", "", f"Unknown dtype {dtype!r}. Supported dtypes: {known}"
             )
         dims = [int(d) for d in shape]
         if any(d < 0 for d in dims):

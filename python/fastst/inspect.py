@@ -25,6 +25,7 @@ import numpy as np
 
 from . import _fastst
 from ._card import decode_metadata, metadata_card
+from ._dtypes import NARROW_FLOATS
 from ._fastst import DEFAULT_HEADER_CAP
 from ._open import safe_open
 
@@ -197,28 +198,13 @@ def inspect_file(
     return dict(_fastst.inspect_file(_path(path), table=tensors, header_cap=header_cap))
 
 
-#: Dtypes shown as float32 by :func:`tensor_values`.
-_WIDEN = {
-    "F16",
-    "BF16",
-    "F8_E4M3",
-    "F8_E5M2",
-    "F8_E4M3FNUZ",
-    "F8_E5M2FNUZ",
-    "F8_E8M0",
-    "F4",
-    "F6_E2M3",
-    "F6_E3M2",
-}
-
-
 def tensor_values(path: PathLike, name: str) -> Tuple[str, np.ndarray]:
     """``(dtype, array)`` of tensor ``name``; 16-, 8-, 6- and 4-bit floats
     are converted to float32 so that numpy prints their values."""
     with safe_open(_path(path), "numpy") as f:
         dtype = f.get_slice(name).get_dtype()
         array = f.get_tensor(name)
-    if dtype in _WIDEN:
+    if dtype in NARROW_FLOATS:
         array = array.astype(np.float32)
     return dtype, array
 
