@@ -85,7 +85,6 @@ def test_every_python_family_class_exists() -> None:
         "MemoryError",
         "OSError",
         "Finding",
-        "ShardIndexError",  # defined next to the shard reader until it moves to _errors
     }
     for name in classes:
         cls = getattr(errors, name)

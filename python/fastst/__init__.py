@@ -13,14 +13,15 @@ from ._errors import (
     MetadataError,
     SafetensorError,
     SerializeError,
+    ShardIndexError,
     TensorNotFoundError,
     TensorTableError,
     UnsupportedDtypeError,
 )
 from ._fastst import __version__
+from ._load import deserialize, serialize, serialize_file
 from ._open import SafeSlice, safe_open
-from ._sharded import ShardIndexError
-from ._write import TensorSpec, deserialize, serialize, serialize_file
+from ._write import TensorSpec
 
 __all__ = [
     "__version__",
