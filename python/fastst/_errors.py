@@ -90,12 +90,7 @@ def rule_error(
 def closed_file_error(filename: str) -> BaseException:
     """The :class:`ClosedFileError` for any use of ``filename`` after it was
     closed (rule ``closed-file``)."""
-    return rule_error(
-        "closed-file",
-        filename,
-        "file is closed (the `with` block ended or close() was called); "
-        "arrays obtained before stay valid",
-    )
+    return _fastst.closed_file_error(filename)
 
 
 __all__ = [
