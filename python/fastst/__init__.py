@@ -41,4 +41,18 @@ __all__ = [
     "serialize_file",
     "deserialize",
     "ShardIndexError",
+    "sign",
+    "verify_signature",
+    "sbom",
 ]
+
+#: Provenance entry points, imported on first use (fastst.provenance).
+_LAZY = {"sign", "verify_signature", "sbom"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        from . import provenance
+
+        return getattr(provenance, name)
+    raise AttributeError(f"module 'fastst' has no attribute {name!r}")
