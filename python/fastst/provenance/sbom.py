@@ -140,7 +140,6 @@ def sbom(
     cdx_contact = require("cyclonedx.model.contact")
     cdx_license = require("cyclonedx.model.license")
     cdx_output = require("cyclonedx.output.json")
-    cdx_schema = require("cyclonedx.schema")
     from .. import __version__
     from .. import inspect as fi
 
@@ -325,7 +324,6 @@ def sbom(
     for c in document.get("components", []):
         if c.get("bom-ref") in cards:
             c["modelCard"] = cards[c["bom-ref"]]
-    _ = cdx_schema  # the schema version is fixed by the outputter (1.6)
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     out_path = None
     if output is not None:
