@@ -671,30 +671,108 @@ def test_hostile_resource_names_are_never_opened(
     ]
 
 
-def test_sigstore_mode_reports_bad_bundles(
-    signed_model: Tuple[Path, Path, Path], tmp_path: Path
-) -> None:
-    """A key-signed bundle is not a keyless one: verified against a trust
-    root it gives one finding, and a trust root file that is not one is an
-    error (offline: nothing is fetched)."""
-    model, sig, _ = signed_model
+SIGSTORE_DATA = Path(__file__).parent / "data" / "model-signing-sigstore"
+SIGSTORE_IDENTITY = "stefanb@us.ibm.com"
+SIGSTORE_ISSUER = "https://sigstore.verify.ibm.com/oauth2"
+
+
+def _sigstore_root(instance: str = "tuf-repo-cdn.sigstore.dev") -> Path:
+    """Sigstore's public trusted root, as shipped inside the sigstore package
+    (read from disk: nothing is fetched)."""
     import sigstore
 
-    store = Path(sigstore.__file__).parent / "_store" / "https%3A%2F%2Ftuf-repo-cdn.sigstore.dev"
-    trust_root = store / "trusted_root.json"
-    assert trust_root.is_file()
-    result = fastst.verify_signature(
-        model, sig, trust_root=trust_root, identity="me@example.com", issuer="https://issuer"
+    path = (
+        Path(sigstore.__file__).parent
+        / "_store"
+        / f"https%3A%2F%2F{instance}"
+        / "trusted_root.json"
     )
-    assert not result.verified
-    assert len(result.findings) == 1
+    assert path.is_file(), path
+    return path
+
+
+@pytest.fixture()
+def keyless(tmp_path: Path) -> Tuple[Path, Path]:
+    import shutil
+
+    model = tmp_path / "v1.0.0-sigstore"
+    shutil.copytree(SIGSTORE_DATA / "v1.0.0-sigstore", model)
+    sig = tmp_path / "model.sig"
+    shutil.copyfile(SIGSTORE_DATA / "v1.0.0-sigstore.sig", sig)
+    return model, sig
+
+
+def _keyless(model: Path, sig: Path, **kw: Any) -> Any:
+    args = dict(trust_root=_sigstore_root(), identity=SIGSTORE_IDENTITY, issuer=SIGSTORE_ISSUER)
+    args.update(kw)
+    return fastst.verify_signature(model, sig, **args)
+
+
+def test_sigstore_keyless_bundle_verifies_offline(keyless: Tuple[Path, Path]) -> None:
+    model, sig = keyless
+    result = _keyless(model, sig)
+    assert result.verified, result.findings
+    assert result.method == "sigstore" and result.signed_model_name == "v1.0.0-sigstore"
+    assert result.files_checked == 2
+
+
+def test_sigstore_keyless_findings(keyless: Tuple[Path, Path], tmp_path: Path) -> None:
+    model, sig = keyless
+    r = _keyless(model, sig, identity="mallory@example.com")
+    assert rules_of(r) == ["signature-identity-mismatch"] and not r.verified
+    r = _keyless(model, sig, issuer="https://accounts.google.com")
+    assert rules_of(r) == ["signature-identity-mismatch"]
+    # the staging instance's root does not trust a production certificate
+    r = _keyless(model, sig, trust_root=_sigstore_root("tuf-repo-cdn.sigstage.dev"))
+    assert rules_of(r) == ["signature-untrusted-certificate"]
+    # the model changed after signing
+    (model / "signme-2").write_text("tampered")
+    r = _keyless(model, sig)
+    assert rules_of(r) == ["signature-file-changed"] and r.signature_valid
+    (model / "signme-2").write_bytes(b"signme-2")
+    assert _keyless(model, sig).verified
+    # an edited statement no longer matches the signature or the log entry
+    bundle = json.loads(sig.read_text())
+    statement = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
+    statement["predicate"]["resources"][0]["digest"] = "00" * 32
+    bundle["dsseEnvelope"]["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
+    edited = tmp_path / "edited.sig"
+    edited.write_text(json.dumps(bundle))
+    r = _keyless(model, edited)
+    assert len(r.findings) == 1 and not r.verified and not r.signature_valid
+    assert r.findings[0].rule in ("signature-untrusted-certificate", "signature-invalid")
+    # corrupted and foreign bundles
+    garbage = tmp_path / "garbage.sig"
+    garbage.write_text("{not json")
+    assert rules_of(_keyless(model, garbage)) == ["signature-malformed"]
+
+
+def test_sigstore_mode_on_a_key_signed_bundle(
+    signed_model: Tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """A key-signed bundle is not a keyless one: one finding; a trust root
+    that is not one, or a missing identity, is an error."""
+    model, sig, _ = signed_model
+    result = _keyless(model, sig)
+    assert not result.verified and len(result.findings) == 1
     assert result.findings[0].rule in ("signature-malformed", "signature-untrusted-certificate")
     bogus = tmp_path / "root.json"
     bogus.write_text("{}")
     with pytest.raises(ProvenanceError):
-        fastst.verify_signature(model, sig, trust_root=bogus, identity="a", issuer="b")
+        _keyless(model, sig, trust_root=bogus)
     with pytest.raises(ProvenanceError):
-        fastst.verify_signature(model, sig, trust_root=trust_root)  # no identity
+        fastst.verify_signature(model, sig, trust_root=_sigstore_root())  # no identity
+
+
+def test_cli_keyless(keyless: Tuple[Path, Path], capsys: Any) -> None:
+    model, sig = keyless
+    base = ["verify", str(model), "--signature", str(sig), "--trust-root", str(_sigstore_root()),
+            "--issuer", SIGSTORE_ISSUER]  # fmt: skip
+    code, out, err = run(base + ["--identity", SIGSTORE_IDENTITY], capsys)
+    assert code == 0, err
+    assert "VERIFIED (sigstore; 2 files checked" in out
+    code, out, err = run(base + ["--identity", "mallory@example.com"], capsys)
+    assert code == 1 and "signature-identity-mismatch" in out
 
 
 def test_usage_errors(model: Path, keys: Any, tmp_path: Path) -> None:

@@ -779,17 +779,39 @@ def _verify_sigstore(
     except Exception as exc:
         raise _Bad("signature-malformed", f"not a Sigstore bundle ({exc})") from None
     verifier = verify.Verifier(trusted_root=trusted)
-    policy = policy_mod.Identity(identity=identity, issuer=issuer)
+    policy = _DeferredPolicy(policy_mod.Identity(identity=identity, issuer=issuer), errors)
     try:
-        return verifier.verify_dsse(bundle, policy)
+        result = verifier.verify_dsse(bundle, policy)
     except errors.VerificationError as exc:
         text = " ".join(str(exc).split())
-        rule = "signature-untrusted-certificate"
-        if "identity" in text.lower() or "issuer" in text.lower() or "policy" in text.lower():
-            rule = "signature-identity-mismatch"
-        elif "signature" in text.lower():
-            rule = "signature-wrong-key"
-        raise _Bad(rule, f"Sigstore verification failed: {text}") from None
+        raise _Bad(
+            "signature-untrusted-certificate", f"Sigstore verification failed: {text}"
+        ) from None
+    if policy.error is not None:
+        text = " ".join(str(policy.error).split())
+        raise _Bad(
+            "signature-identity-mismatch",
+            f"the Sigstore signature is valid but not by {identity!r} from {issuer!r}: {text}",
+        )
+    return result
+
+
+class _DeferredPolicy:
+    """Runs an identity policy inside sigstore's verification but keeps its
+    failure until the rest (chain, SCTs, log, signature) has been checked,
+    so that a wrong identity is told apart from an untrusted bundle. The
+    verification fails either way."""
+
+    def __init__(self, inner: Any, errors: Any) -> None:
+        self.inner = inner
+        self.errors = errors
+        self.error: Optional[BaseException] = None
+
+    def verify(self, cert: Any) -> None:
+        try:
+            self.inner.verify(cert)
+        except self.errors.VerificationError as exc:
+            self.error = exc
 
 
 @dataclasses.dataclass
