@@ -671,6 +671,65 @@ def test_hostile_resource_names_are_never_opened(
     ]
 
 
+def _paths(node: Any, prefix: Tuple = ()) -> List[Tuple]:
+    out = [prefix]
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out += _paths(v, prefix + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _paths(v, prefix + (i,))
+    return out
+
+
+def test_every_field_of_a_bundle_replaced_never_verifies_nor_raises(
+    signed_model: Tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    model, sig, pub = signed_model
+    original = json.loads(sig.read_text())
+    bad = tmp_path / "bad.sig"
+    tried = 0
+    for path in _paths(original)[1:]:
+        for value in (None, 0, -1, "", "x", [], {}, [None], {"a": 1}, True, 1.5):
+            bundle = json.loads(json.dumps(original))
+            node = bundle
+            for k in path[:-1]:
+                node = node[k]
+            if node[path[-1]] == value:
+                continue
+            node[path[-1]] = value
+            bad.write_text(json.dumps(bundle))
+            result = fastst.verify_signature(model, bad, public_key=pub)
+            tried += 1
+            assert len(result.findings) <= 1, (path, value, result.findings)
+            if path[:1] == ("verificationMaterial",) or path[-1] == "keyid":
+                # not covered by the signature: dropping the key hint or the
+                # log entries leaves a valid signature (model_signing agrees)
+                continue
+            assert not result.verified, (path, value)
+            assert len(result.findings) == 1, (path, value, result.findings)
+    assert tried > 100
+
+
+def test_resource_names_are_normalised_like_model_signing(
+    signed_model: Tuple[Path, Path, Path], keys: Any
+) -> None:
+    model, sig, pub = signed_model
+    bundle = json.loads(sig.read_text())
+    statement = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
+    for r in statement["predicate"]["resources"]:
+        if r["name"] == "config.json":
+            r["name"] = "./config.json"
+        if r["name"] == "sub/tokenizer.json":
+            r["name"] = "sub/../sub/tokenizer.json"  # not collapsed: ".." is a name
+    _resign(sig, keys["p256"][0], statement)
+    result = fastst.verify_signature(model, sig, public_key=pub)
+    assert sorted((f.rule, f.path) for f in result.findings) == [
+        ("signature-file-added", "sub/tokenizer.json"),
+        ("signature-file-missing", "sub/../sub/tokenizer.json"),
+    ]
+
+
 SIGSTORE_DATA = Path(__file__).parent / "data" / "model-signing-sigstore"
 SIGSTORE_IDENTITY = "stefanb@us.ibm.com"
 SIGSTORE_ISSUER = "https://sigstore.verify.ibm.com/oauth2"

@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import pathlib
 import posixpath
 import tempfile
 import time
@@ -186,12 +187,13 @@ def key_hint(public_key: Any) -> str:
 def _load_private_key(path: str, password: Optional[Union[str, bytes]]) -> Any:
     serialization = require("cryptography.hazmat.primitives.serialization")
     data = _read_small(path, "private key")
+    unsupported = require("cryptography.exceptions").UnsupportedAlgorithm
     pw = password.encode() if isinstance(password, str) else password
     try:
         key = serialization.load_pem_private_key(data, pw)
-    except TypeError as exc:
+    except TypeError as exc:  # password missing or not expected
         raise ProvenanceError(f"{path}: {exc}", filename=path) from None
-    except (ValueError, Exception) as exc:  # cryptography raises ValueError / UnsupportedAlgorithm
+    except (ValueError, unsupported) as exc:
         raise ProvenanceError(
             f"{path}: not a PEM private key that can be loaded ({exc})", filename=path
         ) from None
@@ -205,14 +207,15 @@ def _load_private_key(path: str, password: Optional[Union[str, bytes]]) -> Any:
 def _load_public_key(path: str) -> Any:
     serialization = require("cryptography.hazmat.primitives.serialization")
     x509 = require("cryptography.x509")
+    unsupported = require("cryptography.exceptions").UnsupportedAlgorithm
     data = _read_small(path, "public key")
     try:
         return serialization.load_pem_public_key(data)
-    except Exception:
+    except (ValueError, unsupported):
         pass
     try:  # a certificate works as a public key too
         return x509.load_pem_x509_certificate(data).public_key()
-    except Exception as exc:
+    except (ValueError, unsupported) as exc:
         raise ProvenanceError(
             f"{path}: not a PEM public key or certificate ({exc})", filename=path
         ) from None
@@ -225,7 +228,7 @@ def _load_certificates(paths: Sequence[str]) -> List[Any]:
         data = _read_small(path, "certificate file", 16 << 20)
         try:
             certs.extend(x509.load_pem_x509_certificates(data))
-        except Exception as exc:
+        except ValueError as exc:
             raise ProvenanceError(
                 f"{path}: not a file of PEM certificates ({exc})", filename=path
             ) from None
@@ -659,7 +662,11 @@ def _verify_key(bundle: Dict[str, Any], public_key_path: str) -> Tuple[str, byte
     material = _obj(bundle.get("verificationMaterial"), "verificationMaterial")
     payload, ptype, sig = _envelope(bundle)
     pk = material.get("publicKey")
-    hint = pk.get("hint") if isinstance(pk, dict) else None
+    if pk is not None and not isinstance(pk, dict):
+        raise _Bad("signature-malformed", "verificationMaterial.publicKey is not a JSON object")
+    hint = (pk or {}).get("hint")
+    if hint is not None and not isinstance(hint, str):
+        raise _Bad("signature-malformed", "verificationMaterial.publicKey.hint is not a string")
     if hint:
         mine = key_hint(public_key)
         if hint != mine:
@@ -718,7 +725,7 @@ def _verify_certificate(bundle: Dict[str, Any], chain_paths: Sequence[str]) -> T
             crypto.X509.from_cryptography(leaf),
             [crypto.X509.from_cryptography(c) for c in certs[1:]],
         ).verify_certificate()
-    except crypto.X509StoreContextError as exc:
+    except (crypto.X509StoreContextError, crypto.Error) as exc:
         raise _Bad(
             "signature-untrusted-certificate",
             f"the signing certificate ({leaf.subject.rfc4514_string()}) does not chain to the "
@@ -763,6 +770,8 @@ def _verify_sigstore(
             "verifying a Sigstore bundle needs the expected identity and OIDC issuer"
         )
     raw = _read_small(trust_root, "trust root", 16 << 20)
+    # The parsers below (pydantic models) raise many kinds of errors on
+    # hostile input; any of them means "not a trust root" / "not a bundle".
     try:
         try:
             trusted = models.ClientTrustConfig.from_json(raw.decode("utf-8")).trusted_root
@@ -786,6 +795,12 @@ def _verify_sigstore(
         text = " ".join(str(exc).split())
         raise _Bad(
             "signature-untrusted-certificate", f"Sigstore verification failed: {text}"
+        ) from None
+    except (ValueError, TypeError, KeyError, IndexError, errors.Error) as exc:
+        # malformed contents met by sigstore-python while checking
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise _Bad(
+            "signature-malformed", f"the Sigstore bundle cannot be checked: {text}"
         ) from None
     if policy.error is not None:
         text = " ".join(str(policy.error).split())
@@ -846,7 +861,7 @@ def _parse_statement(ptype: str, payload: bytes) -> _Manifest:
             bytes.fromhex(digest)
         except ValueError:
             raise _Bad("signature-malformed", f"resource {name!r} has no hex digest") from None
-        key = str(posixpath.normpath(name)) if name not in ("", ".") else "."
+        key = str(pathlib.PurePosixPath(name))  # model_signing's normalisation
         if key in items:
             raise _Bad("signature-malformed", f"resource {name!r} is listed twice")
         items[key] = (algorithm, digest.lower())
