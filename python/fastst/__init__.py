@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._errors import (
     ClosedFileError,
     HeaderFramingError,
@@ -48,6 +50,9 @@ __all__ = [
 
 #: Provenance entry points, imported on first use (fastst.provenance).
 _LAZY = {"sign", "verify_signature", "sbom"}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .provenance import sbom, sign, verify_signature
 
 
 def __getattr__(name: str) -> object:
