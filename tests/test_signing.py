@@ -845,6 +845,14 @@ def test_usage_errors(model: Path, keys: Any, tmp_path: Path) -> None:
         fastst.verify_signature(tmp_path / "absent", public_key=keys["p256"][1])
     with pytest.raises(ProvenanceError):
         fastst.sign(model, tmp_path / "absent.pem")
+    fifo = tmp_path / "sig.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ProvenanceError, match="not a regular file"):  # at once, no hang
+        fastst.verify_signature(model, fifo, public_key=keys["p256"][1])
+    with pytest.raises(ProvenanceError):
+        fastst.verify_signature(model, tmp_path, public_key=keys["p256"][1])
+    with pytest.raises(ProvenanceError):
+        fastst.sign(model, fifo)
     (tmp_path / "junk.pem").write_text("not a key")
     with pytest.raises(ProvenanceError):
         fastst.sign(model, tmp_path / "junk.pem")

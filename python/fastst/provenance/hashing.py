@@ -184,6 +184,15 @@ def _open_regular(path: str, follow: bool) -> int:
     return fd
 
 
+def read_regular(path: str, limit: int, *, follow: bool = True) -> bytes:
+    """Up to ``limit + 1`` bytes of the regular file ``path`` (so that the
+    caller can tell a file over the limit), opened without blocking: a FIFO,
+    device or socket raises OSError at once instead of hanging."""
+    fd = _open_regular(path, follow)
+    with os.fdopen(fd, "rb") as f:
+        return f.read(limit + 1)
+
+
 def hash_range(
     path: str,
     algorithm: str = "sha256",

@@ -26,7 +26,7 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from .findings import ProvenanceError, require
-from .hashing import GIT_PATHS, ModelFile, Piece, hash_pieces, list_model
+from .hashing import GIT_PATHS, ModelFile, Piece, hash_pieces, list_model, read_regular
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -60,8 +60,7 @@ def _fspath(path: PathLike) -> str:
 
 def _index_shards(path: str) -> List[str]:
     try:
-        with open(path, "rb") as fh:
-            data = json.loads(fh.read(64 << 20))
+        data = json.loads(read_regular(path, 64 << 20, follow=False))
     except (OSError, ValueError, RecursionError) as exc:
         raise ProvenanceError(f"{path}: not a readable index ({exc})", filename=path) from None
     wm = data.get("weight_map") if isinstance(data, dict) else None

@@ -37,6 +37,7 @@ from .hashing import (
     hash_constructor,
     hash_pieces,
     list_model,
+    read_regular,
     shards_of,
     sort_key,
 )
@@ -125,8 +126,7 @@ def _fspath(path: PathLike) -> str:
 
 def _read_small(path: str, what: str, limit: int = 1 << 20) -> bytes:
     try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
+        data = read_regular(path, limit)
     except OSError as exc:
         raise ProvenanceError(
             f"{path}: cannot read the {what}: {exc.strerror or exc}", filename=path
@@ -349,8 +349,7 @@ def _reader_problem(_fastst: Any, path: str) -> Optional[str]:
 
 def _index_shards(path: str) -> List[str]:
     try:
-        with open(path, "rb") as fh:
-            data = json.loads(fh.read())
+        data = json.loads(read_regular(path, 64 << 20, follow=False))
     except (OSError, ValueError, RecursionError):
         return []
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
@@ -581,8 +580,7 @@ def _obj(value: Any, what: str) -> Dict[str, Any]:
 
 def _read_bundle(path: str) -> Dict[str, Any]:
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_SIGNATURE_BYTES + 1)
+        data = read_regular(path, MAX_SIGNATURE_BYTES)
     except OSError as exc:
         raise ProvenanceError(
             f"{path}: cannot read the signature: {exc.strerror or exc}", filename=path
@@ -1195,8 +1193,7 @@ def find_signature_files(folder: PathLike) -> List[str]:
         try:
             if not entry.is_file(follow_symlinks=False):
                 continue
-            with open(entry.path, "rb") as f:
-                head = f.read(4096)
+            head = read_regular(entry.path, 4095, follow=False)
         except OSError:
             continue
         if head.lstrip().startswith(b"{") and b"application/vnd.dev.sigstore.bundle" in head:
