@@ -1042,3 +1042,22 @@ def test_import_fastst_does_not_load_signing_libraries() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
+
+
+def test_missing_extra_is_a_clear_import_error() -> None:
+    from fastst.provenance.findings import MissingExtraError, require
+
+    with pytest.raises(MissingExtraError, match=r"fastst\[signing\]") as info:
+        require("fastst_no_such_module_for_the_test")
+    assert isinstance(info.value, ImportError)
+    assert isinstance(info.value, fastst.SafetensorError)
+
+
+def test_plain_verify_notices_a_file_signature(
+    model: Path, keys: Dict[str, Tuple[Path, Path]], capsys: Any
+) -> None:
+    file = model / "model-00001-of-00002.safetensors"
+    fastst.sign(file, keys["p256"][0])
+    code, out, _ = run(["verify", str(file), "--json"], capsys)
+    assert code == 0
+    assert [s["path"] for s in json.loads(out)["signatures"]] == [str(file) + ".sig"]
