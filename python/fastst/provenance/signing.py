@@ -434,6 +434,13 @@ def sign(
     hash_alg = _ec_hash(key.public_key())
     ec = require("cryptography.hazmat.primitives.asymmetric.ec")
 
+    if certificate is not None:
+        method = "certificate"
+        material = _certificate_material(key, _fspath(certificate), certificate_chain)
+    else:
+        method = "key"
+        material = {"publicKey": {"hint": key_hint(key.public_key())}, "tlogEntries": []}
+
     sig_path = _fspath(signature) if signature is not None else default_signature_path(model_s)
     ignored: List[str] = []
     rel_sig = _inside(root, sig_path)
@@ -489,12 +496,6 @@ def sign(
     payload = json.dumps(statement, separators=(",", ":")).encode("utf-8")
     raw_sig = key.sign(_pae(payload), ec.ECDSA(hash_alg))
 
-    if certificate is not None:
-        method = "certificate"
-        material = _certificate_material(key, _fspath(certificate), certificate_chain)
-    else:
-        method = "key"
-        material = {"publicKey": {"hint": key_hint(key.public_key())}, "tlogEntries": []}
     bundle = {
         "mediaType": BUNDLE_MEDIA_TYPE,
         "verificationMaterial": material,
