@@ -26,6 +26,7 @@ FAMILIES = {
     "SerializeError",
     "UnsupportedDtypeError",
     "ShardIndexError",
+    "ProvenanceError",
     "ValueError",
     "MemoryError",
     "OSError",

@@ -5,12 +5,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._errors import (
     ClosedFileError,
     HeaderFramingError,
     HeaderJsonError,
     LayoutError,
     MetadataError,
+    MissingExtraError,
+    ProvenanceError,
     SafetensorError,
     SerializeError,
     ShardIndexError,
@@ -42,4 +46,23 @@ __all__ = [
     "serialize_file",
     "deserialize",
     "ShardIndexError",
+    "ProvenanceError",
+    "MissingExtraError",
+    "sign",
+    "verify_signature",
+    "sbom",
 ]
+
+#: Provenance entry points, imported on first use (fastst.provenance).
+_LAZY = {"sign", "verify_signature", "sbom"}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .provenance import sbom, sign, verify_signature
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        from . import provenance
+
+        return getattr(provenance, name)
+    raise AttributeError(f"module 'fastst' has no attribute {name!r}")

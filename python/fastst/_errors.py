@@ -70,6 +70,23 @@ class ShardIndexError(SafetensorError):
     """A sharded checkpoint's index is malformed or disagrees with its shards."""
 
 
+class ProvenanceError(SafetensorError, ValueError):
+    """Signing, verifying or describing a model could not be done at all
+    (unreadable key, model path that is not a file or a folder, symbolic
+    link met while signing...). ``rule`` names the rule when one applies."""
+
+    def __init__(
+        self, message: str, *, rule: Optional[str] = None, filename: Optional[str] = None
+    ) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.filename = filename
+
+
+class MissingExtraError(ProvenanceError, ImportError):
+    """A package of the ``fastst[signing]`` extra is not installed."""
+
+
 def rule_error(
     rule: str, filename: str, message: str, tensor: Optional[str] = None
 ) -> BaseException:
@@ -105,6 +122,8 @@ __all__ = [
     "SerializeError",
     "UnsupportedDtypeError",
     "ShardIndexError",
+    "ProvenanceError",
+    "MissingExtraError",
     "rule_error",
     "closed_file_error",
 ]
