@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from ._errors import (
     ClosedFileError,
+    DropinWarning,
+    FolderError,
     HeaderFramingError,
     HeaderJsonError,
+    HookError,
     LayoutError,
     MetadataError,
     SafetensorError,
@@ -18,6 +21,8 @@ from ._errors import (
     UnsupportedDtypeError,
 )
 from ._fastst import __version__
+from ._handle import _safe_open_handle
+from ._hook import install, installed, uninstall
 from ._open import SafeSlice, safe_open
 from ._sharded import ShardIndexError
 from ._write import TensorSpec, deserialize, serialize, serialize_file
@@ -41,4 +46,11 @@ __all__ = [
     "serialize_file",
     "deserialize",
     "ShardIndexError",
+    "FolderError",
+    "HookError",
+    "DropinWarning",
+    "install",
+    "uninstall",
+    "installed",
+    "_safe_open_handle",
 ]

@@ -6,7 +6,7 @@ one) and the rule that failed, and carries them as attributes.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 
 class SafetensorError(Exception):
@@ -61,6 +61,23 @@ class UnsupportedDtypeError(SafetensorError, TypeError):
     """A dtype has no equivalent in the requested framework."""
 
 
+class FolderError(SafetensorError, ValueError):
+    """A model folder given as a file holds several checkpoints (listed in
+    the message and in ``candidates``): open one of them by its path."""
+
+    candidates: List[str] = []
+
+
+class HookError(SafetensorError, RuntimeError):
+    """The drop-in hook (``fastst.install()``) cannot serve ``safetensors``:
+    the reference package is already imported."""
+
+
+class DropinWarning(UserWarning):
+    """``import safetensors`` was served by fastst because the
+    ``FASTST_AS_SAFETENSORS`` environment variable is set."""
+
+
 __all__ = [
     "SafetensorError",
     "HeaderFramingError",
@@ -72,4 +89,7 @@ __all__ = [
     "ClosedFileError",
     "SerializeError",
     "UnsupportedDtypeError",
+    "FolderError",
+    "HookError",
+    "DropinWarning",
 ]

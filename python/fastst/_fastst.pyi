@@ -90,6 +90,16 @@ def parse_bytes(
     Optional[List[Tuple[str, str]]],
 ]: ...
 
+# --- file-like objects (python/fastst/_handle.py) ------------------------------
+
+def parse_header(
+    head: bytes, file_len: int, display_name: str, header_cap: int = ...
+) -> Tuple[
+    int,
+    List[Tuple[str, str, Tuple[int, ...], int, int]],
+    Optional[List[Tuple[str, str]]],
+]: ...
+
 # --- forensics and hashes: the fastst command (python/fastst/inspect.py) -------
 
 def verify_file(

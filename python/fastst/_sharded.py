@@ -201,8 +201,12 @@ class ShardedFile:
 
 
 def open_raw(path: str, backend: str, header_cap: int) -> Any:
-    """A ``RawFile`` for a plain file, a ``ShardedFile`` for an index or a
-    folder holding one."""
+    """A ``RawFile`` for a plain file, a ``ShardedFile`` for an index; a
+    folder opens the one checkpoint it holds (see ``fastst._folders``)."""
+    if os.path.isdir(path):
+        from ._folders import checkpoint_in
+
+        path = checkpoint_in(path)
     index = find_index(path)
     if index is None:
         return RawFile(path, path, backend, header_cap)

@@ -392,3 +392,7 @@ def load_model(
             message += f"\n    Unexpected key(s) in state_dict: {listed}"
         raise RuntimeError(message)
     return missing, unexpected  # type: ignore[return-value]
+
+
+# The reference's private helpers, for callers that import them.
+from ._compat_torch import *  # noqa: E402,F401,F403
