@@ -10,7 +10,8 @@ from typing import Any, Dict, Iterable, List, Set, Tuple
 import torch
 
 from . import _fw_torch
-from ._write import TensorSpec
+from ._open import safe_open
+from ._write import TensorSpec, deserialize, serialize, serialize_file
 from .torch import _SIZE, _TYPES, _check_saveable
 
 
@@ -113,6 +114,13 @@ def _flatten_as_ptr(
 
 
 __all__ = [
+    # names the reference's module imports from its package
+    "TensorSpec",
+    "deserialize",
+    "safe_open",
+    "serialize",
+    "serialize_file",
+    # its private helpers
     "_end_ptr",
     "_filter_shared_not_shared",
     "_getdtype",

@@ -109,3 +109,7 @@ def save_sharded(
         metadata=dict(metadata) if metadata is not None else None,
         prefix=prefix,
     )
+
+
+# The reference's private helpers, for callers that import them.
+from ._compat_numpy import *  # noqa: E402,F401,F403
