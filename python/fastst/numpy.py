@@ -90,7 +90,8 @@ def save_sharded(
     """Writes ``tensor_dict`` as a sharded checkpoint in ``folder``: shards
     ``{prefix}-00001-of-0000N.safetensors`` of at most ``max_shard_size``
     bytes each (in the dict's order) and ``{prefix}.safetensors.index.json``,
-    the layout the Hugging Face ecosystem reads. Returns the index's path,
+    the layout the Hugging Face ecosystem reads (the index's metadata has
+    ``total_size`` and ``total_parameters``). Returns the index's path,
     which :class:`fastst.safe_open` opens as one file."""
     from ._sharded import write_sharded
 
@@ -108,6 +109,7 @@ def save_sharded(
         max_shard_size=max_shard_size,
         metadata=dict(metadata) if metadata is not None else None,
         prefix=prefix,
+        index_metadata={"total_parameters": sum(int(a.size) for a in arrays.values())},
     )
 
 

@@ -277,23 +277,51 @@ def save_sharded(
     max_shard_size: Union[int, str] = "5GB",
     metadata: Optional[Dict[str, str]] = None,
     prefix: str = "model",
+    force_contiguous: bool = True,
+    shared_tensors_to_discard: Optional[List[str]] = None,
 ) -> str:
     """Writes ``tensors`` as a sharded checkpoint in ``folder`` (shards of at
     most ``max_shard_size`` bytes plus ``{prefix}.safetensors.index.json``,
     the Hugging Face layout), with :func:`save_file`'s rules for each shard.
-    Returns the index's path, which :class:`fastst.safe_open` and
-    :func:`load_file` open as one file."""
+    Returns the index's path, which :class:`fastst.safe_open`,
+    :func:`load_file` and transformers' ``from_pretrained`` open.
+
+    As huggingface_hub's ``save_torch_state_dict`` does: tensors sharing
+    memory (tied weights) are stored once, under one name per group (not one
+    of ``shared_tensors_to_discard`` if possible), each dropped name being
+    recorded as ``dropped -> kept`` in the index's metadata; tensors are
+    made contiguous first (``force_contiguous``); every shard's metadata
+    has ``"format": "pt"``; the index's metadata has ``total_size`` (bytes)
+    and ``total_parameters`` (elements) of what was stored."""
     from ._sharded import write_sharded
 
-    sizes = {k: int(t.numel() * t.element_size()) for k, t in tensors.items()}
+    state = dict(tensors)
+    dropped: Dict[str, str] = {}
+    for kept, names in _remove_duplicate_names(
+        state, discard_names=shared_tensors_to_discard
+    ).items():
+        for name in names:
+            dropped[name] = kept
+            del state[name]
+    if force_contiguous:
+        state = {name: tensor.contiguous() for name, tensor in state.items()}
+    shard_metadata = {"format": "pt", **(metadata or {})}
+    index_metadata: Dict[str, Any] = {
+        "total_parameters": sum(int(t.numel()) for t in state.values())
+    }
+    for name, kept in dropped.items():
+        if name not in shard_metadata:
+            index_metadata[name] = kept
+    sizes = {k: int(t.numel() * t.element_size()) for k, t in state.items()}
     return write_sharded(
-        tensors,
+        state,
         folder,
         sizes,
         save_file,
         max_shard_size=max_shard_size,
-        metadata=metadata,
+        metadata=shard_metadata,
         prefix=prefix,
+        index_metadata=index_metadata,
     )
 
 
