@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Any, BinaryIO, Dict, List, Optional, Tuple, Union
+from typing import Any, BinaryIO, Dict, List, Optional, Tuple, Union, cast
 
 import numpy as np
 
@@ -62,7 +62,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         if _handle.is_handle(filename):
             self._raw = _handle.open_handle(filename, backend, header_cap)
             return
-        path = os.fspath(filename)
+        path = os.fspath(cast(PathLike, filename))
         if isinstance(path, bytes):
             path = os.fsdecode(path)
         try:
@@ -116,7 +116,12 @@ class safe_open:  # noqa: N801 - the reference package's name
         return f"{self._raw.name}: tensor {name!r}"
 
     def get_tensor(self, name: str, *, copy: bool = False, dtype: Any = None) -> Any:
-        """The whole tensor ``name`` in the framework the file was opened for.
+        """The whole tensor ``name`` in the framework the file was opened for:
+        ``numpy.ndarray`` for ``"np"``/``"numpy"``, ``torch.Tensor`` for
+        ``"pt"``/``"torch"``/``"pytorch"``, ``jax.Array`` for
+        ``"flax"``/``"jax"``, ``tf.Tensor`` for ``"tf"``/``"tensorflow"``,
+        ``paddle.Tensor`` for ``"paddle"``, ``mlx.core.array`` for ``"mlx"``
+        (typed ``Any``: the framework is chosen at run time).
 
         By default a zero-copy view of the file's pages. ``copy=True`` gives
         memory of its own, filled by several threads with the GIL released;
