@@ -59,6 +59,17 @@ def test_file_object_after_the_file_is_deleted(sample) -> None:
             np.testing.assert_array_equal(f.get_tensor("b"), B)
 
 
+def test_pipe_file_objects_are_refused_without_blocking() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        with os.fdopen(read_end, "rb", closefd=False) as fh:
+            with pytest.raises(OSError, match="not a regular file"):
+                fastst.safe_open(fh, "np")
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
 def test_bytesio_is_read_with_positioned_reads(sample) -> None:
     stream = io.BytesIO(sample.read_bytes())
     with fastst.safe_open(stream, "np") as f:

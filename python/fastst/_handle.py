@@ -19,8 +19,10 @@ The reference package offers the first kind as ``safetensors._safe_open_handle``
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import stat
 import sys
 import threading
 from typing import Any, Dict, List, Optional, Tuple
@@ -85,6 +87,12 @@ def open_handle(handle: Any, backend: str, header_cap: int) -> Any:
     fd = _descriptor(handle)
     if fd is not None:
         name = _display_name(handle, f"<file descriptor {fd}>")
+        # Pipes, sockets and devices are refused before anything is opened
+        # (opening /proc/self/fd/N of a pipe could block).
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(
+                errno.EINVAL, "not a regular file (a pipe, socket or device): refusing it", name
+            )
         return RawFile(_fd_path(fd), name, backend, header_cap)
     return StreamFile(handle, _display_name(handle, f"<{type(handle).__name__}>"), header_cap)
 
