@@ -10,3 +10,6 @@ echo "== cargo clippy"; cargo clippy --all-targets --release -- -D warnings
 echo "== cargo test"; cargo test --release --quiet
 echo "== ruff"; ruff check python tests benches; ruff format --check python tests benches
 echo "== pytest"; python -m pytest -q -p no:cacheprovider tests
+echo "== stubtest"; python -m mypy.stubtest fastst --mypy-config-file pyproject.toml --allowlist scripts/stubtest_allowlist.txt
+echo "== install check"; bash scripts/install_check.sh
+echo "== reference suite"; python scripts/reference_suite.py

@@ -9,8 +9,11 @@ from typing import TYPE_CHECKING
 
 from ._errors import (
     ClosedFileError,
+    DropinWarning,
+    FolderError,
     HeaderFramingError,
     HeaderJsonError,
+    HookError,
     LayoutError,
     MetadataError,
     MissingExtraError,
@@ -23,8 +26,9 @@ from ._errors import (
     UnsupportedDtypeError,
 )
 from ._fastst import __version__
+from ._hook import install, installed, uninstall
 from ._load import deserialize, serialize, serialize_file
-from ._open import SafeSlice, safe_open
+from ._open import SafeSlice, _safe_open_handle, safe_open
 from ._write import TensorSpec
 
 __all__ = [
@@ -51,6 +55,13 @@ __all__ = [
     "sign",
     "verify_signature",
     "sbom",
+    "FolderError",
+    "HookError",
+    "DropinWarning",
+    "install",
+    "uninstall",
+    "installed",
+    "_safe_open_handle",
 ]
 
 #: Provenance entry points, imported on first use (fastst.provenance).

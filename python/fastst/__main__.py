@@ -1,7 +1,14 @@
-"""``python -m fastst``: the ``fastst`` command."""
+"""``python -m fastst``: the ``fastst`` command; ``python -m fastst run
+(script.py | -m module) [args...]`` runs a program with ``import
+safetensors`` served by fastst (see ``fastst.install``)."""
 
 import sys
 
-from .cli import main
+if sys.argv[1:2] == ["run"]:
+    from ._hook import run
+
+    sys.exit(run(sys.argv[2:]))
+
+from .cli import main  # noqa: E402
 
 sys.exit(main())

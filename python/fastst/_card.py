@@ -207,7 +207,7 @@ def metadata_card(metadata: Optional[Dict[str, str]]) -> Dict[str, Any]:
     duration = None
     if started is not None and finished is not None and finished >= started:
         duration = round(float(finished) - float(started), 3)
-    training = {
+    fields: Dict[str, Any] = {
         "started": _timestamp(_first(md, "ss_training_started_at")),
         "finished": _timestamp(_first(md, "ss_training_finished_at")),
         "duration_s": duration,
@@ -218,8 +218,7 @@ def metadata_card(metadata: Optional[Dict[str, str]]) -> Dict[str, Any]:
         "optimizer": _first(md, "ss_optimizer"),
         "learning_rate": _number(_first(md, "ss_learning_rate", "ss_unet_lr")),
     }
-    if all(v is None for v in training.values()):
-        training = None
+    training = None if all(v is None for v in fields.values()) else fields
 
     source = _first(md, "ssmd_source", "modelspec.source", "modelspec.url")
     civitai_id = None

@@ -9,7 +9,7 @@ ValueError), as the rule catalogue of the compiled core says.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 from . import _fastst
 
@@ -110,6 +110,23 @@ def closed_file_error(filename: str) -> BaseException:
     return _fastst.closed_file_error(filename)
 
 
+class FolderError(SafetensorError, ValueError):
+    """A model folder given as a file holds several checkpoints (listed in
+    the message and in ``candidates``): open one of them by its path."""
+
+    candidates: List[str] = []
+
+
+class HookError(SafetensorError, RuntimeError):
+    """The drop-in hook (``fastst.install()``) cannot serve ``safetensors``:
+    the reference package is already imported."""
+
+
+class DropinWarning(UserWarning):
+    """``import safetensors`` was served by fastst because the
+    ``FASTST_AS_SAFETENSORS`` environment variable is set."""
+
+
 __all__ = [
     "SafetensorError",
     "HeaderFramingError",
@@ -126,4 +143,7 @@ __all__ = [
     "MissingExtraError",
     "rule_error",
     "closed_file_error",
+    "FolderError",
+    "HookError",
+    "DropinWarning",
 ]

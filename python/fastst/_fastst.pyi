@@ -1,13 +1,14 @@
 # Type stubs of the compiled module fastst._fastst (checked against the
 # module by tests/test_stubs.py).
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, final
 
 __version__: str
 DEFAULT_HEADER_CAP: int
 
 # --- reading ------------------------------------------------------------------
 
+@final
 class TensorBuffer:
     """Writable bytes of one tensor, exported through the buffer protocol."""
 
@@ -17,6 +18,7 @@ class TensorBuffer:
     @property
     def mapped(self) -> bool: ...
 
+@final
 class RawFile:
     """An open, validated .safetensors file."""
 
@@ -36,7 +38,7 @@ class RawFile:
     def offset_keys(self) -> List[str]: ...
     def metadata(self) -> Optional[Dict[str, str]]: ...
     def __len__(self) -> int: ...
-    def __contains__(self, name: str) -> bool: ...
+    def __contains__(self, name: str, /) -> bool: ...
     def info(self, name: str) -> Tuple[str, Tuple[int, ...], int, int]: ...
     def tensor(self, name: str) -> Tuple[TensorBuffer, str, Tuple[int, ...]]: ...
     def read_into(self, name: str, out: Any) -> None: ...
@@ -52,6 +54,7 @@ class RawFile:
 
 # --- writing --------------------------------------------------------------------
 
+@final
 class WritePlan:
     """The layout of a file to write: tensors ordered as the reference
     writer orders them, offsets, and the rendered header."""
@@ -84,6 +87,16 @@ class WritePlan:
 
 def parse_bytes(
     data: object, display_name: str, header_cap: int = ...
+) -> Tuple[
+    int,
+    List[Tuple[str, str, Tuple[int, ...], int, int]],
+    Optional[List[Tuple[str, str]]],
+]: ...
+
+# --- file-like objects (python/fastst/_handle.py) ------------------------------
+
+def parse_header(
+    head: bytes, file_len: int, display_name: str, header_cap: int = ...
 ) -> Tuple[
     int,
     List[Tuple[str, str, Tuple[int, ...], int, int]],

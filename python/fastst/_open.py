@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import errno
 import os
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, BinaryIO, Dict, List, Optional, Tuple, Union, cast
 
 import numpy as np
 
-from . import _frameworks
+from . import _frameworks, _handle
 from ._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
 from ._errors import closed_file_error
 from ._fastst import DEFAULT_HEADER_CAP
 from ._sharded import open_raw
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _not_found(path: str, exc: FileNotFoundError) -> FileNotFoundError:
+    """The reference's error for a missing file: ``FileNotFoundError("No such
+    file or directory: <path>")`` (callers match on the text), with ``errno``
+    set; other FileNotFoundErrors (a missing shard...) are kept."""
+    if os.path.exists(path) or os.path.islink(path):
+        return exc
+    err = FileNotFoundError(f"No such file or directory: {path}")
+    err.errno = errno.ENOENT
+    return err
 
 
 class safe_open:  # noqa: N801 - the reference package's name
@@ -27,13 +39,17 @@ class safe_open:  # noqa: N801 - the reference package's name
     each other, and they stay valid after the file is closed or deleted.
 
     ``filename`` may also be a sharded checkpoint's
-    ``model.safetensors.index.json`` or the folder holding it: the shards
-    are then read as one file (see :class:`fastst.ShardIndexError`).
+    ``model.safetensors.index.json``: the shards are then read as one file
+    (see :class:`fastst.ShardIndexError`); a model folder holding one
+    checkpoint (a single ``.safetensors`` file or one index, see
+    :class:`fastst.FolderError`); or an open binary file object (one with
+    ``fileno()``, or with ``seek`` and ``readinto``), as the reference's
+    ``_safe_open_handle`` takes.
     """
 
     def __init__(
         self,
-        filename: PathLike,
+        filename: Union[PathLike, BinaryIO],
         framework: str,
         device: Any = "cpu",
         *,
@@ -41,12 +57,18 @@ class safe_open:  # noqa: N801 - the reference package's name
         header_cap: int = DEFAULT_HEADER_CAP,
     ) -> None:
         self._framework = _frameworks.resolve(framework)
-        path = os.fspath(filename)
-        if isinstance(path, bytes):
-            path = os.fsdecode(path)
         self._backend = _frameworks.backend(self._framework)
         self._device = self._backend.device(device)
-        self._raw = open_raw(path, backend, header_cap)
+        if _handle.is_handle(filename):
+            self._raw = _handle.open_handle(filename, backend, header_cap)
+            return
+        path = os.fspath(cast(PathLike, filename))
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        try:
+            self._raw = open_raw(path, backend, header_cap)
+        except FileNotFoundError as exc:
+            raise _not_found(path, exc) from None
 
     # context manager -------------------------------------------------
     def __enter__(self) -> safe_open:
@@ -94,7 +116,12 @@ class safe_open:  # noqa: N801 - the reference package's name
         return _frameworks.Where(self._raw.name, name)
 
     def get_tensor(self, name: str, *, copy: bool = False, dtype: Any = None) -> Any:
-        """The whole tensor ``name`` in the framework the file was opened for.
+        """The whole tensor ``name`` in the framework the file was opened for:
+        ``numpy.ndarray`` for ``"np"``/``"numpy"``, ``torch.Tensor`` for
+        ``"pt"``/``"torch"``/``"pytorch"``, ``jax.Array`` for
+        ``"flax"``/``"jax"``, ``tf.Tensor`` for ``"tf"``/``"tensorflow"``,
+        ``paddle.Tensor`` for ``"paddle"``, ``mlx.core.array`` for ``"mlx"``
+        (typed ``Any``: the framework is chosen at run time).
 
         By default a zero-copy view of the file's pages. ``copy=True`` gives
         memory of its own, filled by several threads with the GIL released;
@@ -155,6 +182,9 @@ _BASIC = (int, slice, type(Ellipsis), type(None))
 
 
 def _check_index(index: Any) -> Any:
+    if isinstance(index, list) and not index:
+        # The reference's one list form: selects nothing along dimension 0.
+        return slice(0, 0)
     items = index if isinstance(index, tuple) else (index,)
     for item in items:
         if isinstance(item, bool) or not (isinstance(item, _BASIC) or hasattr(item, "__index__")):
@@ -168,8 +198,9 @@ def _check_index(index: Any) -> Any:
 class SafeSlice:
     """A tensor not read yet; ``s[...]`` reads only the part asked for, with
     basic indexing (ints, slices, ``...``, ``None``; out-of-range slice bounds
-    clamp). numpy and the frameworks fed from numpy follow numpy's rules,
-    negative steps included; torch follows torch's (a negative step raises
+    clamp; the empty list ``[]`` selects nothing along dimension 0). numpy
+    and the frameworks fed from numpy follow numpy's rules, negative steps
+    included; torch follows torch's (a negative step raises
     ValueError)."""
 
     def __init__(self, owner: safe_open, name: str, dtype: str, shape: Tuple[int, ...]):
@@ -252,3 +283,11 @@ class SafeSlice:
         if out.size:
             self._owner._raw.read_range_into(self._name, start * row, out)
         return out, (stop - start, *shape[1:]), (lead, *rest)
+
+
+class _safe_open_handle:  # noqa: N801 - the reference package's name
+    """``safe_open`` on an open file object, under the reference's name:
+    ``_safe_open_handle(f, framework, device="cpu", *, backend="mmap")``."""
+
+    def __new__(cls, f: Any, framework: str, device: Any = "cpu", *, backend: str = "mmap") -> Any:
+        return safe_open(f, framework, device, backend=backend)

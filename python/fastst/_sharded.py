@@ -199,8 +199,12 @@ class ShardedFile:
 
 
 def open_raw(path: str, backend: str, header_cap: int) -> Any:
-    """A ``RawFile`` for a plain file, a ``ShardedFile`` for an index or a
-    folder holding one."""
+    """A ``RawFile`` for a plain file, a ``ShardedFile`` for an index; a
+    folder opens the one checkpoint it holds (see ``fastst._folders``)."""
+    if os.path.isdir(path):
+        from ._folders import checkpoint_in
+
+        path = checkpoint_in(path)
     index = find_index(path)
     if index is None:
         return RawFile(path, path, backend, header_cap)
@@ -267,10 +271,12 @@ def write_sharded(
     max_shard_size: Any = "5GB",
     metadata: Optional[Dict[str, str]] = None,
     prefix: str = "model",
+    index_metadata: Optional[Dict[str, Any]] = None,
 ) -> str:
     """Writes ``tensors`` as shards ``{prefix}-00001-of-0000N.safetensors``
     plus ``{prefix}.safetensors.index.json`` into ``folder``; returns the
-    index's path. ``save_one(subset, path, metadata)`` writes one shard.
+    index's path. ``save_one(subset, path, metadata)`` writes one shard;
+    ``index_metadata`` joins ``total_size`` in the index's ``metadata``.
     Each file is replaced atomically, the index last; shards of an earlier
     save under the same prefix that the new index no longer names are
     removed afterwards."""
@@ -290,7 +296,7 @@ def write_sharded(
         for n in names:
             weight_map[n] = shard
     index = {
-        "metadata": {"total_size": sum(sizes.values())},
+        "metadata": {"total_size": sum(sizes.values()), **(index_metadata or {})},
         "weight_map": dict(sorted(weight_map.items())),
     }
     index_path = os.path.join(folder, f"{prefix}.safetensors.index.json")

@@ -201,7 +201,7 @@ def _raw_data(address: int, length: int) -> Any:
     if not length:
         return b""
     memory = (ctypes.c_ubyte * length).from_address(address)
-    return np.frombuffer(memory, dtype=np.uint8)
+    return np.frombuffer(memoryview(memory), dtype=np.uint8)
 
 
 def _bytes_data(data: Any) -> Any:

@@ -79,7 +79,8 @@ def save_sharded(
     """Writes ``tensor_dict`` as a sharded checkpoint in ``folder``: shards
     ``{prefix}-00001-of-0000N.safetensors`` of at most ``max_shard_size``
     bytes each (in the dict's order) and ``{prefix}.safetensors.index.json``,
-    the layout the Hugging Face ecosystem reads. Returns the index's path,
+    the layout the Hugging Face ecosystem reads (the index's metadata has
+    ``total_size`` and ``total_parameters``). Returns the index's path,
     which :class:`fastst.safe_open` opens as one file."""
     arrays = {k: np.asarray(v) for k, v in tensor_dict.items()}
     sizes = {k: int(a.nbytes) for k, a in arrays.items()}
@@ -92,4 +93,9 @@ def save_sharded(
         max_shard_size=max_shard_size,
         metadata=dict(metadata) if metadata is not None else None,
         prefix=prefix,
+        index_metadata={"total_parameters": sum(int(a.size) for a in arrays.values())},
     )
+
+
+# The reference's private helpers, for callers that import them.
+from ._compat_numpy import *  # noqa: E402,F401,F403

@@ -56,7 +56,7 @@ def _as_numpy(name: str, tensor: paddle.Tensor, keep_alive: List[Any]) -> np.nda
         return np.empty(shape, dtype=np_dtype)
     keep_alive.append(tensor)
     raw = (ctypes.c_ubyte * (count * np_dtype.itemsize)).from_address(tensor.data_ptr())
-    return np.frombuffer(raw, dtype=np.uint8).view(np_dtype).reshape(shape)
+    return np.frombuffer(memoryview(raw), dtype=np.uint8).view(np_dtype).reshape(shape)
 
 
 def _to_numpy(tensors: Dict[str, paddle.Tensor], keep_alive: List[Any]) -> Dict[str, np.ndarray]:

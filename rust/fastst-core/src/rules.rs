@@ -97,6 +97,14 @@ pub enum Family {
     Memory,
     /// The operating system refused or failed (Python's `OSError` family).
     Io,
+    /// A model folder given as a file holds several checkpoints.
+    Folder,
+    /// The drop-in hook cannot serve `safetensors` (the reference is
+    /// already imported).
+    Hook,
+    /// An index the reference's slicing refuses, under the `safetensors`
+    /// name (the reference raises its root error class for these).
+    ReferenceSlice,
     /// Signing, verifying or describing a model (provenance): findings of a
     /// signature check, raised as `ProvenanceError` when they stop the work.
     Provenance,
@@ -106,7 +114,7 @@ pub enum Family {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 15] = [
+    pub const ALL: [Family; 18] = [
         Family::HeaderFraming,
         Family::HeaderJson,
         Family::Metadata,
@@ -120,6 +128,9 @@ impl Family {
         Family::Usage,
         Family::Memory,
         Family::Io,
+        Family::Folder,
+        Family::Hook,
+        Family::ReferenceSlice,
         Family::Provenance,
         Family::Finding,
     ];
@@ -143,6 +154,9 @@ impl Family {
             Family::Usage => "ValueError",
             Family::Memory => "MemoryError",
             Family::Io => "OSError",
+            Family::Folder => "FolderError",
+            Family::Hook => "HookError",
+            Family::ReferenceSlice => "SafetensorError",
             Family::Provenance => "ProvenanceError",
             Family::Finding => "Finding",
         }
@@ -330,6 +344,14 @@ catalogue! {
         "a shard lacks a tensor the index places in it";
     ShardExtraTensor = "shard-extra-tensor", ShardIndex, High,
         "a shard holds a tensor the index does not place in it";
+
+    // --- drop-in use (model folders, the `safetensors` hook) ----------------
+    FolderAmbiguous = "folder-ambiguous", Folder, High,
+        "a model folder holds several checkpoints, so which one to open is unclear";
+    HookAfterReference = "hook-after-reference", Hook, High,
+        "the drop-in hook is turned on after the reference package was imported";
+    SliceOutOfRange = "slice-out-of-range", ReferenceSlice, High,
+        "under the `safetensors` name, a slice index the reference refuses (out of range, bad step)";
 
     // --- provenance: model signatures (`fastst sign`, `verify --signature`) ----
     SignatureFileChanged = "signature-file-changed", Provenance, Critical,

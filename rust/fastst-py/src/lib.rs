@@ -6,6 +6,7 @@ mod buffer;
 mod catalogue;
 mod errors;
 mod file;
+mod handle;
 mod inspect;
 mod write;
 
@@ -21,6 +22,8 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // writer
     m.add_class::<write::PyWritePlan>()?;
     m.add_function(wrap_pyfunction!(write::parse_bytes, m)?)?;
+    // file-like objects (fastst/_handle.py)
+    m.add_function(wrap_pyfunction!(handle::parse_header, m)?)?;
     // forensics and hashes (the fastst command)
     inspect::register(m)?;
     // the catalogue of rules, dtype facts and conversions
