@@ -23,6 +23,7 @@ except ImportError as _exc:
     raise _frameworks.missing("torch", _exc) from _exc
 
 from . import _fw_torch  # noqa: E402  (needs torch imported first)
+from ._distributed import DistributedLoadError, load_distributed, load_tensor_parallel  # noqa: E402
 
 __all__ = [
     "load_file",
@@ -34,6 +35,9 @@ __all__ = [
     "load_model",
     "storage_ptr",
     "storage_size",
+    "load_distributed",
+    "load_tensor_parallel",
+    "DistributedLoadError",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
