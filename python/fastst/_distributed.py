@@ -189,6 +189,30 @@ def _all_gather(out: torch.Tensor, mine: torch.Tensor, group: Any, async_op: boo
     return dist.all_gather_into_tensor(out, mine, group=group, async_op=async_op)
 
 
+class _Exchange:
+    """One round's exchange: every rank's slot of ``buffer`` reaches every
+    rank. NCCL: one ``all_gather_into_tensor`` (its ring is bandwidth
+    optimal). gloo: one broadcast per source rank, which gloo runs several
+    times faster than its all-gather (measured 4-6x with 4 ranks on one
+    machine)."""
+
+    def __init__(self, buffer: torch.Tensor, slot: int, group: Any) -> None:
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        if buffer.device.type == "cuda":
+            mine = buffer[rank * slot : (rank + 1) * slot]
+            self._works = [_all_gather(buffer, mine, group, async_op=True)]
+            return
+        self._works = []
+        for src in range(world):
+            root = src if group is None else dist.get_global_rank(group, src)
+            part = buffer[src * slot : (src + 1) * slot]
+            self._works.append(dist.broadcast(part, root, group=group, async_op=True))
+
+    def wait(self) -> None:
+        for work in self._works:
+            work.wait()
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     if isinstance(exc, KeyError) and not isinstance(exc, SafetensorError):
@@ -567,9 +591,8 @@ def _transfer(
             copied[b].record()
             used[b] = True
 
-    def start(k: int) -> Any:
-        b = buffers[k % 2]
-        return _all_gather(b, b[rank * slot : (rank + 1) * slot], group, async_op=True)
+    def start(k: int) -> _Exchange:
+        return _Exchange(buffers[k % 2], slot, group)
 
     def unpack(k: int) -> None:
         b = buffers[k % 2]
