@@ -504,6 +504,7 @@ def load_distributed(
     world = dist.get_world_size(group)
     comm = comm_device(group)
     handle: Optional[safe_open] = None
+    transfer: Optional[_Transfer] = None
     error: Optional[BaseException] = None
     header = options = b""
     target = comm
@@ -514,7 +515,10 @@ def load_distributed(
         slot = _slot_size(budget, world)
         handle, entries, metadata = open_table(path)
         plan = plan_reads(entries, world, unit, chunk_size)
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be a positive int, not {threads!r}")
         flats, result = _allocate(entries, target)
+        transfer = _Transfer(handle, entries, plan, group, comm, slot, threads)
         header = table_digest(entries, metadata)
         options = _options_digest(
             {
@@ -529,11 +533,10 @@ def load_distributed(
         error = exc
     try:
         agree(group, comm, where, error, header, options)
-        capacity = slot - _TRAILER
-        rounds = [_rounds(pieces, capacity) for pieces in plan]
-        assert handle is not None
-        _transfer(handle, entries, flats, rounds, group, comm, slot, capacity, threads, where)
+        transfer.run(flats, where)
     finally:
+        if transfer is not None:
+            transfer.close()
         if handle is not None:
             handle.close()
     if target.type == "cuda":
@@ -541,83 +544,109 @@ def load_distributed(
     return result
 
 
-def _transfer(
-    handle: safe_open,
-    entries: Sequence[Entry],
-    flats: Sequence[torch.Tensor],
-    rounds: Sequence[Sequence[Sequence[Segment]]],
-    group: Any,
-    comm: torch.device,
-    slot: int,
-    capacity: int,
-    threads: int,
-    where: str,
-) -> None:
-    """Rounds of all-gathers over two buffers: while one round's bytes travel,
-    this rank reads its part of the next."""
-    rank, world = dist.get_rank(group), dist.get_world_size(group)
-    count = max((len(r) for r in rounds), default=0)
-    if count == 0:
-        return
-    on_cuda = comm.type == "cuda"
-    buffers = [torch.empty(world * slot, dtype=torch.uint8, device=comm) for _ in range(2)]
-    if on_cuda:
-        hosts = [torch.empty(slot, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
-        copied = [torch.cuda.Event(), torch.cuda.Event()]
-        used = [False, False]
-    else:
-        hosts = [b[rank * slot : (rank + 1) * slot] for b in buffers]
-    reader = _Reader(handle, entries, threads)
-    failure: List[Optional[BaseException]] = [None]
+class _Transfer:
+    """Rounds of exchanges over two buffers: while one round's bytes travel,
+    this rank reads its part of the next. Everything that can fail for
+    want of memory is allocated here, before the ranks agree."""
 
-    def fill(k: int) -> None:
+    def __init__(
+        self,
+        handle: safe_open,
+        entries: Sequence[Entry],
+        plan: Sequence[Sequence[Piece]],
+        group: Any,
+        comm: torch.device,
+        slot: int,
+        threads: int,
+    ) -> None:
+        self.group = group
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+        self.slot = slot
+        self.capacity = slot - _TRAILER
+        self.rounds = [_rounds(pieces, self.capacity) for pieces in plan]
+        self.count = max((len(r) for r in self.rounds), default=0)
+        self.on_cuda = comm.type == "cuda"
+        self.buffers: List[torch.Tensor] = []
+        self.hosts: List[torch.Tensor] = []
+        if self.count:
+            size = self.world * slot
+            self.buffers = [torch.empty(size, dtype=torch.uint8, device=comm) for _ in range(2)]
+            mine = slice(self.rank * slot, (self.rank + 1) * slot)
+            if self.on_cuda:
+                self.hosts = [
+                    torch.empty(slot, dtype=torch.uint8, pin_memory=True) for _ in range(2)
+                ]
+                self.copied = [torch.cuda.Event(), torch.cuda.Event()]
+                self.used = [False, False]
+            else:
+                self.hosts = [b[mine] for b in self.buffers]
+        self.reader = _Reader(handle, entries, threads)
+        self.failure: Optional[BaseException] = None
+
+    def close(self) -> None:
+        self.reader.close()
+
+    def fill(self, k: int) -> None:
+        """Reads this rank's part of round ``k`` into its slot, or records
+        why it could not (every rank then raises after the round)."""
         b = k % 2
-        if on_cuda and used[b]:
-            copied[b].synchronize()
-        host = hosts[b].numpy()
+        if self.on_cuda and self.used[b]:
+            self.copied[b].synchronize()
+        host = self.hosts[b].numpy()
+        capacity = self.capacity
         host[capacity:] = 0
-        if failure[0] is None:
+        if self.failure is None:
+            mine = self.rounds[self.rank]
             try:
-                mine = rounds[rank][k] if k < len(rounds[rank]) else []
-                reader.read(mine, host)
+                self.reader.read(mine[k] if k < len(mine) else [], host)
             except Exception as exc:
-                failure[0] = exc
-        if failure[0] is not None:
+                self.failure = exc
+        if self.failure is not None:
             host[capacity] = 1
-            message = _encode_message(f"rank {rank}: {_describe(failure[0])}", _TRAILER - 1)
+            text = f"rank {self.rank}: {_describe(self.failure)}"
+            message = _encode_message(text, _TRAILER - 1)
             host[capacity + 1 : capacity + 1 + len(message)] = list(message)
-        if on_cuda:
-            buffers[b][rank * slot : (rank + 1) * slot].copy_(hosts[b], non_blocking=True)
-            copied[b].record()
-            used[b] = True
+        if self.on_cuda:
+            mine_slot = self.buffers[b][self.rank * self.slot : (self.rank + 1) * self.slot]
+            mine_slot.copy_(self.hosts[b], non_blocking=True)
+            self.copied[b].record()
+            self.used[b] = True
 
-    def start(k: int) -> _Exchange:
-        return _Exchange(buffers[k % 2], slot, group)
-
-    def unpack(k: int) -> None:
-        b = buffers[k % 2]
-        for src in range(world):
-            if k >= len(rounds[src]):
+    def unpack(self, k: int, flats: Sequence[torch.Tensor]) -> None:
+        b = self.buffers[k % 2]
+        for src in range(self.world):
+            if k >= len(self.rounds[src]):
                 continue
-            base = src * slot
-            for i, offset, length, at in rounds[src][k]:
+            base = src * self.slot
+            for i, offset, length, at in self.rounds[src][k]:
                 flats[i][offset : offset + length].copy_(b[base + at : base + at + length])
 
-    try:
-        fill(0)
-        work = start(0)
-        for k in range(1, count):
-            fill(k)
+    def check(self, k: int, where: str) -> None:
+        _check_trailers(
+            self.buffers[k % 2],
+            self.world,
+            self.slot,
+            self.capacity,
+            where,
+            self.rank,
+            self.failure,
+        )
+
+    def run(self, flats: Sequence[torch.Tensor], where: str) -> None:
+        if not self.count:
+            return
+        self.fill(0)
+        work = _Exchange(self.buffers[0], self.slot, self.group)
+        for k in range(1, self.count):
+            self.fill(k)
             work.wait()
-            _check_trailers(buffers[(k - 1) % 2], world, slot, capacity, where, rank, failure[0])
-            next_work = start(k)
-            unpack(k - 1)
-            work = next_work
+            self.check(k - 1, where)
+            following = _Exchange(self.buffers[k % 2], self.slot, self.group)
+            self.unpack(k - 1, flats)
+            work = following
         work.wait()
-        _check_trailers(buffers[(count - 1) % 2], world, slot, capacity, where, rank, failure[0])
-        unpack(count - 1)
-    finally:
-        reader.close()
+        self.check(self.count - 1, where)
+        self.unpack(self.count - 1, flats)
 
 
 # tensor-parallel load ----------------------------------------------------------------
