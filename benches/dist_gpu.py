@@ -97,10 +97,11 @@ def main() -> None:
     handle.close()
     total = sum(e.nbytes for e in entries)
     if rank == 0:
+        nccl = torch.cuda.nccl.version()
+        nccl = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
         print(
-            f"{torch.cuda.get_device_name()} x {world}, torch {torch.__version__}, "
-            f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}; checkpoint {total / 1e9:.3f} "
-            f"GB in {len(files)} shards",
+            f"{torch.cuda.get_device_name()} x {world}, torch {torch.__version__}, NCCL {nccl}; "
+            f"checkpoint {total / 1e9:.3f} GB in {len(files)} shards",
             flush=True,
         )
 

@@ -603,8 +603,7 @@ class _Transfer:
                 self.failure = exc
         if self.failure is not None:
             host[capacity] = 1
-            text = f"rank {self.rank}: {_describe(self.failure)}"
-            message = _encode_message(text, _TRAILER - 1)
+            message = _encode_message(_describe(self.failure), _TRAILER - 1)
             host[capacity + 1 : capacity + 1 + len(message)] = list(message)
         if self.on_cuda:
             mine_slot = self.buffers[b][self.rank * self.slot : (self.rank + 1) * self.slot]
