@@ -216,11 +216,11 @@ def _inject_read_failure(rank_to_fail: int, path: str) -> Callable[[int, int], D
         original = D._Reader.read
         calls = [0]
 
-        def failing(self: Any, segments: Any, slot: Any) -> None:
+        def failing(self: Any, jobs: Any) -> None:
             calls[0] += 1
             if rank == rank_to_fail and calls[0] == 3:
                 raise OSError(5, "Input/output error (injected)")
-            original(self, segments, slot)
+            original(self, jobs)
 
         D._Reader.read = failing  # type: ignore[method-assign]
         try:
@@ -231,11 +231,27 @@ def _inject_read_failure(rank_to_fail: int, path: str) -> Callable[[int, int], D
     return run
 
 
+def _direct(run: Callable[[int, int], Dict[str, Any]]) -> Callable[[int, int], Dict[str, Any]]:
+    """``run`` with every piece of 1000 bytes or more sent straight between
+    destination tensors (the path large tensors take under gloo)."""
+
+    def patched(rank: int, world: int) -> Dict[str, Any]:
+        saved = D._DIRECT_MIN
+        D._DIRECT_MIN = 1000
+        try:
+            return run(rank, world)
+        finally:
+            D._DIRECT_MIN = saved
+
+    return patched
+
+
 def _scenarios(files: Dict[str, str], world: int, full: bool) -> Dict[str, Any]:
     last = world - 1
     s: Dict[str, Any] = {
         "single_chunk": _replicate(files["single"], chunk_size=4096, budget=world * 2 * 64 << 10),
         "sharded_tensor": _replicate(files["index"], unit="tensor"),
+        "sharded_direct": _direct(_replicate(files["index"], chunk_size=4096, budget=64 << 10)),
         "tp_single": _tp(files["single"], TP_PLAN),
         "missing_on_last": lambda r, w: _fails(
             lambda: load_distributed(files["missing"] if r == last else files["single"])
@@ -264,6 +280,7 @@ def _scenarios(files: Dict[str, str], world: int, full: bool) -> Dict[str, Any]:
                     lambda: load_tensor_parallel(files["single"], {"scalar": "row"} if r else None)
                 ),
                 "read_fails_on_rank_1": _inject_read_failure(1, files["single"]),
+                "read_fails_direct": _direct(_inject_read_failure(1, files["single"])),
                 "after_failures": _replicate(files["single"], chunk_size=4096),
             }
         )
@@ -372,6 +389,8 @@ def test_two_ranks(files: Dict[str, str], tmp_path: Path) -> None:
     _check_failure(results, "options_differ", "dist-option-mismatch", "rank 0", "rank 1")
     _check_failure(results, "bad_plan_on_rank_1", "dist-rank-failed", "rank 1", "dist-bad-plan")
     _check_failure(results, "read_fails_on_rank_1", "dist-rank-failed", "rank 1", "injected")
+    _check_failure(results, "read_fails_direct", "dist-rank-failed", "rank 1", "injected")
+    _check_replicated(results, "sharded_direct", 4096)
     for res in results:
         assert list(res["missing_on_last"]["causes"]) == ["1"]
 
@@ -381,6 +400,7 @@ def test_four_ranks(files: Dict[str, str], tmp_path: Path) -> None:
     biggest = max(t.numel() * t.element_size() for t in _tensors().values())
     _check_replicated(results, "single_chunk", 4096)
     _check_replicated(results, "sharded_tensor", biggest)
+    _check_replicated(results, "sharded_direct", 4096)
     _check_tp(results, "tp_single")
     _check_failure(results, "missing_on_last", "dist-rank-failed", "rank 3", "FileNotFoundError")
     _check_failure(

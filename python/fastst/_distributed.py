@@ -55,6 +55,7 @@ UNITS = ("chunk", "tensor", "file")
 DEFAULT_BUDGET = 256 << 20
 DEFAULT_CHUNK = 1 << 20
 _READ_PIECE = 16 << 20  # one positioned read, at most
+_DIRECT_MIN = 1 << 20  # gloo: pieces this large skip the staging buffer
 _STATUS = 1088  # bytes of one rank's agreement record
 _MESSAGE = _STATUS - 67
 _TRAILER = 512  # bytes after each rank's data in a transfer round
@@ -187,30 +188,6 @@ def comm_device(group: Any) -> torch.device:
 
 def _all_gather(out: torch.Tensor, mine: torch.Tensor, group: Any, async_op: bool = False) -> Any:
     return dist.all_gather_into_tensor(out, mine, group=group, async_op=async_op)
-
-
-class _Exchange:
-    """One round's exchange: every rank's slot of ``buffer`` reaches every
-    rank. NCCL: one ``all_gather_into_tensor`` (its ring is bandwidth
-    optimal). gloo: one broadcast per source rank, which gloo runs several
-    times faster than its all-gather (measured 4-6x with 4 ranks on one
-    machine)."""
-
-    def __init__(self, buffer: torch.Tensor, slot: int, group: Any) -> None:
-        rank, world = dist.get_rank(group), dist.get_world_size(group)
-        if buffer.device.type == "cuda":
-            mine = buffer[rank * slot : (rank + 1) * slot]
-            self._works = [_all_gather(buffer, mine, group, async_op=True)]
-            return
-        self._works = []
-        for src in range(world):
-            root = src if group is None else dist.get_global_rank(group, src)
-            part = buffer[src * slot : (src + 1) * slot]
-            self._works.append(dist.broadcast(part, root, group=group, async_op=True))
-
-    def wait(self) -> None:
-        for work in self._works:
-            work.wait()
 
 
 def _describe(exc: BaseException) -> str:
@@ -387,6 +364,9 @@ def _rounds(pieces: Sequence[Piece], capacity: int) -> List[List[Segment]]:
 # replicated load: moving the bytes --------------------------------------------------
 
 
+Job = Tuple[int, int, Any]  # entry index, offset in the tensor, destination (a byte view)
+
+
 class _Reader:
     """Positioned reads of byte ranges of tensors into host memory, several
     at a time (the reads release the GIL)."""
@@ -401,19 +381,16 @@ class _Reader:
     def close(self) -> None:
         self._pool.shutdown(wait=True)
 
-    def read(self, segments: Sequence[Segment], slot: Any) -> None:
-        jobs = []
-        for i, offset, length, at in segments:
+    def read(self, jobs: Sequence[Job]) -> None:
+        calls = []
+        for i, offset, out in jobs:
             name = self._entries[i].name
-            done = 0
-            while done < length:
-                take = min(_READ_PIECE, length - done)
-                jobs.append((name, offset + done, slot[at + done : at + done + take]))
-                done += take
-        if len(jobs) == 1:
-            self._raw.read_range_into(*jobs[0])
+            for done in range(0, len(out), _READ_PIECE):
+                calls.append((name, offset + done, out[done : done + _READ_PIECE]))
+        if len(calls) == 1:
+            self._raw.read_range_into(*calls[0])
             return
-        for future in [self._pool.submit(self._raw.read_range_into, *job) for job in jobs]:
+        for future in [self._pool.submit(self._raw.read_range_into, *call) for call in calls]:
             future.result()
 
 
@@ -445,15 +422,10 @@ def _slot_size(budget: int, world: int) -> int:
 
 
 def _check_trailers(
-    buffer: torch.Tensor,
-    world: int,
-    slot: int,
-    capacity: int,
-    path: str,
-    rank: int,
-    own: Optional[BaseException],
+    buffer: torch.Tensor, world: int, slot: int, path: str, rank: int, own: Optional[BaseException]
 ) -> None:
-    trailers = buffer.view(world, slot)[:, capacity:]
+    """Raises on every rank when a rank's status says its reads failed."""
+    trailers = buffer.view(world, slot)[:, :_TRAILER]
     if trailers.device.type != "cpu":
         trailers = trailers.cpu()
     rows = trailers.numpy()
@@ -518,7 +490,7 @@ def load_distributed(
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be a positive int, not {threads!r}")
         flats, result = _allocate(entries, target)
-        transfer = _Transfer(handle, entries, plan, group, comm, slot, threads)
+        transfer = _Transfer(handle, entries, plan, flats, group, comm, slot, threads)
         header = table_digest(entries, metadata)
         options = _options_digest(
             {
@@ -533,7 +505,8 @@ def load_distributed(
         error = exc
     try:
         agree(group, comm, where, error, header, options)
-        transfer.run(flats, where)
+        assert transfer is not None
+        transfer.run(where)
     finally:
         if transfer is not None:
             transfer.close()
@@ -544,16 +517,48 @@ def load_distributed(
     return result
 
 
+class _Round:
+    """What one rank sends in one round: small pieces packed into its slot
+    (after the status), large ones sent straight from/into the destination
+    tensors (gloo with CPU destinations only)."""
+
+    def __init__(self, segments: Sequence[Segment], direct_min: Optional[int]) -> None:
+        self.packed: List[Segment] = []
+        self.direct: List[Segment] = []
+        used = 0
+        for i, offset, length, at in segments:
+            if direct_min is not None and length >= direct_min:
+                self.direct.append((i, offset, length, 0))
+            else:
+                self.packed.append((i, offset, length, used if direct_min is not None else at))
+                used = used + length if direct_min is not None else max(used, at + length)
+        self.used = used
+
+
+_EMPTY = _Round([], None)
+
+
 class _Transfer:
-    """Rounds of exchanges over two buffers: while one round's bytes travel,
-    this rank reads its part of the next. Everything that can fail for
-    want of memory is allocated here, before the ranks agree."""
+    """Rounds of exchanges over two staging buffers: while one round's bytes
+    travel, this rank reads its part of the next.
+
+    Each rank's slot starts with a status (``_TRAILER`` bytes: a failure
+    flag and message) followed by its packed bytes. NCCL: the slots travel
+    by one ``all_gather_into_tensor`` per round (its ring is bandwidth
+    optimal). gloo: by one broadcast per rank of the used part of its slot,
+    which gloo runs several times faster than its all-gather (4-6x measured
+    with 4 ranks on one machine); pieces of at least ``_DIRECT_MIN`` bytes
+    are read by their owner straight into its destination tensor and
+    broadcast from there into the others' (no staging copy). Everything that
+    can fail for want of memory is allocated here, before the ranks agree.
+    """
 
     def __init__(
         self,
         handle: safe_open,
         entries: Sequence[Entry],
         plan: Sequence[Sequence[Piece]],
+        flats: Sequence[torch.Tensor],
         group: Any,
         comm: torch.device,
         slot: int,
@@ -561,11 +566,19 @@ class _Transfer:
     ) -> None:
         self.group = group
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+        self.roots = [
+            r if group is None else dist.get_global_rank(group, r) for r in range(self.world)
+        ]
         self.slot = slot
-        self.capacity = slot - _TRAILER
-        self.rounds = [_rounds(pieces, self.capacity) for pieces in plan]
-        self.count = max((len(r) for r in self.rounds), default=0)
+        self.flats = flats
         self.on_cuda = comm.type == "cuda"
+        direct = not self.on_cuda and all(f.device.type == "cpu" for f in flats)
+        self.direct_min = _DIRECT_MIN if direct else None
+        self.rounds = [
+            [_Round(segs, self.direct_min) for segs in _rounds(pieces, slot - _TRAILER)]
+            for pieces in plan
+        ]
+        self.count = max((len(r) for r in self.rounds), default=0)
         self.buffers: List[torch.Tensor] = []
         self.hosts: List[torch.Tensor] = []
         if self.count:
@@ -580,72 +593,85 @@ class _Transfer:
                 self.used = [False, False]
             else:
                 self.hosts = [b[mine] for b in self.buffers]
+        self.arrays = [f.numpy() if direct else None for f in flats]
         self.reader = _Reader(handle, entries, threads)
         self.failure: Optional[BaseException] = None
 
     def close(self) -> None:
         self.reader.close()
 
+    def _round(self, src: int, k: int) -> _Round:
+        rounds = self.rounds[src]
+        return rounds[k] if k < len(rounds) else _EMPTY
+
     def fill(self, k: int) -> None:
-        """Reads this rank's part of round ``k`` into its slot, or records
-        why it could not (every rank then raises after the round)."""
+        """Reads this rank's part of round ``k``, or records why it could
+        not (every rank then raises after the round)."""
         b = k % 2
         if self.on_cuda and self.used[b]:
             self.copied[b].synchronize()
         host = self.hosts[b].numpy()
-        capacity = self.capacity
-        host[capacity:] = 0
+        host[:_TRAILER] = 0
         if self.failure is None:
-            mine = self.rounds[self.rank]
+            part = self._round(self.rank, k)
+            data = host[_TRAILER:]
+            jobs: List[Job] = [(i, off, data[at : at + n]) for i, off, n, at in part.packed]
+            for i, off, n, _at in part.direct:
+                jobs.append((i, off, self.arrays[i][off : off + n]))
             try:
-                self.reader.read(mine[k] if k < len(mine) else [], host)
+                self.reader.read(jobs)
             except Exception as exc:
                 self.failure = exc
         if self.failure is not None:
-            host[capacity] = 1
+            host[0] = 1
             message = _encode_message(_describe(self.failure), _TRAILER - 1)
-            host[capacity + 1 : capacity + 1 + len(message)] = list(message)
+            host[1 : 1 + len(message)] = list(message)
         if self.on_cuda:
             mine_slot = self.buffers[b][self.rank * self.slot : (self.rank + 1) * self.slot]
             mine_slot.copy_(self.hosts[b], non_blocking=True)
             self.copied[b].record()
             self.used[b] = True
 
-    def unpack(self, k: int, flats: Sequence[torch.Tensor]) -> None:
-        b = self.buffers[k % 2]
+    def start(self, k: int) -> List[Any]:
+        """Launches round ``k``'s collectives (the same sequence on every rank)."""
+        buffer = self.buffers[k % 2]
+        slot, group = self.slot, self.group
+        if self.on_cuda:
+            mine = buffer[self.rank * slot : (self.rank + 1) * slot]
+            return [_all_gather(buffer, mine, group, async_op=True)]
+        works = []
         for src in range(self.world):
-            if k >= len(self.rounds[src]):
-                continue
-            base = src * self.slot
-            for i, offset, length, at in self.rounds[src][k]:
-                flats[i][offset : offset + length].copy_(b[base + at : base + at + length])
+            part = self._round(src, k)
+            root = self.roots[src]
+            head = buffer[src * slot : src * slot + _TRAILER + part.used]
+            works.append(dist.broadcast(head, root, group=group, async_op=True))
+            for i, off, n, _at in part.direct:
+                target = self.flats[i][off : off + n]
+                works.append(dist.broadcast(target, root, group=group, async_op=True))
+        return works
 
-    def check(self, k: int, where: str) -> None:
-        _check_trailers(
-            self.buffers[k % 2],
-            self.world,
-            self.slot,
-            self.capacity,
-            where,
-            self.rank,
-            self.failure,
-        )
+    def finish(self, k: int, works: List[Any], where: str) -> None:
+        """Waits for round ``k``, raises everywhere if a rank failed in it,
+        and copies the packed pieces into their tensors."""
+        for work in works:
+            work.wait()
+        buffer = self.buffers[k % 2]
+        _check_trailers(buffer, self.world, self.slot, where, self.rank, self.failure)
+        for src in range(self.world):
+            base = src * self.slot + _TRAILER
+            for i, off, n, at in self._round(src, k).packed:
+                self.flats[i][off : off + n].copy_(buffer[base + at : base + at + n])
 
-    def run(self, flats: Sequence[torch.Tensor], where: str) -> None:
+    def run(self, where: str) -> None:
         if not self.count:
             return
         self.fill(0)
-        work = _Exchange(self.buffers[0], self.slot, self.group)
+        works = self.start(0)
         for k in range(1, self.count):
             self.fill(k)
-            work.wait()
-            self.check(k - 1, where)
-            following = _Exchange(self.buffers[k % 2], self.slot, self.group)
-            self.unpack(k - 1, flats)
-            work = following
-        work.wait()
-        self.check(self.count - 1, where)
-        self.unpack(self.count - 1, flats)
+            self.finish(k - 1, works, where)
+            works = self.start(k)
+        self.finish(self.count - 1, works, where)
 
 
 # tensor-parallel load ----------------------------------------------------------------
