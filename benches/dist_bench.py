@@ -3,7 +3,9 @@ sharded checkpoint of about 2 GB from a cold page cache.
 
 Compared: ``fastst.torch.load_distributed`` (each byte read by one rank, the
 rest over torch.distributed; for each ``unit``) against every rank calling the
-reference's ``safetensors.torch.load_file`` on every shard. Reported per
+reference's ``safetensors.torch.load_file`` on every shard, and every rank
+calling ``fastst.torch.load_file(copy=True)`` (tensors with memory of their
+own, as ``load_distributed`` gives). Reported per
 method: wall time of the load (slowest rank, from a barrier), bytes read by
 read calls (``rchar``) and from storage (``read_bytes``) summed over ranks,
 and the bytes each rank requested.
@@ -127,6 +129,9 @@ def _worker(rank: int, world: int, port: int, index: str, method: str, out: str)
             if t.numel():
                 t.reshape(-1).view(torch.uint8)[::4096].sum()
         requested = sum(os.path.getsize(p) for p in files)
+    elif method == "owned":
+        state = ft.load_file(index, copy=True)
+        requested = sum(os.path.getsize(p) for p in files)
     else:
         state = ft.load_distributed(index, unit=method)
         requested = -1
@@ -167,7 +172,7 @@ def main() -> None:
     parser.add_argument(
         "--folder", default=os.environ.get("FASTST_BENCH_DIR", "/tmp/fastst-bench") + "/dist"
     )
-    parser.add_argument("--methods", default="chunk,tensor,file,reference")
+    parser.add_argument("--methods", default="chunk,tensor,file,reference,owned")
     parser.add_argument("--drop-caches", action="store_true")
     args = parser.parse_args()
 
@@ -212,11 +217,13 @@ def main() -> None:
         "per-rank requested GB / check"
     )
     for method, wall, ranks, _how in rows:
-        name = "reference load_file*" if method == "reference" else f"fastst dist ({method})"
+        name = {"reference": "reference load_file*", "owned": "fastst load_file(copy)**"}.get(
+            method, f"fastst dist ({method})"
+        )
         rchar = sum(r["rchar"] for r in ranks) / 1e9
         storage = sum(r["read_bytes"] for r in ranks) / 1e9
-        if method == "reference":
-            per_rank = [on_disk / 1e9] * len(ranks)  # every rank maps and copies every shard
+        if method in ("reference", "owned"):
+            per_rank = [on_disk / 1e9] * len(ranks)  # every rank reads every shard
         else:
             per_rank = [r["rchar"] / 1e9 for r in ranks]
         print(
@@ -224,6 +231,10 @@ def main() -> None:
             f"{[round(x, 3) for x in per_rank]} {ranks[0]['check']}"
         )
     print("\n* every rank: load_file on each shard, then one byte of each page touched")
+    print(
+        "** every rank: fastst.torch.load_file(index, copy=True), tensors with memory of their "
+        "own as load_distributed gives (the cost of materialising them)"
+    )
     print(
         "rchar: bytes returned by read calls (the reference maps the files, so its reads "
         "are page faults, counted only in storage); storage: read_bytes summed over ranks "

@@ -5,8 +5,9 @@ Two modes, both reached from :mod:`fastst.torch`:
 * :func:`load_distributed` (replicated): every rank of a process group calls
   it; each byte of tensor data is read from storage by exactly one rank, and
   every rank ends with the whole state dict, the bytes travelling as tensors
-  through ``all_gather_into_tensor`` (gloo on the CPU, NCCL on CUDA devices,
-  as the group's backend says) in rounds whose staging memory is bounded.
+  through collectives (broadcasts under gloo, ``all_gather_into_tensor``
+  under NCCL, as the group's backend says) in rounds whose staging memory
+  is bounded.
 * :func:`load_tensor_parallel`: each rank reads only the part of each tensor
   it declares (a row or column split by rank, or an explicit index), with
   positioned reads of the minimal byte ranges; no tensor data moves between
@@ -461,8 +462,8 @@ def load_distributed(
     (default: the current CUDA device under NCCL, else the CPU). ``unit``:
     how reads are shared out (``"chunk"``, ``"tensor"`` or ``"file"``, see
     :func:`plan_reads`). ``budget``: bytes of staging memory per rank (two
-    gather buffers, on the collective's device; plus ``budget / world`` of
-    pinned host memory under NCCL). ``threads``: concurrent reads per rank.
+    buffers on the collective's device; plus ``budget / world`` of pinned
+    host memory under NCCL). ``threads``: concurrent reads per rank.
 
     Returns ``{name: tensor}`` in file order, bit-identical to
     :func:`fastst.torch.load_file`. Raises :class:`DistributedLoadError` on
