@@ -507,3 +507,22 @@ def test_folder_with_several_files_and_no_index(tmp_path: Path) -> None:
     save_file({"b": torch.zeros(2)}, str(tmp_path / "b.safetensors"))
     with pytest.raises(fastst.ShardIndexError):
         D.resolve_path(tmp_path)
+
+
+@pytest.mark.parametrize("spec, dim", [("row", 0), ("column", 1), (2, 2), (-1, 2), ("np1", 1)])
+def test_split_parts_put_together_are_the_tensor(
+    files: Dict[str, str], spec: Any, dim: int
+) -> None:
+    import numpy as np
+
+    if spec == "np1":
+        spec = np.int64(1)
+    whole = load_file(files["single"])["embed"]
+    parts = [
+        load_tensor_parallel(
+            files["single"], {"embed": spec}, rank=r, world_size=3, default="skip"
+        )["embed"]
+        for r in range(3)
+    ]
+    assert [p.shape[dim] for p in parts] == [t.shape[dim] for t in whole.tensor_split(3, dim)]
+    assert torch.equal(torch.cat(parts, dim), whole)

@@ -27,6 +27,7 @@ import fnmatch
 import hashlib
 import itertools
 import json
+import numbers
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -717,9 +718,9 @@ def tp_index(entry: Entry, spec: Spec, rank: int, world: int) -> Any:
                 entry, spec, 'use "row", "column", "replicate", "skip", a dim or an index'
             )
         spec = 0 if spec == "row" else 1
-    if isinstance(spec, int) and not isinstance(spec, bool):
+    if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):
         ndim = len(entry.shape)
-        dim = spec + ndim if spec < 0 else spec
+        dim = int(spec) + ndim if spec < 0 else int(spec)
         if not 0 <= dim < ndim:
             raise _bad_plan(entry, spec, f"cannot split dimension {spec} of a {ndim}-d tensor")
         start, stop = split_bounds(entry.shape[dim], rank, world)
