@@ -708,6 +708,7 @@ def split_bounds(n: int, rank: int, world: int) -> Tuple[int, int]:
 def tp_index(entry: Entry, spec: Spec, rank: int, world: int) -> Any:
     """The index rank ``rank`` reads of ``entry`` under ``spec``: ``None`` to
     skip the tensor, ``...`` for all of it, else a ``get_slice`` index."""
+    given = spec
     if isinstance(spec, str):
         if spec == "skip":
             return None
@@ -722,7 +723,7 @@ def tp_index(entry: Entry, spec: Spec, rank: int, world: int) -> Any:
         ndim = len(entry.shape)
         dim = int(spec) + ndim if spec < 0 else int(spec)
         if not 0 <= dim < ndim:
-            raise _bad_plan(entry, spec, f"cannot split dimension {spec} of a {ndim}-d tensor")
+            raise _bad_plan(entry, given, f"cannot split dimension {spec} of a {ndim}-d tensor")
         start, stop = split_bounds(entry.shape[dim], rank, world)
         return (slice(None),) * dim + (slice(start, stop),)
     if spec is Ellipsis or isinstance(spec, (slice, tuple)):
