@@ -75,6 +75,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, str]:
     other = dict(tensors)
     other["layers.0.norm"] = torch.zeros(97, dtype=torch.float16)
     save_file(other, str(root / "other.safetensors"))
+    big = {
+        f"w{i}": torch.randn(1536, 1024, generator=torch.Generator().manual_seed(i))
+        for i in range(16)
+    }
+    save_file(big, str(root / "big.safetensors"))  # 96 MiB
     bad = root / "bad.safetensors"
     bad.write_bytes((10**9).to_bytes(8, "little") + b'{"a": 1}')
     return {
@@ -86,6 +91,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, str]:
         "other": str(root / "other.safetensors"),
         "bad": str(bad),
         "missing": str(root / "missing.safetensors"),
+        "big": str(root / "big.safetensors"),
     }
 
 
@@ -135,6 +141,35 @@ def _overhead(path: str) -> int:
         index = find_index(resolved)
         total += os.path.getsize(index)
     return total + SLACK
+
+
+def _read_bytes() -> int:
+    """Bytes this process caused to be fetched from storage (0 without /proc)."""
+    if not HAVE_IO:
+        return 0
+    with open("/proc/self/io") as fh:
+        return int(next(line for line in fh if line.startswith("read_bytes:")).split(":")[1])
+
+
+def _cold(path: str) -> Callable[[int, int], Dict[str, Any]]:
+    """A load from a cold page cache (rank 0 evicts the file first),
+    measuring what each rank fetched from storage."""
+
+    def run(rank: int, world: int) -> Dict[str, Any]:
+        if rank == 0 and hasattr(os, "posix_fadvise"):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fdatasync(fd)  # dirty pages are not evicted
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+        dist.barrier()
+        before = _read_bytes()
+        got = load_distributed(path, chunk_size=1 << 20)
+        fetched = _read_bytes() - before
+        return {"fetched": fetched, "total": sum(t.numel() * 4 for t in got.values())}
+
+    return run
 
 
 def _replicate(path: str, **options: Any) -> Callable[[int, int], Dict[str, Any]]:
@@ -282,6 +317,7 @@ def _scenarios(files: Dict[str, str], world: int, full: bool) -> Dict[str, Any]:
                 "read_fails_on_rank_1": _inject_read_failure(1, files["single"]),
                 "read_fails_direct": _direct(_inject_read_failure(1, files["single"])),
                 "after_failures": _replicate(files["single"], chunk_size=4096),
+                "cold_big": _cold(files["big"]),
             }
         )
     return s
@@ -393,6 +429,14 @@ def test_two_ranks(files: Dict[str, str], tmp_path: Path) -> None:
     _check_replicated(results, "sharded_direct", 4096)
     for res in results:
         assert list(res["missing_on_last"]["causes"]) == ["1"]
+    # From a cold cache, storage serves each rank about its half of the 96 MiB file (plus what
+    # the kernel reads ahead, up to a few MiB), never the whole file. Filesystems that do not
+    # account reads per process (tmpfs, some containers) report 0 for every rank.
+    fetched = [res["cold_big"]["fetched"] for res in results]
+    total = results[0]["cold_big"]["total"]
+    if sum(fetched):
+        assert sum(fetched) >= 0.9 * total, fetched
+        assert max(fetched) <= total / 2 + (16 << 20), fetched
 
 
 def test_four_ranks(files: Dict[str, str], tmp_path: Path) -> None:
