@@ -2,6 +2,7 @@
 
     torchrun --standalone --nproc_per_node=NGPU benches/dist_gpu.py [--gb 2] [--folder DIR]
     python benches/dist_gpu.py [--gb 2]          # one GPU: world size 1, no torchrun
+    python benches/dist_gpu.py --cpu             # dry run of the script on the CPU (gloo)
 
 Each rank uses ``cuda:LOCAL_RANK`` (``torch.cuda.set_device``) and an NCCL
 process group. From a cold page cache (``posix_fadvise(DONTNEED)`` on the
@@ -46,17 +47,28 @@ def _standalone() -> None:
     )
 
 
-def _timed(label: str, files: Any, total: int, run: Callable[[], Dict[str, torch.Tensor]]) -> Any:
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(
+    label: str,
+    files: Any,
+    total: int,
+    device: torch.device,
+    run: Callable[[], Dict[str, torch.Tensor]],
+) -> Any:
     rank = dist.get_rank()
     if rank == 0:
         make_cold(files, False)
     dist.barrier()
-    torch.cuda.synchronize()
+    _sync(device)
     start = time.perf_counter()
     state = run()
-    torch.cuda.synchronize()
+    _sync(device)
     mine = time.perf_counter() - start
-    slowest = torch.tensor([mine], device="cuda")
+    slowest = torch.tensor([mine], device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     wall = float(slowest.item())
     held = sum(t.numel() * t.element_size() for t in state.values())
@@ -76,12 +88,20 @@ def main() -> None:
         "--folder", default=os.environ.get("FASTST_BENCH_DIR", "/tmp/fastst-bench") + "/dist"
     )
     parser.add_argument("--budget-mib", type=int, default=256)
+    parser.add_argument(
+        "--cpu", action="store_true", help="dry run of this script on the CPU (gloo), no GPU"
+    )
     args = parser.parse_args()
 
     _standalone()
     local_rank = int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+    if args.cpu:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    else:
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl", device_id=device)
     rank, world = dist.get_rank(), dist.get_world_size()
 
     import fastst.torch as ft
@@ -97,19 +117,23 @@ def main() -> None:
     handle.close()
     total = sum(e.nbytes for e in entries)
     if rank == 0:
-        nccl = torch.cuda.nccl.version()
-        nccl = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+        if args.cpu:
+            what = "CPU (gloo dry run)"
+        else:
+            nccl = torch.cuda.nccl.version()
+            nccl = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+            what = f"{torch.cuda.get_device_name()}, NCCL {nccl}"
         print(
-            f"{torch.cuda.get_device_name()} x {world}, torch {torch.__version__}, NCCL {nccl}; "
+            f"{what} x {world}, torch {torch.__version__}; "
             f"checkpoint {total / 1e9:.3f} GB in {len(files)} shards",
             flush=True,
         )
 
-    device = torch.device("cuda", local_rank)
     state = _timed(
-        "fastst load_distributed (nccl)",
+        f"fastst load_distributed ({dist.get_backend()})",
         files,
         total,
+        device,
         lambda: ft.load_distributed(index, device=device, budget=args.budget_mib << 20),
     )
     if rank == 0:
@@ -117,7 +141,8 @@ def main() -> None:
             bad = [n for n in f.keys() if not torch.equal(f.get_tensor(n), state[n].cpu())]
         print("  bit-identical to safe_open on the CPU:", "yes" if not bad else f"NO {bad[:5]}")
     del state
-    torch.cuda.empty_cache()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
     # the first matching pattern wins: down_proj by columns, the other projections by rows
     plan = {"*down_proj.weight": "column", "*proj.weight": "row", "*embed_tokens.weight": 0}
@@ -125,6 +150,7 @@ def main() -> None:
         "fastst load_tensor_parallel",
         files,
         total,
+        device,
         lambda: ft.load_tensor_parallel(index, plan, device=device),
     )
     if rank == 0:
@@ -134,15 +160,16 @@ def main() -> None:
             same = torch.equal(f.get_slice(name)[:, lo:hi], part[name].cpu())
         print("  its slice equals get_slice:", "yes" if same else "NO")
     del part
-    torch.cuda.empty_cache()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
     def reference() -> Dict[str, torch.Tensor]:
         out: Dict[str, torch.Tensor] = {}
         for path in files:
-            out.update(ref_load_file(path, device=f"cuda:{local_rank}"))
+            out.update(ref_load_file(path, device=str(device)))
         return out
 
-    _timed("reference load_file on every rank", files, total, reference)
+    _timed("reference load_file on every rank", files, total, device, reference)
     dist.destroy_process_group()
 
 
