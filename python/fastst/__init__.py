@@ -5,22 +5,27 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._errors import (
     ClosedFileError,
     HeaderFramingError,
     HeaderJsonError,
     LayoutError,
     MetadataError,
+    MissingExtraError,
+    ProvenanceError,
     SafetensorError,
     SerializeError,
+    ShardIndexError,
     TensorNotFoundError,
     TensorTableError,
     UnsupportedDtypeError,
 )
 from ._fastst import __version__
+from ._load import deserialize, serialize, serialize_file
 from ._open import SafeSlice, safe_open
-from ._sharded import ShardIndexError
-from ._write import TensorSpec, deserialize, serialize, serialize_file
+from ._write import TensorSpec
 
 __all__ = [
     "__version__",
@@ -41,4 +46,23 @@ __all__ = [
     "serialize_file",
     "deserialize",
     "ShardIndexError",
+    "ProvenanceError",
+    "MissingExtraError",
+    "sign",
+    "verify_signature",
+    "sbom",
 ]
+
+#: Provenance entry points, imported on first use (fastst.provenance).
+_LAZY = {"sign", "verify_signature", "sbom"}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .provenance import sbom, sign, verify_signature
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        from . import provenance
+
+        return getattr(provenance, name)
+    raise AttributeError(f"module 'fastst' has no attribute {name!r}")

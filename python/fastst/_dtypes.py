@@ -1,14 +1,20 @@
 """Header dtype names <-> numpy dtypes (BF16 and the F8/F6/F4 kinds through
-``ml_dtypes``, which fastst imports itself)."""
+``ml_dtypes``, which fastst imports itself), and the facts about each dtype
+that Python needs, taken from the core (``_fastst.dtype_facts()``) rather
+than repeated here."""
 
 from __future__ import annotations
 
-from typing import Dict, Sequence, Tuple
+from typing import Any, Dict, Sequence, Tuple
 
 import ml_dtypes
 import numpy as np
 
 from ._errors import SafetensorError, UnsupportedDtypeError
+from ._fastst import dtype_facts
+
+#: Header name -> ``{"bits", "packed", "float"}``, as the core defines them.
+FACTS: Dict[str, Dict[str, Any]] = dtype_facts()
 
 #: Header name -> numpy dtype of one element (little-endian where it matters).
 NUMPY_DTYPES: Dict[str, np.dtype] = {
@@ -37,13 +43,15 @@ NUMPY_DTYPES: Dict[str, np.dtype] = {
 }
 
 #: Bits per element of the kinds stored packed (several per byte).
-PACKED_BITS: Dict[str, int] = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
+PACKED_BITS: Dict[str, int] = {n: f["bits"] for n, f in FACTS.items() if f["packed"]}
+
+#: Floating-point kinds narrower than F32 (shown or taken as float32 where
+#: numpy or a framework has nothing narrower).
+NARROW_FLOATS = frozenset(n for n, f in FACTS.items() if f["float"] and f["bits"] < 32)
 
 #: numpy dtype -> header name (native and explicit byte orders both map).
 _FROM_NUMPY: Dict[np.dtype, str] = {}
 for _name, _dt in NUMPY_DTYPES.items():
-    if _name in PACKED_BITS:
-        continue
     _FROM_NUMPY[_dt] = _name
     _FROM_NUMPY[_dt.newbyteorder("=")] = _name
 
@@ -54,12 +62,6 @@ def header_dtype(dtype: np.dtype) -> str:
     name = _FROM_NUMPY.get(dt)
     if name is None and dt.byteorder == ">":
         name = _FROM_NUMPY.get(dt.newbyteorder("<"))
-    if name is None:
-        name = {
-            np.dtype(ml_dtypes.float4_e2m1fn): "F4",
-            np.dtype(ml_dtypes.float6_e2m3fn): "F6_E2M3",
-            np.dtype(ml_dtypes.float6_e3m2fn): "F6_E3M2",
-        }.get(dt)
     if name is None:
         raise UnsupportedDtypeError(f"numpy dtype {dt} has no safetensors equivalent")
     return name

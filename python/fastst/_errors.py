@@ -1,12 +1,17 @@
-"""The fastst exception tree, rooted at :class:`SafetensorError`.
+"""The fastst exception tree, rooted at :class:`SafetensorError`, and the one
+way Python code raises a rule's error (:func:`rule_error`).
 
 Every error raised for a bad file names the file, the tensor (where there is
-one) and the rule that failed, and carries them as attributes.
+one) and the rule that failed, and carries them as attributes. Each rule id
+belongs to one family (an exception class here, or a builtin such as
+ValueError), as the rule catalogue of the compiled core says.
 """
 
 from __future__ import annotations
 
 from typing import Optional
+
+from . import _fastst
 
 
 class SafetensorError(Exception):
@@ -61,6 +66,50 @@ class UnsupportedDtypeError(SafetensorError, TypeError):
     """A dtype has no equivalent in the requested framework."""
 
 
+class ShardIndexError(SafetensorError):
+    """A sharded checkpoint's index is malformed or disagrees with its shards."""
+
+
+class ProvenanceError(SafetensorError, ValueError):
+    """Signing, verifying or describing a model could not be done at all
+    (unreadable key, model path that is not a file or a folder, symbolic
+    link met while signing...). ``rule`` names the rule when one applies."""
+
+    def __init__(
+        self, message: str, *, rule: Optional[str] = None, filename: Optional[str] = None
+    ) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.filename = filename
+
+
+class MissingExtraError(ProvenanceError, ImportError):
+    """A package of the ``fastst[signing]`` extra is not installed."""
+
+
+def rule_error(
+    rule: str, filename: str, message: str, tensor: Optional[str] = None
+) -> BaseException:
+    """The exception for breaking ``rule``, an id of the core's rule
+    catalogue (``_fastst.rule_catalogue()``): an instance of the class of the
+    rule's family, with text ``"<filename>: <message>"`` (just ``message``
+    when ``filename`` is empty; the message names the tensor, if any, as the
+    core's messages do) and attributes ``filename``, ``tensor`` and
+    ``rule``. Returned, not raised. An id that is not in the catalogue
+    raises ValueError at once.
+
+    This is the glue's own exception maker, the one every error of the
+    core goes through, so an error raised from Python and one raised by
+    the core for the same rule cannot differ in class or attributes."""
+    return _fastst.rule_error(rule, filename, message, tensor)
+
+
+def closed_file_error(filename: str) -> BaseException:
+    """The :class:`ClosedFileError` for any use of ``filename`` after it was
+    closed (rule ``closed-file``)."""
+    return _fastst.closed_file_error(filename)
+
+
 __all__ = [
     "SafetensorError",
     "HeaderFramingError",
@@ -72,4 +121,9 @@ __all__ = [
     "ClosedFileError",
     "SerializeError",
     "UnsupportedDtypeError",
+    "ShardIndexError",
+    "ProvenanceError",
+    "MissingExtraError",
+    "rule_error",
+    "closed_file_error",
 ]

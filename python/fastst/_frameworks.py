@@ -11,12 +11,12 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
 from ._dtypes import to_numpy
-from ._errors import SafetensorError
+from ._errors import SafetensorError, rule_error
 
 #: Accepted spellings -> canonical framework name (as the reference accepts).
 ALIASES: Dict[str, str] = {
@@ -77,6 +77,22 @@ Buffer = Any
 Shape = Sequence[int]
 
 
+class Where(NamedTuple):
+    """The file (``""`` for bytes in memory) and the tensor a backend call
+    is about. Its text (``file: tensor 'name'``) starts error messages;
+    :meth:`error` makes the error of a rule broken by that tensor."""
+
+    filename: str
+    tensor: str
+
+    def __str__(self) -> str:
+        name = f"tensor {self.tensor!r}"
+        return f"{self.filename}: {name}" if self.filename else name
+
+    def error(self, rule: str, message: str) -> BaseException:
+        return rule_error(rule, self.filename, f"tensor {self.tensor!r}: {message}", self.tensor)
+
+
 @dataclass(frozen=True)
 class Backend:
     """How one framework receives tensors from a file.
@@ -85,16 +101,19 @@ class Backend:
     the file is opened; ``tensor(buffer, dtype, shape, device, where)`` wraps
     a whole tensor; ``index(buffer, dtype, shape, key, device, where)``
     returns part of one with the framework's indexing rules. ``where`` names
-    the file and tensor for error messages.
+    the file and tensor for error messages. ``settle(device)`` returns once
+    every tensor handed out for that device has landed there (a no-op where
+    tensors are complete when handed out).
     """
 
     name: str
     device: Callable[[Any], Any]
-    tensor: Callable[[Buffer, str, Shape, Any, str], Any]
-    index: Callable[[Buffer, str, Shape, Any, Any, str], Any]
+    tensor: Callable[[Buffer, str, Shape, Any, Where], Any]
+    index: Callable[[Buffer, str, Shape, Any, Any, Where], Any]
+    settle: Callable[[Any], None] = lambda _device: None
 
 
-def numpy_index(buffer: Buffer, dtype: str, shape: Shape, key: Any, where: str) -> np.ndarray:
+def numpy_index(buffer: Buffer, dtype: str, shape: Shape, key: Any, where: Where) -> np.ndarray:
     """``key`` applied with numpy's basic indexing to the zero-copy array."""
     array = to_numpy(buffer, dtype, shape)
     try:
@@ -121,17 +140,17 @@ def cpu_only(framework: str) -> Callable[[Any], Any]:
 
 def from_numpy(
     framework: str,
-    convert: Callable[[np.ndarray, str, Any, str], Any],
+    convert: Callable[[np.ndarray, str, Any, Where], Any],
     device: Callable[[Any], Any],
 ) -> Backend:
     """A backend for frameworks that take numpy arrays: ``convert(array,
     dtype, device, where)`` turns the zero-copy numpy array (whole or indexed with
     numpy's rules) into the framework's tensor."""
 
-    def tensor(buffer: Buffer, dtype: str, shape: Shape, dev: Any, where: str) -> Any:
+    def tensor(buffer: Buffer, dtype: str, shape: Shape, dev: Any, where: Where) -> Any:
         return convert(to_numpy(buffer, dtype, shape), dtype, dev, where)
 
-    def index(buffer: Buffer, dtype: str, shape: Shape, key: Any, dev: Any, where: str) -> Any:
+    def index(buffer: Buffer, dtype: str, shape: Shape, key: Any, dev: Any, where: Where) -> Any:
         return convert(numpy_index(buffer, dtype, shape, key, where), dtype, dev, where)
 
     return Backend(framework, device, tensor, index)
@@ -144,6 +163,7 @@ BACKENDS: Dict[str, Backend] = {"numpy": NUMPY}
 
 
 def register(backend: Backend) -> None:
+    """Makes ``backend`` the one used for its framework."""
     BACKENDS[backend.name] = backend
 
 
@@ -154,30 +174,3 @@ def backend(framework: str) -> Backend:
         importlib.import_module(f"fastst._fw_{framework}")
         found = BACKENDS[framework]
     return found
-
-
-def load_bytes(data: bytes, framework: str, device: Any = "cpu") -> Dict[str, Any]:
-    """Every tensor of a ``.safetensors`` file given as bytes, as tensors of
-    ``framework``, in file order. Each tensor gets its own writable copy of
-    its bytes, so none aliases ``data`` or another tensor."""
-    from . import deserialize
-
-    found = backend(framework)
-    target = found.device(device)
-    result: Dict[str, Any] = {}
-    for name, view in deserialize(data):
-        buffer = view["data"]
-        if not isinstance(buffer, bytearray):
-            buffer = bytearray(buffer)
-        where = f"tensor {name!r}"
-        result[name] = found.tensor(buffer, view["dtype"], view["shape"], target, where)
-    return result
-
-
-def load_path(filename: Any, framework: str, storage: str = "mmap", device: Any = "cpu") -> Any:
-    """Every tensor of ``filename`` as tensors of ``framework``, in file order
-    (``storage`` is safe_open's ``backend``)."""
-    from ._open import safe_open
-
-    with safe_open(filename, framework, device=device, backend=storage) as f:
-        return f.get_tensors()

@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 
 from . import _frameworks
-from ._errors import UnsupportedDtypeError
 
 jax = _frameworks.require("flax")
 jnp = jax.numpy
@@ -18,9 +17,9 @@ jnp = jax.numpy
 UNSUPPORTED = frozenset({"F6_E2M3", "F6_E3M2"})
 
 
-def to_jax(array: np.ndarray, dtype: str, device: Any, where: str) -> Any:
+def to_jax(array: np.ndarray, dtype: str, device: Any, where: _frameworks.Where) -> Any:
     if dtype in UNSUPPORTED:
-        raise UnsupportedDtypeError(f"{where}: dtype {dtype} has no jax equivalent")
+        raise where.error("framework-dtype", f"dtype {dtype} has no jax equivalent")
     return jnp.asarray(array)
 
 

@@ -10,7 +10,8 @@ from typing import Any, Dict, Sequence
 import numpy as np
 
 from . import _frameworks
-from ._errors import SafetensorError, UnsupportedDtypeError
+from ._dtypes import to_numpy
+from ._errors import SafetensorError
 
 paddle = _frameworks.require("paddle")
 
@@ -59,7 +60,7 @@ def check_device(device: Any) -> str:
     return kind if match.group(2) is None else f"{kind}:{match.group(2)}"
 
 
-def to_paddle(array: np.ndarray, dtype: str, device: str, where: str) -> Any:
+def to_paddle(array: np.ndarray, dtype: str, device: str, where: _frameworks.Where) -> Any:
     """A paddle tensor over ``array``'s memory (copied first only when the
     array is not contiguous), on ``device``."""
     if dtype in VIA_DLPACK:
@@ -67,8 +68,9 @@ def to_paddle(array: np.ndarray, dtype: str, device: str, where: str) -> Any:
     else:
         pdtype = PADDLE_DTYPES.get(dtype)
         if pdtype is None:
-            raise UnsupportedDtypeError(
-                f"{where}: dtype {dtype} has no paddle equivalent in paddle {paddle.__version__}"
+            raise where.error(
+                "framework-dtype",
+                f"dtype {dtype} has no paddle equivalent in paddle {paddle.__version__}",
             )
         shape = list(array.shape)
         if array.size == 0:
@@ -81,13 +83,15 @@ def to_paddle(array: np.ndarray, dtype: str, device: str, where: str) -> Any:
     return tensor
 
 
-def tensor(buffer: Any, dtype: str, shape: Sequence[int], device: str, where: str) -> Any:
-    from ._dtypes import to_numpy
-
+def tensor(
+    buffer: Any, dtype: str, shape: Sequence[int], device: str, where: _frameworks.Where
+) -> Any:
     return to_paddle(to_numpy(buffer, dtype, shape), dtype, device, where)
 
 
-def index(buffer: Any, dtype: str, shape: Sequence[int], key: Any, device: str, where: str) -> Any:
+def index(
+    buffer: Any, dtype: str, shape: Sequence[int], key: Any, device: str, where: _frameworks.Where
+) -> Any:
     part = _frameworks.numpy_index(buffer, dtype, shape, key, where)
     return to_paddle(part, dtype, device, where)
 

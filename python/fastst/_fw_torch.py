@@ -7,7 +7,7 @@ import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _frameworks
-from ._errors import SafetensorError, UnsupportedDtypeError
+from ._errors import SafetensorError
 
 torch = _frameworks.require("torch")
 
@@ -48,29 +48,31 @@ HEADER_NAMES: Dict[Any, str] = {dt: name for name, dt in TORCH_DTYPES.items() if
 ITEM_SIZES: Dict[Any, int] = {dt: torch.empty((), dtype=dt).element_size() for dt in HEADER_NAMES}
 
 
-def torch_dtype(dtype: str, where: str) -> Any:
+def torch_dtype(dtype: str, where: _frameworks.Where) -> Any:
     found = TORCH_DTYPES.get(dtype)
     if found is None:
-        raise UnsupportedDtypeError(
-            f"{where}: dtype {dtype} has no torch equivalent in torch {torch.__version__}"
+        raise where.error(
+            "framework-dtype",
+            f"dtype {dtype} has no torch equivalent in torch {torch.__version__}",
         )
     return found
 
 
-def torch_shape(dtype: str, shape: Sequence[int], where: str) -> Tuple[int, ...]:
+def torch_shape(dtype: str, shape: Sequence[int], where: _frameworks.Where) -> Tuple[int, ...]:
     """The shape torch sees: F4 packs two values per byte along the last axis."""
     dims = tuple(int(d) for d in shape)
     if dtype != "F4":
         return dims
     if not dims or dims[-1] % 2:
-        raise UnsupportedDtypeError(
-            f"{where}: F4 tensor of shape {list(dims)} cannot be held by "
-            "torch.float4_e2m1fn_x2, which needs an even last dimension"
+        raise where.error(
+            "framework-dtype",
+            f"F4 tensor of shape {list(dims)} cannot be held by "
+            "torch.float4_e2m1fn_x2, which needs an even last dimension",
         )
     return dims[:-1] + (dims[-1] // 2,)
 
 
-def cpu_tensor(buffer: Any, dtype: str, shape: Sequence[int], where: str) -> Any:
+def cpu_tensor(buffer: Any, dtype: str, shape: Sequence[int], where: _frameworks.Where) -> Any:
     """A CPU tensor sharing the buffer's memory (writable; no copy)."""
     tdtype = torch_dtype(dtype, where)
     dims = torch_shape(dtype, shape, where)
@@ -201,12 +203,19 @@ class PinnedStager:
 # backend ----------------------------------------------------------------
 
 
-def tensor(buffer: Any, dtype: str, shape: Sequence[int], device: Target, where: str) -> Any:
+def tensor(
+    buffer: Any, dtype: str, shape: Sequence[int], device: Target, where: _frameworks.Where
+) -> Any:
     return device.place(cpu_tensor(buffer, dtype, shape, where))
 
 
 def index(
-    buffer: Any, dtype: str, shape: Sequence[int], key: Any, device: Target, where: str
+    buffer: Any,
+    dtype: str,
+    shape: Sequence[int],
+    key: Any,
+    device: Target,
+    where: _frameworks.Where,
 ) -> Any:
     whole = cpu_tensor(buffer, dtype, shape, where)
     try:
@@ -216,6 +225,10 @@ def index(
     return device.place(part)
 
 
-_frameworks.register(_frameworks.Backend("torch", check_device, tensor, index))
+def settle(device: Target) -> None:
+    device.synchronize()
+
+
+_frameworks.register(_frameworks.Backend("torch", check_device, tensor, index, settle))
 
 __all__: List[str] = ["TORCH_DTYPES", "HEADER_NAMES", "ITEM_SIZES", "check_device", "Target"]

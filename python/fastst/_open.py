@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _frameworks
 from ._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
-from ._errors import ClosedFileError
+from ._errors import closed_file_error
 from ._fastst import DEFAULT_HEADER_CAP
 from ._sharded import open_raw
 
@@ -90,8 +90,8 @@ class safe_open:  # noqa: N801 - the reference package's name
         buffer, dtype, shape = self._raw.tensor(name)
         return to_numpy(buffer, dtype, shape), dtype
 
-    def _where(self, name: str) -> str:
-        return f"{self._raw.name}: tensor {name!r}"
+    def _where(self, name: str) -> _frameworks.Where:
+        return _frameworks.Where(self._raw.name, name)
 
     def get_tensor(self, name: str, *, copy: bool = False, dtype: Any = None) -> Any:
         """The whole tensor ``name`` in the framework the file was opened for.
@@ -118,11 +118,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         ``dtype`` when given), its header dtype and its shape."""
         src, shape, begin, end = self._raw.info(name)
         target = src if dtype is None else target_dtype(dtype)
-        if src in PACKED_BITS or target in PACKED_BITS:
-            if target != src:
-                raise ValueError(
-                    f'{self._raw.name}: tensor "{name}": no conversion from {src} to {target}'
-                )
+        if target == src and src in PACKED_BITS:
             packed = np.empty(end - begin, dtype=np.uint8)
             self._raw.read_into(name, packed)
             return to_numpy(packed, src, shape), src, shape
@@ -131,6 +127,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         if target == src:
             self._raw.read_into(name, out)
         else:
+            # The core says which conversions exist (ValueError for others).
             self._raw.convert_into(name, out, target)
         return array, target, shape
 
@@ -142,6 +139,11 @@ class safe_open:  # noqa: N801 - the reference package's name
         # Everything will be read front to back: let the kernel read ahead.
         self._raw.advise_sequential()
         return {name: self.get_tensor(name, copy=copy, dtype=dtype) for name in self.offset_keys()}
+
+    def _settle(self) -> None:
+        """Returns once every tensor handed out has landed on its device
+        (CUDA copies are asynchronous)."""
+        self._backend.settle(self._device)
 
     def get_slice(self, name: str) -> SafeSlice:
         """A lazy handle on tensor ``name``: index it to read part of it."""
@@ -201,7 +203,7 @@ class SafeSlice:
         index = _check_index(index)
         owner = self._owner
         if owner.closed:
-            raise ClosedFileError(f"{owner._raw.name}: file is closed")
+            raise closed_file_error(owner._raw.name)
         if owner._raw.backend == "pread":
             rows = self._read_rows(index)
             if rows is not None:

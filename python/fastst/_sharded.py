@@ -12,14 +12,12 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from ._errors import SafetensorError, TensorNotFoundError
+from ._errors import ShardIndexError, closed_file_error, rule_error
 from ._fastst import RawFile
 
+__all__ = ["ShardIndexError", "ShardedFile", "open_raw", "write_sharded", "parse_size"]
+
 INDEX_SUFFIX = ".safetensors.index.json"
-
-
-class ShardIndexError(SafetensorError):
-    """A sharded checkpoint's index is malformed or disagrees with its shards."""
 
 
 def find_index(path: str) -> Optional[str]:
@@ -29,20 +27,15 @@ def find_index(path: str) -> Optional[str]:
         if not candidates:
             return None
         if len(candidates) > 1:
-            raise ShardIndexError(
-                f"{path}: several index files ({', '.join(candidates)}); open one of them"
+            raise rule_error(
+                "index-ambiguous",
+                path,
+                f"several index files ({', '.join(candidates)}); open one of them",
             )
         return os.path.join(path, candidates[0])
     if path.endswith(".index.json"):
         return path
     return None
-
-
-def _error(where: str, message: str, rule: str) -> ShardIndexError:
-    err = ShardIndexError(f"{where}: {message}")
-    err.filename = where
-    err.rule = rule
-    return err
 
 
 class ShardedFile:
@@ -55,10 +48,10 @@ class ShardedFile:
             with open(index_path, "rb") as fh:
                 index = json.loads(fh.read().decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise _error(index_path, f"index is not valid JSON: {exc}", "index-json") from None
+            raise rule_error("index-json", index_path, f"index is not valid JSON: {exc}") from None
         if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
-            raise _error(
-                index_path, 'index must be an object with a "weight_map" object', "index-shape"
+            raise rule_error(
+                "index-shape", index_path, 'index must be an object with a "weight_map" object'
             )
         meta = index.get("metadata", {})
         self._index_metadata: Dict[str, Any] = meta if isinstance(meta, dict) else {}
@@ -67,14 +60,18 @@ class ShardedFile:
         expected: Dict[str, List[str]] = {}
         for tensor, shard in weight_map.items():
             if not isinstance(shard, str) or not shard:
-                raise _error(
-                    index_path, f"tensor {tensor!r}: shard must be a file name", "index-shape"
+                raise rule_error(
+                    "index-shape",
+                    index_path,
+                    f"tensor {tensor!r}: shard must be a file name",
+                    tensor,
                 )
             if os.path.isabs(shard) or os.path.normpath(shard).startswith(".."):
-                raise _error(
+                raise rule_error(
+                    "shard-path",
                     index_path,
                     f"tensor {tensor!r}: shard {shard!r} is outside the index's folder",
-                    "shard-path",
+                    tensor,
                 )
             if shard not in expected:
                 expected[shard] = []
@@ -85,10 +82,10 @@ class ShardedFile:
             for shard in shard_names:
                 path = os.path.join(folder, shard)
                 if not os.path.exists(path):
-                    raise _error(
+                    raise rule_error(
+                        "shard-missing",
                         index_path,
                         f"shard {shard!r} listed in the index is missing",
-                        "shard-missing",
                     )
                 raw = RawFile(path, path, backend, header_cap)
                 self._shards[shard] = raw
@@ -96,17 +93,17 @@ class ShardedFile:
                 present = set(raw.keys())
                 if listed - present:
                     missing = sorted(listed - present)[:5]
-                    raise _error(
+                    raise rule_error(
+                        "shard-lacks-tensor",
                         path,
                         f"tensors the index places in this shard are not in it: {missing}",
-                        "shard-lacks-tensor",
                     )
                 if present - listed:
                     extra = sorted(present - listed)[:5]
-                    raise _error(
+                    raise rule_error(
+                        "shard-extra-tensor",
                         path,
                         f"shard holds tensors the index does not place in it: {extra}",
-                        "shard-extra-tensor",
                     )
         except BaseException:
             self.close()
@@ -126,17 +123,18 @@ class ShardedFile:
 
     def _check(self) -> None:
         if self._closed:
-            from ._errors import ClosedFileError
-
-            raise ClosedFileError(f"{self.name}: file is closed")
+            raise closed_file_error(self.name)
 
     def _shard(self, name: str) -> RawFile:
         self._check()
         raw = self._where.get(name)
         if raw is None:
-            err = TensorNotFoundError(f'{self.name}: no tensor named "{name}" in the checkpoint')
-            err.filename, err.tensor, err.rule = self.name, name, "tensor-not-found"
-            raise err
+            raise rule_error(
+                "tensor-not-found",
+                self.name,
+                f'no tensor named "{name}" in the checkpoint',
+                name,
+            )
         return raw
 
     def keys(self) -> List[str]:

@@ -1,5 +1,5 @@
-"""Writing ``.safetensors``: ``serialize``, ``serialize_file``, ``deserialize``
-and ``TensorSpec``, with the reference package's names and arguments.
+"""The writer's input side: ``TensorSpec`` (the reference package's) and
+:func:`plan`, used by ``serialize`` and ``serialize_file`` (in ``_load``).
 
 The layout, header and file handling are in the compiled core; this module
 turns each input into a dtype, a shape and a stream of little-endian,
@@ -19,7 +19,6 @@ from typing import (
     Dict,
     Iterator,
     List,
-    Mapping,
     Optional,
     Sequence,
     Tuple,
@@ -29,8 +28,8 @@ from typing import (
 import numpy as np
 
 from ._dtypes import NUMPY_DTYPES, PACKED_BITS, header_dtype, pack_bits
-from ._errors import SerializeError, UnsupportedDtypeError
-from ._fastst import DEFAULT_HEADER_CAP, WritePlan, parse_bytes
+from ._errors import UnsupportedDtypeError, rule_error
+from ._fastst import WritePlan
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -67,13 +66,8 @@ SPEC_DTYPES: Dict[str, str] = {
 }
 
 
-def _fail(where: str, tensor: Optional[str], rule: str, message: str) -> SerializeError:
-    prefix = f"{where}: tensor {tensor!r}: " if tensor is not None else f"{where}: "
-    err = SerializeError(prefix + message)
-    err.filename = where
-    err.tensor = tensor
-    err.rule = rule
-    return err
+def _fail(where: str, tensor: str, rule: str, message: str) -> BaseException:
+    return rule_error(rule, where, f"tensor {tensor!r}: {message}", tensor)
 
 
 class TensorSpec:
@@ -93,7 +87,9 @@ class TensorSpec:
         name = _spec_dtype(dtype)
         if name is None:
             known = ", ".join(SPEC_DTYPES)
-            raise SerializeError(f"Unknown dtype {dtype!r}. Supported dtypes: {known}")
+            raise rule_error(
+                "unsupported-dtype", "", f"Unknown dtype {dtype!r}. Supported dtypes: {known}"
+            )
         dims = [int(d) for d in shape]
         if any(d < 0 for d in dims):
             raise ValueError(f"shape {dims} has a negative dimension")
@@ -323,9 +319,13 @@ def _check_metadata(where: str, metadata: Any) -> Optional[List[Tuple[str, str]]
     return pairs
 
 
-def _plan(
+def plan(
     where: str, tensor_dict: Any, metadata: Any, header_cap: int
-) -> Tuple[WritePlan, List[_Tensor]]:
+) -> Tuple[WritePlan, List[Any]]:
+    """The layout of the file ``tensor_dict`` and ``metadata`` make, and the
+    data of each tensor (in ``tensor_dict``'s order) to pass to its
+    ``write_file`` or ``to_bytes``; raises naming ``where`` and the tensor
+    at fault."""
     if not isinstance(tensor_dict, abc.Mapping):
         raise TypeError(
             f"{where}: expected a dict of tensor name -> tensor, got {type(tensor_dict).__name__}"
@@ -339,75 +339,4 @@ def _plan(
             )
         tensors.append(_prepare(where, name, value))
     entries = [(t.name, t.dtype, list(t.shape)) for t in tensors]
-    plan = WritePlan(entries, meta, where, header_cap)
-    return plan, tensors
-
-
-def serialize(
-    tensor_dict: Mapping[str, Any],
-    metadata: Optional[Mapping[str, str]] = None,
-    *,
-    header_cap: int = DEFAULT_HEADER_CAP,
-) -> bytes:
-    """The ``.safetensors`` bytes of ``tensor_dict`` (name -> array, or
-    ``TensorSpec``, or ``{"dtype", "shape", "data"}`` dict) with optional
-    str -> str ``metadata``. Tensors are laid out as the reference writer
-    lays them out; metadata keys are written sorted."""
-    plan, tensors = _plan(BYTES_NAME, tensor_dict, metadata, header_cap)
-    return plan.to_bytes(BYTES_NAME, [t.data for t in tensors])
-
-
-def serialize_file(
-    tensor_dict: Mapping[str, Any],
-    filename: PathLike,
-    metadata: Optional[Mapping[str, str]] = None,
-    *,
-    durable: Optional[bool] = None,
-    header_cap: int = DEFAULT_HEADER_CAP,
-) -> None:
-    """Writes ``tensor_dict`` to ``filename`` (see :func:`serialize`).
-
-    The file is written to a temporary file in the same folder and renamed
-    over ``filename`` once complete: readers never see a partial file, a
-    file open with ``safe_open`` keeps its old contents, and on any error the
-    old file is left untouched and the temporary file removed.
-
-    ``durable`` says whether the data is flushed to disk before the rename,
-    so that a system crash cannot leave a truncated file in its place. The
-    default (``None``) flushes when an existing file is replaced, which is
-    when a crash could cost good data, and skips the flush for a new file
-    (as fast as a plain write); ``True`` always flushes, ``False`` never.
-    """
-    path = os.fspath(filename)
-    if isinstance(path, bytes):
-        path = os.fsdecode(path)
-    plan, tensors = _plan(path, tensor_dict, metadata, header_cap)
-    plan.write_file(path, path, [t.data for t in tensors], durable)
-
-
-def deserialize(data: Any) -> List[Tuple[str, Dict[str, Any]]]:
-    """Parses the bytes of a whole file: ``[(name, {"dtype": "F32",
-    "shape": [2, 3], "data": bytearray}), ...]`` in file order, each
-    ``data`` an independent copy."""
-    try:
-        view = memoryview(data)
-    except TypeError:
-        raise TypeError(
-            f"deserialize expects a bytes-like object, got {type(data).__name__}"
-        ) from None
-    if view.format != "B" or view.ndim != 1:
-        view = view.cast("B")
-    start, entries, _metadata = parse_bytes(view, BYTES_NAME)
-    out: List[Tuple[str, Dict[str, Any]]] = []
-    for name, dtype, shape, begin, end in entries:
-        out.append(
-            (
-                name,
-                {
-                    "dtype": dtype,
-                    "shape": list(shape),
-                    "data": bytearray(view[start + begin : start + end]),
-                },
-            )
-        )
-    return out
+    return WritePlan(entries, meta, where, header_cap), [t.data for t in tensors]

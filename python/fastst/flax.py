@@ -5,11 +5,12 @@ never modifies the dict it is given."""
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
 from . import _frameworks
+from ._load import FrameworkIO
 
 try:
     import jax
@@ -22,17 +23,18 @@ PathLike = Union[str, "os.PathLike[str]"]
 Array = jax.Array
 
 
-def _to_numpy(tensors: Dict[str, Array]) -> Dict[str, np.ndarray]:
+def _to_numpy(tensors: Dict[str, Array], _keep_alive: List[Any]) -> Dict[str, np.ndarray]:
     # np.asarray of a CPU jax array shares its memory; BF16/F8/F4 arrays come
     # back with their ml_dtypes types, which fastst writes directly.
     return {name: np.asarray(value) for name, value in tensors.items()}
 
 
+_io = FrameworkIO("flax", _to_numpy)
+
+
 def save(tensors: Dict[str, Array], metadata: Optional[Dict[str, str]] = None) -> bytes:
     """The bytes of a ``.safetensors`` file holding ``tensors`` and ``metadata``."""
-    from . import serialize
-
-    return bytes(serialize(_to_numpy(tensors), metadata=metadata))
+    return _io.save(tensors, metadata)
 
 
 def save_file(
@@ -41,16 +43,14 @@ def save_file(
     metadata: Optional[Dict[str, str]] = None,
 ) -> None:
     """Writes ``tensors`` and optional string ``metadata`` to ``filename``."""
-    from . import serialize_file
-
-    serialize_file(_to_numpy(tensors), filename, metadata=metadata)
+    _io.save_file(tensors, filename, metadata)
 
 
 def load(data: bytes) -> Dict[str, Array]:
     """Every tensor of a ``.safetensors`` file given as bytes, as jax arrays."""
-    return _frameworks.load_bytes(data, "flax")
+    return _io.load(data)
 
 
 def load_file(filename: PathLike, *, backend: str = "mmap") -> Dict[str, Array]:
     """Every tensor of ``filename``, in file order, as jax arrays."""
-    return _frameworks.load_path(filename, "flax", backend)
+    return _io.load_file(filename, backend=backend)

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
 from . import _frameworks
+from ._load import FrameworkIO
 
 try:
     import mlx.core as mx
@@ -29,15 +30,16 @@ def _as_numpy(value: mx.array) -> np.ndarray:
     return np.asarray(value)
 
 
-def _to_numpy(tensors: Dict[str, mx.array]) -> Dict[str, np.ndarray]:
+def _to_numpy(tensors: Dict[str, mx.array], _keep_alive: List[Any]) -> Dict[str, np.ndarray]:
     return {name: _as_numpy(value) for name, value in tensors.items()}
+
+
+_io = FrameworkIO("mlx", _to_numpy)
 
 
 def save(tensors: Dict[str, mx.array], metadata: Optional[Dict[str, str]] = None) -> bytes:
     """The bytes of a ``.safetensors`` file holding ``tensors`` and ``metadata``."""
-    from . import serialize
-
-    return bytes(serialize(_to_numpy(tensors), metadata=metadata))
+    return _io.save(tensors, metadata)
 
 
 def save_file(
@@ -46,16 +48,14 @@ def save_file(
     metadata: Optional[Dict[str, str]] = None,
 ) -> None:
     """Writes ``tensors`` and optional string ``metadata`` to ``filename``."""
-    from . import serialize_file
-
-    serialize_file(_to_numpy(tensors), filename, metadata=metadata)
+    _io.save_file(tensors, filename, metadata)
 
 
 def load(data: bytes) -> Dict[str, mx.array]:
     """Every tensor of a ``.safetensors`` file given as bytes, as ``mx.array``."""
-    return _frameworks.load_bytes(data, "mlx")
+    return _io.load(data)
 
 
 def load_file(filename: PathLike, *, backend: str = "mmap") -> Dict[str, mx.array]:
     """Every tensor of ``filename``, in file order, as ``mx.array``."""
-    return _frameworks.load_path(filename, "mlx", backend)
+    return _io.load_file(filename, backend=backend)

@@ -10,22 +10,27 @@ written correctly.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import numpy as np
 
-from ._dtypes import to_numpy
-from ._fastst import parse_bytes
-from ._open import safe_open
-from ._write import BYTES_NAME, serialize, serialize_file
+from ._load import FrameworkIO
+from ._sharded import write_sharded
 
 __all__ = ["save", "save_file", "load", "load_file", "save_sharded"]
+
+
+def _arrays(tensor_dict: Mapping[str, Any], _keep_alive: List[Any]) -> Mapping[str, Any]:
+    return tensor_dict  # the writer takes numpy arrays (and TensorSpec) as they are
+
+
+_io = FrameworkIO("numpy", _arrays)
 
 
 def save(tensor_dict: Mapping[str, Any], metadata: Optional[Mapping[str, str]] = None) -> bytes:
     """The ``.safetensors`` bytes of ``tensor_dict`` (name -> array) with
     optional str -> str ``metadata``."""
-    return serialize(tensor_dict, metadata=metadata)
+    return _io.save(tensor_dict, metadata)
 
 
 def save_file(
@@ -38,21 +43,13 @@ def save_file(
     """Writes ``tensor_dict`` (name -> array) to ``filename``, replacing it
     atomically; ``durable`` as for :func:`fastst.serialize_file` (by default
     the data is flushed to disk before replacing an existing file)."""
-    serialize_file(tensor_dict, filename, metadata=metadata, durable=durable)
+    _io.save_file(tensor_dict, filename, metadata, durable)
 
 
 def load(data: bytes) -> Dict[str, np.ndarray]:
     """The arrays of a file held in memory, keyed by name; each array is a
     writable copy, independent of ``data`` and of the others."""
-    view = memoryview(data)
-    if view.format != "B" or view.ndim != 1:
-        view = view.cast("B")
-    start, entries, _metadata = parse_bytes(view, BYTES_NAME)
-    out: Dict[str, np.ndarray] = {}
-    for name, dtype, shape, begin, end in entries:
-        buffer = bytearray(view[start + begin : start + end])
-        out[name] = to_numpy(buffer, dtype, shape)
-    return out
+    return _io.load(data)
 
 
 def load_file(
@@ -68,15 +65,7 @@ def load_file(
     arrays rather than views of the file; both are passed on to
     :meth:`fastst.safe_open.get_tensor`.
     """
-    with safe_open(filename, framework="np", backend=backend) as f:
-        if dtype is None and not copy:
-            return f.get_tensors()
-        options: Dict[str, Any] = {}
-        if dtype is not None:
-            options["dtype"] = dtype
-        if copy:
-            options["copy"] = True
-        return {name: f.get_tensor(name, **options) for name in f.offset_keys()}
+    return _io.load_file(filename, backend=backend, copy=copy, dtype=dtype)
 
 
 def save_sharded(
@@ -92,19 +81,14 @@ def save_sharded(
     bytes each (in the dict's order) and ``{prefix}.safetensors.index.json``,
     the layout the Hugging Face ecosystem reads. Returns the index's path,
     which :class:`fastst.safe_open` opens as one file."""
-    from ._sharded import write_sharded
-
     arrays = {k: np.asarray(v) for k, v in tensor_dict.items()}
     sizes = {k: int(a.nbytes) for k, a in arrays.items()}
-
-    def save_one(subset: Dict[str, Any], path: str, meta: Optional[Mapping[str, str]]) -> None:
-        serialize_file(subset, path, metadata=meta)
 
     return write_sharded(
         arrays,
         folder,
         sizes,
-        save_one,
+        _io.save_file,
         max_shard_size=max_shard_size,
         metadata=dict(metadata) if metadata is not None else None,
         prefix=prefix,

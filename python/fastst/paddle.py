@@ -11,7 +11,9 @@ from typing import Any, Dict, List, Optional, Union
 import numpy as np
 
 from . import _frameworks
+from ._dtypes import NUMPY_DTYPES
 from ._errors import UnsupportedDtypeError
+from ._load import FrameworkIO
 
 try:
     import paddle
@@ -33,8 +35,6 @@ _HEADER_NAMES[paddle.uint64] = "U64"
 def _as_numpy(name: str, tensor: paddle.Tensor, keep_alive: List[Any]) -> np.ndarray:
     """A numpy array over ``tensor``'s memory (a CPU copy first for tensors
     on another place)."""
-    from ._dtypes import NUMPY_DTYPES
-
     if not tensor.is_contiguous():
         raise ValueError(
             f"You are trying to save a non contiguous tensor: `{name}` which is not allowed. It "
@@ -70,12 +70,12 @@ def _to_numpy(tensors: Dict[str, paddle.Tensor], keep_alive: List[Any]) -> Dict[
     return {name: _as_numpy(name, value, keep_alive) for name, value in tensors.items()}
 
 
+_io = FrameworkIO("paddle", _to_numpy)
+
+
 def save(tensors: Dict[str, paddle.Tensor], metadata: Optional[Dict[str, str]] = None) -> bytes:
     """The bytes of a ``.safetensors`` file holding ``tensors`` and ``metadata``."""
-    from . import serialize
-
-    keep_alive: List[Any] = []
-    return bytes(serialize(_to_numpy(tensors, keep_alive), metadata=metadata))
+    return _io.save(tensors, metadata)
 
 
 def save_file(
@@ -84,15 +84,12 @@ def save_file(
     metadata: Optional[Dict[str, str]] = None,
 ) -> None:
     """Writes ``tensors`` and optional string ``metadata`` to ``filename``."""
-    from . import serialize_file
-
-    keep_alive: List[Any] = []
-    serialize_file(_to_numpy(tensors, keep_alive), filename, metadata=metadata)
+    _io.save_file(tensors, filename, metadata)
 
 
 def load(data: bytes, device: str = "cpu") -> Dict[str, paddle.Tensor]:
     """Every tensor of a ``.safetensors`` file given as bytes, on ``device``."""
-    return _frameworks.load_bytes(data, "paddle", device)
+    return _io.load(data, device)
 
 
 def load_file(
@@ -100,4 +97,4 @@ def load_file(
 ) -> Dict[str, paddle.Tensor]:
     """Every tensor of ``filename``, in file order, on ``device`` (a paddle
     place such as ``"cpu"`` or ``"gpu:0"``)."""
-    return _frameworks.load_path(filename, "paddle", backend, device)
+    return _io.load_file(filename, device, backend=backend)

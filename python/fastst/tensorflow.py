@@ -5,11 +5,12 @@
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
 from . import _frameworks
+from ._load import FrameworkIO
 
 try:
     import tensorflow as tf
@@ -21,16 +22,17 @@ __all__ = ["save", "save_file", "load", "load_file"]
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def _to_numpy(tensors: Dict[str, tf.Tensor]) -> Dict[str, np.ndarray]:
+def _to_numpy(tensors: Dict[str, tf.Tensor], _keep_alive: List[Any]) -> Dict[str, np.ndarray]:
     # BF16/F8/F4 tensors come back with their ml_dtypes types.
     return {name: value.numpy() for name, value in tensors.items()}
 
 
+_io = FrameworkIO("tensorflow", _to_numpy)
+
+
 def save(tensors: Dict[str, tf.Tensor], metadata: Optional[Dict[str, str]] = None) -> bytes:
     """The bytes of a ``.safetensors`` file holding ``tensors`` and ``metadata``."""
-    from . import serialize
-
-    return bytes(serialize(_to_numpy(tensors), metadata=metadata))
+    return _io.save(tensors, metadata)
 
 
 def save_file(
@@ -39,16 +41,14 @@ def save_file(
     metadata: Optional[Dict[str, str]] = None,
 ) -> None:
     """Writes ``tensors`` and optional string ``metadata`` to ``filename``."""
-    from . import serialize_file
-
-    serialize_file(_to_numpy(tensors), filename, metadata=metadata)
+    _io.save_file(tensors, filename, metadata)
 
 
 def load(data: bytes) -> Dict[str, tf.Tensor]:
     """Every tensor of a ``.safetensors`` file given as bytes, as ``tf.Tensor``."""
-    return _frameworks.load_bytes(data, "tensorflow")
+    return _io.load(data)
 
 
 def load_file(filename: PathLike, *, backend: str = "mmap") -> Dict[str, tf.Tensor]:
     """Every tensor of ``filename``, in file order, as ``tf.Tensor``."""
-    return _frameworks.load_path(filename, "tensorflow", backend)
+    return _io.load_file(filename, backend=backend)

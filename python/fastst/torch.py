@@ -14,8 +14,11 @@ from collections import defaultdict
 from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 from . import _frameworks
+from ._dtypes import NUMPY_DTYPES
 from ._errors import UnsupportedDtypeError
-from ._open import safe_open
+from ._load import FrameworkIO
+from ._sharded import write_sharded
+from ._write import TensorSpec
 
 try:
     import torch
@@ -190,8 +193,6 @@ def _as_numpy(name: str, tensor: torch.Tensor, keep_alive: List[Any]) -> Any:
     a contiguous CPU tensor): a numpy array with the numpy/ml_dtypes dtype of
     the same header name, or for packed FP4 a ``TensorSpec`` of its bytes
     (the tensor it points into is appended to ``keep_alive``)."""
-    from ._dtypes import NUMPY_DTYPES
-
     if not tensor.is_contiguous():
         raise ValueError(
             f"You are trying to save a non contiguous tensor: `{name}` which is not allowed. It "
@@ -209,8 +210,6 @@ def _as_numpy(name: str, tensor: torch.Tensor, keep_alive: List[Any]) -> Any:
         )
     tensor = tensor.resolve_conj().resolve_neg()
     if header == "F4":
-        from . import TensorSpec
-
         keep_alive.append(tensor)
         return TensorSpec(
             dtype="float4_e2m1fn_x2",
@@ -251,13 +250,13 @@ def _to_arrays(tensors: Dict[str, torch.Tensor], keep_alive: List[Any]) -> Dict[
     return {name: _as_numpy(name, tensor, keep_alive) for name, tensor in tensors.items()}
 
 
+_io = FrameworkIO("torch", _to_arrays)
+
+
 def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = None) -> bytes:
     """The bytes of a ``.safetensors`` file holding ``tensors`` (dense,
     contiguous, not sharing memory) and optional string ``metadata``."""
-    from . import serialize
-
-    keep_alive: List[Any] = []
-    return bytes(serialize(_to_arrays(tensors, keep_alive), metadata=metadata))
+    return _io.save(tensors, metadata)
 
 
 def save_file(
@@ -268,10 +267,7 @@ def save_file(
     """Writes ``tensors`` (dense, contiguous, not sharing memory) and optional
     string ``metadata`` to ``filename``. Tensors are written from their own
     memory: do not modify them while this runs."""
-    from . import serialize_file
-
-    keep_alive: List[Any] = []
-    serialize_file(_to_arrays(tensors, keep_alive), filename, metadata=metadata)
+    _io.save_file(tensors, filename, metadata)
 
 
 def save_sharded(
@@ -287,8 +283,6 @@ def save_sharded(
     the Hugging Face layout), with :func:`save_file`'s rules for each shard.
     Returns the index's path, which :class:`fastst.safe_open` and
     :func:`load_file` open as one file."""
-    from ._sharded import write_sharded
-
     sizes = {k: int(t.numel() * t.element_size()) for k, t in tensors.items()}
     return write_sharded(
         tensors,
@@ -347,18 +341,13 @@ def load_file(
     tensors with memory of their own (filled by several threads), ``dtype``
     (e.g. ``torch.float32``) converts while loading; see
     :meth:`fastst.safe_open.get_tensor`."""
-    with safe_open(filename, framework="pt", device=device, backend=backend) as f:
-        tensors = f.get_tensors(copy=copy, dtype=dtype)
-        target = f._device
-    if isinstance(target, _fw_torch.Target):
-        target.synchronize()
-    return tensors
+    return _io.load_file(filename, device, backend=backend, copy=copy, dtype=dtype)
 
 
 def load(data: bytes) -> Dict[str, torch.Tensor]:
     """Every tensor of a ``.safetensors`` file given as bytes, on the CPU, in
     file order. The tensors are writable and do not alias ``data``."""
-    return _frameworks.load_bytes(data, "torch")
+    return _io.load(data)
 
 
 def load_model(

@@ -7,9 +7,7 @@ use std::sync::OnceLock;
 
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
-
-/// Inputs below this many elements are converted on the calling thread.
-const PARALLEL_MIN: usize = 1 << 20;
+use crate::parallel::par_chunks;
 
 /// The conversions supported, `(from, to)`.
 pub fn supported(from: Dtype, to: Dtype) -> bool {
@@ -26,6 +24,50 @@ pub fn supported(from: Dtype, to: Dtype) -> bool {
             Dtype::F32
         ) | (Dtype::F32, Dtype::Bf16 | Dtype::F16)
     ) || from == to
+}
+
+#[cold]
+fn not_allowed(tensor: &str, from: Dtype, to: Dtype) -> Error {
+    Error::ConversionNotAllowed {
+        tensor: tensor.to_owned(),
+        from,
+        to,
+    }
+}
+
+/// Checks that converting `src_len` bytes of `from` (tensor `tensor`, or
+/// `""`) into a `dst_len`-byte destination of `to` is a supported
+/// conversion between whole elements with a destination of exactly the
+/// converted size.
+pub fn check(tensor: &str, from: Dtype, to: Dtype, src_len: u64, dst_len: usize) -> Result<()> {
+    let (fs, ts) = (from.bits() / 8, to.bits() / 8);
+    if !supported(from, to) || from.is_sub_byte() || to.is_sub_byte() {
+        return Err(not_allowed(tensor, from, to));
+    }
+    let expected = src_len / fs * ts;
+    if src_len % fs != 0 || dst_len as u64 != expected {
+        return Err(Error::DestinationSize {
+            tensor: tensor.to_owned(),
+            what: "the conversion destination",
+            expected,
+            got: dst_len as u64,
+        });
+    }
+    Ok(())
+}
+
+/// Every supported conversion `(from, to)` between different dtypes, in
+/// [`Dtype::ALL`] order: what `get_tensor(..., dtype=...)` accepts.
+pub fn conversions() -> Vec<(Dtype, Dtype)> {
+    let mut out = Vec::new();
+    for from in Dtype::ALL {
+        for to in Dtype::ALL {
+            if from != to && supported(from, to) {
+                out.push((from, to));
+            }
+        }
+    }
+    out
 }
 
 /// How an 8-bit float kind encodes special values.
@@ -182,59 +224,11 @@ pub fn f32_to_f16(f: f32) -> u16 {
     sign | out as u16
 }
 
-pub(crate) fn threads_for(n: usize) -> usize {
-    if n < PARALLEL_MIN {
-        return 1;
-    }
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    cores.clamp(1, 16).min(n / (PARALLEL_MIN / 4)).max(1)
-}
-
-/// Runs `f(src_chunk, dst_chunk)` over matching chunks of `src` (in units of
-/// `src_size` bytes per element) and `dst` (`dst_size` bytes per element).
-fn par_chunks(
-    src: &[u8],
-    src_size: usize,
-    dst: &mut [u8],
-    dst_size: usize,
-    f: impl Fn(&[u8], &mut [u8]) + Sync,
-) {
-    let n = src.len() / src_size;
-    let threads = threads_for(n);
-    if threads <= 1 {
-        f(src, dst);
-        return;
-    }
-    let per = n.div_ceil(threads);
-    std::thread::scope(|s| {
-        for (sc, dc) in src
-            .chunks(per * src_size)
-            .zip(dst.chunks_mut(per * dst_size))
-        {
-            let f = &f;
-            s.spawn(move || f(sc, dc));
-        }
-    });
-}
-
 /// Converts the little-endian elements of `src` (of kind `from`) into `dst`
 /// (of kind `to`, little-endian), using several threads for large inputs.
 pub fn convert(from: Dtype, to: Dtype, src: &[u8], dst: &mut [u8]) -> Result<()> {
+    check("", from, to, src.len() as u64, dst.len())?;
     let (fs, ts) = ((from.bits() / 8) as usize, (to.bits() / 8) as usize);
-    if !supported(from, to) || fs == 0 || ts == 0 {
-        return Err(Error::InvalidInput {
-            message: format!("no conversion from {from} to {to}"),
-        });
-    }
-    if src.len() % fs != 0 || dst.len() != src.len() / fs * ts {
-        return Err(Error::InvalidInput {
-            message: format!(
-                "conversion from {from} to {to}: {} source bytes do not match {} destination bytes",
-                src.len(),
-                dst.len()
-            ),
-        });
-    }
     if from == to {
         par_chunks(src, fs, dst, ts, |s, d| d.copy_from_slice(s));
         return Ok(());
@@ -270,27 +264,8 @@ pub fn convert(from: Dtype, to: Dtype, src: &[u8], dst: &mut [u8]) -> Result<()>
                 }
             })
         }
-        _ => {
-            return Err(Error::InvalidInput {
-                message: format!("no conversion from {from} to {to}"),
-            })
-        }
+        _ => return Err(not_allowed("", from, to)),
     }
-    Ok(())
-}
-
-/// Copies `src` into `dst` with several threads when large.
-pub fn parallel_copy(src: &[u8], dst: &mut [u8]) -> Result<()> {
-    if src.len() != dst.len() {
-        return Err(Error::InvalidInput {
-            message: format!(
-                "copy of {} bytes into a {}-byte destination",
-                src.len(),
-                dst.len()
-            ),
-        });
-    }
-    par_chunks(src, 1, dst, 1, |s, d| d.copy_from_slice(s));
     Ok(())
 }
 

@@ -1,30 +1,24 @@
 //! Every way reading or writing a file can fail, one variant per rule.
 //!
-//! Messages name the tensor and the rule; the caller (the Python layer, the
-//! CLI) prefixes the file name.
+//! One cohesive job in one file (about 500 lines): the variants, their
+//! messages and the variant-to-rule map belong together.
+//!
+//! Each variant maps to exactly one [`RuleId`] of the catalogue
+//! ([`Error::rule`]); its family, and so the Python exception class, follows
+//! from the rule ([`Error::kind`]). Messages name the tensor; the caller
+//! names the file (the Python glue prefixes it, the CLI prints it first).
 
 use crate::dtype::Dtype;
+pub use crate::rules::Family;
+use crate::rules::RuleId;
 
-/// Which family of rules an error belongs to; the Python layer maps each
-/// family to its own exception class.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// Reading the file failed at the OS level.
-    Io,
-    /// The 8-byte length prefix or the header's framing is wrong.
-    HeaderFraming,
-    /// The header is not the strict JSON object the format requires.
-    Json,
-    /// `__metadata__` is not a string-to-string map.
-    Metadata,
-    /// A tensor entry is malformed (fields, dtype, shape, size).
-    TensorTable,
-    /// The data offsets do not tile the byte buffer exactly.
-    Layout,
-    /// A tensor that was asked for is not in the file.
-    TensorNotFound,
-    /// The input given to a writer is not valid.
-    Write,
+/// `"tensor \"name\": "`, or nothing when no tensor is involved.
+fn tensor_prefix(tensor: &str) -> String {
+    if tensor.is_empty() {
+        String::new()
+    } else {
+        format!("tensor {tensor:?}: ")
+    }
 }
 
 /// An error from reading, validating or writing a `.safetensors` file.
@@ -32,222 +26,436 @@ pub enum ErrorKind {
 #[non_exhaustive]
 pub enum Error {
     #[error("{context}: {source}")]
+    /// The operating system failed to open, read or write the file.
     Io {
+        /// What was being done.
         context: String,
         #[source]
+        /// The operating system error.
         source: std::io::Error,
     },
     #[error("file is {len} bytes long, shorter than the 8-byte header length prefix")]
-    FileTooShort { len: u64 },
+    /// File is shorter than the 8-byte header length prefix.
+    FileTooShort {
+        /// The length.
+        len: u64,
+    },
     #[error("header length prefix is 0; a header holds at least the JSON object `{{}}`")]
+    /// Header length prefix is 0.
     HeaderLengthZero,
     #[error("header length prefix says {len} bytes, above the {cap}-byte header size cap")]
-    HeaderTooLarge { len: u64, cap: u64 },
+    /// Header length prefix is above the header size cap.
+    HeaderTooLarge {
+        /// The length.
+        len: u64,
+        /// The cap in force.
+        cap: u64,
+    },
     #[error("header length prefix says {len} bytes but only {available} bytes follow the prefix")]
-    HeaderPastEnd { len: u64, available: u64 },
+    /// Header length prefix points past the end of the file.
+    HeaderPastEnd {
+        /// The length.
+        len: u64,
+        /// Bytes actually available.
+        available: u64,
+    },
     #[error("header is not valid UTF-8 (first invalid byte at header offset {offset})")]
-    HeaderNotUtf8 { offset: usize },
+    /// Header is not valid UTF-8.
+    HeaderNotUtf8 {
+        /// Offset of the byte involved.
+        offset: usize,
+    },
     #[error("header must start with `{{` (after optional whitespace), found byte 0x{found:02x} at header offset {offset}")]
-    HeaderStart { found: u8, offset: usize },
+    /// Header does not start with `{` after optional whitespace.
+    HeaderStart {
+        /// What was found instead.
+        found: u8,
+        /// Offset of the byte involved.
+        offset: usize,
+    },
     #[error("header is not strict JSON: {message}")]
-    Json { message: String },
+    /// Header is not strict JSON.
+    Json {
+        /// serde_json's description.
+        message: String,
+    },
     #[error("header JSON is nested too deeply: {message}")]
-    JsonTooDeep { message: String },
+    /// Header JSON is nested too deeply.
+    JsonTooDeep {
+        /// serde_json's description.
+        message: String,
+    },
     #[error("duplicate tensor name {name:?} in the header")]
-    DuplicateTensor { name: String },
+    /// A tensor name appears twice; readers disagree on which entry wins.
+    DuplicateTensor {
+        /// The name involved.
+        name: String,
+    },
     #[error("duplicate key {key:?} in __metadata__")]
-    DuplicateMetadataKey { key: String },
+    /// A key appears twice in __metadata__.
+    DuplicateMetadataKey {
+        /// The metadata key involved.
+        key: String,
+    },
     #[error("__metadata__ appears twice in the header")]
+    /// __metadata__ appears twice.
     DuplicateMetadata,
     #[error("__metadata__ must be an object mapping strings to strings, found {found}")]
-    MetadataNotMap { found: String },
+    /// __metadata__ is not an object of strings.
+    MetadataNotMap {
+        /// What was found instead.
+        found: String,
+    },
     #[error("__metadata__ value for key {key:?} must be a string, found {found}")]
-    MetadataValueNotString { key: String, found: String },
+    /// A __metadata__ value is not a string.
+    MetadataValueNotString {
+        /// The metadata key involved.
+        key: String,
+        /// What was found instead.
+        found: String,
+    },
     #[error("tensor {tensor:?}: entry must be an object with dtype, shape and data_offsets, found {found}")]
-    EntryNotObject { tensor: String, found: String },
-    #[error("tensor {tensor:?}: field {field:?} appears twice")]
-    DuplicateField { tensor: String, field: String },
-    #[error("tensor {tensor:?}: missing required field {field:?}")]
-    MissingField { tensor: String, field: &'static str },
-    #[error("tensor {tensor:?}: field {field:?} must be {expected}, found {found}")]
-    WrongFieldType {
+    /// A tensor entry is not an object.
+    EntryNotObject {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// What was found instead.
+        found: String,
+    },
+    #[error("tensor {tensor:?}: field {field:?} appears twice")]
+    /// A field appears twice in a tensor entry.
+    DuplicateField {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// The field.
+        field: String,
+    },
+    #[error("tensor {tensor:?}: missing required field {field:?}")]
+    /// A tensor entry lacks dtype, shape or data_offsets.
+    MissingField {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// The field.
         field: &'static str,
+    },
+    #[error("tensor {tensor:?}: field {field:?} must be {expected}, found {found}")]
+    /// A tensor entry field has the wrong JSON type.
+    WrongFieldType {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// The field.
+        field: &'static str,
+        /// The value required.
         expected: &'static str,
+        /// What was found instead.
         found: String,
     },
     #[error("tensor {tensor:?}: unknown dtype {dtype:?} (dtypes are upper-case, e.g. \"F32\", \"BF16\")")]
-    UnknownDtype { tensor: String, dtype: String },
-    #[error("tensor {tensor:?}: shape entry {value} is not a non-negative integer below 2^63")]
-    BadShapeEntry { tensor: String, value: String },
-    #[error("tensor {tensor:?}: shape {shape:?} of {dtype} overflows 64-bit byte arithmetic")]
-    SizeOverflow {
+    /// A tensor declares a dtype the format does not define.
+    UnknownDtype {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// The dtype.
+        dtype: String,
+    },
+    #[error("tensor {tensor:?}: shape entry {value} is not a non-negative integer below 2^63")]
+    /// A shape entry is not a non-negative integer below 2^63.
+    BadShapeEntry {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// The offending value, as JSON text.
+        value: String,
+    },
+    #[error("tensor {tensor:?}: shape {shape:?} of {dtype} overflows 64-bit byte arithmetic")]
+    /// Shape x dtype size overflows 64-bit arithmetic.
+    SizeOverflow {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// The shape.
         shape: Vec<u64>,
+        /// The dtype.
         dtype: Dtype,
     },
     #[error("tensor {tensor:?}: shape {shape:?} of {dtype} ({bits} bits each) does not fill whole bytes")]
+    /// Packed sub-byte elements do not fill whole bytes.
     SubByteNotWhole {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// The shape.
         shape: Vec<u64>,
+        /// The dtype.
         dtype: Dtype,
+        /// Bits per element of the dtype.
         bits: u64,
     },
     #[error("tensor {tensor:?}: data_offsets must be two integers [begin, end], found {found}")]
-    BadOffsets { tensor: String, found: String },
-    #[error("tensor {tensor:?}: data_offsets [{begin}, {end}] are not ordered (begin > end)")]
-    OffsetsReversed {
+    /// Data_offsets are not two non-negative integers.
+    BadOffsets {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// What was found instead.
+        found: String,
+    },
+    #[error("tensor {tensor:?}: data_offsets [{begin}, {end}] are not ordered (begin > end)")]
+    /// Data_offsets begin after they end.
+    OffsetsReversed {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// First byte (`data_offsets[0]`).
         begin: u64,
+        /// One past the last byte (`data_offsets[1]`).
         end: u64,
     },
     #[error("tensor {tensor:?}: data_offsets [{begin}, {end}] hold {held} bytes but shape {shape:?} of {dtype} needs {needed}")]
+    /// Data_offsets hold a different byte count than shape x dtype.
     ByteLengthMismatch {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// First byte (`data_offsets[0]`).
         begin: u64,
+        /// One past the last byte (`data_offsets[1]`).
         end: u64,
+        /// Bytes the data_offsets hold.
         held: u64,
+        /// The shape.
         shape: Vec<u64>,
+        /// The dtype.
         dtype: Dtype,
+        /// Bytes shape x dtype needs.
         needed: u64,
     },
     #[error("tensor {tensor:?}: data_offsets [{begin}, {end}] leave a hole of {gap} bytes after the previous tensor, which ends at {expected}")]
+    /// Bytes between two tensors belong to no tensor.
     Hole {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// First byte (`data_offsets[0]`).
         begin: u64,
+        /// One past the last byte (`data_offsets[1]`).
         end: u64,
+        /// The value required.
         expected: u64,
+        /// Length of the hole in bytes.
         gap: u64,
     },
     #[error("tensor {tensor:?}: data_offsets [{begin}, {end}] overlap tensor {other:?}, which ends at {other_end}")]
+    /// Two tensors' byte ranges overlap.
     Overlap {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// First byte (`data_offsets[0]`).
         begin: u64,
+        /// One past the last byte (`data_offsets[1]`).
         end: u64,
+        /// The other tensor.
         other: String,
+        /// Where the other tensor ends.
         other_end: u64,
     },
     #[error("tensor {tensor:?}: data_offsets end at {end} but the byte buffer is only {available} bytes long")]
+    /// A tensor's bytes run past the end of the file.
     DataTooShort {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// One past the last byte (`data_offsets[1]`).
         end: u64,
+        /// Bytes actually available.
         available: u64,
     },
     #[error("{trailing} trailing bytes after the last tensor (tensors cover {covered} of {available} buffer bytes)")]
+    /// Bytes after the last tensor belong to no tensor.
     TrailingBytes {
+        /// Number of trailing bytes.
         trailing: u64,
+        /// Bytes the tensors cover.
         covered: u64,
+        /// Bytes actually available.
         available: u64,
     },
+    #[error("the header lists {count} tensors, more than 2^32")]
+    /// The header lists 2^32 tensors or more.
+    TooManyTensors {
+        /// How many there are.
+        count: u64,
+    },
     #[error("no tensor named {name:?} in the file")]
-    TensorNotFound { name: String },
-    #[error("{message}")]
-    InvalidInput { message: String },
+    /// No tensor of the name asked for is in the file.
+    TensorNotFound {
+        /// The name involved.
+        name: String,
+    },
+
+    // --- using an open file (family `Usage`, `Memory`, `Io`) ---
+    #[error("tensor {tensor:?}: reading {len} bytes at offset {offset} runs past its end ({tensor_len} bytes)")]
+    /// A read asks for bytes past the end of a tensor.
+    ReadPastEnd {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// Offset of the byte involved.
+        offset: u64,
+        /// The length.
+        len: u64,
+        /// The tensor's length in bytes.
+        tensor_len: u64,
+    },
+    #[error("{}{what} holds {got} bytes but {expected} are needed", tensor_prefix(.tensor))]
+    /// A destination buffer's size differs from the bytes to read or convert.
+    DestinationSize {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// What the buffer is.
+        what: &'static str,
+        /// The value required.
+        expected: u64,
+        /// The value given.
+        got: u64,
+    },
+    #[error("{}no conversion from {from} to {to}", tensor_prefix(.tensor))]
+    /// No dtype conversion exists between the tensor's dtype and the one asked for.
+    ConversionNotAllowed {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// The tensor's dtype.
+        from: Dtype,
+        /// The dtype asked for.
+        to: Dtype,
+    },
+    #[error("cannot hold {bytes} bytes in memory")]
+    /// A result is too large to hold in memory.
+    OutOfMemory {
+        /// The size asked for.
+        bytes: u64,
+    },
+    #[error("{task} stopped without finishing (a worker thread panicked)")]
+    /// A worker thread stopped without finishing its share of the work.
+    WorkerFailed {
+        /// The work that failed.
+        task: &'static str,
+    },
 
     // --- writer input errors (kind `Write`) ---
     #[error("tensor name {name:?} is reserved for the metadata map and cannot name a tensor")]
-    ReservedName { name: String },
+    /// A tensor is named __metadata__, the name reserved for the metadata map.
+    ReservedName {
+        /// The name involved.
+        name: String,
+    },
     #[error("tensor name {name:?} is given twice")]
-    DuplicateName { name: String },
+    /// Two tensors given to a writer have the same name.
+    DuplicateName {
+        /// The name involved.
+        name: String,
+    },
     #[error("metadata key {key:?} is given twice")]
-    DuplicateKey { key: String },
+    /// A metadata key given to a writer appears twice.
+    DuplicateKey {
+        /// The metadata key involved.
+        key: String,
+    },
     #[error("tensor {tensor:?}: {reason}")]
-    BadTensorSize { tensor: String, reason: String },
-    #[error("header would be {len} bytes, above the {cap}-byte header size cap (too many tensors or too much metadata)")]
-    HeaderOverCap { len: u64, cap: u64 },
-    #[error("tensor {tensor:?}: expected {expected} bytes of data, got {got}")]
-    DataLength {
+    /// A tensor's shape x dtype size overflows or does not fill whole bytes.
+    BadTensorSize {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// Why, in words.
+        reason: String,
+    },
+    #[error("header would be {len} bytes, above the {cap}-byte header size cap (too many tensors or too much metadata)")]
+    /// The header to write is above the header size cap.
+    HeaderOverCap {
+        /// The length.
+        len: u64,
+        /// The cap in force.
+        cap: u64,
+    },
+    #[error("tensor {tensor:?}: expected {expected} bytes of data, got {got}")]
+    /// The bytes given for a tensor differ from its shape x dtype size.
+    DataLength {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// The value required.
         expected: u64,
+        /// The value given.
         got: u64,
+    },
+    #[error("tensor {tensor:?}: unknown dtype {dtype:?}")]
+    /// A tensor's dtype has no safetensors equivalent.
+    UnsupportedDtype {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// The dtype.
+        dtype: String,
+    },
+    #[error("{reason}")]
+    /// The file to write would exceed 2^64 bytes or the address space.
+    FileTooLarge {
+        /// Why, in words.
+        reason: String,
+    },
+    #[error("{reason}")]
+    /// Bytes are given to a writer before or after the tensors they belong to.
+    StreamOrder {
+        /// Why, in words.
+        reason: String,
     },
 }
 
 impl Error {
-    /// The family of rules this error belongs to.
-    pub fn kind(&self) -> ErrorKind {
-        use Error::*;
-        match self {
-            Io { .. } => ErrorKind::Io,
-            FileTooShort { .. }
-            | HeaderLengthZero
-            | HeaderTooLarge { .. }
-            | HeaderPastEnd { .. }
-            | HeaderNotUtf8 { .. }
-            | HeaderStart { .. } => ErrorKind::HeaderFraming,
-            Json { .. } | JsonTooDeep { .. } | DuplicateTensor { .. } => ErrorKind::Json,
-            DuplicateMetadataKey { .. }
-            | DuplicateMetadata
-            | MetadataNotMap { .. }
-            | MetadataValueNotString { .. } => ErrorKind::Metadata,
-            EntryNotObject { .. }
-            | DuplicateField { .. }
-            | MissingField { .. }
-            | WrongFieldType { .. }
-            | UnknownDtype { .. }
-            | BadShapeEntry { .. }
-            | SizeOverflow { .. }
-            | SubByteNotWhole { .. }
-            | BadOffsets { .. }
-            | ByteLengthMismatch { .. } => ErrorKind::TensorTable,
-            OffsetsReversed { .. }
-            | Hole { .. }
-            | Overlap { .. }
-            | DataTooShort { .. }
-            | TrailingBytes { .. } => ErrorKind::Layout,
-            TensorNotFound { .. } => ErrorKind::TensorNotFound,
-            InvalidInput { .. }
-            | ReservedName { .. }
-            | DuplicateName { .. }
-            | DuplicateKey { .. }
-            | BadTensorSize { .. }
-            | HeaderOverCap { .. }
-            | DataLength { .. } => ErrorKind::Write,
-        }
+    /// The family of rules this error belongs to (from its rule).
+    pub fn kind(&self) -> Family {
+        self.rule().family()
     }
 
-    /// A short stable identifier of the rule that failed (used by the CLI and
-    /// by tests), e.g. `"header-too-large"`.
-    pub fn rule(&self) -> &'static str {
+    /// The catalogue rule that failed, e.g. [`RuleId::HeaderTooLarge`]
+    /// (`"header-too-large"`).
+    pub fn rule(&self) -> RuleId {
         use Error::*;
         match self {
-            Io { .. } => "io",
-            FileTooShort { .. } => "file-too-short",
-            HeaderLengthZero => "header-length-zero",
-            HeaderTooLarge { .. } => "header-too-large",
-            HeaderPastEnd { .. } => "header-past-end",
-            HeaderNotUtf8 { .. } => "header-not-utf8",
-            HeaderStart { .. } => "header-start",
-            Json { .. } => "json-syntax",
-            JsonTooDeep { .. } => "json-too-deep",
-            DuplicateTensor { .. } => "duplicate-tensor",
-            DuplicateMetadataKey { .. } => "duplicate-metadata-key",
-            DuplicateMetadata => "duplicate-metadata",
-            MetadataNotMap { .. } => "metadata-not-map",
-            MetadataValueNotString { .. } => "metadata-value-not-string",
-            EntryNotObject { .. } => "entry-not-object",
-            DuplicateField { .. } => "duplicate-field",
-            MissingField { .. } => "missing-field",
-            WrongFieldType { .. } => "wrong-field-type",
-            UnknownDtype { .. } => "unknown-dtype",
-            BadShapeEntry { .. } => "bad-shape-entry",
-            SizeOverflow { .. } => "size-overflow",
-            SubByteNotWhole { .. } => "sub-byte-not-whole",
-            BadOffsets { .. } => "bad-offsets",
-            OffsetsReversed { .. } => "offsets-reversed",
-            ByteLengthMismatch { .. } => "byte-length-mismatch",
-            Hole { .. } => "hole",
-            Overlap { .. } => "overlap",
-            DataTooShort { .. } => "data-too-short",
-            TrailingBytes { .. } => "trailing-bytes",
-            TensorNotFound { .. } => "tensor-not-found",
-            InvalidInput { .. } => "invalid-input",
-            ReservedName { .. } => "reserved-name",
-            DuplicateName { .. } => "duplicate-name",
-            DuplicateKey { .. } => "duplicate-key",
-            BadTensorSize { .. } => "bad-tensor-size",
-            HeaderOverCap { .. } => "header-over-cap",
-            DataLength { .. } => "data-length",
+            Io { .. } => RuleId::Io,
+            FileTooShort { .. } => RuleId::FileTooShort,
+            HeaderLengthZero => RuleId::HeaderLengthZero,
+            HeaderTooLarge { .. } => RuleId::HeaderTooLarge,
+            HeaderPastEnd { .. } => RuleId::HeaderPastEnd,
+            HeaderNotUtf8 { .. } => RuleId::HeaderNotUtf8,
+            HeaderStart { .. } => RuleId::HeaderStart,
+            Json { .. } => RuleId::JsonSyntax,
+            JsonTooDeep { .. } => RuleId::JsonTooDeep,
+            DuplicateTensor { .. } => RuleId::DuplicateTensor,
+            TooManyTensors { .. } => RuleId::TooManyTensors,
+            DuplicateMetadataKey { .. } => RuleId::DuplicateMetadataKey,
+            DuplicateMetadata => RuleId::DuplicateMetadata,
+            MetadataNotMap { .. } => RuleId::MetadataNotMap,
+            MetadataValueNotString { .. } => RuleId::MetadataValueNotString,
+            EntryNotObject { .. } => RuleId::EntryNotObject,
+            DuplicateField { .. } => RuleId::DuplicateField,
+            MissingField { .. } => RuleId::MissingField,
+            WrongFieldType { .. } => RuleId::WrongFieldType,
+            UnknownDtype { .. } => RuleId::UnknownDtype,
+            BadShapeEntry { .. } => RuleId::BadShapeEntry,
+            SizeOverflow { .. } => RuleId::SizeOverflow,
+            SubByteNotWhole { .. } => RuleId::SubByteNotWhole,
+            BadOffsets { .. } => RuleId::BadOffsets,
+            OffsetsReversed { .. } => RuleId::OffsetsReversed,
+            ByteLengthMismatch { .. } => RuleId::ByteLengthMismatch,
+            Hole { .. } => RuleId::Hole,
+            Overlap { .. } => RuleId::Overlap,
+            DataTooShort { .. } => RuleId::DataTooShort,
+            TrailingBytes { .. } => RuleId::TrailingBytes,
+            TensorNotFound { .. } => RuleId::TensorNotFound,
+            ReadPastEnd { .. } => RuleId::ReadPastEnd,
+            DestinationSize { .. } => RuleId::DestinationSize,
+            ConversionNotAllowed { .. } => RuleId::ConversionNotAllowed,
+            OutOfMemory { .. } => RuleId::OutOfMemory,
+            WorkerFailed { .. } => RuleId::WorkerFailed,
+            ReservedName { .. } => RuleId::ReservedName,
+            DuplicateName { .. } => RuleId::DuplicateName,
+            DuplicateKey { .. } => RuleId::DuplicateKey,
+            BadTensorSize { .. } => RuleId::BadTensorSize,
+            HeaderOverCap { .. } => RuleId::HeaderOverCap,
+            DataLength { .. } => RuleId::DataLength,
+            UnsupportedDtype { .. } => RuleId::UnsupportedDtype,
+            FileTooLarge { .. } => RuleId::FileTooLarge,
+            StreamOrder { .. } => RuleId::StreamOrder,
         }
     }
 
@@ -269,8 +477,15 @@ impl Error {
             | Hole { tensor, .. }
             | Overlap { tensor, .. }
             | DataTooShort { tensor, .. }
+            | ReadPastEnd { tensor, .. }
             | BadTensorSize { tensor, .. }
+            | UnsupportedDtype { tensor, .. }
             | DataLength { tensor, .. } => Some(tensor),
+            DestinationSize { tensor, .. } | ConversionNotAllowed { tensor, .. }
+                if !tensor.is_empty() =>
+            {
+                Some(tensor)
+            }
             DuplicateTensor { name }
             | TensorNotFound { name }
             | ReservedName { name }

@@ -11,31 +11,31 @@ fn parse(json: &str, buffer_len: u64) -> Result<Header, Error> {
 fn rule(json: &str, buffer_len: u64) -> &'static str {
     match parse(json, buffer_len) {
         Ok(_) => panic!("accepted: {}", &json[..json.len().min(200)]),
-        Err(e) => e.rule(),
+        Err(e) => e.rule().id(),
     }
 }
 
 #[test]
 fn prefix_rules() {
     assert_eq!(
-        check_prefix(&[1, 0, 0], 3, 100).map_err(|e| e.rule()),
+        check_prefix(&[1, 0, 0], 3, 100).map_err(|e| e.rule().id()),
         Err("file-too-short")
     );
     assert_eq!(
-        check_prefix(&[0; 8], 100, 100).map_err(|e| e.rule()),
+        check_prefix(&[0; 8], 100, 100).map_err(|e| e.rule().id()),
         Err("header-length-zero")
     );
     let big = (DEFAULT_HEADER_CAP + 1).to_le_bytes();
     assert_eq!(
-        check_prefix(&big, u64::MAX, DEFAULT_HEADER_CAP).map_err(|e| e.rule()),
+        check_prefix(&big, u64::MAX, DEFAULT_HEADER_CAP).map_err(|e| e.rule().id()),
         Err("header-too-large")
     );
     assert_eq!(
-        check_prefix(&u64::MAX.to_le_bytes(), 100, u64::MAX).map_err(|e| e.rule()),
+        check_prefix(&u64::MAX.to_le_bytes(), 100, u64::MAX).map_err(|e| e.rule().id()),
         Err("header-past-end")
     );
     assert_eq!(
-        check_prefix(&10u64.to_le_bytes(), 17, 100).map_err(|e| e.rule()),
+        check_prefix(&10u64.to_le_bytes(), 17, 100).map_err(|e| e.rule().id()),
         Err("header-past-end")
     );
     assert_eq!(check_prefix(&10u64.to_le_bytes(), 18, 100).ok(), Some(10));
@@ -45,7 +45,7 @@ fn prefix_rules() {
 fn framing_and_json_rules() {
     assert_eq!(
         Header::parse(b"{\"a\xff\":1}", 0)
-            .map_err(|e| e.rule())
+            .map_err(|e| e.rule().id())
             .err(),
         Some("header-not-utf8")
     );

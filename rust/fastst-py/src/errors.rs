@@ -1,24 +1,102 @@
-//! Mapping core errors onto the Python exception tree defined in
-//! `fastst/_errors.py`; every message is prefixed with the file name.
+//! The one conversion from core errors to Python exceptions.
+//!
+//! Every core [`Error`] carries a [`RuleId`]; its [`Family`] names the
+//! Python class (defined in `fastst/_errors.py`, or a builtin). Call sites
+//! write `result.in_file(name)?`: the message is prefixed with the file name
+//! and the exception gets `filename`, `tensor` and `rule` attributes.
 
-use fastst_core::{Error, ErrorKind};
-use pyo3::exceptions::{PyFileNotFoundError, PyIsADirectoryError, PyOSError, PyPermissionError};
+use fastst_core::write::WriteFailure;
+use fastst_core::{Error, Family, RuleId};
+use pyo3::exceptions::{
+    PyFileNotFoundError, PyIsADirectoryError, PyMemoryError, PyOSError, PyPermissionError,
+    PyRuntimeError, PyValueError,
+};
 use pyo3::prelude::*;
+use pyo3::types::PyType;
+use pyo3::PyTypeInfo;
 
-pyo3::import_exception!(fastst._errors, SafetensorError);
-pyo3::import_exception!(fastst._errors, HeaderFramingError);
-pyo3::import_exception!(fastst._errors, HeaderJsonError);
-pyo3::import_exception!(fastst._errors, MetadataError);
-pyo3::import_exception!(fastst._errors, TensorTableError);
-pyo3::import_exception!(fastst._errors, LayoutError);
-pyo3::import_exception!(fastst._errors, TensorNotFoundError);
-pyo3::import_exception!(fastst._errors, ClosedFileError);
-pyo3::import_exception!(fastst._errors, SerializeError);
+/// Core results into Python results, naming the file.
+pub trait InFile<T> {
+    /// Converts the error (if any) into the Python exception of its rule's
+    /// family, its message prefixed with `file`.
+    fn in_file(self, file: &str) -> PyResult<T>;
+}
 
-/// Converts a core error about `file` into the matching Python exception,
-/// with `filename`, `tensor` and `rule` attributes set.
+impl<T> InFile<T> for Result<T, Error> {
+    #[inline]
+    fn in_file(self, file: &str) -> PyResult<T> {
+        self.map_err(|e| to_pyerr(file, e))
+    }
+}
+
+impl<T> InFile<T> for Result<T, WriteFailure<PyErr>> {
+    fn in_file(self, file: &str) -> PyResult<T> {
+        self.map_err(|f| match f {
+            WriteFailure::Core(e) => to_pyerr(file, e),
+            WriteFailure::Feed(e) => e,
+        })
+    }
+}
+
+/// The exception of `rule`'s family with message `message` (the file name
+/// is prefixed unless empty), and `filename`, `tensor` and `rule`
+/// attributes.
 #[cold]
-pub fn to_pyerr(py: Python<'_>, file: &str, err: Error) -> PyErr {
+pub fn rule_error(rule: RuleId, file: &str, tensor: Option<&str>, message: &str) -> PyErr {
+    let msg = if file.is_empty() {
+        message.to_owned()
+    } else {
+        format!("{file}: {message}")
+    };
+    Python::with_gil(|py| {
+        // A family class missing from `fastst._errors` (a broken or older
+        // package) falls back to the root class rather than fail.
+        let class =
+            exception_class(py, rule.family()).or_else(|_| exception_class(py, Family::Finding));
+        let made = class.and_then(|class| {
+            let value = class.call1((msg.as_str(),))?;
+            // OSError's own `filename` would change its message; the file
+            // is named in the message already.
+            if rule.family() != Family::Io {
+                value.setattr("filename", file)?;
+            }
+            value.setattr("tensor", tensor)?;
+            value.setattr("rule", rule.id())?;
+            Ok(PyErr::from_value(value))
+        });
+        // Making the exception can only fail if the package is broken; say
+        // so rather than panic.
+        made.unwrap_or_else(|e| {
+            PyRuntimeError::new_err(format!(
+                "{msg} (rule {}; its exception class could not be made: {e})",
+                rule.id()
+            ))
+        })
+    })
+}
+
+/// The Python class of a family: a class of `fastst._errors` named by
+/// [`Family::python_name`] (the catalogue decides), or a builtin.
+fn exception_class(py: Python<'_>, family: Family) -> PyResult<Bound<'_, PyType>> {
+    let name = match family {
+        Family::Usage => return Ok(PyValueError::type_object(py)),
+        Family::Memory => return Ok(PyMemoryError::type_object(py)),
+        Family::Io => return Ok(PyOSError::type_object(py)),
+        // Findings are never raised; should one be, it is the root class.
+        Family::Finding => "SafetensorError",
+        other => other.python_name(),
+    };
+    Ok(py
+        .import("fastst._errors")?
+        .getattr(name)?
+        .downcast_into::<PyType>()?)
+}
+
+/// Converts a core error about `file` into the matching Python exception.
+/// OS errors become the builtin `OSError` subclass of their errno, as the
+/// reference raises them.
+#[cold]
+pub fn to_pyerr(file: &str, err: Error) -> PyErr {
     if let Error::Io { context, source } = &err {
         let msg = format!("{file}: {context}: {source}");
         let errno = source.raw_os_error();
@@ -36,34 +114,16 @@ pub fn to_pyerr(py: Python<'_>, file: &str, err: Error) -> PyErr {
             (_, None) => PyOSError::new_err(msg),
         };
     }
-    let msg = if file.is_empty() {
-        err.to_string()
-    } else {
-        format!("{file}: {err}")
-    };
-    let pyerr = match err.kind() {
-        ErrorKind::HeaderFraming => HeaderFramingError::new_err(msg),
-        ErrorKind::Json => HeaderJsonError::new_err(msg),
-        ErrorKind::Metadata => MetadataError::new_err(msg),
-        ErrorKind::TensorTable => TensorTableError::new_err(msg),
-        ErrorKind::Layout => LayoutError::new_err(msg),
-        ErrorKind::TensorNotFound => TensorNotFoundError::new_err(msg),
-        ErrorKind::Write => SerializeError::new_err(msg),
-        ErrorKind::Io => SafetensorError::new_err(msg),
-    };
-    let value = pyerr.value(py);
-    // Attribute setting on a fresh exception instance cannot fail in practice;
-    // if it did, the exception is still raised without the extras.
-    let _ = value.setattr("filename", file);
-    let _ = value.setattr("tensor", err.tensor());
-    let _ = value.setattr("rule", err.rule());
-    pyerr
+    rule_error(err.rule(), file, err.tensor(), &err.to_string())
 }
 
-/// The error for any use of a closed file.
+/// The error for any use of a closed file (the one place it is made).
 #[cold]
 pub fn closed(file: &str) -> PyErr {
-    ClosedFileError::new_err(format!(
-        "{file}: file is closed (the `with` block ended or close() was called); arrays obtained before stay valid"
-    ))
+    rule_error(
+        RuleId::ClosedFile,
+        file,
+        None,
+        "file is closed (the `with` block ended or close() was called); arrays obtained before stay valid",
+    )
 }

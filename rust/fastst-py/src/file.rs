@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use fastst_core::storage::PRIVATE_MAP_THRESHOLD;
+use fastst_core::read::PRIVATE_MAP_THRESHOLD;
 use fastst_core::{Backend, Dtype, MappedFile, OpenOptions, TensorInfo};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
@@ -13,7 +13,7 @@ use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use crate::buffer::TensorBuffer;
-use crate::errors::{closed, to_pyerr};
+use crate::errors::{closed, InFile};
 
 /// An open `.safetensors` file (the header is parsed and validated).
 #[pyclass(frozen, module = "fastst._fastst")]
@@ -29,15 +29,8 @@ impl RawFile {
         guard.clone().ok_or_else(|| closed(&self.name))
     }
 
-    fn lookup<'a>(
-        &self,
-        py: Python<'_>,
-        file: &'a MappedFile,
-        name: &str,
-    ) -> PyResult<&'a TensorInfo> {
-        file.header()
-            .require(name)
-            .map_err(|e| to_pyerr(py, &self.name, e))
+    fn lookup<'a>(&self, file: &'a MappedFile, name: &str) -> PyResult<&'a TensorInfo> {
+        file.header().require(name).in_file(&self.name)
     }
 }
 
@@ -106,7 +99,7 @@ impl RawFile {
         };
         let file = py
             .allow_threads(|| MappedFile::open(&path, options))
-            .map_err(|e| to_pyerr(py, &display_name, e))?;
+            .in_file(&display_name)?;
         Ok(RawFile {
             name: display_name,
             inner: Mutex::new(Some(Arc::new(file))),
@@ -188,7 +181,7 @@ impl RawFile {
     /// to the byte buffer.
     fn info<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyTuple>> {
         let file = self.file()?;
-        let t = self.lookup(py, &file, name)?;
+        let t = self.lookup(&file, name)?;
         (t.dtype.name(), shape_tuple(py, &t.shape)?, t.begin, t.end).into_pyobject(py)
     }
 
@@ -196,13 +189,13 @@ impl RawFile {
     /// bytes, independent of every other call's.
     fn tensor<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyTuple>> {
         let file = self.file()?;
-        let t = self.lookup(py, &file, name)?;
+        let t = self.lookup(&file, name)?;
         let data = if t.byte_len() >= PRIVATE_MAP_THRESHOLD {
             py.allow_threads(|| file.tensor_data(t))
         } else {
             file.tensor_data(t)
         }
-        .map_err(|e| to_pyerr(py, &self.name, e))?;
+        .in_file(&self.name)?;
         let buffer = Bound::new(py, TensorBuffer::new(data))?;
         (buffer, t.dtype.name(), shape_tuple(py, &t.shape)?).into_pyobject(py)
     }
@@ -211,11 +204,11 @@ impl RawFile {
     /// of exactly the tensor's length (several threads, GIL released).
     fn read_into(&self, py: Python<'_>, name: &str, out: PyBuffer<u8>) -> PyResult<()> {
         let file = self.file()?;
-        let t = self.lookup(py, &file, name)?;
+        let t = self.lookup(&file, name)?;
         let dst = writable(&out)?;
         let file = &*file;
         py.allow_threads(move || file.copy_tensor_into(t, dst.into_slice()))
-            .map_err(|e| to_pyerr(py, &self.name, e))
+            .in_file(&self.name)
     }
 
     /// Copies `len(out)` bytes of tensor `name`, starting `offset` bytes
@@ -228,11 +221,11 @@ impl RawFile {
         out: PyBuffer<u8>,
     ) -> PyResult<()> {
         let file = self.file()?;
-        let t = self.lookup(py, &file, name)?;
+        let t = self.lookup(&file, name)?;
         let dst = writable(&out)?;
         let file = &*file;
         py.allow_threads(move || file.read_tensor_into(t, offset, dst.into_slice()))
-            .map_err(|e| to_pyerr(py, &self.name, e))
+            .in_file(&self.name)
     }
 
     /// Converts tensor `name` to dtype `to` (a header name) into `out`, a
@@ -245,19 +238,13 @@ impl RawFile {
         to: &str,
     ) -> PyResult<()> {
         let file = self.file()?;
-        let t = self.lookup(py, &file, name)?;
+        let t = self.lookup(&file, name)?;
         let target = Dtype::from_name(to)
             .ok_or_else(|| PyValueError::new_err(format!("unknown dtype {to:?}")))?;
-        if !fastst_core::convert::supported(t.dtype, target) {
-            return Err(PyValueError::new_err(format!(
-                "{}: tensor {name:?}: no conversion from {} to {target}",
-                self.name, t.dtype
-            )));
-        }
         let dst = writable(&out)?;
         let file = &*file;
         py.allow_threads(move || file.convert_tensor_into(t, target, dst.into_slice()))
-            .map_err(|e| to_pyerr(py, &self.name, e))
+            .in_file(&self.name)
     }
 
     /// Hints the kernel that the whole file is about to be read in order.

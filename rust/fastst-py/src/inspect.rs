@@ -2,73 +2,20 @@
 //! `fastst_core::inspect` that release the GIL while they work and return
 //! plain Python data (dicts, lists, tuples, strings, ints).
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
-use fastst_core::inspect::{self, Finding, HashOptions, VerifyOptions, RULES};
+use fastst_core::inspect::{self, Finding, HashOptions, VerifyOptions};
+use fastst_core::progress::StderrLine;
+use fastst_core::RuleId;
 use fastst_core::{Backend, MappedFile, OpenOptions, DEFAULT_HEADER_CAP};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use crate::errors::to_pyerr;
-
-/// A progress line on stderr, redrawn at most every 100 ms.
-struct StderrProgress {
-    label: String,
-    started: Instant,
-    last: Mutex<Option<Instant>>,
-}
-
-impl StderrProgress {
-    fn new(label: &str) -> StderrProgress {
-        StderrProgress {
-            label: label.to_owned(),
-            started: Instant::now(),
-            last: Mutex::new(None),
-        }
-    }
-
-    fn report(&self, done: u64, total: u64) {
-        let now = Instant::now();
-        {
-            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-            if last.is_some_and(|t| now.duration_since(t) < Duration::from_millis(100))
-                && done < total
-            {
-                return;
-            }
-            *last = Some(now);
-        }
-        let secs = now.duration_since(self.started).as_secs_f64().max(1e-6);
-        let mib = |b: u64| b as f64 / f64::from(1 << 20);
-        let pct = if total == 0 {
-            100.0
-        } else {
-            100.0 * done as f64 / total as f64
-        };
-        // Progress is best effort: a closed stderr must not fail the work.
-        let _ = write!(
-            std::io::stderr(),
-            "\r\x1b[K{}: {pct:5.1}% {:.0}/{:.0} MiB, {:.0} MiB/s",
-            self.label,
-            mib(done),
-            mib(total),
-            mib(done) / secs
-        );
-    }
-
-    fn finish(&self) {
-        if self.last.lock().map(|l| l.is_some()).unwrap_or(true) {
-            let _ = write!(std::io::stderr(), "\r\x1b[K");
-        }
-    }
-}
+use crate::errors::InFile;
 
 fn finding_dict<'py>(py: Python<'py>, f: &Finding) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("rule", f.rule)?;
+    d.set_item("rule", f.rule.id())?;
     d.set_item("severity", f.severity.name())?;
     d.set_item("message", &f.message)?;
     d.set_item("tensor", f.tensor.as_deref())?;
@@ -91,7 +38,7 @@ fn with_progress<T: Send>(
     work: impl FnOnce(inspect::Progress) -> T + Send,
 ) -> T {
     if progress {
-        let p = StderrProgress::new(label);
+        let p = StderrLine::new(label);
         let out = py.allow_threads(|| {
             let report = |done: u64, total: u64| p.report(done, total);
             work(Some(&report))
@@ -126,7 +73,7 @@ fn verify_file<'py>(
     let report = with_progress(py, &name, progress, |p| {
         inspect::verify_path(&path, &options, p)
     })
-    .map_err(|e| to_pyerr(py, &name, e))?;
+    .in_file(&name)?;
     let d = PyDict::new(py);
     d.set_item("path", &name)?;
     d.set_item("file_len", report.file_len)?;
@@ -166,7 +113,7 @@ fn hash_file<'py>(
     let report = with_progress(py, &name, progress, |p| {
         inspect::hash_path(&path, &options, p)
     })
-    .map_err(|e| to_pyerr(py, &name, e))?;
+    .in_file(&name)?;
     let d = PyDict::new(py);
     d.set_item("path", &name)?;
     d.set_item("file_len", report.file_len)?;
@@ -213,7 +160,7 @@ fn inspect_file<'py>(
     };
     let file = py
         .allow_threads(|| MappedFile::open(&path, options))
-        .map_err(|e| to_pyerr(py, &name, e))?;
+        .in_file(&name)?;
     let header = file.header();
     let s = py.allow_threads(|| inspect::summarize(header));
     let d = PyDict::new(py);
@@ -267,19 +214,20 @@ fn read_metadata(
 ) -> PyResult<Option<Vec<(String, String)>>> {
     let name = display(&path);
     py.allow_threads(|| inspect::read_metadata(&path, header_cap))
-        .map_err(|e| to_pyerr(py, &name, e))
+        .in_file(&name)
 }
 
-/// The catalogue of verify rules: a list of dicts with `id`, `severity` and
-/// `summary`.
+/// The rules `verify` can report (the reader's format rules and the
+/// forensic findings), in catalogue order: a list of dicts with `id`,
+/// `severity` and `summary`.
 #[pyfunction]
 fn verify_rules(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
     let out = PyList::empty(py);
-    for r in RULES {
+    for r in RuleId::ALL.iter().filter(|r| r.is_verify_rule()) {
         let d = PyDict::new(py);
-        d.set_item("id", r.id)?;
-        d.set_item("severity", r.severity.name())?;
-        d.set_item("summary", r.summary)?;
+        d.set_item("id", r.id())?;
+        d.set_item("severity", r.severity().name())?;
+        d.set_item("summary", r.summary())?;
         out.append(d)?;
     }
     Ok(out)

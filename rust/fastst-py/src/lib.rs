@@ -3,6 +3,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod buffer;
+mod catalogue;
 mod errors;
 mod file;
 mod inspect;
@@ -22,5 +23,7 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(write::parse_bytes, m)?)?;
     // forensics and hashes (the fastst command)
     inspect::register(m)?;
+    // the catalogue of rules, dtype facts and conversions
+    catalogue::register(m)?;
     Ok(())
 }

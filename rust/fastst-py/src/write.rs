@@ -3,17 +3,16 @@
 //! are `fastst-core`'s; this module moves bytes from Python buffers to them
 //! with the GIL released.
 
-use std::io::BufWriter;
 use std::path::PathBuf;
 
-use fastst_core::write::{AtomicFile, NewTensor, TensorStream, WritePlan, WRITE_BUFFER};
+use fastst_core::write::{write_atomic, NewTensor, TensorStream, WritePlan};
 use fastst_core::{Dtype, Error};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyIterator, PyList, PyTuple};
 
-use crate::errors::to_pyerr;
+use crate::errors::{to_pyerr, InFile};
 
 /// Chunks at least this long are written with the GIL released; shorter
 /// ones are not worth the hand-off.
@@ -78,7 +77,7 @@ impl PyWritePlan {
             } else {
                 stream.write(bytes)
             };
-            result.map_err(|e| to_pyerr(py, display_name, e))
+            result.in_file(display_name)
         };
         for t in self.plan.tensors() {
             let source = sources.get_item(t.index)?;
@@ -89,9 +88,7 @@ impl PyWritePlan {
             } else {
                 write(stream, &source, &t.name)?;
             }
-            stream
-                .end_tensor()
-                .map_err(|e| to_pyerr(py, display_name, e))?;
+            stream.end_tensor().in_file(display_name)?;
         }
         Ok(())
     }
@@ -105,7 +102,6 @@ impl PyWritePlan {
     #[new]
     #[pyo3(signature = (tensors, metadata, display_name, header_cap = fastst_core::DEFAULT_HEADER_CAP))]
     fn new(
-        py: Python<'_>,
         tensors: Vec<(String, String, Vec<u64>)>,
         metadata: Option<Vec<(String, String)>>,
         display_name: &str,
@@ -114,15 +110,15 @@ impl PyWritePlan {
         let mut entries = Vec::with_capacity(tensors.len());
         for (name, dtype, shape) in tensors {
             let Some(dtype) = Dtype::from_name(&dtype) else {
-                let err = Error::InvalidInput {
-                    message: format!("tensor {name:?}: unknown dtype {dtype:?}"),
+                let err = Error::UnsupportedDtype {
+                    tensor: name,
+                    dtype,
                 };
-                return Err(to_pyerr(py, display_name, err));
+                return Err(to_pyerr(display_name, err));
             };
             entries.push(NewTensor { name, dtype, shape });
         }
-        let plan = WritePlan::new(entries, metadata, header_cap)
-            .map_err(|e| to_pyerr(py, display_name, e))?;
+        let plan = WritePlan::new(entries, metadata, header_cap).in_file(display_name)?;
         Ok(PyWritePlan { plan })
     }
 
@@ -183,28 +179,11 @@ impl PyWritePlan {
         sources: &Bound<'_, PyAny>,
         durable: Option<bool>,
     ) -> PyResult<()> {
-        let mut atomic = py
-            .allow_threads(|| AtomicFile::create(&path))
-            .map_err(|e| to_pyerr(py, display_name, e))?;
-        {
-            let file = atomic.file().map_err(|e| to_pyerr(py, display_name, e))?;
-            let out = BufWriter::with_capacity(WRITE_BUFFER, file);
-            let mut stream =
-                TensorStream::new(&self.plan, out).map_err(|e| to_pyerr(py, display_name, e))?;
-            self.feed(py, display_name, sources, &mut stream)?;
-            let out = stream.finish().map_err(|e| to_pyerr(py, display_name, e))?;
-            py.allow_threads(|| out.into_inner().map(|_| ()))
-                .map_err(|e| {
-                    let err = Error::Io {
-                        context: "writing the data".to_owned(),
-                        source: e.into_error(),
-                    };
-                    to_pyerr(py, display_name, err)
-                })?;
-        }
-        let durable = durable.unwrap_or_else(|| atomic.replaces_existing());
-        py.allow_threads(|| atomic.commit(durable))
-            .map_err(|e| to_pyerr(py, display_name, e))
+        let blocking = |work: &mut (dyn FnMut() + Send)| py.allow_threads(work);
+        write_atomic(&self.plan, &path, durable, &blocking, |stream| {
+            self.feed(py, display_name, sources, stream)
+        })
+        .in_file(display_name)
     }
 
     /// The whole file as `bytes`, allocated once at its exact size; `sources`
@@ -216,24 +195,23 @@ impl PyWritePlan {
         sources: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let total = usize::try_from(self.plan.total_len()).map_err(|_| {
-            let err = Error::InvalidInput {
-                message: format!(
+            let err = Error::FileTooLarge {
+                reason: format!(
                     "the file would be {} bytes, more than this machine can address",
                     self.plan.total_len()
                 ),
             };
-            to_pyerr(py, display_name, err)
+            to_pyerr(display_name, err)
         })?;
         PyBytes::new_with(py, total, |out: &mut [u8]| {
-            let mut stream =
-                TensorStream::new(&self.plan, out).map_err(|e| to_pyerr(py, display_name, e))?;
+            let mut stream = TensorStream::new(&self.plan, out).in_file(display_name)?;
             self.feed(py, display_name, sources, &mut stream)?;
-            let rest = stream.finish().map_err(|e| to_pyerr(py, display_name, e))?;
+            let rest = stream.finish().in_file(display_name)?;
             if !rest.is_empty() {
-                let err = Error::InvalidInput {
-                    message: format!("{} bytes of the output were not written", rest.len()),
+                let err = Error::StreamOrder {
+                    reason: format!("{} bytes of the output were not written", rest.len()),
                 };
-                return Err(to_pyerr(py, display_name, err));
+                return Err(to_pyerr(display_name, err));
             }
             Ok(())
         })
@@ -253,8 +231,7 @@ pub fn parse_bytes<'py>(
     header_cap: u64,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let chunk = Chunk::get(data, "")?;
-    let header = fastst_core::parse_file_bytes(chunk.bytes(), header_cap)
-        .map_err(|e| to_pyerr(py, display_name, e))?;
+    let header = fastst_core::parse_file_bytes(chunk.bytes(), header_cap).in_file(display_name)?;
     let tensors = tensor_rows(
         py,
         header

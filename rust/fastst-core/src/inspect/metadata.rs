@@ -3,7 +3,7 @@
 //! `ssmd_*`, Stability ModelSpec `modelspec.*`, the webui merger's
 //! `sd_merge_*`), values of known keys against their expected shape, sizes.
 
-use super::Finding;
+use super::{Finding, RuleId};
 
 /// Values longer than this many bytes are reported as huge.
 pub const HUGE_METADATA_VALUE: usize = 1 << 20;
@@ -87,7 +87,7 @@ pub(crate) fn metadata_findings<'a>(
         if !is_known_metadata_key(key) {
             out.push(
                 Finding::new(
-                    "unknown-metadata-key",
+                    RuleId::UnknownMetadataKey,
                     format!(
                         "__metadata__ key {key:?} ({} bytes) follows no known convention",
                         value.len()
@@ -103,8 +103,7 @@ pub(crate) fn metadata_findings<'a>(
         };
         if value.len() > limit {
             out.push(
-                Finding::new(
-                    "huge-metadata-value",
+                Finding::new(RuleId::HugeMetadataValue,
                     format!(
                         "__metadata__ value of {key:?} is {} bytes, above the {limit}-byte limit for such a key",
                         value.len()
@@ -117,7 +116,7 @@ pub(crate) fn metadata_findings<'a>(
         if let Some(why) = malformed(key, value) {
             out.push(
                 Finding::new(
-                    "malformed-metadata-value",
+                    RuleId::MalformedMetadataValue,
                     format!("__metadata__ value of {key:?} {why}"),
                 )
                 .key(key),
@@ -133,7 +132,7 @@ mod tests {
     fn rules(pairs: &[(&str, &str)]) -> Vec<&'static str> {
         let mut out = Vec::new();
         metadata_findings(pairs.iter().copied(), &mut out);
-        out.into_iter().map(|f| f.rule).collect()
+        out.into_iter().map(|f| f.rule.id()).collect()
     }
 
     #[test]

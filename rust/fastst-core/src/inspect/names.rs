@@ -3,7 +3,7 @@
 
 use crate::dtype::Dtype;
 
-use super::Finding;
+use super::{Finding, RuleId};
 
 /// True for characters that render as nothing or reorder text: C0/C1
 /// controls, DEL, bidirectional overrides and isolates, zero-width
@@ -48,12 +48,14 @@ fn leaf(name: &str) -> &str {
 /// Findings about one tensor's name.
 pub(crate) fn name_findings(name: &str, out: &mut Vec<Finding>) {
     if name.is_empty() {
-        out.push(Finding::new("empty-name", "a tensor is named by the empty string").tensor(name));
+        out.push(
+            Finding::new(RuleId::EmptyName, "a tensor is named by the empty string").tensor(name),
+        );
     }
     if let Some(c) = name.chars().find(|&c| is_suspicious_char(c)) {
         out.push(
             Finding::new(
-                "control-char-name",
+                RuleId::ControlCharName,
                 format!(
                     "tensor {name:?}: name holds the invisible or control character U+{:04X}",
                     u32::from(c)
@@ -65,7 +67,7 @@ pub(crate) fn name_findings(name: &str, out: &mut Vec<Finding>) {
     if let Some(why) = path_like(name) {
         out.push(
             Finding::new(
-                "path-like-name",
+                RuleId::PathLikeName,
                 format!("tensor {name:?}: name looks like a file path: it {why}"),
             )
             .tensor(name),
@@ -84,8 +86,7 @@ pub(crate) fn dtype_findings(
 ) {
     if len >= 1 << 31 {
         out.push(
-            Finding::new(
-                "large-tensor",
+            Finding::new(RuleId::LargeTensor,
                 format!(
                     "tensor {name:?}: {len} bytes ({:.2} GiB), beyond what 32-bit byte counts can address",
                     len as f64 / (1u64 << 30) as f64
@@ -98,8 +99,7 @@ pub(crate) fn dtype_findings(
     let leaf = leaf(name);
     if matches!(leaf, "weight" | "bias" | "kernel") && (!dtype.is_float() || dtype == Dtype::C64) {
         out.push(
-            Finding::new(
-                "suspicious-weight-dtype",
+            Finding::new(RuleId::SuspiciousWeightDtype,
                 format!("tensor {name:?}: a {leaf} stored as {dtype}, unusual unless the model is quantized"),
             )
             .tensor(name),
@@ -115,7 +115,7 @@ mod tests {
         let mut out = Vec::new();
         name_findings(name, &mut out);
         dtype_findings(name, dtype, 0, len, &mut out);
-        out.into_iter().map(|f| f.rule).collect()
+        out.into_iter().map(|f| f.rule.id()).collect()
     }
 
     #[test]

@@ -1,0 +1,121 @@
+"""SARIF 2.1.0 logs of ``fastst verify`` reports (``--format sarif``), as
+GitHub code scanning and other SARIF viewers read them."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import urllib.parse
+from typing import Any, Dict, Sequence, Tuple
+
+from .. import inspect as fi
+from .._fastst import __version__
+
+SARIF_SCHEMA = (
+    "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+)
+
+_LEVELS = {"critical": "error", "high": "error", "medium": "warning", "low": "note", "info": "note"}
+#: GitHub code scanning reads a 0-10 "security-severity" property.
+_SECURITY_SEVERITY = {
+    "critical": "9.5",
+    "high": "7.5",
+    "medium": "5.0",
+    "low": "2.0",
+    "info": "0.0",
+}
+
+
+def _artifact_uri(path: str) -> str:
+    if os.path.isabs(path):
+        return pathlib.Path(path).as_uri()
+    return urllib.parse.quote(path.replace(os.sep, "/"))
+
+
+def sarif_log(
+    reports: Sequence[Dict[str, Any]], errors: Sequence[Tuple[str, str]] = ()
+) -> Dict[str, Any]:
+    """A SARIF 2.1.0 log of verify reports (from :func:`fastst.inspect.verify_file`)
+    and of files that could not be read."""
+    catalogue = fi.rules()
+    index = {r["id"]: i for i, r in enumerate(catalogue)}
+    rules = [
+        {
+            "id": r["id"],
+            "name": "".join(part.capitalize() for part in r["id"].split("-")),
+            "shortDescription": {"text": r["summary"]},
+            "defaultConfiguration": {"level": _LEVELS[r["severity"]]},
+            "properties": {
+                "severity": r["severity"],
+                "security-severity": _SECURITY_SEVERITY[r["severity"]],
+            },
+        }
+        for r in catalogue
+    ]
+    results = []
+    artifacts = []
+    for k, report in enumerate(reports):
+        uri = _artifact_uri(report["path"])
+        artifacts.append({"location": {"uri": uri}, "length": report["file_len"]})
+        for f in report["findings"]:
+            location: Dict[str, Any] = {"artifactLocation": {"uri": uri, "index": k}}
+            if f.get("offset") is not None:
+                region: Dict[str, Any] = {"byteOffset": f["offset"]}
+                if f.get("length") is not None:
+                    region["byteLength"] = f["length"]
+                location["region"] = region
+            properties = {
+                key: f[key]
+                for key in ("severity", "tensor", "key", "count")
+                if f.get(key) is not None
+            }
+            result: Dict[str, Any] = {
+                "ruleId": f["rule"],
+                "level": _LEVELS[f["severity"]],
+                "message": {"text": f["message"]},
+                "locations": [{"physicalLocation": location}],
+                "properties": properties,
+            }
+            if f["rule"] in index:
+                result["ruleIndex"] = index[f["rule"]]
+            results.append(result)
+    notifications = [
+        {
+            "level": "error",
+            "message": {"text": message},
+            "locations": [{"physicalLocation": {"artifactLocation": {"uri": _artifact_uri(path)}}}],
+        }
+        for path, message in errors
+    ]
+    notifications += [
+        {
+            "level": "warning",
+            "message": {"text": f"{r['path']}: header unreadable, tensors not examined"},
+        }
+        for r in reports
+        if not r["complete"]
+    ]
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "fastst",
+                        "version": __version__,
+                        "semanticVersion": __version__,
+                        "rules": rules,
+                    }
+                },
+                "invocations": [
+                    {
+                        "executionSuccessful": not errors,
+                        "toolExecutionNotifications": notifications,
+                    }
+                ],
+                "artifacts": artifacts,
+                "results": results,
+            }
+        ],
+    }

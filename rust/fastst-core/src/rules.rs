@@ -1,0 +1,513 @@
+//! The rule catalogue: every rule fastst enforces or reports, in one table.
+//!
+//! A rule has a stable kebab-case identifier (what error messages, `verify`
+//! findings, the `rule` attribute of Python exceptions and the documentation
+//! show), a [`Family`] (which Python exception class a broken rule raises),
+//! a default [`Severity`] (what `fastst verify` reports it at) and a one-line
+//! summary. Errors ([`crate::Error`]) and findings
+//! ([`crate::inspect::Finding`]) carry a [`RuleId`], never a string, so a
+//! misspelled rule cannot compile. The Python package reads this table
+//! through `_fastst.rule_catalogue()`, and `docs/rules.md` is generated from
+//! it (`scripts/gen_rules_doc.py`; a test checks that the two agree).
+//!
+//! To add a rule: add one line to the `catalogue!` invocation below, in the
+//! block of its family, then regenerate the documentation table.
+
+use std::fmt;
+
+/// How serious a finding is, from `Info` (worth knowing) to `Critical`
+/// (do not load this file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    /// Worth knowing; never a problem by itself.
+    Info,
+    /// Unusual but harmless to load.
+    Low,
+    /// Suspicious: may hide something or break some loaders.
+    Medium,
+    /// The strict reader rejects the file, or readers would disagree on it.
+    High,
+    /// The file carries content that can execute code (pickle, archives,
+    /// executables) or is not a safetensors file at all.
+    Critical,
+}
+
+impl Severity {
+    /// Every severity, lowest first.
+    pub const ALL: [Severity; 5] = [
+        Severity::Info,
+        Severity::Low,
+        Severity::Medium,
+        Severity::High,
+        Severity::Critical,
+    ];
+
+    /// Lower-case name: `"info"`, `"low"`, `"medium"`, `"high"`, `"critical"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Low => "low",
+            Severity::Medium => "medium",
+            Severity::High => "high",
+            Severity::Critical => "critical",
+        }
+    }
+
+    /// Parses a lower-case name.
+    pub fn from_name(name: &str) -> Option<Severity> {
+        Severity::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which family a rule belongs to: the Python exception class raised when
+/// the rule is broken (see [`Family::python_name`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// The 8-byte length prefix or the header's framing is wrong.
+    HeaderFraming,
+    /// The header is not the strict JSON object the format requires.
+    HeaderJson,
+    /// `__metadata__` is not a string-to-string map.
+    Metadata,
+    /// A tensor entry is malformed (fields, dtype, shape, size).
+    TensorTable,
+    /// The data offsets do not tile the byte buffer exactly.
+    Layout,
+    /// A tensor that was asked for is not in the file.
+    TensorNotFound,
+    /// The file was used after it was closed.
+    ClosedFile,
+    /// Tensors or metadata given to a writer cannot be written.
+    Serialize,
+    /// A dtype has no equivalent in the framework asked for.
+    UnsupportedDtype,
+    /// A sharded checkpoint's index is malformed or disagrees with its shards.
+    ShardIndex,
+    /// A call's arguments do not fit the tensor (read past its end, a
+    /// conversion that does not exist, a destination of the wrong size):
+    /// Python's builtin `ValueError`, as the reference raises for misuse.
+    Usage,
+    /// Memory for a result could not be had: Python's `MemoryError`.
+    Memory,
+    /// The operating system refused or failed (Python's `OSError` family).
+    Io,
+    /// Signing, verifying or describing a model (provenance): findings of a
+    /// signature check, raised as `ProvenanceError` when they stop the work.
+    Provenance,
+    /// A forensic rule of `fastst verify`: reported, never raised.
+    Finding,
+}
+
+impl Family {
+    /// Every family, in catalogue order.
+    pub const ALL: [Family; 15] = [
+        Family::HeaderFraming,
+        Family::HeaderJson,
+        Family::Metadata,
+        Family::TensorTable,
+        Family::Layout,
+        Family::TensorNotFound,
+        Family::ClosedFile,
+        Family::Serialize,
+        Family::UnsupportedDtype,
+        Family::ShardIndex,
+        Family::Usage,
+        Family::Memory,
+        Family::Io,
+        Family::Provenance,
+        Family::Finding,
+    ];
+
+    /// The Python exception class for this family: a class of
+    /// `fastst._errors` (e.g. `"LayoutError"`), a builtin (`"ValueError"`,
+    /// `"MemoryError"`, `"OSError"`), or `"Finding"` for rules that are
+    /// only ever reported by `verify`.
+    pub const fn python_name(self) -> &'static str {
+        match self {
+            Family::HeaderFraming => "HeaderFramingError",
+            Family::HeaderJson => "HeaderJsonError",
+            Family::Metadata => "MetadataError",
+            Family::TensorTable => "TensorTableError",
+            Family::Layout => "LayoutError",
+            Family::TensorNotFound => "TensorNotFoundError",
+            Family::ClosedFile => "ClosedFileError",
+            Family::Serialize => "SerializeError",
+            Family::UnsupportedDtype => "UnsupportedDtypeError",
+            Family::ShardIndex => "ShardIndexError",
+            Family::Usage => "ValueError",
+            Family::Memory => "MemoryError",
+            Family::Io => "OSError",
+            Family::Provenance => "ProvenanceError",
+            Family::Finding => "Finding",
+        }
+    }
+
+    /// True for the families of the strict reader's format rules: a file
+    /// breaking one is rejected by `safe_open`, and `verify` reports it.
+    pub const fn is_format(self) -> bool {
+        matches!(
+            self,
+            Family::HeaderFraming
+                | Family::HeaderJson
+                | Family::Metadata
+                | Family::TensorTable
+                | Family::Layout
+        )
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.python_name())
+    }
+}
+
+/// Defines [`RuleId`] and its table from one line per rule.
+macro_rules! catalogue {
+    ($($variant:ident = $id:literal, $family:ident, $severity:ident, $summary:literal;)+) => {
+        /// One rule of the catalogue. Its identifier, family, severity and
+        /// summary are given by the methods; [`RuleId::ALL`] lists them all.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum RuleId {
+            $(
+                #[doc = $summary]
+                $variant,
+            )+
+        }
+
+        impl RuleId {
+            /// Every rule, in catalogue order (grouped by family).
+            pub const ALL: &'static [RuleId] = &[$(RuleId::$variant,)+];
+
+            /// The stable kebab-case identifier, e.g. `"trailing-bytes"`.
+            pub const fn id(self) -> &'static str {
+                match self { $(RuleId::$variant => $id,)+ }
+            }
+
+            /// The family: which Python exception class breaking it raises.
+            pub const fn family(self) -> Family {
+                match self { $(RuleId::$variant => Family::$family,)+ }
+            }
+
+            /// The severity `verify` reports it at by default (a few
+            /// findings raise or lower it, e.g. `foreign-content` for
+            /// data-only formats).
+            pub const fn severity(self) -> Severity {
+                match self { $(RuleId::$variant => Severity::$severity,)+ }
+            }
+
+            /// One line saying what the rule checks.
+            pub const fn summary(self) -> &'static str {
+                match self { $(RuleId::$variant => $summary,)+ }
+            }
+        }
+    };
+}
+
+catalogue! {
+    // --- the reader's format rules: a file breaking one is rejected ---------
+    FileTooShort = "file-too-short", HeaderFraming, High,
+        "file is shorter than the 8-byte header length prefix";
+    HeaderLengthZero = "header-length-zero", HeaderFraming, High,
+        "header length prefix is 0";
+    HeaderTooLarge = "header-too-large", HeaderFraming, High,
+        "header length prefix is above the header size cap";
+    HeaderPastEnd = "header-past-end", HeaderFraming, High,
+        "header length prefix points past the end of the file";
+    HeaderNotUtf8 = "header-not-utf8", HeaderFraming, High,
+        "header is not valid UTF-8";
+    HeaderStart = "header-start", HeaderFraming, High,
+        "header does not start with `{` after optional whitespace";
+    JsonSyntax = "json-syntax", HeaderJson, High,
+        "header is not strict JSON";
+    JsonTooDeep = "json-too-deep", HeaderJson, High,
+        "header JSON is nested too deeply";
+    DuplicateTensor = "duplicate-tensor", HeaderJson, High,
+        "a tensor name appears twice; readers disagree on which entry wins";
+    TooManyTensors = "too-many-tensors", HeaderJson, High,
+        "the header lists 2^32 tensors or more";
+    DuplicateMetadataKey = "duplicate-metadata-key", Metadata, High,
+        "a key appears twice in __metadata__";
+    DuplicateMetadata = "duplicate-metadata", Metadata, High,
+        "__metadata__ appears twice";
+    MetadataNotMap = "metadata-not-map", Metadata, High,
+        "__metadata__ is not an object of strings";
+    MetadataValueNotString = "metadata-value-not-string", Metadata, High,
+        "a __metadata__ value is not a string";
+    EntryNotObject = "entry-not-object", TensorTable, High,
+        "a tensor entry is not an object";
+    DuplicateField = "duplicate-field", TensorTable, High,
+        "a field appears twice in a tensor entry";
+    MissingField = "missing-field", TensorTable, High,
+        "a tensor entry lacks dtype, shape or data_offsets";
+    WrongFieldType = "wrong-field-type", TensorTable, High,
+        "a tensor entry field has the wrong JSON type";
+    UnknownDtype = "unknown-dtype", TensorTable, High,
+        "a tensor declares a dtype the format does not define";
+    BadShapeEntry = "bad-shape-entry", TensorTable, High,
+        "a shape entry is not a non-negative integer below 2^63";
+    SizeOverflow = "size-overflow", TensorTable, High,
+        "shape x dtype size overflows 64-bit arithmetic";
+    SubByteNotWhole = "sub-byte-not-whole", TensorTable, High,
+        "packed sub-byte elements do not fill whole bytes";
+    BadOffsets = "bad-offsets", TensorTable, High,
+        "data_offsets are not two non-negative integers";
+    ByteLengthMismatch = "byte-length-mismatch", TensorTable, High,
+        "data_offsets hold a different byte count than shape x dtype";
+    OffsetsReversed = "offsets-reversed", Layout, High,
+        "data_offsets begin after they end";
+    Hole = "hole", Layout, High,
+        "bytes between two tensors belong to no tensor";
+    Overlap = "overlap", Layout, High,
+        "two tensors' byte ranges overlap";
+    DataTooShort = "data-too-short", Layout, High,
+        "a tensor's bytes run past the end of the file";
+    TrailingBytes = "trailing-bytes", Layout, High,
+        "bytes after the last tensor belong to no tensor";
+
+    // --- using an open file ---------------------------------------------------
+    TensorNotFound = "tensor-not-found", TensorNotFound, High,
+        "no tensor of the name asked for is in the file";
+    ClosedFile = "closed-file", ClosedFile, High,
+        "the file is used after it was closed";
+    ReadPastEnd = "read-past-end", Usage, High,
+        "a read asks for bytes past the end of a tensor";
+    DestinationSize = "destination-size", Usage, High,
+        "a destination buffer's size differs from the bytes to read or convert";
+    ConversionNotAllowed = "conversion-not-allowed", Usage, High,
+        "no dtype conversion exists between the tensor's dtype and the one asked for";
+    OutOfMemory = "out-of-memory", Memory, High,
+        "a result is too large to hold in memory";
+    Io = "io", Io, High,
+        "the operating system failed to open, read or write the file";
+    WorkerFailed = "worker-failed", Io, High,
+        "a worker thread stopped without finishing its share of the work";
+
+    // --- writing --------------------------------------------------------------
+    ReservedName = "reserved-name", Serialize, High,
+        "a tensor is named __metadata__, the name reserved for the metadata map";
+    DuplicateName = "duplicate-name", Serialize, High,
+        "two tensors given to a writer have the same name";
+    DuplicateKey = "duplicate-key", Serialize, High,
+        "a metadata key given to a writer appears twice";
+    BadTensorSize = "bad-tensor-size", Serialize, High,
+        "a tensor's shape x dtype size overflows or does not fill whole bytes";
+    BadShape = "bad-shape", Serialize, High,
+        "a tensor's shape is not a sequence of non-negative integers";
+    UnsupportedDtype = "unsupported-dtype", Serialize, High,
+        "a tensor's dtype has no safetensors equivalent";
+    HeaderOverCap = "header-over-cap", Serialize, High,
+        "the header to write is above the header size cap";
+    FileTooLarge = "file-too-large", Serialize, High,
+        "the file to write would exceed 2^64 bytes or the address space";
+    DataLength = "data-length", Serialize, High,
+        "the bytes given for a tensor differ from its shape x dtype size";
+    StreamOrder = "stream-order", Serialize, High,
+        "bytes are given to a writer before or after the tensors they belong to";
+
+    // --- frameworks -----------------------------------------------------------
+    FrameworkDtype = "framework-dtype", UnsupportedDtype, High,
+        "a tensor's dtype has no equivalent in the framework asked for";
+
+    // --- sharded checkpoints (an index file naming several shards) -------------
+    IndexAmbiguous = "index-ambiguous", ShardIndex, High,
+        "a folder holds several index files, so which checkpoint to open is unclear";
+    IndexJson = "index-json", ShardIndex, High,
+        "the index file is not valid UTF-8 JSON";
+    IndexShape = "index-shape", ShardIndex, High,
+        "the index is not an object whose weight_map maps tensor names to file names";
+    ShardPath = "shard-path", ShardIndex, High,
+        "the index names a shard outside its own folder";
+    ShardMissing = "shard-missing", ShardIndex, High,
+        "a shard the index lists does not exist";
+    ShardLacksTensor = "shard-lacks-tensor", ShardIndex, High,
+        "a shard lacks a tensor the index places in it";
+    ShardExtraTensor = "shard-extra-tensor", ShardIndex, High,
+        "a shard holds a tensor the index does not place in it";
+
+    // --- provenance: model signatures (`fastst sign`, `verify --signature`) ----
+    SignatureFileChanged = "signature-file-changed", Provenance, Critical,
+        "a file covered by the signature has a different digest now";
+    SignatureFileAdded = "signature-file-added", Provenance, High,
+        "the model holds a file that the signature does not cover";
+    SignatureFileMissing = "signature-file-missing", Provenance, High,
+        "a file covered by the signature is missing from the model";
+    SignatureWrongModel = "signature-wrong-model", Provenance, Critical,
+        "the signature was made over a different model: none of its files match";
+    SignatureWrongKey = "signature-wrong-key", Provenance, Critical,
+        "the signature does not verify with the given key or certificate";
+    SignatureInvalid = "signature-invalid", Provenance, Critical,
+        "the signature value does not verify although the key matches: the bundle was altered";
+    SignatureUntrustedCertificate = "signature-untrusted-certificate", Provenance, Critical,
+        "the signing certificate does not chain to the given roots or may not sign";
+    SignatureIdentityMismatch = "signature-identity-mismatch", Provenance, Critical,
+        "a Sigstore signature was made by another identity or issuer than expected";
+    SignatureMalformed = "signature-malformed", Provenance, High,
+        "the signature file is not a valid Sigstore bundle of a model signing statement";
+    SignatureKeyType = "signature-key-type", Provenance, High,
+        "the key is not an elliptic-curve key on P-256, P-384 or P-521";
+    SignatureUnsupported = "signature-unsupported", Provenance, High,
+        "the signature uses a hash or serialization method fastst cannot check";
+    SignatureSymlink = "signature-symlink", Provenance, High,
+        "the model folder holds a symbolic link, which the signature format refuses";
+    SignatureSpecialFile = "signature-special-file", Provenance, High,
+        "the model folder holds something that is not a regular file or a folder, or that cannot be read";
+    SignatureSafetensorsRejected = "signature-safetensors-rejected", Provenance, High,
+        "a signed .safetensors file is rejected by the strict reader (corrupt or truncated)";
+    SignatureMissingShard = "signature-missing-shard", Provenance, High,
+        "a sharded checkpoint's index names a shard that the signature does not cover";
+    SignatureNotChecked = "signature-not-checked", Provenance, Info,
+        "the model folder holds a signature file that was not checked";
+
+    // --- forensic findings of `fastst verify` (reported, never raised) --------
+    ForeignContent = "foreign-content", Finding, Critical,
+        "the file is another format (pickle, zip, executable...) under a safetensors name";
+    HiddenPayload = "hidden-payload", Finding, Critical,
+        "bytes no tensor covers start with the magic number of another format";
+    GhostTensor = "ghost-tensor", Finding, High,
+        "a tensor's bytes lie entirely past the end of the file";
+    AliasedTensor = "aliased-tensor", Finding, High,
+        "two tensors read exactly the same bytes";
+    HashMismatch = "hash-mismatch", Finding, High,
+        "a hash embedded in the metadata does not match the file";
+    ControlCharName = "control-char-name", Finding, Medium,
+        "a tensor name holds control, bidirectional or invisible characters";
+    PathLikeName = "path-like-name", Finding, Medium,
+        "a tensor name looks like a file path (absolute, `..`, backslash, `~`)";
+    NonFiniteValues = "non-finite-values", Finding, Medium,
+        "a floating-point tensor holds NaN or infinite values";
+    InvalidBool = "invalid-bool", Finding, Medium,
+        "a BOOL tensor holds bytes other than 0 and 1";
+    LargeTensor = "large-tensor", Finding, Low,
+        "a tensor is 2 GiB or larger (beyond 32-bit byte counts)";
+    SuspiciousWeightDtype = "suspicious-weight-dtype", Finding, Low,
+        "a weight or bias tensor has an integer, BOOL or complex dtype";
+    EmptyName = "empty-name", Finding, Low,
+        "a tensor is named by the empty string";
+    UnknownField = "unknown-field", Finding, Low,
+        "a tensor entry has a field other than dtype, shape and data_offsets";
+    LeadingWhitespace = "leading-whitespace", Finding, Low,
+        "whitespace precedes the header's opening `{`";
+    MetadataNull = "metadata-null", Finding, Low,
+        "__metadata__ is null";
+    HugeMetadataValue = "huge-metadata-value", Finding, Low,
+        "a __metadata__ value is unusually large";
+    MalformedMetadataValue = "malformed-metadata-value", Finding, Low,
+        "a known __metadata__ key holds a value of the wrong shape";
+    UnknownMetadataKey = "unknown-metadata-key", Finding, Info,
+        "a __metadata__ key follows none of the known conventions";
+    NoTensors = "no-tensors", Finding, Info,
+        "the file holds no tensor";
+    NoEmbeddedHash = "no-embedded-hash", Finding, Info,
+        "the metadata holds no hash to check the file against";
+}
+
+impl RuleId {
+    /// Looks a rule up by its identifier.
+    pub fn from_id(id: &str) -> Option<RuleId> {
+        RuleId::ALL.iter().copied().find(|r| r.id() == id)
+    }
+
+    /// True for the rules `fastst verify` reports: the reader's format rules
+    /// and the forensic findings. `too-many-tensors` is left out: 2^32
+    /// entries take over 100 GB of header JSON, so no file `verify` can read
+    /// breaks it (the reader still checks it, as all arithmetic is checked).
+    pub const fn is_verify_rule(self) -> bool {
+        let family = self.family();
+        (family.is_format() || matches!(family, Family::Finding))
+            && !matches!(self, RuleId::TooManyTensors)
+    }
+}
+
+impl fmt::Display for RuleId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.id())
+    }
+}
+
+impl PartialEq<&str> for RuleId {
+    fn eq(&self, other: &&str) -> bool {
+        self.id() == *other
+    }
+}
+
+impl PartialEq<str> for RuleId {
+    fn eq(&self, other: &str) -> bool {
+        self.id() == other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_ids_are_unique_and_kebab_case() {
+        let mut ids: Vec<&str> = RuleId::ALL.iter().map(|r| r.id()).collect();
+        ids.sort_unstable();
+        let n = ids.len();
+        ids.dedup();
+        assert_eq!(ids.len(), n, "duplicate rule ids");
+        for id in ids {
+            assert!(!id.is_empty() && !id.starts_with('-') && !id.ends_with('-'));
+            assert!(!id.contains("--"), "{id}");
+            assert!(
+                id.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+                "{id} is not kebab-case"
+            );
+        }
+    }
+
+    #[test]
+    fn ids_round_trip() {
+        for &r in RuleId::ALL {
+            assert_eq!(RuleId::from_id(r.id()), Some(r));
+            assert!(!r.summary().is_empty());
+        }
+        assert_eq!(RuleId::from_id("no-such-rule"), None);
+        assert_eq!(RuleId::from_id("HOLE"), None);
+    }
+
+    #[test]
+    fn every_reader_rule_is_high() {
+        for &r in RuleId::ALL {
+            if r.family().is_format() {
+                assert_eq!(r.severity(), Severity::High, "{r}");
+            }
+        }
+    }
+
+    #[test]
+    fn catalogue_is_grouped_by_family() {
+        // Each family's rules are contiguous, so the documentation table
+        // reads block by block.
+        let mut seen: Vec<Family> = Vec::new();
+        for &r in RuleId::ALL {
+            let f = r.family();
+            if seen.last() != Some(&f) {
+                assert!(!seen.contains(&f), "{f:?} rules are not contiguous ({r})");
+                seen.push(f);
+            }
+        }
+        for f in Family::ALL {
+            assert!(seen.contains(&f), "{f:?} has no rule");
+        }
+    }
+
+    #[test]
+    fn severities_order_and_names() {
+        assert!(Severity::Info < Severity::Low);
+        assert!(Severity::High < Severity::Critical);
+        for s in Severity::ALL {
+            assert_eq!(Severity::from_name(s.name()), Some(s));
+        }
+        assert_eq!(Severity::from_name("HIGH"), None);
+    }
+}
