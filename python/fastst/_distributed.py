@@ -19,6 +19,10 @@ or a digest of the tensor table and of the options) as a byte tensor. A rank
 that failed, or ranks that see different checkpoints or options, make every
 rank raise :class:`DistributedLoadError` naming the ranks and the causes.
 Nothing but bytes and tensors travels between ranks (no pickled objects).
+
+This file is one job, moving one checkpoint into a process group: both
+modes share the table, the agreement and the error reporting, and the
+replicated mode's plan and transfer only make sense together.
 """
 
 from __future__ import annotations
@@ -36,11 +40,11 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import torch
 import torch.distributed as dist
 
-from . import _fw_torch
+from . import _frameworks, _fw_torch
 from ._dtypes import PACKED_BITS
-from ._errors import SafetensorError
+from ._errors import DistributedLoadError, SafetensorError, rule_error
 from ._open import safe_open
-from ._sharded import INDEX_SUFFIX, ShardIndexError
+from ._sharded import INDEX_SUFFIX
 
 PathLike = Union[str, bytes, "os.PathLike[str]"]
 
@@ -62,16 +66,6 @@ _STATUS = 1088  # bytes of one rank's agreement record
 _MESSAGE = _STATUS - 67
 _TRAILER = 512  # bytes after each rank's data in a transfer round
 _ALIGN = 4096
-
-
-class DistributedLoadError(SafetensorError):
-    """Loading across ranks failed. Every rank of the group raises it.
-
-    ``rule`` is one of :data:`RULES`; ``causes`` maps each failed rank to
-    the message of its error (empty for mismatches).
-    """
-
-    causes: Dict[int, str]
 
 
 def _error(
@@ -120,12 +114,12 @@ def resolve_path(path: PathLike) -> str:
         return os.path.join(text, weights[0])
     if not weights:
         raise FileNotFoundError(f"{text}: folder holds no .safetensors file and no index")
-    err = ShardIndexError(
-        f"{text}: folder holds several .safetensors files ({', '.join(weights[:4])}"
-        f"{', ...' if len(weights) > 4 else ''}) and no index naming them"
+    listed = ", ".join(weights[:4]) + (", ..." if len(weights) > 4 else "")
+    raise rule_error(
+        "index-ambiguous",
+        text,
+        f"folder holds several .safetensors files ({listed}) and no index naming them",
     )
-    err.filename, err.rule = text, "index-ambiguous"
-    raise err
 
 
 def open_table(path: PathLike) -> Tuple[safe_open, List[Entry], Optional[Dict[str, str]]]:
@@ -161,7 +155,7 @@ def _options_digest(options: Dict[str, Any]) -> bytes:
 
 
 def _torch_layout(entry: Entry) -> Tuple[Any, Tuple[int, ...]]:
-    where = f"tensor {entry.name!r}"
+    where = _frameworks.Where(entry.file, entry.name)
     return _fw_torch.torch_dtype(entry.dtype, where), _fw_torch.torch_shape(
         entry.dtype, entry.shape, where
     )

@@ -9,7 +9,7 @@ ValueError), as the rule catalogue of the compiled core says.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, Optional
 
 from . import _fastst
 
@@ -70,6 +70,14 @@ class ShardIndexError(SafetensorError):
     """A sharded checkpoint's index is malformed or disagrees with its shards."""
 
 
+class DistributedLoadError(SafetensorError):
+    """Loading one checkpoint across the ranks of a ``torch.distributed``
+    group failed; every rank of the group raises it. ``causes`` maps each
+    rank that failed to its error's message (empty for mismatches)."""
+
+    causes: Dict[int, str] = {}
+
+
 class ProvenanceError(SafetensorError, ValueError):
     """Signing, verifying or describing a model could not be done at all
     (unreadable key, model path that is not a file or a folder, symbolic
@@ -122,6 +130,7 @@ __all__ = [
     "SerializeError",
     "UnsupportedDtypeError",
     "ShardIndexError",
+    "DistributedLoadError",
     "ProvenanceError",
     "MissingExtraError",
     "rule_error",
