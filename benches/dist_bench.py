@@ -112,6 +112,7 @@ def _io() -> Dict[str, int]:
 def _worker(rank: int, world: int, port: int, index: str, method: str, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(minutes=10))
+    import fastst
     import fastst.torch as ft
     from safetensors.torch import load_file as ref_load_file
 
@@ -143,7 +144,7 @@ def _worker(rank: int, world: int, port: int, index: str, method: str, out: str)
     if rank == 0:
         # spot check against a plain load of the same tensors
         names = list(state)[:: max(1, len(state) // 5)]
-        with ft.safe_open(index, "pt") as f:
+        with fastst.safe_open(index, "pt") as f:
             bad = [n for n in names if not torch.equal(f.get_tensor(n), state[n])]
         check = "ok" if not bad else f"MISMATCH {bad}"
     result = {

@@ -104,6 +104,7 @@ def main() -> None:
         dist.init_process_group("nccl", device_id=device)
     rank, world = dist.get_rank(), dist.get_world_size()
 
+    import fastst
     import fastst.torch as ft
     from fastst import _distributed as D
     from safetensors.torch import load_file as ref_load_file
@@ -137,7 +138,7 @@ def main() -> None:
         lambda: ft.load_distributed(index, device=device, budget=args.budget_mib << 20),
     )
     if rank == 0:
-        with ft.safe_open(index, "pt") as f:
+        with fastst.safe_open(index, "pt") as f:
             bad = [n for n in f.keys() if not torch.equal(f.get_tensor(n), state[n].cpu())]
         print("  bit-identical to safe_open on the CPU:", "yes" if not bad else f"NO {bad[:5]}")
     del state
@@ -154,7 +155,7 @@ def main() -> None:
         lambda: ft.load_tensor_parallel(index, plan, device=device),
     )
     if rank == 0:
-        with ft.safe_open(index, "pt") as f:
+        with fastst.safe_open(index, "pt") as f:
             name = "model.layers.0.mlp.down_proj.weight"
             lo, hi = D.split_bounds(f.get_slice(name).get_shape()[1], rank, world)
             same = torch.equal(f.get_slice(name)[:, lo:hi], part[name].cpu())
