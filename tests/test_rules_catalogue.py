@@ -28,6 +28,7 @@ FAMILIES = {
     "ShardIndexError",
     "ProvenanceError",
     "FolderError",
+    "DistributedLoadError",
     "HookError",
     "SafetensorError",
     "ValueError",

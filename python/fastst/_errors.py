@@ -9,7 +9,7 @@ ValueError), as the rule catalogue of the compiled core says.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from . import _fastst
 
@@ -68,6 +68,14 @@ class UnsupportedDtypeError(SafetensorError, TypeError):
 
 class ShardIndexError(SafetensorError):
     """A sharded checkpoint's index is malformed or disagrees with its shards."""
+
+
+class DistributedLoadError(SafetensorError):
+    """Loading one checkpoint across the ranks of a ``torch.distributed``
+    group failed; every rank of the group raises it. ``causes`` maps each
+    rank that failed to its error's message (empty for mismatches)."""
+
+    causes: Dict[int, str] = {}
 
 
 class ProvenanceError(SafetensorError, ValueError):
@@ -139,6 +147,7 @@ __all__ = [
     "SerializeError",
     "UnsupportedDtypeError",
     "ShardIndexError",
+    "DistributedLoadError",
     "ProvenanceError",
     "MissingExtraError",
     "rule_error",

@@ -26,6 +26,7 @@ except ImportError as _exc:
     raise _frameworks.missing("torch", _exc) from _exc
 
 from . import _fw_torch  # noqa: E402  (needs torch imported first)
+from ._distributed import DistributedLoadError, load_distributed, load_tensor_parallel  # noqa: E402
 
 __all__ = [
     "load_file",
@@ -37,6 +38,9 @@ __all__ = [
     "load_model",
     "storage_ptr",
     "storage_size",
+    "load_distributed",
+    "load_tensor_parallel",
+    "DistributedLoadError",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]

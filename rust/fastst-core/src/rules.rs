@@ -97,6 +97,9 @@ pub enum Family {
     Memory,
     /// The operating system refused or failed (Python's `OSError` family).
     Io,
+    /// Loading one checkpoint across the ranks of a `torch.distributed`
+    /// group failed (every rank raises it).
+    DistributedLoad,
     /// A model folder given as a file holds several checkpoints.
     Folder,
     /// The drop-in hook cannot serve `safetensors` (the reference is
@@ -114,7 +117,7 @@ pub enum Family {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 18] = [
+    pub const ALL: [Family; 19] = [
         Family::HeaderFraming,
         Family::HeaderJson,
         Family::Metadata,
@@ -128,6 +131,7 @@ impl Family {
         Family::Usage,
         Family::Memory,
         Family::Io,
+        Family::DistributedLoad,
         Family::Folder,
         Family::Hook,
         Family::ReferenceSlice,
@@ -154,6 +158,7 @@ impl Family {
             Family::Usage => "ValueError",
             Family::Memory => "MemoryError",
             Family::Io => "OSError",
+            Family::DistributedLoad => "DistributedLoadError",
             Family::Folder => "FolderError",
             Family::Hook => "HookError",
             Family::ReferenceSlice => "SafetensorError",
@@ -344,6 +349,18 @@ catalogue! {
         "a shard lacks a tensor the index places in it";
     ShardExtraTensor = "shard-extra-tensor", ShardIndex, High,
         "a shard holds a tensor the index does not place in it";
+
+    // --- loading across processes (fastst.torch.load_distributed, load_tensor_parallel)
+    DistNoGroup = "dist-no-group", DistributedLoad, High,
+        "no torch.distributed process group, and no rank/world size given";
+    DistRankFailed = "dist-rank-failed", DistributedLoad, High,
+        "a rank could not open, validate, plan or read its part of the checkpoint";
+    DistHeaderMismatch = "dist-header-mismatch", DistributedLoad, High,
+        "ranks opened checkpoints whose tensor tables differ";
+    DistOptionMismatch = "dist-option-mismatch", DistributedLoad, High,
+        "ranks called the loader with different options";
+    DistBadPlan = "dist-bad-plan", DistributedLoad, High,
+        "a tensor-parallel plan entry cannot be applied to its tensor";
 
     // --- drop-in use (model folders, the `safetensors` hook) ----------------
     FolderAmbiguous = "folder-ambiguous", Folder, High,
