@@ -26,6 +26,7 @@ FAMILIES = {
     "SerializeError",
     "UnsupportedDtypeError",
     "ShardIndexError",
+    "FileAccessError",
     "ValueError",
     "MemoryError",
     "OSError",

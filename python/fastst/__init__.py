@@ -14,6 +14,7 @@ from ._errors import (
     SafetensorError,
     SerializeError,
     ShardIndexError,
+    FileAccessError,
     TensorNotFoundError,
     TensorTableError,
     UnsupportedDtypeError,
@@ -42,4 +43,5 @@ __all__ = [
     "serialize_file",
     "deserialize",
     "ShardIndexError",
+    "FileAccessError",
 ]

@@ -70,6 +70,16 @@ class ShardIndexError(SafetensorError):
     """A sharded checkpoint's index is malformed or disagrees with its shards."""
 
 
+class FileAccessError(SafetensorError, OSError):
+    """The file cannot be read safely: the path names a FIFO, socket or
+    device rather than a regular file (rule ``not-regular-file``, refused at
+    once, without blocking), or another program changed the file after it
+    was opened (rule ``file-changed``). Also an ``OSError``."""
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)
+
+
 def rule_error(
     rule: str, filename: str, message: str, tensor: Optional[str] = None
 ) -> BaseException:
@@ -110,6 +120,7 @@ __all__ = [
     "SerializeError",
     "UnsupportedDtypeError",
     "ShardIndexError",
+    "FileAccessError",
     "rule_error",
     "closed_file_error",
 ]

@@ -11,6 +11,7 @@ from . import _frameworks
 from ._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
 from ._errors import closed_file_error
 from ._fastst import DEFAULT_HEADER_CAP
+from ._paths import os_path
 from ._sharded import open_raw
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -41,9 +42,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         header_cap: int = DEFAULT_HEADER_CAP,
     ) -> None:
         self._framework = _frameworks.resolve(framework)
-        path = os.fspath(filename)
-        if isinstance(path, bytes):
-            path = os.fsdecode(path)
+        path = os_path(filename)
         self._backend = _frameworks.backend(self._framework)
         self._device = self._backend.device(device)
         self._raw = open_raw(path, backend, header_cap)
@@ -211,7 +210,16 @@ class SafeSlice:
                 return owner._backend.index(
                     buffer, self._dtype, shape, index, owner._device, owner._where(self._name)
                 )
-        buffer, dtype, shape = owner._raw.tensor(self._name)
+        try:
+            buffer, dtype, shape = owner._raw.tensor(self._name)
+        except MemoryError:
+            # The whole tensor could be neither mapped nor copied (an
+            # address-space limit): read only the rows the index selects.
+            rows = self._read_rows(index)
+            if rows is None:
+                raise
+            buffer, shape, index = rows
+            dtype = self._dtype
         return owner._backend.index(
             buffer, dtype, shape, index, owner._device, owner._where(self._name)
         )

@@ -9,7 +9,7 @@ use memmap2::{Mmap, MmapMut};
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::header::{Header, TensorInfo, DEFAULT_HEADER_CAP};
-use crate::io::{self, mmap, read_exact_at};
+use crate::io::{self, check_unchanged, mmap, read_exact_at, Stamp};
 
 /// How tensor bytes are fetched from the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -66,6 +66,7 @@ pub struct MappedFile {
     path: PathBuf,
     file: File,
     file_len: u64,
+    stamp: Stamp,
     header: Header,
     map: Option<Mmap>,
     backend: Backend,
@@ -80,6 +81,7 @@ impl MappedFile {
         let io::OpenFile {
             file,
             len: file_len,
+            stamp,
         } = opened;
         let buffer_len = file_len - 8 - n;
         let header = Header::parse(&json, buffer_len)?;
@@ -93,6 +95,7 @@ impl MappedFile {
             path,
             file,
             file_len,
+            stamp,
             header,
             map,
             backend: options.backend,
@@ -135,9 +138,25 @@ impl MappedFile {
         map.get(start..start.checked_add(len)?)
     }
 
+    /// Fails with rule `file-changed` when another program wrote to,
+    /// truncated or extended the file since it was opened (one `fstat` on
+    /// the open descriptor). Every method that hands out tensor bytes
+    /// checks this first, so that no new mapping or copy is made of pages
+    /// that may no longer exist.
+    pub fn check_unchanged(&self) -> Result<()> {
+        check_unchanged(&self.file, &self.stamp)
+    }
+
     /// Copies `buf.len()` bytes of the tensor, starting `offset` bytes into
-    /// it, into `buf`.
+    /// it, into `buf`, with positioned reads (a file that shrank underneath
+    /// gives an error, never SIGBUS).
     pub fn read_tensor_into(&self, info: &TensorInfo, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_unchanged()?;
+        self.read_part(info, offset, buf)
+    }
+
+    /// [`MappedFile::read_tensor_into`] without the change check.
+    fn read_part(&self, info: &TensorInfo, offset: u64, buf: &mut [u8]) -> Result<()> {
         let (start, len) = self.absolute(info);
         offset
             .checked_add(buf.len() as u64)
@@ -148,19 +167,17 @@ impl MappedFile {
                 len: buf.len() as u64,
                 tensor_len: len as u64,
             })?;
-        if let Some(src) = self.tensor_slice(info) {
-            let o = offset as usize;
-            buf.copy_from_slice(&src[o..o + buf.len()]);
-            Ok(())
-        } else {
-            read_exact_at(&self.file, buf, start + offset)
-        }
+        read_exact_at(&self.file, buf, start + offset).map_err(|e| self.shrunk(e))
     }
 
-    /// Copies part of a tensor with positioned reads, whatever the backend.
-    fn pread_tensor_into(&self, info: &TensorInfo, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let (start, _) = self.absolute(info);
-        read_exact_at(&self.file, buf, start + offset)
+    /// A read error, or rule `file-changed` when the file shrank under the
+    /// read (a positioned read past the new end).
+    #[cold]
+    fn shrunk(&self, err: Error) -> Error {
+        match self.check_unchanged() {
+            Err(changed @ Error::FileChanged { .. }) => changed,
+            _ => err,
+        }
     }
 
     /// The tensor's bytes as memory the caller owns and may write to, without
@@ -168,11 +185,16 @@ impl MappedFile {
     /// backend get a private copy-on-write mapping of their own (writes never
     /// reach the file, and two calls give independent memory); small ones and
     /// the pread backend get an owned copy.
+    ///
+    /// Fails with rule `file-changed` when the file changed since it was
+    /// opened, and with rule `out-of-memory` (naming the tensor) when
+    /// neither a mapping nor memory for a copy can be had: never an abort.
     pub fn tensor_data(&self, info: &TensorInfo) -> Result<TensorData> {
         let (start, len) = self.absolute(info);
         if len == 0 {
             return Ok(TensorData::Owned(Vec::new()));
         }
+        self.check_unchanged()?;
         if self.backend == Backend::Mmap && len as u64 >= PRIVATE_MAP_THRESHOLD {
             // Map from a 2 MiB-aligned file offset: the kernel then places the
             // mapping so that page-cache huge folios can be mapped whole, which
@@ -184,7 +206,7 @@ impl MappedFile {
             // length at open.
             let mapped = mmap::map_private(&self.file, map_start, map_len);
             // On failure (out of mappings under vm.max_map_count, or of address
-            // space) fall back to a copy rather than fail.
+            // space) fall back to a copy, if memory for it can be had.
             if let Ok(map) = mapped {
                 return Ok(TensorData::Mapped {
                     map,
@@ -193,18 +215,23 @@ impl MappedFile {
                 });
             }
         }
-        // `vec!` of zeros is calloc: fresh zero pages, no fill pass.
-        let mut buf = vec![0u8; len];
-        self.copy_tensor_into(info, &mut buf)?;
+        let mut buf = io::zeroed(len as u64, &info.name)?;
+        self.copy_unchecked(info, &mut buf)?;
         Ok(TensorData::Owned(buf))
     }
 }
 
 impl MappedFile {
-    /// Copies a tensor's bytes into `dst` (exactly its length), with several
-    /// threads for large tensors: memory copies from the mapping, or
-    /// positioned reads under the pread backend.
+    /// Copies a tensor's bytes into `dst` (exactly its length) with
+    /// positioned reads, several threads for large tensors. Never reads
+    /// through a mapping: a file truncated by another program gives an
+    /// error (rule `file-changed`), never SIGBUS.
     pub fn copy_tensor_into(&self, info: &TensorInfo, dst: &mut [u8]) -> Result<()> {
+        self.check_unchanged()?;
+        self.copy_unchecked(info, dst)
+    }
+
+    fn copy_unchecked(&self, info: &TensorInfo, dst: &mut [u8]) -> Result<()> {
         let len = info.byte_len() as usize;
         if dst.len() != len {
             return Err(Error::DestinationSize {
@@ -214,27 +241,22 @@ impl MappedFile {
                 got: dst.len() as u64,
             });
         }
-        // Small tensors: a memory copy from the mapping. Large ones: positioned
-        // reads, which copy in the kernel straight from the page cache and so
-        // skip the page faults a fresh mapping would take on every source page.
-        if len < POSITIONED_READ_MIN {
-            if let Some(src) = self.tensor_slice(info) {
-                dst.copy_from_slice(src);
-                return Ok(());
-            }
-        }
-        let threads = crate::parallel::threads_for(len / 4);
+        // Positioned reads copy in the kernel straight from the page cache
+        // (no page faults on a mapping) and fail cleanly past a new end.
+        let threads = if len < POSITIONED_READ_MIN {
+            1
+        } else {
+            crate::parallel::threads_for(len / 4)
+        };
         if threads <= 1 {
-            return self.pread_tensor_into(info, 0, dst);
+            return self.read_part(info, 0, dst);
         }
         let per = len.div_ceil(threads);
         let results: Vec<Result<()>> = std::thread::scope(|s| {
             let handles: Vec<_> = dst
                 .chunks_mut(per)
                 .enumerate()
-                .map(|(i, chunk)| {
-                    s.spawn(move || self.read_tensor_into(info, (i * per) as u64, chunk))
-                })
+                .map(|(i, chunk)| s.spawn(move || self.read_part(info, (i * per) as u64, chunk)))
                 .collect();
             handles
                 .into_iter()
@@ -249,24 +271,23 @@ impl MappedFile {
     }
 
     /// Converts a tensor into `to` while reading it, writing `dst` (exactly
-    /// the converted length), with several threads for large tensors.
+    /// the converted length): positioned reads of bounded chunks (never
+    /// through a mapping, so a file truncated underneath gives an error, not
+    /// SIGBUS), each converted by several threads when large.
     pub fn convert_tensor_into(&self, info: &TensorInfo, to: Dtype, dst: &mut [u8]) -> Result<()> {
         crate::convert::check(&info.name, info.dtype, to, info.byte_len(), dst.len())?;
-        if let Some(src) = self.tensor_slice(info) {
-            return crate::convert::convert(info.dtype, to, src, dst);
-        }
-        // pread back end: read in bounded chunks, converting each.
+        self.check_unchanged()?;
         const CHUNK: usize = 8 << 20;
         let (fs, ts) = ((info.dtype.bits() / 8) as usize, (to.bits() / 8) as usize);
         if fs == 0 || ts == 0 {
             return crate::convert::convert(info.dtype, to, &[], dst);
         }
         let per = CHUNK / fs * fs;
-        let mut buf = vec![0u8; per.min(info.byte_len() as usize)];
+        let mut buf = io::zeroed(per.min(info.byte_len() as usize) as u64, &info.name)?;
         let mut done = 0usize;
         for out in dst.chunks_mut(per / fs * ts) {
             let n = out.len() / ts * fs;
-            self.read_tensor_into(info, done as u64, &mut buf[..n])?;
+            self.read_part(info, done as u64, &mut buf[..n])?;
             crate::convert::convert(info.dtype, to, &buf[..n], out)?;
             done += n;
         }

@@ -25,7 +25,9 @@ pub(crate) fn map_read_only(file: &File) -> io::Result<Mmap> {
 }
 
 /// Maps `len` bytes of `file` from `offset` as private, writable,
-/// copy-on-write memory: writes never reach the file.
+/// copy-on-write memory: writes never reach the file. The mapping reserves
+/// no swap (`MAP_NORESERVE`): only pages actually written take memory, so a
+/// tensor larger than RAM plus swap maps under heuristic overcommit.
 pub(crate) fn map_private(file: &File, offset: u64, len: usize) -> io::Result<MmapMut> {
     // SAFETY: MAP_PRIVATE and writable: our writes go to anonymous
     // copy-on-write pages, never to the file, and the mapping is owned by the
@@ -35,5 +37,11 @@ pub(crate) fn map_private(file: &File, offset: u64, len: usize) -> io::Result<Mm
     // written shows through (pages not yet copied are the file's), and
     // truncating it makes touching the lost pages raise SIGBUS: the hazard
     // every mmap reader shares.
-    unsafe { MmapOptions::new().offset(offset).len(len).map_copy(file) }
+    unsafe {
+        MmapOptions::new()
+            .offset(offset)
+            .len(len)
+            .no_reserve_swap()
+            .map_copy(file)
+    }
 }

@@ -1,0 +1,82 @@
+//! The few things the standard library does not offer safely: a zeroed
+//! allocation that reports failure instead of aborting, clearing
+//! `O_NONBLOCK` on an open file and giving an unnamed (`O_TMPFILE`) file a
+//! name. With [`mmap`](super::mmap), the only code of the crate allowed
+//! `unsafe`; each block is a plain system call on a descriptor we own.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+
+/// `n` zero bytes, or `None` when the allocator cannot provide them (the
+/// caller reports rule `out-of-memory`). Like `vec![0u8; n]` (calloc: large
+/// sizes get untouched zero pages, no fill pass), but fallible.
+pub(crate) fn try_zeroed(n: usize) -> Option<Vec<u8>> {
+    if n == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(n).ok()?;
+    // SAFETY: `layout` has a non-zero size (n > 0), as `alloc_zeroed`
+    // requires.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: `ptr` was allocated by the global allocator with the layout of
+    // `[u8; n]`, which is what a `Vec<u8>` of capacity `n` uses; all `n`
+    // bytes are initialised (zeroed), and the Vec takes sole ownership.
+    Some(unsafe { Vec::from_raw_parts(ptr, n, n) })
+}
+
+/// Clears `O_NONBLOCK` on `file` (opened non-blocking so that opening a
+/// FIFO cannot hang; reads of a regular file then behave as usual).
+#[cfg(unix)]
+pub(crate) fn clear_nonblock(file: &File) -> io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: F_GETFL on a descriptor owned by `file`, alive for the call;
+    // no memory is passed.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if flags & libc::O_NONBLOCK == 0 {
+        return Ok(());
+    }
+    // SAFETY: F_SETFL with an integer argument on the same live descriptor.
+    let r = unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Gives the unnamed file `file` (opened with `O_TMPFILE`) the name `to`,
+/// which must not exist: `linkat` of `/proc/self/fd/N` following the magic
+/// link, which needs no privilege (unlike `AT_EMPTY_PATH`).
+#[cfg(target_os = "linux")]
+pub(crate) fn link_unnamed(file: &File, to: &Path) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::AsRawFd;
+    let from = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let to = CString::new(to.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: both pointers are NUL-terminated strings owned by this frame
+    // and alive for the call; `linkat` reads them and keeps nothing.
+    let r = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
