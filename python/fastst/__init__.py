@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ._errors import (
     ClosedFileError,
+    FileAccessError,
     HeaderFramingError,
     HeaderJsonError,
     LayoutError,
@@ -14,7 +15,6 @@ from ._errors import (
     SafetensorError,
     SerializeError,
     ShardIndexError,
-    FileAccessError,
     TensorNotFoundError,
     TensorTableError,
     UnsupportedDtypeError,

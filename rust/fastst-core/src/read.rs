@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use memmap2::{Mmap, MmapMut};
+use memmap2::MmapMut;
 
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
@@ -68,7 +68,6 @@ pub struct MappedFile {
     file_len: u64,
     stamp: Stamp,
     header: Header,
-    map: Option<Mmap>,
     backend: Backend,
 }
 
@@ -86,18 +85,12 @@ impl MappedFile {
         let buffer_len = file_len - 8 - n;
         let header = Header::parse(&json, buffer_len)?;
         drop(json);
-        let map = if options.backend == Backend::Mmap && file_len > 0 {
-            Some(mmap::map_read_only(&file).map_err(|e| Error::io("cannot memory-map file", e))?)
-        } else {
-            None
-        };
         Ok(MappedFile {
             path,
             file,
             file_len,
             stamp,
             header,
-            map,
             backend: options.backend,
         })
     }
@@ -128,14 +121,6 @@ impl MappedFile {
         // addition nor the length can exceed the file's length.
         let start = self.header.data_start() + info.begin;
         (start, (info.end - info.begin) as usize)
-    }
-
-    /// Borrowed bytes of a tensor (mmap backend), without copying.
-    pub fn tensor_slice(&self, info: &TensorInfo) -> Option<&[u8]> {
-        let map = self.map.as_deref()?;
-        let (start, len) = self.absolute(info);
-        let start = usize::try_from(start).ok()?;
-        map.get(start..start.checked_add(len)?)
     }
 
     /// Fails with rule `file-changed` when another program wrote to,
@@ -295,14 +280,9 @@ impl MappedFile {
     }
 
     /// Tells the kernel the whole file will be read front to back soon
-    /// (mmap back end; a no-op otherwise). Advice is a hint: failures are
-    /// ignored.
+    /// (readahead starts at once). Advice is a hint: failures are ignored.
     pub fn advise_sequential(&self) {
-        #[cfg(unix)]
-        if let Some(map) = &self.map {
-            let _ = map.advise(memmap2::Advice::Sequential);
-            let _ = map.advise(memmap2::Advice::WillNeed);
-        }
+        io::advise_sequential(&self.file);
     }
 }
 

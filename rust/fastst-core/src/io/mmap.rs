@@ -1,4 +1,6 @@
-//! Memory mappings of files: the only code of the crate allowed `unsafe`.
+//! Memory mappings of files (with [`sys`](super::sys), the only code of the
+//! crate allowed `unsafe`). fastst maps a file only to hand out zero-copy
+//! tensors; its own reads use positioned reads.
 //!
 //! Every mapping here is private (copy-on-write): fastst never writes to a
 //! file through a mapping, and writes to a private writable mapping land in
@@ -6,23 +8,14 @@
 //! process changing the file while it is mapped: bytes read through the
 //! mapping may then change under the reader, and truncation makes touching
 //! the lost pages raise SIGBUS. Every function documents this in its
-//! `SAFETY` comment; callers accept it as every mmap-based reader must.
+//! `SAFETY` comment; callers accept it as every mmap-based reader must, and
+//! `MappedFile` checks the file is unchanged before each new mapping.
 #![allow(unsafe_code)]
 
 use std::fs::File;
 use std::io;
 
-use memmap2::{Mmap, MmapMut, MmapOptions};
-
-/// Maps the whole of `file` read-only (private).
-pub(crate) fn map_read_only(file: &File) -> io::Result<Mmap> {
-    // SAFETY: a private read-only mapping; nothing in fastst writes through
-    // it, so Rust's aliasing rules hold for our own accesses. The hazard left
-    // is another process modifying or truncating the file while it is mapped
-    // (the bytes change under us, or touching them raises SIGBUS): no mmap
-    // reader can defend against that, and `safe_open` documents it.
-    unsafe { MmapOptions::new().map_copy_read_only(file) }
-}
+use memmap2::{MmapMut, MmapOptions};
 
 /// Maps `len` bytes of `file` from `offset` as private, writable,
 /// copy-on-write memory: writes never reach the file. The mapping reserves

@@ -5,6 +5,7 @@
 pub(crate) mod mmap;
 mod sys;
 
+pub(crate) use sys::advise_sequential;
 #[cfg(target_os = "linux")]
 pub(crate) use sys::link_unnamed;
 

@@ -29,6 +29,25 @@ pub(crate) fn try_zeroed(n: usize) -> Option<Vec<u8>> {
     Some(unsafe { Vec::from_raw_parts(ptr, n, n) })
 }
 
+/// Tells the kernel that `file` will be read front to back soon: larger
+/// readahead, started now for the whole file. Only a hint: failures change
+/// nothing but speed and are ignored.
+pub(crate) fn advise_sequential(file: &File) {
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+    {
+        use std::os::unix::io::AsRawFd;
+        let fd = file.as_raw_fd();
+        // SAFETY: posix_fadvise on a descriptor owned by `file`, alive for
+        // the call; it takes integers only and touches no memory of ours.
+        unsafe {
+            libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_SEQUENTIAL);
+            libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_WILLNEED);
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+    let _ = file;
+}
+
 /// Clears `O_NONBLOCK` on `file` (opened non-blocking so that opening a
 /// FIFO cannot hang; reads of a regular file then behave as usual).
 #[cfg(unix)]
