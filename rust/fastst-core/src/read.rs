@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use memmap2::MmapMut;
+use memmap2::{Mmap, MmapMut};
 
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
@@ -68,6 +68,10 @@ pub struct MappedFile {
     file_len: u64,
     stamp: Stamp,
     header: Header,
+    /// The whole file, read-only, for copies of small tensors (mmap back
+    /// end; `None` where it could not be mapped, e.g. under an
+    /// address-space limit: positioned reads then serve).
+    map: Option<Mmap>,
     backend: Backend,
 }
 
@@ -85,12 +89,18 @@ impl MappedFile {
         let buffer_len = file_len - 8 - n;
         let header = Header::parse(&json, buffer_len)?;
         drop(json);
+        let map = if options.backend == Backend::Mmap && file_len > 0 {
+            mmap::map_read_only(&file).ok()
+        } else {
+            None
+        };
         Ok(MappedFile {
             path,
             file,
             file_len,
             stamp,
             header,
+            map,
             backend: options.backend,
         })
     }
@@ -121,6 +131,17 @@ impl MappedFile {
         // addition nor the length can exceed the file's length.
         let start = self.header.data_start() + info.begin;
         (start, (info.end - info.begin) as usize)
+    }
+
+    /// The bytes `[start, start + len)` of the whole-file mapping, for
+    /// tensors under [`PRIVATE_MAP_THRESHOLD`] only.
+    fn small_slice(&self, start: u64, len: usize) -> Option<&[u8]> {
+        if len as u64 >= PRIVATE_MAP_THRESHOLD {
+            return None;
+        }
+        let map = self.map.as_deref()?;
+        let start = usize::try_from(start).ok()?;
+        map.get(start..start.checked_add(len)?)
     }
 
     /// Fails with rule `file-changed` when another program wrote to,
@@ -201,7 +222,12 @@ impl MappedFile {
             }
         }
         let mut buf = io::zeroed(len as u64, &info.name)?;
-        self.copy_unchecked(info, &mut buf)?;
+        match self.small_slice(start, len) {
+            // Small tensors: one memory copy out of the mapping, just after
+            // the change check above (cheaper than a read system call).
+            Some(src) => buf.copy_from_slice(src),
+            None => self.copy_unchecked(info, &mut buf)?,
+        }
         Ok(TensorData::Owned(buf))
     }
 }
@@ -262,15 +288,54 @@ impl MappedFile {
     pub fn convert_tensor_into(&self, info: &TensorInfo, to: Dtype, dst: &mut [u8]) -> Result<()> {
         crate::convert::check(&info.name, info.dtype, to, info.byte_len(), dst.len())?;
         self.check_unchanged()?;
-        const CHUNK: usize = 8 << 20;
         let (fs, ts) = ((info.dtype.bits() / 8) as usize, (to.bits() / 8) as usize);
         if fs == 0 || ts == 0 {
             return crate::convert::convert(info.dtype, to, &[], dst);
         }
-        let per = CHUNK / fs * fs;
-        let mut buf = io::zeroed(per.min(info.byte_len() as usize) as u64, &info.name)?;
-        let mut done = 0usize;
-        for out in dst.chunks_mut(per / fs * ts) {
+        // Each thread converts its own range of elements, reading it in
+        // cache-sized chunks.
+        let n = info.byte_len() as usize / fs;
+        let threads = crate::parallel::threads_for(n);
+        if threads <= 1 {
+            return self.convert_range(info, to, 0, dst);
+        }
+        let per = n.div_ceil(threads);
+        let results: Vec<Result<()>> = std::thread::scope(|s| {
+            let handles: Vec<_> = dst
+                .chunks_mut(per * ts)
+                .enumerate()
+                .map(|(i, out)| s.spawn(move || self.convert_range(info, to, i * per * fs, out)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or(Err(Error::WorkerFailed {
+                        task: "a parallel conversion",
+                    }))
+                })
+                .collect()
+        });
+        results.into_iter().collect()
+    }
+
+    /// Converts the tensor's bytes from `offset` into `out` (whole elements
+    /// of `to`) on this thread, reading bounded chunks.
+    fn convert_range(
+        &self,
+        info: &TensorInfo,
+        to: Dtype,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<()> {
+        // Below the parallel threshold for every element size: each chunk
+        // is converted on this thread, while it is still in cache.
+        const CHUNK: usize = 512 << 10;
+        let (fs, ts) = ((info.dtype.bits() / 8) as usize, (to.bits() / 8) as usize);
+        let per = CHUNK / fs;
+        let total = out.len() / ts * fs;
+        let mut buf = io::zeroed(total.min(per * fs) as u64, &info.name)?;
+        let mut done = offset;
+        for out in out.chunks_mut(per * ts) {
             let n = out.len() / ts * fs;
             self.read_part(info, done as u64, &mut buf[..n])?;
             crate::convert::convert(info.dtype, to, &buf[..n], out)?;
@@ -323,5 +388,92 @@ impl TensorData {
     /// True when the bytes are a private mapping of the file (no copy made).
     pub fn is_mapped(&self) -> bool {
         matches!(self, TensorData::Mapped { .. })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::inspect::testfile::build;
+
+    const HEADER: &str = r#"{"big":{"dtype":"F32","shape":[65536],"data_offsets":[0,262144]},"s":{"dtype":"U8","shape":[4],"data_offsets":[262144,262148]}}"#;
+
+    fn data() -> Vec<u8> {
+        (0..262_148u32).map(|i| (i % 251) as u8).collect()
+    }
+
+    #[test]
+    fn every_read_notices_a_truncated_file() {
+        for backend in [Backend::Mmap, Backend::Pread] {
+            let f = build(HEADER, &data());
+            let file = MappedFile::open(
+                &f.0,
+                OpenOptions {
+                    backend,
+                    ..OpenOptions::default()
+                },
+            )
+            .unwrap();
+            let big = file.header().require("big").unwrap().clone();
+            let small = file.header().require("s").unwrap().clone();
+            assert_eq!(
+                file.tensor_data(&small).unwrap().as_slice(),
+                &data()[262_144..]
+            );
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&f.0)
+                .unwrap()
+                .set_len(100)
+                .unwrap();
+            let mut dst = vec![0u8; 262_144];
+            let mut half = vec![0u8; 131_072];
+            let errors = [
+                file.tensor_data(&big).map(|_| ()).unwrap_err(),
+                file.tensor_data(&small).map(|_| ()).unwrap_err(),
+                file.copy_tensor_into(&big, &mut dst).unwrap_err(),
+                file.read_tensor_into(&big, 4, &mut dst[..8]).unwrap_err(),
+                file.convert_tensor_into(&big, Dtype::F16, &mut half)
+                    .unwrap_err(),
+            ];
+            for e in errors {
+                assert_eq!(e.rule(), "file-changed", "{backend:?}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_read_racing_a_truncation_reports_the_change() {
+        let f = build(HEADER, &data());
+        let file = MappedFile::open(&f.0, OpenOptions::default()).unwrap();
+        let big = file.header().require("big").unwrap().clone();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f.0)
+            .unwrap()
+            .set_len(100)
+            .unwrap();
+        // Past the check, as if the truncation came just after it.
+        let mut dst = vec![0u8; 262_144];
+        assert_eq!(
+            file.copy_unchecked(&big, &mut dst).unwrap_err().rule(),
+            "file-changed"
+        );
+    }
+
+    #[test]
+    fn mappings_reserve_nothing_and_copies_are_exact() {
+        let f = build(HEADER, &data());
+        let file = MappedFile::open(&f.0, OpenOptions::default()).unwrap();
+        let big = file.header().require("big").unwrap().clone();
+        let mut mapped = file.tensor_data(&big).unwrap();
+        assert!(mapped.is_mapped());
+        assert_eq!(mapped.as_slice(), &data()[..262_144]);
+        mapped.as_mut_slice()[0] = 255;
+        assert_eq!(std::fs::read(&f.0).unwrap()[8 + HEADER.len()], 0);
+        let mut dst = vec![0u8; 262_144];
+        file.copy_tensor_into(&big, &mut dst).unwrap();
+        assert_eq!(dst, &data()[..262_144]);
     }
 }

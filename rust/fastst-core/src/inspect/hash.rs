@@ -278,6 +278,21 @@ mod file_tests {
     }
 
     #[test]
+    fn a_file_truncated_while_hashed_is_an_error_not_sigbus() {
+        let data = vec![7u8; 3 * BLOCK];
+        let f = raw(&data);
+        let src = Source::open(&f.0).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f.0)
+            .unwrap()
+            .set_len(BLOCK as u64)
+            .unwrap();
+        let e = stream(&src, 0, src.len, None).unwrap_err();
+        assert_eq!(e.rule(), "file-changed");
+    }
+
+    #[test]
     fn broken_files_still_get_file_hashes() {
         let f = raw(b"hello");
         let r = hash_path(&f.0, &HashOptions::default(), None).unwrap();

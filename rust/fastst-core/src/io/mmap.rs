@@ -1,6 +1,8 @@
 //! Memory mappings of files (with [`sys`](super::sys), the only code of the
-//! crate allowed `unsafe`). fastst maps a file only to hand out zero-copy
-//! tensors; its own reads use positioned reads.
+//! crate allowed `unsafe`). fastst maps a file only to hand out tensors
+//! under the default back end (zero-copy views, and copies of tensors under
+//! 64 KiB); its own reads (owned copies, conversions, hashing, value scans)
+//! use positioned reads.
 //!
 //! Every mapping here is private (copy-on-write): fastst never writes to a
 //! file through a mapping, and writes to a private writable mapping land in
@@ -15,7 +17,18 @@
 use std::fs::File;
 use std::io;
 
-use memmap2::{MmapMut, MmapOptions};
+use memmap2::{Mmap, MmapMut, MmapOptions};
+
+/// Maps the whole of `file` read-only (private).
+pub(crate) fn map_read_only(file: &File) -> io::Result<Mmap> {
+    // SAFETY: a private read-only mapping; nothing in fastst writes through
+    // it, so Rust's aliasing rules hold for our own accesses. The hazard left
+    // is another process modifying or truncating the file while it is mapped
+    // (the bytes change under us, or touching them raises SIGBUS): the
+    // reader checks the file is unchanged just before each copy out of it,
+    // which leaves only a truncation racing that check, as README says.
+    unsafe { MmapOptions::new().map_copy_read_only(file) }
+}
 
 /// Maps `len` bytes of `file` from `offset` as private, writable,
 /// copy-on-write memory: writes never reach the file. The mapping reserves

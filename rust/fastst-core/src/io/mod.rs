@@ -11,7 +11,6 @@ pub(crate) use sys::link_unnamed;
 
 use std::fs::{File, Metadata};
 use std::path::Path;
-use std::time::SystemTime;
 
 use crate::error::{Error, Result};
 use crate::header::check_prefix;
@@ -24,26 +23,39 @@ use crate::header::check_prefix;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Stamp {
     len: u64,
-    modified: Option<SystemTime>,
+    modified: (i64, i64),
     dev: u64,
     ino: u64,
 }
 
 impl Stamp {
-    fn of(meta: &Metadata) -> Stamp {
-        #[cfg(unix)]
-        let (dev, ino) = {
-            use std::os::unix::fs::MetadataExt;
-            (meta.dev(), meta.ino())
-        };
-        #[cfg(not(unix))]
-        let (dev, ino) = (0, 0);
-        Stamp {
-            len: meta.len(),
-            modified: meta.modified().ok(),
+    #[cfg(unix)]
+    fn of(file: &File) -> std::io::Result<Stamp> {
+        let (len, sec, nsec, dev, ino) = sys::fstat_stamp(file)?;
+        Ok(Stamp {
+            len,
+            modified: (sec, nsec),
             dev,
             ino,
-        }
+        })
+    }
+
+    #[cfg(not(unix))]
+    fn of(file: &File) -> std::io::Result<Stamp> {
+        let meta = file.metadata()?;
+        let modified = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or((0, 0), |d| {
+                (d.as_secs() as i64, i64::from(d.subsec_nanos()))
+            });
+        Ok(Stamp {
+            len: meta.len(),
+            modified,
+            dev: 0,
+            ino: 0,
+        })
     }
 
     /// What changed between `self` (at open) and `now`, in words.
@@ -98,10 +110,11 @@ pub(crate) fn open(path: &Path) -> Result<OpenFile> {
     }
     #[cfg(unix)]
     sys::clear_nonblock(&file).map_err(|e| Error::io("cannot restore blocking mode", e))?;
+    let stamp = Stamp::of(&file).map_err(|e| Error::io("cannot stat file", e))?;
     Ok(OpenFile {
         file,
-        len: meta.len(),
-        stamp: Stamp::of(&meta),
+        len: stamp.len,
+        stamp,
     })
 }
 
@@ -173,10 +186,8 @@ fn is_a_directory() -> std::io::Error {
 /// `stamp` describes it; rule `file-changed` otherwise. Costs one system
 /// call.
 pub(crate) fn check_unchanged(file: &File, stamp: &Stamp) -> Result<()> {
-    let meta = file
-        .metadata()
-        .map_err(|e| Error::io("cannot stat file", e))?;
-    match stamp.change(&Stamp::of(&meta)) {
+    let now = Stamp::of(file).map_err(|e| Error::io("cannot stat file", e))?;
+    match stamp.change(&now) {
         None => Ok(()),
         Some(what) => Err(Error::FileChanged { what }),
     }

@@ -48,6 +48,31 @@ pub(crate) fn advise_sequential(file: &File) {
     let _ = file;
 }
 
+/// `(length, modification time in seconds and nanoseconds, device, inode)`
+/// of the open `file`, from one `fstat` (cheaper than the `statx` behind
+/// `File::metadata`, and called before every tensor handed out).
+#[cfg(unix)]
+pub(crate) fn fstat_stamp(file: &File) -> io::Result<(u64, i64, i64, u64, u64)> {
+    use std::os::unix::io::AsRawFd;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `st` is writable memory of the size `fstat` fills, and the
+    // descriptor is owned by `file`, alive for the call.
+    let r = unsafe { libc::fstat(file.as_raw_fd(), st.as_mut_ptr()) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fstat` returned 0, so it initialised the whole struct.
+    let st = unsafe { st.assume_init() };
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    Ok((
+        st.st_size as u64,
+        st.st_mtime as i64,
+        st.st_mtime_nsec as i64,
+        st.st_dev as u64,
+        st.st_ino as u64,
+    ))
+}
+
 /// Clears `O_NONBLOCK` on `file` (opened non-blocking so that opening a
 /// FIFO cannot hang; reads of a regular file then behave as usual).
 #[cfg(unix)]

@@ -129,3 +129,34 @@ pub(super) fn scan_values(
     found.sort_by_key(|(i, _)| (items[*i].abs_begin, *i));
     Ok(found.into_iter().map(|(_, f)| f).collect())
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::inspect::testfile::raw;
+
+    #[test]
+    fn a_file_truncated_while_scanned_is_an_error_not_sigbus() {
+        let mut data = vec![0u8; 2 * BLOCK];
+        data[..4].copy_from_slice(&f32::NAN.to_le_bytes());
+        let f = raw(&data);
+        let src = Source::open(&f.0).unwrap();
+        let items = [ScanItem {
+            name: "x".to_owned(),
+            dtype: Dtype::F32,
+            abs_begin: 0,
+            len: data.len() as u64,
+        }];
+        let found = scan_values(&src, &items, 2, None).unwrap();
+        assert_eq!(found.len(), 1);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f.0)
+            .unwrap()
+            .set_len(BLOCK as u64 / 2)
+            .unwrap();
+        let e = scan_values(&src, &items, 2, None).unwrap_err();
+        assert_eq!(e.rule(), "file-changed");
+    }
+}
