@@ -180,7 +180,6 @@ def test_rule_ids_raised_from_python_are_in_the_catalogue() -> None:
         "unsupported-dtype",
         "shard-missing",
         "index-ambiguous",
-        "closed-file",
         "framework-dtype",
     } <= everything
     for module, ids in raised.items():

@@ -27,6 +27,7 @@ FAMILIES = {
     "UnsupportedDtypeError",
     "ShardIndexError",
     "FileAccessError",
+    "ProvenanceError",
     "ValueError",
     "MemoryError",
     "OSError",

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._errors import (
     ClosedFileError,
     FileAccessError,
@@ -12,6 +14,8 @@ from ._errors import (
     HeaderJsonError,
     LayoutError,
     MetadataError,
+    MissingExtraError,
+    ProvenanceError,
     SafetensorError,
     SerializeError,
     ShardIndexError,
@@ -44,4 +48,23 @@ __all__ = [
     "deserialize",
     "ShardIndexError",
     "FileAccessError",
+    "ProvenanceError",
+    "MissingExtraError",
+    "sign",
+    "verify_signature",
+    "sbom",
 ]
+
+#: Provenance entry points, imported on first use (fastst.provenance).
+_LAZY = {"sign", "verify_signature", "sbom"}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .provenance import sbom, sign, verify_signature
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        from . import provenance
+
+        return getattr(provenance, name)
+    raise AttributeError(f"module 'fastst' has no attribute {name!r}")

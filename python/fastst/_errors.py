@@ -80,6 +80,23 @@ class FileAccessError(SafetensorError, OSError):
         return Exception.__str__(self)
 
 
+class ProvenanceError(SafetensorError, ValueError):
+    """Signing, verifying or describing a model could not be done at all
+    (unreadable key, model path that is not a file or a folder, symbolic
+    link met while signing...). ``rule`` names the rule when one applies."""
+
+    def __init__(
+        self, message: str, *, rule: Optional[str] = None, filename: Optional[str] = None
+    ) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.filename = filename
+
+
+class MissingExtraError(ProvenanceError, ImportError):
+    """A package of the ``fastst[signing]`` extra is not installed."""
+
+
 def rule_error(
     rule: str, filename: str, message: str, tensor: Optional[str] = None
 ) -> BaseException:
@@ -100,12 +117,7 @@ def rule_error(
 def closed_file_error(filename: str) -> BaseException:
     """The :class:`ClosedFileError` for any use of ``filename`` after it was
     closed (rule ``closed-file``)."""
-    return rule_error(
-        "closed-file",
-        filename,
-        "file is closed (the `with` block ended or close() was called); "
-        "arrays obtained before stay valid",
-    )
+    return _fastst.closed_file_error(filename)
 
 
 __all__ = [
@@ -121,6 +133,8 @@ __all__ = [
     "UnsupportedDtypeError",
     "ShardIndexError",
     "FileAccessError",
+    "ProvenanceError",
+    "MissingExtraError",
     "rule_error",
     "closed_file_error",
 ]

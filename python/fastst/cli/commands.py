@@ -17,6 +17,7 @@ import numpy as np
 from .. import inspect as fi
 from .._errors import SafetensorError
 from .._fastst import DEFAULT_HEADER_CAP, __version__
+from ..provenance import cli as prov
 from . import render
 from .sarif import sarif_log
 
@@ -102,6 +103,9 @@ def _cmd_inspect(args: argparse.Namespace, out: render.Out) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
+    if prov.wants_signature_check(args):
+        return prov.run_verify_signature(args, out)
+    unchecked = prov.unchecked_signatures(args.files)
     threshold = _fail_threshold(args)
     reports: List[Dict[str, Any]] = []
     errors: List[Tuple[str, str]] = []
@@ -129,13 +133,15 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
                 "fail_on": args.fail_on,
                 "files": reports,
                 "errors": [{"path": p, "message": m} for p, m in errors],
+                "signatures": unchecked,
             },
         )
     elif fmt == "sarif":
-        _dump_json(out, sarif_log(reports, errors))
+        _dump_json(out, prov.add_sarif_notes(sarif_log(reports, errors), unchecked))
     else:
         for report in reports:
             render.print_verify(out, report)
+        prov.print_unchecked(out, unchecked)
         if len(reports) + len(errors) > 1:
             failing = sum(1 for r in reports if r["fails"])
             out.print(
@@ -292,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--values", action="store_true", help="also scan values (NaN/Inf, BOOL bytes)")
     _add_fail_on(p, "low")
+    prov.add_verify_signature_args(p)
     p.set_defaults(run=_cmd_verify)
 
     p = sub.add_parser("hash", help="SHA-256, AutoV1/V2/V3, header and per-tensor hashes")
@@ -310,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.add_argument("--raw", action="store_true", help="only the raw metadata, no card")
     p.set_defaults(run=_cmd_meta)
+    prov.add_sign_parser(sub)
+    prov.add_sbom_parser(sub)
     return parser
 
 

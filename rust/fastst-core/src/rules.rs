@@ -100,13 +100,16 @@ pub enum Family {
     Memory,
     /// The operating system refused or failed (Python's `OSError` family).
     Io,
+    /// Signing, verifying or describing a model (provenance): findings of a
+    /// signature check, raised as `ProvenanceError` when they stop the work.
+    Provenance,
     /// A forensic rule of `fastst verify`: reported, never raised.
     Finding,
 }
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 15] = [
+    pub const ALL: [Family; 16] = [
         Family::HeaderFraming,
         Family::HeaderJson,
         Family::Metadata,
@@ -121,6 +124,7 @@ impl Family {
         Family::FileAccess,
         Family::Memory,
         Family::Io,
+        Family::Provenance,
         Family::Finding,
     ];
 
@@ -144,6 +148,7 @@ impl Family {
             Family::FileAccess => "FileAccessError",
             Family::Memory => "MemoryError",
             Family::Io => "OSError",
+            Family::Provenance => "ProvenanceError",
             Family::Finding => "Finding",
         }
     }
@@ -334,6 +339,40 @@ catalogue! {
         "a shard lacks a tensor the index places in it";
     ShardExtraTensor = "shard-extra-tensor", ShardIndex, High,
         "a shard holds a tensor the index does not place in it";
+
+    // --- provenance: model signatures (`fastst sign`, `verify --signature`) ----
+    SignatureFileChanged = "signature-file-changed", Provenance, Critical,
+        "a file covered by the signature has a different digest now";
+    SignatureFileAdded = "signature-file-added", Provenance, High,
+        "the model holds a file that the signature does not cover";
+    SignatureFileMissing = "signature-file-missing", Provenance, High,
+        "a file covered by the signature is missing from the model";
+    SignatureWrongModel = "signature-wrong-model", Provenance, Critical,
+        "the signature was made over a different model: none of its files match";
+    SignatureWrongKey = "signature-wrong-key", Provenance, Critical,
+        "the signature does not verify with the given key or certificate";
+    SignatureInvalid = "signature-invalid", Provenance, Critical,
+        "the signature value does not verify although the key matches: the bundle was altered";
+    SignatureUntrustedCertificate = "signature-untrusted-certificate", Provenance, Critical,
+        "the signing certificate does not chain to the given roots or may not sign";
+    SignatureIdentityMismatch = "signature-identity-mismatch", Provenance, Critical,
+        "a Sigstore signature was made by another identity or issuer than expected";
+    SignatureMalformed = "signature-malformed", Provenance, High,
+        "the signature file is not a valid Sigstore bundle of a model signing statement";
+    SignatureKeyType = "signature-key-type", Provenance, High,
+        "the key is not an elliptic-curve key on P-256, P-384 or P-521";
+    SignatureUnsupported = "signature-unsupported", Provenance, High,
+        "the signature uses a hash or serialization method fastst cannot check";
+    SignatureSymlink = "signature-symlink", Provenance, High,
+        "the model folder holds a symbolic link, which the signature format refuses";
+    SignatureSpecialFile = "signature-special-file", Provenance, High,
+        "the model folder holds something that is not a regular file or a folder, or that cannot be read";
+    SignatureSafetensorsRejected = "signature-safetensors-rejected", Provenance, High,
+        "a signed .safetensors file is rejected by the strict reader (corrupt or truncated)";
+    SignatureMissingShard = "signature-missing-shard", Provenance, High,
+        "a sharded checkpoint's index names a shard that the signature does not cover";
+    SignatureNotChecked = "signature-not-checked", Provenance, Info,
+        "the model folder holds a signature file that was not checked";
 
     // --- forensic findings of `fastst verify` (reported, never raised) --------
     ForeignContent = "foreign-content", Finding, Critical,

@@ -1,0 +1,399 @@
+"""Command-line wiring of provenance: ``fastst sign``, ``fastst sbom`` and
+``fastst verify MODEL --signature SIG --public-key KEY``.
+
+The main ``fastst`` parser calls :func:`add_sign_parser`,
+:func:`add_sbom_parser` and :func:`add_verify_signature_args`; the
+``run_*`` handlers take the parsed arguments and an output object with
+``print(text)`` (stdout) and ``stderr``, and return the exit code: 0 clean,
+1 findings at or above ``--fail-on``, 2 an error. What they print is
+shaped in :mod:`fastst.provenance.cli_render`. Only the standard library
+is imported here; the signing libraries load when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any, Dict, List, Sequence
+
+from .cli_render import (
+    _print_findings,
+    _print_verify,
+    _rank,
+    add_sarif_notes,
+    clean,
+    print_unchecked,
+    sarif_log,
+)
+
+__all__ = [
+    "EXIT_OK",
+    "EXIT_FINDINGS",
+    "EXIT_ERROR",
+    "JSON_VERSION",
+    "clean",
+    "add_sign_parser",
+    "run_sign",
+    "add_sbom_parser",
+    "run_sbom",
+    "add_verify_signature_args",
+    "wants_signature_check",
+    "run_verify_signature",
+    "sarif_log",
+    "unchecked_signatures",
+    "print_unchecked",
+    "add_sarif_notes",
+]
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_ERROR = 2
+
+#: Version of the JSON documents these commands print.
+JSON_VERSION = 1
+
+
+def _err(out: Any, message: str) -> None:
+    out.stderr.write(f"fastst: {clean(message)}\n")
+    if hasattr(out, "errors"):
+        out.errors += 1
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        text = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0 or value >= 1 << 63:
+        raise argparse.ArgumentTypeError(f"must be a positive integer: {text}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0 or value >= 1 << 63:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer: {text}")
+    return value
+
+
+def _dump(out: Any, data: Any) -> None:
+    out.print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+# sign -----------------------------------------------------------------------------
+
+
+def add_sign_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Adds ``fastst sign`` to the main parser's subparsers."""
+    p = subparsers.add_parser(
+        "sign",
+        help="sign a model (OpenSSF model signing format, verifiable by model_signing)",
+        description="Sign a .safetensors file, a model folder or a sharded checkpoint "
+        "(its *.safetensors.index.json) with an elliptic-curve private key. The signature "
+        "is a Sigstore bundle that `model_signing verify key` (or `certificate`) accepts.",
+    )
+    p.add_argument("model", metavar="MODEL", help="file, folder or *.safetensors.index.json")
+    p.add_argument("--key", required=True, metavar="PRIVATE_KEY", help="PEM private key (EC)")
+    p.add_argument(
+        "--signature",
+        metavar="OUT",
+        help="signature file to write (default: FOLDER/model.sig, or FILE.sig)",
+    )
+    p.add_argument("--certificate", metavar="PEM", help="signing certificate for the key")
+    p.add_argument(
+        "--certificate-chain",
+        action="append",
+        default=[],
+        metavar="PEM",
+        help="intermediate certificates to include (repeatable)",
+    )
+    p.add_argument(
+        "--password-file", metavar="FILE", help="file holding the private key's password"
+    )
+    _add_model_options(p)
+    p.add_argument(
+        "--shard-size",
+        type=_positive,
+        metavar="BYTES",
+        help="use the 'shards' serialization (files hashed in pieces of BYTES, in parallel)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+    p.set_defaults(run=run_sign)
+    return p
+
+
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ignore-path",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="file or folder of the model to leave out (repeatable)",
+    )
+    p.add_argument(
+        "--no-ignore-git-paths",
+        dest="ignore_git_paths",
+        action="store_false",
+        help="also cover .git, .gitattributes, .github, .gitignore",
+    )
+    p.add_argument(
+        "--allow-symlinks",
+        action="store_true",
+        help="follow symbolic links inside the model instead of refusing them",
+    )
+    if not any(a.dest == "threads" for a in p._actions):
+        p.add_argument(
+            "--threads",
+            type=_non_negative,
+            default=0,
+            metavar="N",
+            help="hashing threads (default: one per core)",
+        )
+
+
+def run_sign(args: argparse.Namespace, out: Any) -> int:
+    """Handler of ``fastst sign``."""
+    from .findings import ProvenanceError
+    from .signing import sign
+
+    password = None
+    try:
+        if args.password_file:
+            with open(args.password_file, "rb") as f:
+                password = f.read().rstrip(b"\r\n")
+        result = sign(
+            args.model,
+            args.key,
+            signature=args.signature,
+            certificate=args.certificate,
+            certificate_chain=args.certificate_chain,
+            password=password,
+            ignore_paths=args.ignore_path,
+            ignore_git_paths=args.ignore_git_paths,
+            allow_symlinks=args.allow_symlinks,
+            shard_size=args.shard_size,
+            threads=args.threads,
+        )
+    except (ProvenanceError, OSError, ValueError) as exc:
+        message = _one_line(exc)
+        if args.json:
+            _dump(out, {"version": JSON_VERSION, "signed": None, "errors": [message]})
+        _err(out, message)
+        return EXIT_ERROR
+    findings = [f.to_dict() for f in result.findings]
+    if args.json:
+        _dump(out, {"version": JSON_VERSION, "signed": result.to_dict(), "errors": []})
+    else:
+        n = len({f.name.rsplit(":", 2)[0] if ":" in f.name else f.name for f in result.files})
+        out.print(
+            f"{clean(result.model)}: signed {n} file{'s' if n != 1 else ''} with a "
+            f"{result.method} -> {clean(result.signature)} ({result.seconds:.2f} s)"
+        )
+        if findings:
+            out.print(f"  but {len(findings)} finding{'s' if len(findings) != 1 else ''}:")
+            _print_findings(out, findings)
+    return EXIT_FINDINGS if findings else EXIT_OK
+
+
+# sbom -----------------------------------------------------------------------------
+
+
+def add_sbom_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Adds ``fastst sbom`` to the main parser's subparsers."""
+    p = subparsers.add_parser(
+        "sbom",
+        help="CycloneDX 1.6 ML-BOM of a model (JSON)",
+        description="Write a CycloneDX 1.6 machine-learning BOM of a .safetensors file, a "
+        "model folder or a sharded checkpoint: one machine-learning-model component per "
+        "checkpoint with file hashes, model card facts, tensor and parameter counts.",
+    )
+    p.add_argument("model", metavar="MODEL", help="file, folder or *.safetensors.index.json")
+    p.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
+    p.add_argument(
+        "--threads",
+        type=_non_negative,
+        default=0,
+        metavar="N",
+        help="hashing threads (default: one per core)",
+    )
+    p.set_defaults(run=run_sbom)
+    return p
+
+
+def run_sbom(args: argparse.Namespace, out: Any) -> int:
+    """Handler of ``fastst sbom``."""
+    from .._errors import SafetensorError
+    from .sbom import sbom
+
+    try:
+        result = sbom(args.model, output=args.output, threads=args.threads)
+    except (SafetensorError, OSError, ValueError) as exc:
+        _err(out, _one_line(exc))
+        return EXIT_ERROR
+    if args.output:
+        out.stderr.write(
+            f"fastst: {clean(args.output)}: CycloneDX 1.6 BOM of {result.checkpoints} "
+            f"checkpoint{'s' if result.checkpoints != 1 else ''}, {result.files} files\n"
+        )
+    else:
+        out.stdout.write(result.text)
+    return EXIT_OK
+
+
+# verify --signature -------------------------------------------------------------------
+
+
+def add_verify_signature_args(p: argparse.ArgumentParser) -> None:
+    """Adds the signature options to the ``fastst verify`` parser."""
+    g = p.add_argument_group(
+        "signature",
+        "check a model signature (OpenSSF model signing format); MODEL is then one file, "
+        "folder or *.safetensors.index.json",
+    )
+    g.add_argument("--signature", metavar="SIG", help="signature file (Sigstore bundle)")
+    g.add_argument("--public-key", metavar="KEY", help="PEM public key (EC) of the signer")
+    g.add_argument(
+        "--certificate-chain",
+        action="append",
+        default=[],
+        metavar="PEM",
+        help="trusted root/intermediate certificates, for certificate signatures (repeatable)",
+    )
+    g.add_argument(
+        "--trust-root",
+        metavar="JSON",
+        help="Sigstore trusted root (or client trust config) file, for keyless signatures",
+    )
+    g.add_argument("--identity", help="expected signer identity (Sigstore)")
+    g.add_argument("--issuer", help="expected OIDC issuer of the identity (Sigstore)")
+    g.add_argument(
+        "--ignore-path",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="file or folder of the model to leave out (repeatable)",
+    )
+    g.add_argument(
+        "--no-ignore-git-paths",
+        dest="ignore_git_paths",
+        action="store_false",
+        help="do not leave out .git, .gitattributes, .github, .gitignore",
+    )
+    g.add_argument(
+        "--allow-symlinks",
+        action="store_true",
+        help="follow symbolic links inside the model instead of reporting them",
+    )
+
+
+def wants_signature_check(args: argparse.Namespace) -> bool:
+    """Whether ``fastst verify`` was asked to check a signature."""
+    return bool(
+        getattr(args, "signature", None)
+        or getattr(args, "public_key", None)
+        or getattr(args, "certificate_chain", None)
+        or getattr(args, "trust_root", None)
+    )
+
+
+def _fail_on(args: argparse.Namespace) -> str:
+    return getattr(args, "fail_on", None) or "low"
+
+
+def run_verify_signature(args: argparse.Namespace, out: Any) -> int:
+    """``fastst verify MODEL --signature SIG (--public-key KEY |
+    --certificate-chain PEM | --trust-root JSON --identity I --issuer O)``."""
+    from .findings import ProvenanceError
+    from .verifying import verify_signature
+
+    fmt = "json" if getattr(args, "json", False) else getattr(args, "format", "text")
+    files = list(getattr(args, "files", None) or [getattr(args, "model", None)])
+    error = None
+    result = None
+    if len(files) != 1 or files[0] is None:
+        error = "checking a signature takes exactly one MODEL (file, folder or index)"
+    else:
+        try:
+            result = verify_signature(
+                files[0],
+                args.signature,
+                public_key=args.public_key,
+                certificate_chain=args.certificate_chain,
+                trust_root=args.trust_root,
+                identity=args.identity,
+                issuer=args.issuer,
+                ignore_paths=args.ignore_path,
+                ignore_git_paths=args.ignore_git_paths,
+                allow_symlinks=args.allow_symlinks,
+                threads=getattr(args, "threads", 0) or 0,
+            )
+        except (ProvenanceError, OSError, ValueError) as exc:
+            error = _one_line(exc)
+    threshold = _rank(_fail_on(args))
+    data = result.to_dict() if result is not None else None
+    fails = bool(data) and any(_rank(f["severity"]) >= threshold for f in data["findings"])
+    if fmt == "json":
+        _dump(
+            out,
+            {
+                "version": JSON_VERSION,
+                "fail_on": _fail_on(args),
+                "signature": data,
+                "errors": [error] if error else [],
+            },
+        )
+    elif fmt == "sarif":
+        _dump(out, sarif_log(data, files[0] if files else "", error))
+    elif data is not None:
+        _print_verify(out, data)
+    if error:
+        _err(out, error)
+        return EXIT_ERROR
+    return EXIT_FINDINGS if fails or not data["verified"] else EXIT_OK
+
+
+# plain `fastst verify FOLDER`: notice signature files ----------------------------------
+
+
+def unchecked_signatures(paths: Sequence[str]) -> List[Dict[str, Any]]:
+    """Signature files found at the top of the folders in ``paths`` (and
+    next to single files, as ``FILE.sig``) that plain ``fastst verify`` does
+    not check: dicts with ``rule`` (``signature-not-checked``), ``severity``,
+    ``path``, ``model``, ``checked`` (False) and ``message``."""
+    from .bundle import find_signature_files
+    from .findings import RULES
+
+    notes = []
+    for p in paths:
+        if os.path.isdir(p):
+            sigs = find_signature_files(p)
+        elif os.path.isfile(p + ".sig"):
+            sigs = [p + ".sig"]
+        else:
+            sigs = []
+        for s in sigs:
+            notes.append(
+                {
+                    "rule": "signature-not-checked",
+                    "severity": RULES["signature-not-checked"][0],
+                    "model": p,
+                    "path": s,
+                    "checked": False,
+                    "message": f"{s}: signature file found but not checked; check it with "
+                    f"fastst verify {p} --signature {s} --public-key KEY "
+                    "(or --certificate-chain / --trust-root)",
+                }
+            )
+    return notes
