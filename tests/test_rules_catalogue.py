@@ -26,6 +26,7 @@ FAMILIES = {
     "SerializeError",
     "UnsupportedDtypeError",
     "ShardIndexError",
+    "FileAccessError",
     "ProvenanceError",
     "FolderError",
     "DistributedLoadError",

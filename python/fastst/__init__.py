@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from ._errors import (
     ClosedFileError,
     DropinWarning,
+    FileAccessError,
     FolderError,
     HeaderFramingError,
     HeaderJsonError,
@@ -50,6 +51,7 @@ __all__ = [
     "serialize_file",
     "deserialize",
     "ShardIndexError",
+    "FileAccessError",
     "ProvenanceError",
     "MissingExtraError",
     "sign",

@@ -78,6 +78,16 @@ class DistributedLoadError(SafetensorError):
     causes: Dict[int, str] = {}
 
 
+class FileAccessError(SafetensorError, OSError):
+    """The file cannot be read safely: the path names a FIFO, socket or
+    device rather than a regular file (rule ``not-regular-file``, refused at
+    once, without blocking), or another program changed the file after it
+    was opened (rule ``file-changed``). Also an ``OSError``."""
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)
+
+
 class ProvenanceError(SafetensorError, ValueError):
     """Signing, verifying or describing a model could not be done at all
     (unreadable key, model path that is not a file or a folder, symbolic
@@ -148,6 +158,7 @@ __all__ = [
     "UnsupportedDtypeError",
     "ShardIndexError",
     "DistributedLoadError",
+    "FileAccessError",
     "ProvenanceError",
     "MissingExtraError",
     "rule_error",

@@ -19,6 +19,7 @@ from ._fastst import DEFAULT_HEADER_CAP, parse_bytes
 from ._frameworks import Where
 from ._frameworks import backend as framework_backend
 from ._open import safe_open
+from ._paths import os_path, readable
 from ._write import BYTES_NAME, plan
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -68,11 +69,10 @@ def serialize_file(
     when a crash could cost good data, and skips the flush for a new file
     (as fast as a plain write); ``True`` always flushes, ``False`` never.
     """
-    path = os.fspath(filename)
-    if isinstance(path, bytes):
-        path = os.fsdecode(path)
-    layout, sources = plan(path, tensor_dict, metadata, header_cap)
-    layout.write_file(path, path, sources, durable)
+    path = os_path(filename)
+    name = readable(path)
+    layout, sources = plan(name, tensor_dict, metadata, header_cap)
+    layout.write_file(path, name, sources, durable)
 
 
 def _entries(data: Any, caller: str) -> Iterator[Tuple[str, str, Tuple[int, ...], bytearray]]:

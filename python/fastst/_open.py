@@ -12,6 +12,7 @@ from . import _frameworks, _handle
 from ._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
 from ._errors import closed_file_error
 from ._fastst import DEFAULT_HEADER_CAP
+from ._paths import os_path
 from ._sharded import open_raw
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -62,9 +63,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         if _handle.is_handle(filename):
             self._raw = _handle.open_handle(filename, backend, header_cap)
             return
-        path = os.fspath(cast(PathLike, filename))
-        if isinstance(path, bytes):
-            path = os.fsdecode(path)
+        path = os_path(cast(PathLike, filename))
         try:
             self._raw = open_raw(path, backend, header_cap)
         except FileNotFoundError as exc:
@@ -242,7 +241,16 @@ class SafeSlice:
                 return owner._backend.index(
                     buffer, self._dtype, shape, index, owner._device, owner._where(self._name)
                 )
-        buffer, dtype, shape = owner._raw.tensor(self._name)
+        try:
+            buffer, dtype, shape = owner._raw.tensor(self._name)
+        except MemoryError:
+            # The whole tensor could be neither mapped nor copied (an
+            # address-space limit): read only the rows the index selects.
+            rows = self._read_rows(index)
+            if rows is None:
+                raise
+            buffer, shape, index = rows
+            dtype = self._dtype
         return owner._backend.index(
             buffer, dtype, shape, index, owner._device, owner._where(self._name)
         )

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ._errors import ShardIndexError, closed_file_error, rule_error
 from ._fastst import RawFile
+from ._paths import readable
 
 __all__ = ["ShardIndexError", "ShardedFile", "open_raw", "write_sharded", "parse_size"]
 
@@ -29,7 +30,7 @@ def find_index(path: str) -> Optional[str]:
         if len(candidates) > 1:
             raise rule_error(
                 "index-ambiguous",
-                path,
+                readable(path),
                 f"several index files ({', '.join(candidates)}); open one of them",
             )
         return os.path.join(path, candidates[0])
@@ -42,16 +43,16 @@ class ShardedFile:
     """The ``RawFile`` interface over several shards."""
 
     def __init__(self, index_path: str, backend: str, header_cap: int) -> None:
-        self.name = index_path
+        self.name = readable(index_path)
         folder = os.path.dirname(os.path.abspath(index_path))
         try:
             with open(index_path, "rb") as fh:
                 index = json.loads(fh.read().decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise rule_error("index-json", index_path, f"index is not valid JSON: {exc}") from None
+            raise rule_error("index-json", self.name, f"index is not valid JSON: {exc}") from None
         if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
             raise rule_error(
-                "index-shape", index_path, 'index must be an object with a "weight_map" object'
+                "index-shape", self.name, 'index must be an object with a "weight_map" object'
             )
         meta = index.get("metadata", {})
         self._index_metadata: Dict[str, Any] = meta if isinstance(meta, dict) else {}
@@ -62,14 +63,14 @@ class ShardedFile:
             if not isinstance(shard, str) or not shard:
                 raise rule_error(
                     "index-shape",
-                    index_path,
+                    self.name,
                     f"tensor {tensor!r}: shard must be a file name",
                     tensor,
                 )
             if os.path.isabs(shard) or os.path.normpath(shard).startswith(".."):
                 raise rule_error(
                     "shard-path",
-                    index_path,
+                    self.name,
                     f"tensor {tensor!r}: shard {shard!r} is outside the index's folder",
                     tensor,
                 )
@@ -84,10 +85,10 @@ class ShardedFile:
                 if not os.path.exists(path):
                     raise rule_error(
                         "shard-missing",
-                        index_path,
+                        self.name,
                         f"shard {shard!r} listed in the index is missing",
                     )
-                raw = RawFile(path, path, backend, header_cap)
+                raw = RawFile(path, readable(path), backend, header_cap)
                 self._shards[shard] = raw
                 listed = set(expected[shard])
                 present = set(raw.keys())
@@ -95,14 +96,14 @@ class ShardedFile:
                     missing = sorted(listed - present)[:5]
                     raise rule_error(
                         "shard-lacks-tensor",
-                        path,
+                        readable(path),
                         f"tensors the index places in this shard are not in it: {missing}",
                     )
                 if present - listed:
                     extra = sorted(present - listed)[:5]
                     raise rule_error(
                         "shard-extra-tensor",
-                        path,
+                        readable(path),
                         f"shard holds tensors the index does not place in it: {extra}",
                     )
         except BaseException:
@@ -207,7 +208,7 @@ def open_raw(path: str, backend: str, header_cap: int) -> Any:
         path = checkpoint_in(path)
     index = find_index(path)
     if index is None:
-        return RawFile(path, path, backend, header_cap)
+        return RawFile(path, readable(path), backend, header_cap)
     return ShardedFile(index, backend, header_cap)
 
 
@@ -283,7 +284,7 @@ def write_sharded(
     import re
 
     limit = parse_size(max_shard_size)
-    folder = os.fspath(folder)
+    folder = os.fsdecode(os.fspath(folder))
     os.makedirs(folder, exist_ok=True)
     groups = plan_shards(sizes, limit)
     total = len(groups)
@@ -300,11 +301,26 @@ def write_sharded(
         "weight_map": dict(sorted(weight_map.items())),
     }
     index_path = os.path.join(folder, f"{prefix}.safetensors.index.json")
-    tmp = index_path + f".{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(index, fh, indent=2, ensure_ascii=False)
-        fh.write("\n")
-    os.replace(tmp, index_path)
+    text = json.dumps(index, indent=2, ensure_ascii=False) + "\n"
+    # A short random temporary name, created exclusively without following a
+    # symbolic link, then renamed over the index (which replaces a link
+    # rather than writing through it).
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    while True:
+        tmp = os.path.join(folder, f".{os.urandom(8).hex()}.fastst-tmp")
+        try:
+            fd = os.open(tmp, flags | getattr(os, "O_CLOEXEC", 0), 0o666)
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, index_path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.remove(tmp)
+        raise
     pattern = re.compile(re.escape(prefix) + r"-\d{5}-of-\d{5}\.safetensors$")
     for entry in os.listdir(folder):
         if pattern.match(entry) and entry not in written:

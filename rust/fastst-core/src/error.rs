@@ -320,11 +320,25 @@ pub enum Error {
         /// The dtype asked for.
         to: Dtype,
     },
-    #[error("cannot hold {bytes} bytes in memory")]
+    #[error("{}cannot allocate {bytes} bytes (out of memory)", tensor_prefix(.tensor))]
     /// A result is too large to hold in memory.
     OutOfMemory {
         /// The size asked for.
         bytes: u64,
+        /// The tensor involved (empty when none).
+        tensor: String,
+    },
+    #[error("{kind} is not a regular file; only regular files are read")]
+    /// The path names a FIFO, socket or device, not a regular file.
+    NotRegularFile {
+        /// What it is, in words.
+        kind: &'static str,
+    },
+    #[error("the file changed since it was opened ({what}); reopen it")]
+    /// Another program changed the file after it was opened.
+    FileChanged {
+        /// What changed, in words.
+        what: String,
     },
     #[error("{task} stopped without finishing (a worker thread panicked)")]
     /// A worker thread stopped without finishing its share of the work.
@@ -446,6 +460,8 @@ impl Error {
             DestinationSize { .. } => RuleId::DestinationSize,
             ConversionNotAllowed { .. } => RuleId::ConversionNotAllowed,
             OutOfMemory { .. } => RuleId::OutOfMemory,
+            NotRegularFile { .. } => RuleId::NotRegularFile,
+            FileChanged { .. } => RuleId::FileChanged,
             WorkerFailed { .. } => RuleId::WorkerFailed,
             ReservedName { .. } => RuleId::ReservedName,
             DuplicateName { .. } => RuleId::DuplicateName,
@@ -481,7 +497,9 @@ impl Error {
             | BadTensorSize { tensor, .. }
             | UnsupportedDtype { tensor, .. }
             | DataLength { tensor, .. } => Some(tensor),
-            DestinationSize { tensor, .. } | ConversionNotAllowed { tensor, .. }
+            DestinationSize { tensor, .. }
+            | ConversionNotAllowed { tensor, .. }
+            | OutOfMemory { tensor, .. }
                 if !tensor.is_empty() =>
             {
                 Some(tensor)

@@ -9,7 +9,7 @@ use memmap2::{Mmap, MmapMut};
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::header::{Header, TensorInfo, DEFAULT_HEADER_CAP};
-use crate::io::{self, mmap, read_exact_at};
+use crate::io::{self, check_unchanged, mmap, read_exact_at, Stamp};
 
 /// How tensor bytes are fetched from the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -66,7 +66,11 @@ pub struct MappedFile {
     path: PathBuf,
     file: File,
     file_len: u64,
+    stamp: Stamp,
     header: Header,
+    /// The whole file, read-only, for copies of small tensors (mmap back
+    /// end; `None` where it could not be mapped, e.g. under an
+    /// address-space limit: positioned reads then serve).
     map: Option<Mmap>,
     backend: Backend,
 }
@@ -80,12 +84,13 @@ impl MappedFile {
         let io::OpenFile {
             file,
             len: file_len,
+            stamp,
         } = opened;
         let buffer_len = file_len - 8 - n;
         let header = Header::parse(&json, buffer_len)?;
         drop(json);
         let map = if options.backend == Backend::Mmap && file_len > 0 {
-            Some(mmap::map_read_only(&file).map_err(|e| Error::io("cannot memory-map file", e))?)
+            mmap::map_read_only(&file).ok()
         } else {
             None
         };
@@ -93,6 +98,7 @@ impl MappedFile {
             path,
             file,
             file_len,
+            stamp,
             header,
             map,
             backend: options.backend,
@@ -127,17 +133,36 @@ impl MappedFile {
         (start, (info.end - info.begin) as usize)
     }
 
-    /// Borrowed bytes of a tensor (mmap backend), without copying.
-    pub fn tensor_slice(&self, info: &TensorInfo) -> Option<&[u8]> {
+    /// The bytes `[start, start + len)` of the whole-file mapping, for
+    /// tensors under [`PRIVATE_MAP_THRESHOLD`] only.
+    fn small_slice(&self, start: u64, len: usize) -> Option<&[u8]> {
+        if len as u64 >= PRIVATE_MAP_THRESHOLD {
+            return None;
+        }
         let map = self.map.as_deref()?;
-        let (start, len) = self.absolute(info);
         let start = usize::try_from(start).ok()?;
         map.get(start..start.checked_add(len)?)
     }
 
+    /// Fails with rule `file-changed` when another program wrote to,
+    /// truncated or extended the file since it was opened (one `fstat` on
+    /// the open descriptor). Every method that hands out tensor bytes
+    /// checks this first, so that no new mapping or copy is made of pages
+    /// that may no longer exist.
+    pub fn check_unchanged(&self) -> Result<()> {
+        check_unchanged(&self.file, &self.stamp)
+    }
+
     /// Copies `buf.len()` bytes of the tensor, starting `offset` bytes into
-    /// it, into `buf`.
+    /// it, into `buf`, with positioned reads (a file that shrank underneath
+    /// gives an error, never SIGBUS).
     pub fn read_tensor_into(&self, info: &TensorInfo, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_unchanged()?;
+        self.read_part(info, offset, buf)
+    }
+
+    /// [`MappedFile::read_tensor_into`] without the change check.
+    fn read_part(&self, info: &TensorInfo, offset: u64, buf: &mut [u8]) -> Result<()> {
         let (start, len) = self.absolute(info);
         offset
             .checked_add(buf.len() as u64)
@@ -148,19 +173,17 @@ impl MappedFile {
                 len: buf.len() as u64,
                 tensor_len: len as u64,
             })?;
-        if let Some(src) = self.tensor_slice(info) {
-            let o = offset as usize;
-            buf.copy_from_slice(&src[o..o + buf.len()]);
-            Ok(())
-        } else {
-            read_exact_at(&self.file, buf, start + offset)
-        }
+        read_exact_at(&self.file, buf, start + offset).map_err(|e| self.shrunk(e))
     }
 
-    /// Copies part of a tensor with positioned reads, whatever the backend.
-    fn pread_tensor_into(&self, info: &TensorInfo, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let (start, _) = self.absolute(info);
-        read_exact_at(&self.file, buf, start + offset)
+    /// A read error, or rule `file-changed` when the file shrank under the
+    /// read (a positioned read past the new end).
+    #[cold]
+    fn shrunk(&self, err: Error) -> Error {
+        match self.check_unchanged() {
+            Err(changed @ Error::FileChanged { .. }) => changed,
+            _ => err,
+        }
     }
 
     /// The tensor's bytes as memory the caller owns and may write to, without
@@ -168,11 +191,16 @@ impl MappedFile {
     /// backend get a private copy-on-write mapping of their own (writes never
     /// reach the file, and two calls give independent memory); small ones and
     /// the pread backend get an owned copy.
+    ///
+    /// Fails with rule `file-changed` when the file changed since it was
+    /// opened, and with rule `out-of-memory` (naming the tensor) when
+    /// neither a mapping nor memory for a copy can be had: never an abort.
     pub fn tensor_data(&self, info: &TensorInfo) -> Result<TensorData> {
         let (start, len) = self.absolute(info);
         if len == 0 {
             return Ok(TensorData::Owned(Vec::new()));
         }
+        self.check_unchanged()?;
         if self.backend == Backend::Mmap && len as u64 >= PRIVATE_MAP_THRESHOLD {
             // Map from a 2 MiB-aligned file offset: the kernel then places the
             // mapping so that page-cache huge folios can be mapped whole, which
@@ -184,7 +212,7 @@ impl MappedFile {
             // length at open.
             let mapped = mmap::map_private(&self.file, map_start, map_len);
             // On failure (out of mappings under vm.max_map_count, or of address
-            // space) fall back to a copy rather than fail.
+            // space) fall back to a copy, if memory for it can be had.
             if let Ok(map) = mapped {
                 return Ok(TensorData::Mapped {
                     map,
@@ -193,18 +221,28 @@ impl MappedFile {
                 });
             }
         }
-        // `vec!` of zeros is calloc: fresh zero pages, no fill pass.
-        let mut buf = vec![0u8; len];
-        self.copy_tensor_into(info, &mut buf)?;
+        let mut buf = io::zeroed(len as u64, &info.name)?;
+        match self.small_slice(start, len) {
+            // Small tensors: one memory copy out of the mapping, just after
+            // the change check above (cheaper than a read system call).
+            Some(src) => buf.copy_from_slice(src),
+            None => self.copy_unchecked(info, &mut buf)?,
+        }
         Ok(TensorData::Owned(buf))
     }
 }
 
 impl MappedFile {
-    /// Copies a tensor's bytes into `dst` (exactly its length), with several
-    /// threads for large tensors: memory copies from the mapping, or
-    /// positioned reads under the pread backend.
+    /// Copies a tensor's bytes into `dst` (exactly its length) with
+    /// positioned reads, several threads for large tensors. Never reads
+    /// through a mapping: a file truncated by another program gives an
+    /// error (rule `file-changed`), never SIGBUS.
     pub fn copy_tensor_into(&self, info: &TensorInfo, dst: &mut [u8]) -> Result<()> {
+        self.check_unchanged()?;
+        self.copy_unchecked(info, dst)
+    }
+
+    fn copy_unchecked(&self, info: &TensorInfo, dst: &mut [u8]) -> Result<()> {
         let len = info.byte_len() as usize;
         if dst.len() != len {
             return Err(Error::DestinationSize {
@@ -214,27 +252,22 @@ impl MappedFile {
                 got: dst.len() as u64,
             });
         }
-        // Small tensors: a memory copy from the mapping. Large ones: positioned
-        // reads, which copy in the kernel straight from the page cache and so
-        // skip the page faults a fresh mapping would take on every source page.
-        if len < POSITIONED_READ_MIN {
-            if let Some(src) = self.tensor_slice(info) {
-                dst.copy_from_slice(src);
-                return Ok(());
-            }
-        }
-        let threads = crate::parallel::threads_for(len / 4);
+        // Positioned reads copy in the kernel straight from the page cache
+        // (no page faults on a mapping) and fail cleanly past a new end.
+        let threads = if len < POSITIONED_READ_MIN {
+            1
+        } else {
+            crate::parallel::threads_for(len / 4)
+        };
         if threads <= 1 {
-            return self.pread_tensor_into(info, 0, dst);
+            return self.read_part(info, 0, dst);
         }
         let per = len.div_ceil(threads);
         let results: Vec<Result<()>> = std::thread::scope(|s| {
             let handles: Vec<_> = dst
                 .chunks_mut(per)
                 .enumerate()
-                .map(|(i, chunk)| {
-                    s.spawn(move || self.read_tensor_into(info, (i * per) as u64, chunk))
-                })
+                .map(|(i, chunk)| s.spawn(move || self.read_part(info, (i * per) as u64, chunk)))
                 .collect();
             handles
                 .into_iter()
@@ -249,24 +282,62 @@ impl MappedFile {
     }
 
     /// Converts a tensor into `to` while reading it, writing `dst` (exactly
-    /// the converted length), with several threads for large tensors.
+    /// the converted length): positioned reads of bounded chunks (never
+    /// through a mapping, so a file truncated underneath gives an error, not
+    /// SIGBUS), each converted by several threads when large.
     pub fn convert_tensor_into(&self, info: &TensorInfo, to: Dtype, dst: &mut [u8]) -> Result<()> {
         crate::convert::check(&info.name, info.dtype, to, info.byte_len(), dst.len())?;
-        if let Some(src) = self.tensor_slice(info) {
-            return crate::convert::convert(info.dtype, to, src, dst);
-        }
-        // pread back end: read in bounded chunks, converting each.
-        const CHUNK: usize = 8 << 20;
+        self.check_unchanged()?;
         let (fs, ts) = ((info.dtype.bits() / 8) as usize, (to.bits() / 8) as usize);
         if fs == 0 || ts == 0 {
             return crate::convert::convert(info.dtype, to, &[], dst);
         }
-        let per = CHUNK / fs * fs;
-        let mut buf = vec![0u8; per.min(info.byte_len() as usize)];
-        let mut done = 0usize;
-        for out in dst.chunks_mut(per / fs * ts) {
+        // Each thread converts its own range of elements, reading it in
+        // cache-sized chunks.
+        let n = info.byte_len() as usize / fs;
+        let threads = crate::parallel::threads_for(n);
+        if threads <= 1 {
+            return self.convert_range(info, to, 0, dst);
+        }
+        let per = n.div_ceil(threads);
+        let results: Vec<Result<()>> = std::thread::scope(|s| {
+            let handles: Vec<_> = dst
+                .chunks_mut(per * ts)
+                .enumerate()
+                .map(|(i, out)| s.spawn(move || self.convert_range(info, to, i * per * fs, out)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or(Err(Error::WorkerFailed {
+                        task: "a parallel conversion",
+                    }))
+                })
+                .collect()
+        });
+        results.into_iter().collect()
+    }
+
+    /// Converts the tensor's bytes from `offset` into `out` (whole elements
+    /// of `to`) on this thread, reading bounded chunks.
+    fn convert_range(
+        &self,
+        info: &TensorInfo,
+        to: Dtype,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<()> {
+        // Below the parallel threshold for every element size: each chunk
+        // is converted on this thread, while it is still in cache.
+        const CHUNK: usize = 512 << 10;
+        let (fs, ts) = ((info.dtype.bits() / 8) as usize, (to.bits() / 8) as usize);
+        let per = CHUNK / fs;
+        let total = out.len() / ts * fs;
+        let mut buf = io::zeroed(total.min(per * fs) as u64, &info.name)?;
+        let mut done = offset;
+        for out in out.chunks_mut(per * ts) {
             let n = out.len() / ts * fs;
-            self.read_tensor_into(info, done as u64, &mut buf[..n])?;
+            self.read_part(info, done as u64, &mut buf[..n])?;
             crate::convert::convert(info.dtype, to, &buf[..n], out)?;
             done += n;
         }
@@ -274,14 +345,9 @@ impl MappedFile {
     }
 
     /// Tells the kernel the whole file will be read front to back soon
-    /// (mmap back end; a no-op otherwise). Advice is a hint: failures are
-    /// ignored.
+    /// (readahead starts at once). Advice is a hint: failures are ignored.
     pub fn advise_sequential(&self) {
-        #[cfg(unix)]
-        if let Some(map) = &self.map {
-            let _ = map.advise(memmap2::Advice::Sequential);
-            let _ = map.advise(memmap2::Advice::WillNeed);
-        }
+        io::advise_sequential(&self.file);
     }
 }
 
@@ -322,5 +388,92 @@ impl TensorData {
     /// True when the bytes are a private mapping of the file (no copy made).
     pub fn is_mapped(&self) -> bool {
         matches!(self, TensorData::Mapped { .. })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::inspect::testfile::build;
+
+    const HEADER: &str = r#"{"big":{"dtype":"F32","shape":[65536],"data_offsets":[0,262144]},"s":{"dtype":"U8","shape":[4],"data_offsets":[262144,262148]}}"#;
+
+    fn data() -> Vec<u8> {
+        (0..262_148u32).map(|i| (i % 251) as u8).collect()
+    }
+
+    #[test]
+    fn every_read_notices_a_truncated_file() {
+        for backend in [Backend::Mmap, Backend::Pread] {
+            let f = build(HEADER, &data());
+            let file = MappedFile::open(
+                &f.0,
+                OpenOptions {
+                    backend,
+                    ..OpenOptions::default()
+                },
+            )
+            .unwrap();
+            let big = file.header().require("big").unwrap().clone();
+            let small = file.header().require("s").unwrap().clone();
+            assert_eq!(
+                file.tensor_data(&small).unwrap().as_slice(),
+                &data()[262_144..]
+            );
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&f.0)
+                .unwrap()
+                .set_len(100)
+                .unwrap();
+            let mut dst = vec![0u8; 262_144];
+            let mut half = vec![0u8; 131_072];
+            let errors = [
+                file.tensor_data(&big).map(|_| ()).unwrap_err(),
+                file.tensor_data(&small).map(|_| ()).unwrap_err(),
+                file.copy_tensor_into(&big, &mut dst).unwrap_err(),
+                file.read_tensor_into(&big, 4, &mut dst[..8]).unwrap_err(),
+                file.convert_tensor_into(&big, Dtype::F16, &mut half)
+                    .unwrap_err(),
+            ];
+            for e in errors {
+                assert_eq!(e.rule(), "file-changed", "{backend:?}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_read_racing_a_truncation_reports_the_change() {
+        let f = build(HEADER, &data());
+        let file = MappedFile::open(&f.0, OpenOptions::default()).unwrap();
+        let big = file.header().require("big").unwrap().clone();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f.0)
+            .unwrap()
+            .set_len(100)
+            .unwrap();
+        // Past the check, as if the truncation came just after it.
+        let mut dst = vec![0u8; 262_144];
+        assert_eq!(
+            file.copy_unchecked(&big, &mut dst).unwrap_err().rule(),
+            "file-changed"
+        );
+    }
+
+    #[test]
+    fn mappings_reserve_nothing_and_copies_are_exact() {
+        let f = build(HEADER, &data());
+        let file = MappedFile::open(&f.0, OpenOptions::default()).unwrap();
+        let big = file.header().require("big").unwrap().clone();
+        let mut mapped = file.tensor_data(&big).unwrap();
+        assert!(mapped.is_mapped());
+        assert_eq!(mapped.as_slice(), &data()[..262_144]);
+        mapped.as_mut_slice()[0] = 255;
+        assert_eq!(std::fs::read(&f.0).unwrap()[8 + HEADER.len()], 0);
+        let mut dst = vec![0u8; 262_144];
+        file.copy_tensor_into(&big, &mut dst).unwrap();
+        assert_eq!(dst, &data()[..262_144]);
     }
 }

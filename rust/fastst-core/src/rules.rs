@@ -93,6 +93,9 @@ pub enum Family {
     /// conversion that does not exist, a destination of the wrong size):
     /// Python's builtin `ValueError`, as the reference raises for misuse.
     Usage,
+    /// The file cannot be read safely: it is not a regular file (a FIFO,
+    /// socket or device), or another program changed it while it was open.
+    FileAccess,
     /// Memory for a result could not be had: Python's `MemoryError`.
     Memory,
     /// The operating system refused or failed (Python's `OSError` family).
@@ -117,7 +120,7 @@ pub enum Family {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 19] = [
+    pub const ALL: [Family; 20] = [
         Family::HeaderFraming,
         Family::HeaderJson,
         Family::Metadata,
@@ -129,6 +132,7 @@ impl Family {
         Family::UnsupportedDtype,
         Family::ShardIndex,
         Family::Usage,
+        Family::FileAccess,
         Family::Memory,
         Family::Io,
         Family::DistributedLoad,
@@ -156,6 +160,7 @@ impl Family {
             Family::UnsupportedDtype => "UnsupportedDtypeError",
             Family::ShardIndex => "ShardIndexError",
             Family::Usage => "ValueError",
+            Family::FileAccess => "FileAccessError",
             Family::Memory => "MemoryError",
             Family::Io => "OSError",
             Family::DistributedLoad => "DistributedLoadError",
@@ -301,6 +306,10 @@ catalogue! {
         "a destination buffer's size differs from the bytes to read or convert";
     ConversionNotAllowed = "conversion-not-allowed", Usage, High,
         "no dtype conversion exists between the tensor's dtype and the one asked for";
+    NotRegularFile = "not-regular-file", FileAccess, High,
+        "the path names a FIFO, socket or device, not a regular file (refused without blocking)";
+    FileChanged = "file-changed", FileAccess, High,
+        "another program changed the file (length, modification time or identity) after it was opened";
     OutOfMemory = "out-of-memory", Memory, High,
         "a result is too large to hold in memory";
     Io = "io", Io, High,

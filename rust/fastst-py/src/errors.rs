@@ -117,6 +117,29 @@ pub fn to_pyerr(file: &str, err: Error) -> PyErr {
     rule_error(err.rule(), file, err.tensor(), &err.to_string())
 }
 
+/// `path` for messages: as it is when it is valid UTF-8, else with each
+/// byte that is not shown as `\xNN` (as Python's `backslashreplace` does),
+/// so that no name is lost to a replacement character.
+pub fn display_path(path: &std::path::Path) -> String {
+    #[cfg(unix)]
+    {
+        use std::fmt::Write;
+        use std::os::unix::ffi::OsStrExt;
+        let mut out = String::new();
+        for chunk in path.as_os_str().as_bytes().utf8_chunks() {
+            out.push_str(chunk.valid());
+            for b in chunk.invalid() {
+                let _ = write!(out, "\\x{b:02x}");
+            }
+        }
+        out
+    }
+    #[cfg(not(unix))]
+    {
+        path.to_string_lossy().into_owned()
+    }
+}
+
 /// The error for any use of a closed file (the one place it is made).
 #[cold]
 pub fn closed(file: &str) -> PyErr {

@@ -27,7 +27,7 @@ fn finding_dict<'py>(py: Python<'py>, f: &Finding) -> PyResult<Bound<'py, PyDict
 }
 
 fn display(path: &std::path::Path) -> String {
-    path.to_string_lossy().into_owned()
+    crate::errors::display_path(path)
 }
 
 /// Runs `work` without the GIL, with a stderr progress line when asked.

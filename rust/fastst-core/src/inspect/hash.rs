@@ -1,5 +1,6 @@
-//! `hash`: the hashes the ecosystem identifies model files by, all computed
-//! from one mapping of the file, with the long streams on their own threads.
+//! `hash`: the hashes the ecosystem identifies model files by, computed
+//! with positioned reads (a file truncated underneath gives an error, never
+//! SIGBUS), with the long streams on their own threads.
 //!
 //! - `sha256`: SHA-256 of the whole file.
 //! - `autov1`: first 8 hex digits of the SHA-256 of the 0x10000 bytes at
@@ -23,8 +24,8 @@ use sha2::{Digest, Sha256};
 use super::canonical::canonical_header;
 use super::source::Source;
 use super::{hex, Finding, Progress};
-use crate::error::Result;
-use crate::header::{parse_file_bytes, prefix_value, DEFAULT_HEADER_CAP};
+use crate::error::{Error, Result};
+use crate::header::{prefix_value, Header, DEFAULT_HEADER_CAP};
 use crate::parallel::thread_count;
 
 /// Offset of the bytes AutoV1 hashes.
@@ -85,43 +86,54 @@ fn sha256_of(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
-/// Hashes `bytes` in blocks, reporting progress after each.
-fn stream(bytes: &[u8], progress: Progress, total: u64) -> String {
+/// Hashes the file's bytes `[start, end)` read in blocks, reporting
+/// progress after each.
+fn stream(src: &Source, start: u64, end: u64, progress: Progress) -> Result<String> {
     let mut h = Sha256::new();
-    let mut done = 0u64;
-    for block in bytes.chunks(BLOCK) {
-        h.update(block);
-        done += block.len() as u64;
+    let total = end.saturating_sub(start);
+    let mut buf = crate::io::zeroed(total.min(BLOCK as u64), "")?;
+    let mut pos = start;
+    while pos < end {
+        let n = (end - pos).min(buf.len() as u64) as usize;
+        let block = &mut buf[..n];
+        src.read_exact_at(block, pos)?;
+        h.update(&*block);
+        pos += n as u64;
         if let Some(report) = progress {
-            report(done, total);
+            report(pos - start, total);
         }
     }
-    hex(&h.finalize())
+    Ok(hex(&h.finalize()))
 }
 
-fn slice(bytes: &[u8], start: u64, end: u64) -> &[u8] {
-    usize::try_from(start)
-        .ok()
-        .zip(usize::try_from(end).ok())
-        .and_then(|(a, b)| bytes.get(a..b))
-        .unwrap_or(&[])
+/// The header as the strict reader sees it, or why it cannot be used. Only
+/// an operating-system failure (or the file changing) is an error.
+fn read_header(src: &Source, cap: u64) -> Result<std::result::Result<Header, Finding>> {
+    let parsed = src
+        .read_header(cap)
+        .and_then(|(n, json)| Header::parse(&json, src.len - 8 - n));
+    match parsed {
+        Ok(h) => Ok(Ok(h)),
+        Err(e @ (Error::Io { .. } | Error::FileChanged { .. } | Error::OutOfMemory { .. })) => {
+            Err(e)
+        }
+        Err(e) => Ok(Err(Finding::from_error(&e))),
+    }
 }
 
-/// Computes every hash of the file at `path` in one pass over its mapping.
+/// Computes every hash of the file at `path` with positioned reads.
 pub fn hash_path(path: &Path, options: &HashOptions, progress: Progress) -> Result<HashReport> {
     let src = Source::open(path)?;
     let len = src.len;
-    let map = src.map()?;
-    let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
-    let raw_n = prefix_value(bytes);
+    let raw_n = prefix_value(&src.read_range(0, 8)?);
     let data_start = raw_n.and_then(|n| n.checked_add(8)).filter(|&s| s <= len);
-    let header = parse_file_bytes(bytes, options.header_cap);
-    let (header, header_problem) = match header {
+    let (header, header_problem) = match read_header(&src, options.header_cap)? {
         Ok(h) => (Some(h), None),
-        Err(e) => (None, Some(Finding::from_error(&e))),
+        Err(finding) => (None, Some(finding)),
     };
     let autov1_end = AUTOV1_OFFSET.saturating_add(AUTOV1_LEN).min(len);
-    let autov1 = sha256_of(slice(bytes, AUTOV1_OFFSET.min(autov1_end), autov1_end));
+    let autov1_start = AUTOV1_OFFSET.min(autov1_end);
+    let autov1 = sha256_of(&src.read_range(autov1_start, autov1_end - autov1_start)?);
     let header_sha256 = header.as_ref().map(|h| sha256_of(&canonical_header(h)));
 
     // Per-tensor jobs, largest first so that workers finish together.
@@ -141,11 +153,12 @@ pub fn hash_path(path: &Path, options: &HashOptions, progress: Progress) -> Resu
     };
     let next = AtomicUsize::new(0);
     let tensor_hashes: Mutex<Vec<(usize, String)>> = Mutex::new(Vec::with_capacity(jobs.len()));
+    let failure: Mutex<Option<Error>> = Mutex::new(None);
     let workers = thread_count(options.threads).saturating_sub(2).max(1);
+    let src = &src;
 
     let (sha256, autov3) = std::thread::scope(|s| {
-        let data =
-            data_start.map(|start| s.spawn(move || stream(slice(bytes, start, len), None, 0)));
+        let data = data_start.map(|start| s.spawn(move || stream(src, start, len, None)));
         if !jobs.is_empty() {
             for _ in 0..workers.min(jobs.len()) {
                 s.spawn(|| {
@@ -153,7 +166,16 @@ pub fn hash_path(path: &Path, options: &HashOptions, progress: Progress) -> Resu
                     loop {
                         let k = next.fetch_add(1, Ordering::Relaxed);
                         let Some(&(i, a, b)) = jobs.get(k) else { break };
-                        local.push((i, sha256_of(slice(bytes, a, b))));
+                        match stream(src, a, b, None) {
+                            Ok(hash) => local.push((i, hash)),
+                            Err(e) => {
+                                failure
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .get_or_insert(e);
+                                break;
+                            }
+                        }
                     }
                     tensor_hashes
                         .lock()
@@ -162,12 +184,17 @@ pub fn hash_path(path: &Path, options: &HashOptions, progress: Progress) -> Resu
                 });
             }
         }
-        let whole = stream(bytes, progress, len);
+        let whole = stream(src, 0, len, progress);
         // A panic in a hashing thread cannot come from file data (hashing
         // accepts any bytes); if one did, the hash is reported as missing.
-        let autov3 = data.and_then(|h| h.join().ok());
+        let autov3 = data.and_then(|h| h.join().ok()).transpose();
         (whole, autov3)
     });
+    let sha256 = sha256?;
+    let autov3 = autov3?;
+    if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
 
     let tensors = match (&header, options.tensors) {
         (Some(h), true) => {
@@ -202,17 +229,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slices_clip_safely() {
-        let b = [1u8, 2, 3];
-        assert_eq!(slice(&b, 1, 3), &[2, 3]);
-        assert_eq!(slice(&b, 2, 9), &[] as &[u8]);
-        assert_eq!(slice(&b, u64::MAX, 1), &[] as &[u8]);
-    }
-
-    #[test]
     fn streamed_equals_one_shot() {
         let data: Vec<u8> = (0..(BLOCK + 1000)).map(|i| (i % 251) as u8).collect();
-        assert_eq!(stream(&data, None, 0), sha256_of(&data));
+        let f = super::super::testfile::raw(&data);
+        let src = Source::open(&f.0).unwrap();
+        let n = data.len() as u64;
+        assert_eq!(stream(&src, 0, n, None).unwrap(), sha256_of(&data));
+        assert_eq!(stream(&src, 5, n, None).unwrap(), sha256_of(&data[5..]));
         // SHA-256 of the empty string.
         assert_eq!(
             sha256_of(b""),
@@ -252,6 +275,21 @@ mod file_tests {
             assert_eq!(r.header_sha256.unwrap(), sha256_of(&canonical_header(&h)));
             assert_eq!(r.header_len, Some(header.len() as u64));
         }
+    }
+
+    #[test]
+    fn a_file_truncated_while_hashed_is_an_error_not_sigbus() {
+        let data = vec![7u8; 3 * BLOCK];
+        let f = raw(&data);
+        let src = Source::open(&f.0).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f.0)
+            .unwrap()
+            .set_len(BLOCK as u64)
+            .unwrap();
+        let e = stream(&src, 0, src.len, None).unwrap_err();
+        assert_eq!(e.rule(), "file-changed");
     }
 
     #[test]

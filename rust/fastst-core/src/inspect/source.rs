@@ -1,15 +1,14 @@
 //! Reading a file's bytes for forensics: bounded reads of the prefix and
-//! header, a read-only mapping for tensor data, and scans of byte ranges no
-//! tensor covers.
+//! header, and scans of byte ranges no tensor covers. Everything is read
+//! with positioned reads, never through a mapping, so a file truncated by
+//! another program gives an error (rule `file-changed`), never SIGBUS.
 
 use std::ops::Deref;
 use std::path::Path;
 
-use memmap2::Mmap;
-
 use super::magic::SNIFF_LEN;
-use crate::error::{Error, Result};
-use crate::io::{self, mmap, OpenFile};
+use crate::error::Result;
+use crate::io::{self, OpenFile};
 
 /// An open file and its length at open time (opened by [`io::open`], as
 /// every entry point opens files).
@@ -36,21 +35,6 @@ impl Source {
         io::open(path).map(Source)
     }
 
-    /// Maps the whole file read-only (`None` for an empty file).
-    pub fn map(&self) -> Result<Option<Mmap>> {
-        if self.len == 0 {
-            return Ok(None);
-        }
-        let map =
-            mmap::map_read_only(&self.file).map_err(|e| Error::io("cannot memory-map file", e))?;
-        #[cfg(unix)]
-        {
-            // Only a hint: failing to give it changes nothing but speed.
-            let _ = map.advise(memmap2::Advice::Sequential);
-        }
-        Ok(Some(map))
-    }
-
     /// Reads `[offset, offset + len)` (clipped to the file) in blocks,
     /// keeping its first bytes and counting non-zero bytes.
     pub fn scan_region(&self, offset: u64, len: u64) -> Result<RegionScan> {
@@ -58,7 +42,7 @@ impl Source {
         let mut pos = offset.min(end);
         let mut head = Vec::new();
         let mut nonzero = 0u64;
-        let mut buf = vec![0u8; 1 << 20];
+        let mut buf = io::zeroed((end - pos).min(1 << 20), "")?;
         while pos < end {
             let n = usize::try_from((end - pos).min(buf.len() as u64)).unwrap_or(buf.len());
             let block = &mut buf[..n];

@@ -1,4 +1,8 @@
-//! Memory mappings of files: the only code of the crate allowed `unsafe`.
+//! Memory mappings of files (with [`sys`](super::sys), the only code of the
+//! crate allowed `unsafe`). fastst maps a file only to hand out tensors
+//! under the default back end (zero-copy views, and copies of tensors under
+//! 64 KiB); its own reads (owned copies, conversions, hashing, value scans)
+//! use positioned reads.
 //!
 //! Every mapping here is private (copy-on-write): fastst never writes to a
 //! file through a mapping, and writes to a private writable mapping land in
@@ -6,7 +10,8 @@
 //! process changing the file while it is mapped: bytes read through the
 //! mapping may then change under the reader, and truncation makes touching
 //! the lost pages raise SIGBUS. Every function documents this in its
-//! `SAFETY` comment; callers accept it as every mmap-based reader must.
+//! `SAFETY` comment; callers accept it as every mmap-based reader must, and
+//! `MappedFile` checks the file is unchanged before each new mapping.
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -19,13 +24,16 @@ pub(crate) fn map_read_only(file: &File) -> io::Result<Mmap> {
     // SAFETY: a private read-only mapping; nothing in fastst writes through
     // it, so Rust's aliasing rules hold for our own accesses. The hazard left
     // is another process modifying or truncating the file while it is mapped
-    // (the bytes change under us, or touching them raises SIGBUS): no mmap
-    // reader can defend against that, and `safe_open` documents it.
+    // (the bytes change under us, or touching them raises SIGBUS): the
+    // reader checks the file is unchanged just before each copy out of it,
+    // which leaves only a truncation racing that check, as README says.
     unsafe { MmapOptions::new().map_copy_read_only(file) }
 }
 
 /// Maps `len` bytes of `file` from `offset` as private, writable,
-/// copy-on-write memory: writes never reach the file.
+/// copy-on-write memory: writes never reach the file. The mapping reserves
+/// no swap (`MAP_NORESERVE`): only pages actually written take memory, so a
+/// tensor larger than RAM plus swap maps under heuristic overcommit.
 pub(crate) fn map_private(file: &File, offset: u64, len: usize) -> io::Result<MmapMut> {
     // SAFETY: MAP_PRIVATE and writable: our writes go to anonymous
     // copy-on-write pages, never to the file, and the mapping is owned by the
@@ -35,5 +43,11 @@ pub(crate) fn map_private(file: &File, offset: u64, len: usize) -> io::Result<Mm
     // written shows through (pages not yet copied are the file's), and
     // truncating it makes touching the lost pages raise SIGBUS: the hazard
     // every mmap reader shares.
-    unsafe { MmapOptions::new().offset(offset).len(len).map_copy(file) }
+    unsafe {
+        MmapOptions::new()
+            .offset(offset)
+            .len(len)
+            .no_reserve_swap()
+            .map_copy(file)
+    }
 }

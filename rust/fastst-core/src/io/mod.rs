@@ -3,12 +3,77 @@
 //! header, and (in [`mmap`], the only module allowed `unsafe`) mappings.
 
 pub(crate) mod mmap;
+mod sys;
 
-use std::fs::File;
+pub(crate) use sys::advise_sequential;
+#[cfg(target_os = "linux")]
+pub(crate) use sys::link_unnamed;
+
+use std::fs::{File, Metadata};
 use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::header::check_prefix;
+
+/// What identifies the state of an open file: its identity (device and
+/// inode), length and modification time, from `fstat` on the descriptor.
+/// Two stamps differ when another program wrote to, truncated or extended
+/// the file in place (not when it replaced the file by a rename: the open
+/// descriptor keeps the old file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    len: u64,
+    modified: (i64, i64),
+    dev: u64,
+    ino: u64,
+}
+
+impl Stamp {
+    #[cfg(unix)]
+    fn of(file: &File) -> std::io::Result<Stamp> {
+        let (len, sec, nsec, dev, ino) = sys::fstat_stamp(file)?;
+        Ok(Stamp {
+            len,
+            modified: (sec, nsec),
+            dev,
+            ino,
+        })
+    }
+
+    #[cfg(not(unix))]
+    fn of(file: &File) -> std::io::Result<Stamp> {
+        let meta = file.metadata()?;
+        let modified = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or((0, 0), |d| {
+                (d.as_secs() as i64, i64::from(d.subsec_nanos()))
+            });
+        Ok(Stamp {
+            len: meta.len(),
+            modified,
+            dev: 0,
+            ino: 0,
+        })
+    }
+
+    /// What changed between `self` (at open) and `now`, in words.
+    fn change(&self, now: &Stamp) -> Option<String> {
+        if (self.dev, self.ino) != (now.dev, now.ino) {
+            Some("the open file is no longer the same file".to_owned())
+        } else if self.len != now.len {
+            Some(format!(
+                "its length changed from {} to {} bytes",
+                self.len, now.len
+            ))
+        } else if self.modified != now.modified {
+            Some("it was modified (its modification time changed)".to_owned())
+        } else {
+            None
+        }
+    }
+}
 
 /// An open file and its length when it was opened.
 #[derive(Debug)]
@@ -17,23 +82,94 @@ pub(crate) struct OpenFile {
     pub file: File,
     /// Its length in bytes at open time.
     pub len: u64,
+    /// Its state at open time.
+    pub stamp: Stamp,
 }
 
-/// Opens `path` for reading. Folders are refused with the operating
-/// system's "is a directory" error (`IsADirectoryError` in Python), the same
-/// for the reader, `verify`, `hash`, `inspect` and `meta`.
+/// Opens `path` for reading: the one opener of every entry point (the
+/// reader, `verify`, `hash`, `inspect`, `meta`).
+///
+/// Only regular files are read. The file is opened without blocking (so a
+/// FIFO cannot hang the process), its type is checked on the open
+/// descriptor, and only then is blocking mode restored. FIFOs, sockets and
+/// character or block devices are refused with rule `not-regular-file`;
+/// folders with the operating system's "is a directory" error
+/// (`IsADirectoryError` in Python).
 pub(crate) fn open(path: &Path) -> Result<OpenFile> {
-    let file = File::open(path).map_err(|e| Error::io("cannot open file", e))?;
+    let file = open_nonblocking(path).map_err(|e| refused_open(path, e))?;
     let meta = file
         .metadata()
         .map_err(|e| Error::io("cannot stat file", e))?;
     if meta.is_dir() {
         return Err(Error::io("cannot open file", is_a_directory()));
     }
+    if !meta.is_file() {
+        return Err(Error::NotRegularFile {
+            kind: file_kind(&meta),
+        });
+    }
+    #[cfg(unix)]
+    sys::clear_nonblock(&file).map_err(|e| Error::io("cannot restore blocking mode", e))?;
+    let stamp = Stamp::of(&file).map_err(|e| Error::io("cannot stat file", e))?;
     Ok(OpenFile {
         file,
-        len: meta.len(),
+        len: stamp.len,
+        stamp,
     })
+}
+
+#[cfg(unix)]
+fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+    File::open(path)
+}
+
+/// The error for a failed open: sockets cannot be opened at all (ENXIO), so
+/// the path's type is looked at to name them as what they are.
+#[cold]
+fn refused_open(path: &Path, err: std::io::Error) -> Error {
+    if let Ok(meta) = std::fs::metadata(path) {
+        if !meta.is_file() && !meta.is_dir() {
+            return Error::NotRegularFile {
+                kind: file_kind(&meta),
+            };
+        }
+    }
+    Error::io("cannot open file", err)
+}
+
+/// What kind of file `meta` describes, in words.
+fn file_kind(meta: &Metadata) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        if t.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+    }
+    if meta.is_dir() {
+        "a folder"
+    } else {
+        "not a regular file"
+    }
 }
 
 #[cold]
@@ -46,11 +182,29 @@ fn is_a_directory() -> std::io::Error {
     }
 }
 
+/// Checks, with `fstat` on the open descriptor, that `file` is still as
+/// `stamp` describes it; rule `file-changed` otherwise. Costs one system
+/// call.
+pub(crate) fn check_unchanged(file: &File, stamp: &Stamp) -> Result<()> {
+    let now = Stamp::of(file).map_err(|e| Error::io("cannot stat file", e))?;
+    match stamp.change(&now) {
+        None => Ok(()),
+        Some(what) => Err(Error::FileChanged { what }),
+    }
+}
+
 impl OpenFile {
     /// Fills `buf` from absolute offset `offset` (a positioned read: the
     /// file has no cursor to share between threads).
+    /// A read that fails because another program shrank or rewrote the
+    /// file reports rule `file-changed`.
     pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        read_exact_at(&self.file, buf, offset)
+        read_exact_at(&self.file, buf, offset).map_err(|e| {
+            match check_unchanged(&self.file, &self.stamp) {
+                Err(changed @ Error::FileChanged { .. }) => changed,
+                _ => e,
+            }
+        })
     }
 
     /// The bytes in `[offset, offset + len)`, clipped to the file; `len` is
@@ -58,8 +212,7 @@ impl OpenFile {
     pub fn read_range(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
         let end = offset.saturating_add(len).min(self.len);
         let n = end.saturating_sub(offset);
-        let n = usize::try_from(n).map_err(|_| Error::OutOfMemory { bytes: n })?;
-        let mut buf = vec![0u8; n];
+        let mut buf = zeroed(n, "")?;
         if n > 0 {
             self.read_exact_at(&mut buf, offset)?;
         }
@@ -77,10 +230,21 @@ impl OpenFile {
         let n = check_prefix(&prefix, self.len, cap)?;
         let n_usize = usize::try_from(n).map_err(|_| Error::HeaderTooLarge { len: n, cap })?;
         // `n` is bounded by both the cap and the file's real length.
-        let mut json = vec![0u8; n_usize];
+        let mut json = zeroed(n_usize as u64, "")?;
         self.read_exact_at(&mut json, 8)?;
         Ok((n, json))
     }
+}
+
+/// A zero-filled buffer of `n` bytes, or rule `out-of-memory` (naming
+/// `tensor`, if any) when the memory cannot be had: never an abort.
+pub(crate) fn zeroed(n: u64, tensor: &str) -> Result<Vec<u8>> {
+    let oom = || Error::OutOfMemory {
+        bytes: n,
+        tensor: tensor.to_owned(),
+    };
+    let n = usize::try_from(n).map_err(|_| oom())?;
+    sys::try_zeroed(n).ok_or_else(oom)
 }
 
 /// Fills `buf` from absolute offset `offset` of `file`.
@@ -143,5 +307,70 @@ mod tests {
         let f = open(&path).unwrap();
         assert_eq!(f.read_header(100).unwrap_err().rule(), "file-too-short");
         let _ = std::fs::remove_file(&path);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn fifos_sockets_and_devices_are_refused_without_blocking() {
+        let dir = std::env::temp_dir().join(format!("fastst-io-nonreg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("pipe.safetensors");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.unwrap().success());
+        let sock = dir.join("sock.safetensors");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        for (path, kind) in [
+            (fifo.as_path(), "FIFO"),
+            (sock.as_path(), "socket"),
+            (Path::new("/dev/null"), "character device"),
+        ] {
+            // Opening a FIFO with no writer would block forever without
+            // O_NONBLOCK: this returns at once.
+            let err = open(path).unwrap_err();
+            assert_eq!(err.rule(), "not-regular-file", "{path:?}");
+            assert!(err.to_string().contains(kind), "{err}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn changes_after_open_are_noticed() {
+        let path = std::env::temp_dir().join(format!("fastst-io-chg-{}.bin", std::process::id()));
+        std::fs::write(&path, [2u8, 0, 0, 0, 0, 0, 0, 0, b'{', b'}']).unwrap();
+        let f = open(&path).unwrap();
+        check_unchanged(&f.file, &f.stamp).unwrap();
+        // Replaced by a rename: the open descriptor keeps the old file.
+        let other = path.with_extension("new");
+        std::fs::write(&other, [0u8; 3]).unwrap();
+        std::fs::rename(&other, &path).unwrap();
+        check_unchanged(&f.file, &f.stamp).unwrap();
+        let g = open(&path).unwrap();
+        // Truncated in place.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(1)
+            .unwrap();
+        let err = check_unchanged(&g.file, &g.stamp).unwrap_err();
+        assert_eq!(err.rule(), "file-changed");
+        assert!(err.to_string().contains("from 3 to 1 bytes"), "{err}");
+        // A read past the new end says so too.
+        let mut buf = [0u8; 2];
+        assert_eq!(
+            g.read_exact_at(&mut buf, 0).unwrap_err().rule(),
+            "file-changed"
+        );
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn impossible_allocations_are_errors() {
+        let err = zeroed(u64::MAX, "big").unwrap_err();
+        assert_eq!(err.rule(), "out-of-memory");
+        assert_eq!(err.tensor(), Some("big"));
+        let err = zeroed(1 << 62, "").unwrap_err();
+        assert_eq!(err.rule(), "out-of-memory");
+        assert_eq!(zeroed(3, "").unwrap(), vec![0u8; 3]);
     }
 }

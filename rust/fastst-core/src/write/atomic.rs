@@ -1,7 +1,20 @@
 //! The atomic commit: a new file is written to a temporary file next to its
 //! target and renamed over it, with the durability policy, in one place.
+//!
+//! Where the system offers it (Linux `O_TMPFILE`), the temporary file has no
+//! name while it is written: a process killed mid-save leaves nothing
+//! behind. It is given a short random name only once complete, then renamed
+//! over the target (`linkat` cannot replace an existing name atomically).
+//! Elsewhere, or on filesystems without `O_TMPFILE`, the temporary file is
+//! created under a short random name (`.<16 hex digits>.fastst-tmp`, so
+//! every target name the filesystem accepts can be saved), exclusively
+//! (`O_EXCL`, never through a symbolic link), and removed on failure; only
+//! a crash can leave it behind.
+//!
+//! The target's last path component is never followed: saving to a path
+//! that is a symbolic link replaces the link with the new file (rename
+//! semantics, as `mv` does), and never writes to what the link points to.
 
-use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};
@@ -14,79 +27,91 @@ use crate::error::{Error, Result};
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Suffix of the names of temporary files (`.<16 hex>.fastst-tmp`).
+pub const TEMP_SUFFIX: &str = ".fastst-tmp";
+
+/// A short name for a temporary file, unlikely to be taken (the caller
+/// creates it exclusively and retries when it is).
+fn temp_name() -> String {
+    let count = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    // A 64-bit mix of the process id, a counter and the clock (splitmix64's
+    // finaliser): names differ between processes, threads and calls.
+    let mut x =
+        nanos ^ (u64::from(std::process::id()) << 32) ^ count.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    format!(".{x:016x}{TEMP_SUFFIX}")
+}
+
 /// A new file being written next to its target. [`AtomicFile::commit`]
 /// renames it over the target; dropping it uncommitted removes it, so the
 /// target is never seen half-written and no temporary file is left behind.
 ///
 /// The temporary file is created with the default mode (0o666 less the
-/// umask), or with the permissions of the file it replaces. When the target
-/// is a symbolic link, the file it points to is replaced.
+/// umask), or with the permissions of the regular file it replaces. When the
+/// target is a symbolic link, the link itself is replaced; the file it
+/// points to is left alone.
 #[derive(Debug)]
 pub struct AtomicFile {
     target: PathBuf,
+    dir: PathBuf,
+    /// The temporary file's name while it has one (empty while unnamed).
     temp: PathBuf,
     file: Option<File>,
     replaces: bool,
 }
 
+fn temp_error(e: io::Error) -> Error {
+    Error::io("creating a temporary file in the target's folder", e)
+}
+
 impl AtomicFile {
-    /// Creates the temporary file in the target's folder.
+    /// Creates the temporary file in the target's folder: unnamed where the
+    /// system allows it, else under a short random name, exclusively.
     pub fn create(target: &Path) -> Result<AtomicFile> {
-        let target = resolve_target(target);
+        let target = target.to_path_buf();
+        if target.file_name().is_none() {
+            return Err(Error::io(
+                "choosing a temporary file",
+                io::Error::new(io::ErrorKind::InvalidInput, "the path names no file"),
+            ));
+        }
         let dir = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let base: OsString = target
-            .file_name()
-            .map(|n| n.to_os_string())
-            .ok_or_else(|| {
-                Error::io(
-                    "choosing a temporary file",
-                    io::Error::new(io::ErrorKind::InvalidInput, "the path names no file"),
-                )
-            })?;
-        let existing = fs::metadata(&target).ok().filter(|m| m.is_file());
-        let pid = std::process::id();
-        let mut last_err = None;
-        for _ in 0..64 {
-            let count = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.subsec_nanos())
-                .unwrap_or(0);
-            let mut name = OsString::from(".");
-            name.push(&base);
-            name.push(format!(".{pid}-{count}-{nanos:08x}.fastst-tmp"));
-            let temp = dir.join(name);
-            match File::options().write(true).create_new(true).open(&temp) {
-                Ok(file) => {
-                    let atomic = AtomicFile {
-                        target,
-                        temp,
-                        file: Some(file),
-                        replaces: existing.is_some(),
-                    };
-                    if let Some(meta) = existing {
-                        fs::set_permissions(&atomic.temp, meta.permissions()).map_err(|e| {
-                            Error::io("copying the permissions of the file being replaced", e)
-                        })?;
-                    }
-                    return Ok(atomic);
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_err = Some(e),
-                Err(e) => {
-                    return Err(Error::io(
-                        "creating a temporary file in the target's folder",
-                        e,
-                    ))
-                }
+        // The last component is not followed: a symbolic link is what gets
+        // replaced, and only a regular file lends its permissions.
+        let existing = fs::symlink_metadata(&target).ok();
+        let keep_mode = existing
+            .as_ref()
+            .filter(|m| m.file_type().is_file())
+            .map(|m| m.permissions());
+        let (file, temp) = match open_unnamed(&dir)? {
+            Some(file) => (file, PathBuf::new()),
+            None => open_named(&dir)?,
+        };
+        let atomic = AtomicFile {
+            target,
+            dir,
+            temp,
+            file: Some(file),
+            replaces: existing.is_some(),
+        };
+        if let Some(perm) = keep_mode {
+            if let Some(f) = &atomic.file {
+                // fchmod on the open descriptor: no path is followed.
+                f.set_permissions(perm).map_err(|e| {
+                    Error::io("copying the permissions of the file being replaced", e)
+                })?;
             }
         }
-        Err(Error::io(
-            "creating a temporary file in the target's folder",
-            last_err.unwrap_or_else(|| io::Error::from(io::ErrorKind::AlreadyExists)),
-        ))
+        Ok(atomic)
     }
 
     /// The file being written.
@@ -99,7 +124,8 @@ impl AtomicFile {
         })
     }
 
-    /// True when a file already exists at the target (it will be replaced).
+    /// True when something already exists at the target (it will be
+    /// replaced).
     pub fn replaces_existing(&self) -> bool {
         self.replaces
     }
@@ -112,9 +138,14 @@ impl AtomicFile {
         self.replaces
     }
 
-    /// Path of the temporary file.
-    pub fn temp_path(&self) -> &Path {
-        &self.temp
+    /// Path of the temporary file, or `None` while it has no name (an
+    /// unnamed `O_TMPFILE` file: nothing to clean up after a crash).
+    pub fn temp_path(&self) -> Option<&Path> {
+        if self.temp.as_os_str().is_empty() {
+            None
+        } else {
+            Some(&self.temp)
+        }
     }
 
     /// Path the file will have once committed.
@@ -138,23 +169,21 @@ impl AtomicFile {
             file.sync_all()
                 .map_err(|e| Error::io("flushing the new file to disk", e))?;
         }
+        if self.temp.as_os_str().is_empty() {
+            // Unnamed: give it a short random name, then rename that over the
+            // target (a link cannot replace an existing name atomically).
+            self.temp = link_named(&file, &self.dir)?;
+        }
         drop(file);
         fs::rename(&self.temp, &self.target)
             .map_err(|e| Error::io("renaming the temporary file over the target", e))?;
         // The temporary path no longer exists: nothing to clean up.
         self.temp = PathBuf::new();
         if durable {
-            if let Some(dir) = self.target.parent() {
-                let dir = if dir.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    dir
-                };
-                // Folders cannot be opened for syncing everywhere; the file
-                // itself is already safe, so a failure here is not an error.
-                if let Ok(d) = File::open(dir) {
-                    let _ = d.sync_all();
-                }
+            // Folders cannot be opened for syncing everywhere; the file
+            // itself is already safe, so a failure here is not an error.
+            if let Ok(d) = File::open(&self.dir) {
+                let _ = d.sync_all();
             }
         }
         Ok(())
@@ -170,13 +199,91 @@ impl Drop for AtomicFile {
     }
 }
 
-fn resolve_target(target: &Path) -> PathBuf {
-    match fs::symlink_metadata(target) {
-        Ok(m) if m.file_type().is_symlink() => {
-            fs::canonicalize(target).unwrap_or_else(|_| target.to_path_buf())
-        }
-        _ => target.to_path_buf(),
+/// An unnamed file in `dir` (`O_TMPFILE`), or `None` where the system or
+/// the filesystem does not offer one.
+#[cfg(target_os = "linux")]
+fn open_unnamed(dir: &Path) -> Result<Option<File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Naming the file later links `/proc/self/fd/N`: without /proc, use a
+    // named temporary file from the start.
+    if !Path::new("/proc/self/fd").is_dir() {
+        return Ok(None);
     }
+    match File::options()
+        .write(true)
+        .mode(0o666)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .open(dir)
+    {
+        Ok(f) => Ok(Some(f)),
+        // Kernels or filesystems without O_TMPFILE answer one of these.
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL | libc::ENOSYS)
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(temp_error(e)),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_unnamed(_dir: &Path) -> Result<Option<File>> {
+    Ok(None)
+}
+
+/// Creates a new file under a short random name in `dir`, exclusively and
+/// without following a symbolic link: `(file, its path)`.
+fn open_named(dir: &Path) -> Result<(File, PathBuf)> {
+    let mut last_err = None;
+    for _ in 0..64 {
+        let temp = dir.join(temp_name());
+        let mut options = File::options();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options
+                .mode(0o666)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        }
+        match options.open(&temp) {
+            Ok(file) => return Ok((file, temp)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_err = Some(e),
+            Err(e) => return Err(temp_error(e)),
+        }
+    }
+    Err(temp_error(last_err.unwrap_or_else(|| {
+        io::Error::from(io::ErrorKind::AlreadyExists)
+    })))
+}
+
+/// Gives the unnamed `file` a short random name in `dir` and returns it.
+#[cfg(target_os = "linux")]
+fn link_named(file: &File, dir: &Path) -> Result<PathBuf> {
+    let mut last_err = None;
+    for _ in 0..64 {
+        let temp = dir.join(temp_name());
+        match crate::io::link_unnamed(file, &temp) {
+            Ok(()) => return Ok(temp),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_err = Some(e),
+            Err(e) => return Err(Error::io("giving the new file a name", e)),
+        }
+    }
+    Err(Error::io(
+        "giving the new file a name",
+        last_err.unwrap_or_else(|| io::Error::from(io::ErrorKind::AlreadyExists)),
+    ))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn link_named(_file: &File, _dir: &Path) -> Result<PathBuf> {
+    Err(Error::io(
+        "giving the new file a name",
+        io::Error::from(io::ErrorKind::Unsupported),
+    ))
 }
 
 /// Why [`write_atomic`] failed: the core's own error, or the error the
@@ -305,7 +412,7 @@ mod tests {
         assert_eq!(fs::read(&path).expect("read"), b"old contents");
         assert_eq!(entries(&dir), vec!["model.safetensors"]);
 
-        // Dropping an uncommitted file removes it.
+        // Dropping an uncommitted file removes it (named or not).
         let mut a = AtomicFile::create(&path).expect("create");
         assert!(a.replaces_existing());
         assert!(!AtomicFile::create(&dir.join("new.safetensors"))
@@ -315,10 +422,15 @@ mod tests {
             .expect("file")
             .write_all(b"partial")
             .expect("write");
-        let temp = a.temp_path().to_path_buf();
-        assert!(temp.exists());
+        if cfg!(target_os = "linux") {
+            // Unnamed while being written: nothing in the folder yet.
+            assert!(a.temp_path().is_none());
+            assert_eq!(entries(&dir), vec!["model.safetensors"]);
+        }
+        let temp = a.temp_path().map(Path::to_path_buf);
         drop(a);
-        assert!(!temp.exists());
+        assert!(temp.is_none_or(|t| !t.exists()));
+        assert_eq!(entries(&dir), vec!["model.safetensors"]);
 
         write_file(&p, &[&[1, 2, 3, 4]], &path, true).expect("write");
         let bytes = fs::read(&path).expect("read");
@@ -357,19 +469,50 @@ mod tests {
 
     #[cfg(unix)]
     #[test]
-    fn symlinked_target_is_replaced_through_the_link() {
+    fn a_symlinked_target_is_replaced_never_followed() {
         let dir = temp_dir("link");
-        let real = dir.join("real.safetensors");
-        fs::write(&real, b"old").expect("write");
+        let victim = dir.join("victim");
+        fs::write(&victim, b"precious").expect("write");
         let link = dir.join("link.safetensors");
-        std::os::unix::fs::symlink(&real, &link).expect("symlink");
+        std::os::unix::fs::symlink(&victim, &link).expect("symlink");
         let p = plan(vec![], None).expect("plan");
         write_file(&p, &[], &link, false).expect("write");
+        // The link became the new file; what it pointed to is untouched.
         assert!(fs::symlink_metadata(&link)
             .expect("meta")
             .file_type()
-            .is_symlink());
-        assert_eq!(fs::read(&real).expect("read"), p.header());
+            .is_file());
+        assert_eq!(fs::read(&link).expect("read"), p.header());
+        assert_eq!(fs::read(&victim).expect("read"), b"precious");
+        // A dangling link is replaced too, and nothing is created where it
+        // pointed.
+        let dangling = dir.join("dangling.safetensors");
+        std::os::unix::fs::symlink(dir.join("nowhere"), &dangling).expect("symlink");
+        write_file(&p, &[], &dangling, false).expect("write");
+        assert!(!dir.join("nowhere").exists());
+        assert_eq!(fs::read(&dangling).expect("read"), p.header());
+        fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn temporary_names_are_short_and_exclusive() {
+        let name = temp_name();
+        assert_eq!(name.len(), 1 + 16 + TEMP_SUFFIX.len());
+        assert_ne!(name, temp_name());
+        // A name of 255 bytes, the usual limit, can be saved.
+        let dir = temp_dir("long");
+        let long = dir.join("x".repeat(255 - 12) + ".safetensors");
+        let p = plan(vec![], None).expect("plan");
+        write_file(&p, &[], &long, false).expect("write");
+        write_file(&p, &[], &long, true).expect("replace");
+        assert_eq!(fs::read(&long).expect("read"), p.header());
+        // The named fallback refuses a planted name (O_EXCL, no following).
+        let (f, path) = open_named(&dir).expect("named");
+        drop(f);
+        assert!(path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().ends_with(TEMP_SUFFIX)));
+        fs::remove_file(&path).expect("rm");
         fs::remove_dir_all(&dir).expect("cleanup");
     }
 

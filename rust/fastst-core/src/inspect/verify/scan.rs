@@ -1,5 +1,6 @@
 //! `verify --values`: NaN/Inf counts of floating-point tensors and bytes
-//! other than 0 and 1 in BOOL tensors, across threads.
+//! other than 0 and 1 in BOOL tensors, across threads, read with positioned
+//! reads (a file truncated underneath gives an error, never SIGBUS).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -8,8 +9,11 @@ use super::super::source::Source;
 use super::super::values::{count_values, ValueCounts};
 use super::super::{Finding, Progress, RuleId};
 use crate::dtype::Dtype;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::parallel::thread_count;
+
+/// Bytes read and counted at a time (a multiple of every element size).
+const BLOCK: usize = 8 << 20;
 
 /// One tensor whose values can be scanned.
 pub(super) struct ScanItem {
@@ -30,33 +34,46 @@ pub(super) fn scan_values(
     if items.is_empty() {
         return Ok(Vec::new());
     }
-    let Some(map) = src.map()? else {
-        return Ok(Vec::new());
-    };
-    let bytes: &[u8] = &map;
     let total: u64 = items.iter().map(|i| i.len).sum();
+    let max_len = items.iter().map(|i| i.len).max().unwrap_or(0);
+    let max_len = usize::try_from(max_len).unwrap_or(BLOCK);
     // Largest first, so that threads finish together.
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_unstable_by(|&a, &b| items[b].len.cmp(&items[a].len));
     let next = AtomicUsize::new(0);
     let done = AtomicU64::new(0);
     let results: Mutex<Vec<(usize, Finding)>> = Mutex::new(Vec::new());
+    let failure: Mutex<Option<Error>> = Mutex::new(None);
+    let fail = |e: Error| {
+        failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(e);
+    };
     let workers = thread_count(threads).min(items.len()).max(1);
     std::thread::scope(|s| {
         for _ in 0..workers {
             s.spawn(|| {
                 let mut local = Vec::new();
-                loop {
+                let mut buf = match crate::io::zeroed(BLOCK.min(max_len) as u64, "") {
+                    Ok(b) => b,
+                    Err(e) => return fail(e),
+                };
+                'items: loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&i) = order.get(k) else { break };
                     let item = &items[i];
-                    let range = usize::try_from(item.abs_begin)
-                        .ok()
-                        .zip(usize::try_from(item.abs_begin.saturating_add(item.len)).ok())
-                        .and_then(|(a, b)| bytes.get(a..b));
-                    let Some(data) = range else { continue };
+                    let end = item.abs_begin.saturating_add(item.len).min(src.len);
+                    let mut pos = item.abs_begin.min(end);
                     let mut counts = ValueCounts::default();
-                    for piece in data.chunks(8 << 20) {
+                    while pos < end {
+                        let n = (end - pos).min(buf.len() as u64) as usize;
+                        let piece = &mut buf[..n];
+                        if let Err(e) = src.read_exact_at(piece, pos) {
+                            fail(e);
+                            break 'items;
+                        }
+                        pos += n as u64;
                         let c = count_values(item.dtype, piece);
                         counts.nan += c.nan;
                         counts.inf += c.inf;
@@ -105,7 +122,41 @@ pub(super) fn scan_values(
             });
         }
     });
+    if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
     let mut found = results.into_inner().unwrap_or_else(|p| p.into_inner());
     found.sort_by_key(|(i, _)| (items[*i].abs_begin, *i));
     Ok(found.into_iter().map(|(_, f)| f).collect())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::inspect::testfile::raw;
+
+    #[test]
+    fn a_file_truncated_while_scanned_is_an_error_not_sigbus() {
+        let mut data = vec![0u8; 2 * BLOCK];
+        data[..4].copy_from_slice(&f32::NAN.to_le_bytes());
+        let f = raw(&data);
+        let src = Source::open(&f.0).unwrap();
+        let items = [ScanItem {
+            name: "x".to_owned(),
+            dtype: Dtype::F32,
+            abs_begin: 0,
+            len: data.len() as u64,
+        }];
+        let found = scan_values(&src, &items, 2, None).unwrap();
+        assert_eq!(found.len(), 1);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f.0)
+            .unwrap()
+            .set_len(BLOCK as u64 / 2)
+            .unwrap();
+        let e = scan_values(&src, &items, 2, None).unwrap_err();
+        assert_eq!(e.rule(), "file-changed");
+    }
 }

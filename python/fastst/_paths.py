@@ -1,0 +1,32 @@
+"""Paths as fastst takes them: ``str`` (surrogate-escaped where the name is
+not valid UTF-8, as Python decodes POSIX file names), ``bytes`` and
+``os.PathLike`` alike, and their readable form for messages."""
+
+from __future__ import annotations
+
+import os
+from typing import Union
+
+PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+
+
+def os_path(path: PathLike) -> str:
+    """``path`` as the ``str`` the operating system functions take: bytes
+    are decoded as Python decodes file names (invalid UTF-8 bytes become
+    surrogate escapes), so every name the filesystem holds round-trips."""
+    return os.fsdecode(os.fspath(path))
+
+
+def readable(path: str) -> str:
+    """``path`` for messages: the name itself when it is valid text, else
+    with each byte that is not UTF-8 shown as ``\\xNN`` (``model\\xff.st``)."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        pass
+    try:
+        raw = os.fsencode(path)
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "backslashreplace").decode("ascii")
+    return raw.decode("utf-8", "backslashreplace")

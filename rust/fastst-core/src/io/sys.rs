@@ -1,0 +1,126 @@
+//! The few things the standard library does not offer safely: a zeroed
+//! allocation that reports failure instead of aborting, clearing
+//! `O_NONBLOCK` on an open file and giving an unnamed (`O_TMPFILE`) file a
+//! name. With [`mmap`](super::mmap), the only code of the crate allowed
+//! `unsafe`; each block is a plain system call on a descriptor we own.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+
+/// `n` zero bytes, or `None` when the allocator cannot provide them (the
+/// caller reports rule `out-of-memory`). Like `vec![0u8; n]` (calloc: large
+/// sizes get untouched zero pages, no fill pass), but fallible.
+pub(crate) fn try_zeroed(n: usize) -> Option<Vec<u8>> {
+    if n == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(n).ok()?;
+    // SAFETY: `layout` has a non-zero size (n > 0), as `alloc_zeroed`
+    // requires.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: `ptr` was allocated by the global allocator with the layout of
+    // `[u8; n]`, which is what a `Vec<u8>` of capacity `n` uses; all `n`
+    // bytes are initialised (zeroed), and the Vec takes sole ownership.
+    Some(unsafe { Vec::from_raw_parts(ptr, n, n) })
+}
+
+/// Tells the kernel that `file` will be read front to back soon: larger
+/// readahead, started now for the whole file. Only a hint: failures change
+/// nothing but speed and are ignored.
+pub(crate) fn advise_sequential(file: &File) {
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+    {
+        use std::os::unix::io::AsRawFd;
+        let fd = file.as_raw_fd();
+        // SAFETY: posix_fadvise on a descriptor owned by `file`, alive for
+        // the call; it takes integers only and touches no memory of ours.
+        unsafe {
+            libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_SEQUENTIAL);
+            libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_WILLNEED);
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+    let _ = file;
+}
+
+/// `(length, modification time in seconds and nanoseconds, device, inode)`
+/// of the open `file`, from one `fstat` (cheaper than the `statx` behind
+/// `File::metadata`, and called before every tensor handed out).
+#[cfg(unix)]
+pub(crate) fn fstat_stamp(file: &File) -> io::Result<(u64, i64, i64, u64, u64)> {
+    use std::os::unix::io::AsRawFd;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `st` is writable memory of the size `fstat` fills, and the
+    // descriptor is owned by `file`, alive for the call.
+    let r = unsafe { libc::fstat(file.as_raw_fd(), st.as_mut_ptr()) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fstat` returned 0, so it initialised the whole struct.
+    let st = unsafe { st.assume_init() };
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    Ok((
+        st.st_size as u64,
+        st.st_mtime as i64,
+        st.st_mtime_nsec as i64,
+        st.st_dev as u64,
+        st.st_ino as u64,
+    ))
+}
+
+/// Clears `O_NONBLOCK` on `file` (opened non-blocking so that opening a
+/// FIFO cannot hang; reads of a regular file then behave as usual).
+#[cfg(unix)]
+pub(crate) fn clear_nonblock(file: &File) -> io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: F_GETFL on a descriptor owned by `file`, alive for the call;
+    // no memory is passed.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if flags & libc::O_NONBLOCK == 0 {
+        return Ok(());
+    }
+    // SAFETY: F_SETFL with an integer argument on the same live descriptor.
+    let r = unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Gives the unnamed file `file` (opened with `O_TMPFILE`) the name `to`,
+/// which must not exist: `linkat` of `/proc/self/fd/N` following the magic
+/// link, which needs no privilege (unlike `AT_EMPTY_PATH`).
+#[cfg(target_os = "linux")]
+pub(crate) fn link_unnamed(file: &File, to: &Path) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::AsRawFd;
+    let from = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let to = CString::new(to.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: both pointers are NUL-terminated strings owned by this frame
+    // and alive for the call; `linkat` reads them and keeps nothing.
+    let r = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
