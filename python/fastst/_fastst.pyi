@@ -123,3 +123,9 @@ def error_family(rule: str) -> str: ...
 def rule_error(
     rule: str, filename: str, message: str, tensor: Optional[str] = None
 ) -> BaseException: ...
+
+# --- what a file that is not safetensors is ------------------------------------
+
+IDENTIFY_LEN: int
+
+def identify(head: bytes, file_len: int) -> Optional[Dict[str, Any]]: ...

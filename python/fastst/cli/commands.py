@@ -1,16 +1,17 @@
 """Argument parsing, the subcommands (``inspect``, ``verify``, ``hash``,
-``meta``) and their exit codes: 0 clean, 1 findings at or above
-``--fail-on``, 2 an error (unreadable file, bad arguments) or an
-inconclusive verification."""
+``meta``), the JSON envelope and the exit codes: 0 clean, 1 findings at or
+above ``--fail-on`` (or, for ``meta --set``, nothing), 2 an error
+(unreadable or non-safetensors input, bad arguments) or an inconclusive
+verification; 130 interrupted; 141 when the reader of the output went away
+(a closed pipe, as a process killed by SIGPIPE)."""
 
 from __future__ import annotations
 
 import argparse
 import fnmatch
-import json
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -23,29 +24,65 @@ from .sarif import sarif_log
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141
+
+#: Version of the shape of ``--json`` output (see docs/cli-schema.json).
+JSON_SCHEMA_VERSION = 1
+
+#: Errors reading an input is expected to raise (anything else is a bug).
+_READ_ERRORS = (OSError, SafetensorError, ValueError, KeyError, MemoryError)
 
 
-# helpers ---------------------------------------------------------------
+# inputs --------------------------------------------------------------------
 
 
-def _files(out: render.Out, paths: Sequence[str]) -> List[str]:
-    files = []
+def _inputs(out: render.Out, paths: Sequence[str]) -> Iterator[Tuple[str, str]]:
+    """``(kind, path)`` for each input (see :func:`fastst.inspect.iter_inputs`);
+    a folder without any is an error."""
     for path in paths:
-        found = list(fi.iter_safetensors([path]))
-        if os.path.isdir(path) and not found:
-            out.error(path, FileNotFoundError(f"no .safetensors file under {path}"))
-        files.extend(found)
-    return files
+        found = False
+        try:
+            for item in fi.iter_inputs([path]):
+                found = True
+                yield item
+        except OSError as exc:  # pragma: no cover - os.walk reports through onerror
+            out.error(path, exc)
+            found = True
+        if not found:
+            out.error(path, f"no .safetensors file or checkpoint index under {path}")
+
+
+def _not_safetensors(out: render.Out, path: str) -> bool:
+    """Records an error and returns True when ``path`` cannot be read or is
+    not a safetensors file (a pickle, a FIFO, an HTML page...)."""
+    try:
+        found = fi.identify(path)
+    except OSError as exc:
+        out.error(path, exc)
+        return True
+    if found is None:
+        return False
+    out.error(path, fi.not_safetensors_message(found), fmt=found["kind"])
+    return True
 
 
 def _progress(args: argparse.Namespace) -> bool:
-    if getattr(args, "no_progress", False):
+    if args.no_progress:
         return False
     return render.stderr_is_terminal()
 
 
-def _dump_json(out: render.Out, data: Any) -> None:
-    out.print(json.dumps(data, indent=2, ensure_ascii=False))
+def _envelope(command: str, results: List[Any], out: render.Out, **extra: Any) -> Dict[str, Any]:
+    """The one JSON shape of every subcommand."""
+    doc: Dict[str, Any] = {
+        "fastst": {"version": __version__, "schema": JSON_SCHEMA_VERSION},
+        "command": command,
+    }
+    doc.update(extra)
+    doc["results"] = results
+    doc["errors"] = list(out.errors)
+    return doc
 
 
 def _fail_threshold(args: argparse.Namespace) -> int:
@@ -56,33 +93,42 @@ def _fails(findings: Sequence[Dict[str, Any]], threshold: int) -> bool:
     return any(fi.severity_rank(f["severity"]) >= threshold for f in findings)
 
 
-# inspect ---------------------------------------------------------------
+# inspect -------------------------------------------------------------------
+
+
+_SORTS: Dict[str, Callable[[Any], Any]] = {
+    "name": lambda r: r[0],
+    "size": lambda r: (-(r[4] - r[3]), r[0]),
+}
 
 
 def _cmd_inspect(args: argparse.Namespace, out: render.Out) -> int:
     results = []
-    for path in _files(out, args.files):
+    for kind, path in _inputs(out, args.files):
         try:
-            info = fi.inspect_file(path, tensors=args.tensors, header_cap=args.header_cap)
+            if kind == "checkpoint":
+                info = fi.inspect_checkpoint(path, tensors=args.tensors, header_cap=args.header_cap)
+            else:
+                if _not_safetensors(out, path):
+                    continue
+                info = fi.inspect_file(path, tensors=args.tensors, header_cap=args.header_cap)
+                info["kind"] = "file"
             shown: Optional[Tuple[str, np.ndarray]] = None
             if args.tensor is not None:
                 shown = fi.tensor_values(path, args.tensor)
-        except (OSError, SafetensorError, ValueError, KeyError) as exc:
+        except _READ_ERRORS as exc:
             out.error(path, exc)
             continue
         table = info.get("table")
         if table is not None:
             rows = [r for r in table if not args.filter or fnmatch.fnmatchcase(r[0], args.filter)]
-            if args.sort == "name":
-                rows.sort(key=lambda r: r[0])
+            if args.sort in _SORTS:
+                rows.sort(key=_SORTS[args.sort])
             info["table"] = rows
         if args.json:
             entry = dict(info)
             if table is not None:
-                entry["table"] = [
-                    {"name": n, "dtype": d, "shape": list(s), "begin": b, "end": e}
-                    for n, d, s, b, e in info["table"]
-                ]
+                entry["table"] = [_row(r) for r in info["table"]]
             if shown is not None:
                 entry["tensor"] = {
                     "name": args.tensor,
@@ -94,53 +140,59 @@ def _cmd_inspect(args: argparse.Namespace, out: render.Out) -> int:
         else:
             render.print_inspect(out, info, shown, args)
     if args.json:
-        _dump_json(out, results)
+        out.json(_envelope("inspect", results, out))
     return EXIT_ERROR if out.errors else EXIT_OK
 
 
-# verify ----------------------------------------------------------------
+def _row(r: Sequence[Any]) -> Dict[str, Any]:
+    row = {"name": r[0], "dtype": r[1], "shape": list(r[2]), "begin": r[3], "end": r[4]}
+    if len(r) > 5:
+        row["shard"] = r[5]
+    return row
+
+
+# verify --------------------------------------------------------------------
 
 
 def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
     threshold = _fail_threshold(args)
     reports: List[Dict[str, Any]] = []
-    errors: List[Tuple[str, str]] = []
     progress = _progress(args)
-    for path in _files(out, args.files):
+    options = dict(
+        values=args.values, header_cap=args.header_cap, threads=args.threads, progress=progress
+    )
+    for kind, path in _inputs(out, args.files):
         try:
-            report = fi.verify_file(
-                path,
-                values=args.values,
-                header_cap=args.header_cap,
-                threads=args.threads,
-                progress=progress,
-            )
-        except (OSError, SafetensorError, ValueError) as exc:
-            errors.append((path, out.error(path, exc)))
+            if kind == "checkpoint":
+                report = fi.verify_checkpoint(path, **options)
+            else:
+                found = fi.identify(path)
+                if found is not None and found["kind"] in _NOT_FILES:
+                    out.error(path, fi.not_safetensors_message(found), fmt=found["kind"])
+                    continue
+                report = fi.verify_file(path, **options)
+                report["kind"] = "file"
+                if found is not None:
+                    _add_foreign(report, found)
+        except _READ_ERRORS as exc:
+            out.error(path, exc)
             continue
         report["fails"] = _fails(report["findings"], threshold)
         report["inconclusive"] = not report["complete"] and not report["fails"]
         reports.append(report)
-    fmt = "json" if args.json else args.format
-    if fmt == "json":
-        _dump_json(
-            out,
-            {
-                "fail_on": args.fail_on,
-                "files": reports,
-                "errors": [{"path": p, "message": m} for p, m in errors],
-            },
-        )
-    elif fmt == "sarif":
-        _dump_json(out, sarif_log(reports, errors))
+    if args.format == "json":
+        out.json(_envelope("verify", reports, out, fail_on=args.fail_on))
+    elif args.format == "sarif":
+        errors = [(e["path"], e["message"]) for e in out.errors]
+        out.json(sarif_log(reports, errors))
     else:
         for report in reports:
             render.print_verify(out, report)
-        if len(reports) + len(errors) > 1:
+        if len(reports) + len(out.errors) > 1:
             failing = sum(1 for r in reports if r["fails"])
             out.print(
-                f"{len(reports)} files verified: {failing} with findings at or above "
-                f"{args.fail_on}, {len(errors)} unreadable"
+                f"{render.plural(len(reports), 'input')} verified: {failing:,} with findings at "
+                f"or above {args.fail_on}, {len(out.errors):,} unreadable"
             )
     if out.errors or any(r["inconclusive"] for r in reports):
         return EXIT_ERROR
@@ -149,7 +201,33 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
     return EXIT_OK
 
 
-# hash ------------------------------------------------------------------
+_NOT_FILES = ("directory", "fifo", "socket", "char-device", "block-device", "other")
+
+
+def _add_foreign(report: Dict[str, Any], found: Dict[str, Any]) -> None:
+    """Makes sure a file :func:`fastst.inspect.identify` recognised carries a
+    ``foreign-content`` finding saying what it is (the core's own finding
+    covers executable formats; text, HTML, ONNX... are added here)."""
+    message = fi.not_safetensors_message(found)
+    for f in report["findings"]:
+        if f["rule"] == "foreign-content":
+            return
+    report["findings"].insert(
+        0,
+        {
+            "rule": "foreign-content",
+            "severity": "critical" if found["executable"] else "high",
+            "message": message,
+            "tensor": None,
+            "key": None,
+            "offset": 0,
+            "length": None,
+            "count": None,
+        },
+    )
+
+
+# hash ----------------------------------------------------------------------
 
 
 def _cmd_hash(args: argparse.Namespace, out: render.Out) -> int:
@@ -157,59 +235,90 @@ def _cmd_hash(args: argparse.Namespace, out: render.Out) -> int:
     results = []
     failing = False
     progress = _progress(args)
-    for path in _files(out, args.files):
+    for kind, path in _inputs(out, args.files):
         try:
-            hashes = fi.hash_file(
-                path,
-                tensors=args.tensors,
-                header_cap=args.header_cap,
-                threads=args.threads,
-                progress=progress,
-            )
-            checks = None
+            if kind == "checkpoint":
+                hashes = fi.hash_checkpoint(
+                    path,
+                    tensors=args.tensors,
+                    header_cap=args.header_cap,
+                    threads=args.threads,
+                    progress=progress,
+                )
+                checked = hashes["shards"]
+            else:
+                if _not_safetensors(out, path):
+                    continue
+                hashes = fi.hash_file(
+                    path,
+                    tensors=args.tensors,
+                    header_cap=args.header_cap,
+                    threads=args.threads,
+                    progress=progress,
+                )
+                hashes["kind"] = "file"
+                checked = [hashes]
             if args.check:
-                metadata = fi.read_metadata(path, header_cap=args.header_cap)
-                checks = fi.check_hashes(hashes, metadata)
-        except (OSError, SafetensorError, ValueError) as exc:
+                folder = os.path.dirname(os.path.abspath(path))
+                for h in checked:
+                    where = os.path.join(folder, h["file"]) if "file" in h else path
+                    metadata = fi.read_metadata(where, header_cap=args.header_cap)
+                    h["check"] = fi.check_hashes(h, metadata)
+                    failing = failing or _fails(h["check"], threshold)
+        except _READ_ERRORS as exc:
             out.error(path, exc)
             continue
-        if checks is not None:
-            hashes["check"] = checks
-            failing = failing or _fails(checks, threshold)
         if args.json:
             results.append(hashes)
         else:
             render.print_hash(out, hashes)
     if args.json:
-        _dump_json(out, results)
+        out.json(_envelope("hash", results, out))
     if out.errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if failing else EXIT_OK
 
 
-# meta ------------------------------------------------------------------
+# meta ----------------------------------------------------------------------
 
 
 def _cmd_meta(args: argparse.Namespace, out: render.Out) -> int:
     results = []
-    for path in _files(out, args.files):
+    for kind, path in _inputs(out, args.files):
+        index_metadata = None
         try:
-            metadata = fi.read_metadata(path, header_cap=args.header_cap)
-        except (OSError, SafetensorError, ValueError) as exc:
+            if kind == "checkpoint":
+                metadata, index_metadata = fi.checkpoint_metadata(path, header_cap=args.header_cap)
+            else:
+                if _not_safetensors(out, path):
+                    continue
+                metadata = fi.read_metadata(path, header_cap=args.header_cap)
+        except _READ_ERRORS as exc:
             out.error(path, exc)
             continue
         card = fi.metadata_card(metadata)
         decoded = fi.decode_metadata(metadata)
         if args.json:
-            results.append({"path": path, "card": card, "metadata": decoded})
+            entry = {"path": path, "kind": kind, "card": card, "metadata": decoded}
+            if index_metadata is not None:
+                entry["index_metadata"] = index_metadata
+            results.append(entry)
         else:
             render.print_meta(out, path, metadata, card, decoded, args.raw)
     if args.json:
-        _dump_json(out, results)
+        out.json(_envelope("meta", results, out))
     return EXIT_ERROR if out.errors else EXIT_OK
 
 
-# parser ----------------------------------------------------------------
+# parser --------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its messages escaped (arguments are untrusted text too)."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {render.escape(message)}\n")
 
 
 def _non_negative(text: str) -> int:
@@ -223,18 +332,34 @@ def _non_negative(text: str) -> int:
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE", help="files or folders (*.safetensors)")
+    p.add_argument("files", nargs="+", metavar="FILE", help="files, checkpoints or folders")
     p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
     p.add_argument(
         "--header-cap",
         type=_non_negative,
         default=DEFAULT_HEADER_CAP,
         metavar="BYTES",
-        help=f"largest header accepted (default {DEFAULT_HEADER_CAP})",
+        help=f"largest header accepted (default {DEFAULT_HEADER_CAP:,})",
+    )
+    p.add_argument("--no-progress", action="store_true", help="never show progress on stderr")
+    look = p.add_argument_group("text output")
+    look.add_argument(
+        "--width",
+        type=_non_negative,
+        metavar="COLUMNS",
+        help="lay text out in COLUMNS columns (default: the terminal's width; "
+        "no limit when not a terminal; 0: no limit)",
+    )
+    look.add_argument("--full", action="store_true", help="never shorten long names in tables")
+    look.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour: auto (default: on a terminal, unless NO_COLOR is set), always, never",
     )
 
 
-def _add_work(p: argparse.ArgumentParser) -> None:
+def _add_threads(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threads",
         type=_non_negative,
@@ -242,7 +367,6 @@ def _add_work(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="worker threads (default: one per core)",
     )
-    p.add_argument("--no-progress", action="store_true", help="never show progress on stderr")
 
 
 def _add_fail_on(p: argparse.ArgumentParser, default: str) -> None:
@@ -256,20 +380,32 @@ def _add_fail_on(p: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+_EPILOG = (
+    "exit codes: 0 clean; 1 findings at or above --fail-on; 2 error, unreadable or "
+    "non-safetensors input, bad usage (also bare `fastst`), or an inconclusive verification; "
+    "130 interrupted; 141 output pipe closed"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="fastst",
         description="Inspect, verify, hash and read the metadata of .safetensors files "
-        "without running any model code.",
-        epilog="exit codes: 0 clean, 1 findings at or above --fail-on, 2 error or inconclusive",
+        "and sharded checkpoints without running any model code.",
+        epilog=_EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"fastst {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("inspect", help="header summary, tensor table, tensor values")
     _add_common(p)
     p.add_argument("--tensors", action="store_true", help="list every tensor")
-    p.add_argument("--sort", choices=("offset", "name"), default="offset", help="table order")
+    p.add_argument(
+        "--sort",
+        choices=("offset", "name", "size"),
+        default="offset",
+        help="table order: offset (file order, default), name, size (largest first)",
+    )
     p.add_argument("--filter", metavar="GLOB", help="only tensors whose name matches GLOB")
     p.add_argument("--tensor", metavar="NAME", help="print the values of tensor NAME")
     p.add_argument(
@@ -277,17 +413,17 @@ def build_parser() -> argparse.ArgumentParser:
         type=_non_negative,
         default=1000,
         metavar="N",
-        help="summarise arrays with more than N values (default 1000)",
+        help="summarise arrays with more than N values (default 1,000)",
     )
     p.set_defaults(run=_cmd_inspect)
 
     p = sub.add_parser("verify", help="structural rules and forensic findings")
     _add_common(p)
-    _add_work(p)
+    _add_threads(p)
     p.add_argument(
         "--format",
         choices=("text", "json", "sarif"),
-        default="text",
+        default=None,
         help="output format: text (default), json (same as --json) or sarif (SARIF 2.1.0)",
     )
     p.add_argument("--values", action="store_true", help="also scan values (NaN/Inf, BOOL bytes)")
@@ -296,7 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("hash", help="SHA-256, AutoV1/V2/V3, header and per-tensor hashes")
     _add_common(p)
-    _add_work(p)
+    _add_threads(p)
     p.add_argument("--tensors", action="store_true", help="also hash every tensor")
     p.add_argument(
         "--check",
@@ -313,24 +449,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_conflicts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.command == "verify":
+        if args.json and args.format not in (None, "json"):
+            parser.error(f"--json conflicts with --format {args.format}")
+        args.format = "json" if args.json else (args.format or "text")
+    if args.command == "meta" and args.raw and args.json:
+        parser.error("--raw shapes the text output only; it conflicts with --json")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line; returns the exit code."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        # Bare `fastst`: the help, as a usage error (exit 2).
+        parser.print_help(sys.stdout)
+        return EXIT_ERROR
     try:
         args = parser.parse_args(argv)
+        if args.command is None:
+            parser.error("a command is required")
+        _check_conflicts(parser, args)
     except SystemExit as exc:  # argparse exits 2 on bad usage, 0 on --help
         return int(exc.code) if isinstance(exc.code, int) else EXIT_ERROR
-    out = render.Out(sys.stdout, sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # pragma: no cover - detached stream
+                pass
+    out = render.Out(
+        sys.stdout,
+        sys.stderr,
+        width=render.terminal_width(sys.stdout, args.width),
+        color=render.use_color(sys.stdout, args.color),
+        full=args.full,
+    )
     try:
         code: int = args.run(args, out)
+        sys.stdout.flush()
     except KeyboardInterrupt:
         sys.stderr.write("fastst: interrupted\n")
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader of our output went away (e.g. `| head`): point stdout at
-        # /dev/null so that the interpreter's final flush does not fail too.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_ERROR
-    sys.stdout.flush()
+        # /dev/null so that the interpreter's final flush does not fail too,
+        # and end as a process killed by SIGPIPE would be seen by a shell.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):  # pragma: no cover
+            pass
+        return EXIT_PIPE
     return code

@@ -325,6 +325,10 @@ catalogue! {
         "a shard lacks a tensor the index places in it";
     ShardExtraTensor = "shard-extra-tensor", ShardIndex, High,
         "a shard holds a tensor the index does not place in it";
+    ShardDuplicateTensor = "shard-duplicate-tensor", Finding, High,
+        "a tensor is stored in two shards of one checkpoint; readers disagree on which wins";
+    IndexTotalSize = "index-total-size", Finding, Medium,
+        "the index's metadata.total_size differs from the bytes of the shards' tensors";
 
     // --- forensic findings of `fastst verify` (reported, never raised) --------
     ForeignContent = "foreign-content", Finding, Critical,

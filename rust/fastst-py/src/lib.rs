@@ -6,6 +6,7 @@ mod buffer;
 mod catalogue;
 mod errors;
 mod file;
+mod identify;
 mod inspect;
 mod write;
 
@@ -25,5 +26,7 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     inspect::register(m)?;
     // the catalogue of rules, dtype facts and conversions
     catalogue::register(m)?;
+    // what a file that is not safetensors is
+    identify::register(m)?;
     Ok(())
 }
