@@ -246,11 +246,13 @@ CASES: List[Case] = [
 
 #: Rules exercised by the hash tests instead (they come from `hash --check`).
 HASH_RULES = {"hash-mismatch", "no-embedded-hash"}
+#: Rules of checkpoints as wholes, exercised by tests/test_cli_checkpoint.py.
+CHECKPOINT_RULES = {"shard-duplicate-tensor", "index-total-size"}
 
 
 def test_every_rule_has_a_case() -> None:
     catalogue = {r["id"] for r in fi.rules()}
-    covered = {c.rule for c in CASES} | HASH_RULES
+    covered = {c.rule for c in CASES} | HASH_RULES | CHECKPOINT_RULES
     assert catalogue == covered
 
 

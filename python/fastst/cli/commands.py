@@ -17,8 +17,9 @@ import numpy as np
 
 from .. import inspect as fi
 from .._errors import SafetensorError
-from .._fastst import DEFAULT_HEADER_CAP, __version__
-from . import render
+from .._fastst import __version__
+from . import render, report
+from .parser import build_parser, check_conflicts
 from .sarif import sarif_log
 
 EXIT_OK = 0
@@ -138,7 +139,7 @@ def _cmd_inspect(args: argparse.Namespace, out: render.Out) -> int:
                 }
             results.append(entry)
         else:
-            render.print_inspect(out, info, shown, args)
+            report.print_inspect(out, info, shown, args)
     if args.json:
         out.json(_envelope("inspect", results, out))
     return EXIT_ERROR if out.errors else EXIT_OK
@@ -164,30 +165,30 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
     for kind, path in _inputs(out, args.files):
         try:
             if kind == "checkpoint":
-                report = fi.verify_checkpoint(path, **options)
+                result = fi.verify_checkpoint(path, **options)
             else:
                 found = fi.identify(path)
                 if found is not None and found["kind"] in _NOT_FILES:
                     out.error(path, fi.not_safetensors_message(found), fmt=found["kind"])
                     continue
-                report = fi.verify_file(path, **options)
-                report["kind"] = "file"
+                result = fi.verify_file(path, **options)
+                result["kind"] = "file"
                 if found is not None:
-                    _add_foreign(report, found)
+                    _add_foreign(result, found)
         except _READ_ERRORS as exc:
             out.error(path, exc)
             continue
-        report["fails"] = _fails(report["findings"], threshold)
-        report["inconclusive"] = not report["complete"] and not report["fails"]
-        reports.append(report)
+        result["fails"] = _fails(result["findings"], threshold)
+        result["inconclusive"] = not result["complete"] and not result["fails"]
+        reports.append(result)
     if args.format == "json":
         out.json(_envelope("verify", reports, out, fail_on=args.fail_on))
     elif args.format == "sarif":
         errors = [(e["path"], e["message"]) for e in out.errors]
         out.json(sarif_log(reports, errors))
     else:
-        for report in reports:
-            render.print_verify(out, report)
+        for one in reports:
+            report.print_verify(out, one)
         if len(reports) + len(out.errors) > 1:
             failing = sum(1 for r in reports if r["fails"])
             out.print(
@@ -204,15 +205,15 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
 _NOT_FILES = ("directory", "fifo", "socket", "char-device", "block-device", "other")
 
 
-def _add_foreign(report: Dict[str, Any], found: Dict[str, Any]) -> None:
+def _add_foreign(result: Dict[str, Any], found: Dict[str, Any]) -> None:
     """Makes sure a file :func:`fastst.inspect.identify` recognised carries a
     ``foreign-content`` finding saying what it is (the core's own finding
     covers executable formats; text, HTML, ONNX... are added here)."""
     message = fi.not_safetensors_message(found)
-    for f in report["findings"]:
+    for f in result["findings"]:
         if f["rule"] == "foreign-content":
             return
-    report["findings"].insert(
+    result["findings"].insert(
         0,
         {
             "rule": "foreign-content",
@@ -271,7 +272,7 @@ def _cmd_hash(args: argparse.Namespace, out: render.Out) -> int:
         if args.json:
             results.append(hashes)
         else:
-            render.print_hash(out, hashes)
+            report.print_hash(out, hashes)
     if args.json:
         out.json(_envelope("hash", results, out))
     if out.errors:
@@ -304,158 +305,18 @@ def _cmd_meta(args: argparse.Namespace, out: render.Out) -> int:
                 entry["index_metadata"] = index_metadata
             results.append(entry)
         else:
-            render.print_meta(out, path, metadata, card, decoded, args.raw)
+            report.print_meta(out, path, metadata, card, decoded, args.raw)
     if args.json:
         out.json(_envelope("meta", results, out))
     return EXIT_ERROR if out.errors else EXIT_OK
 
 
-# parser --------------------------------------------------------------------
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with its messages escaped (arguments are untrusted text too)."""
-
-    def error(self, message: str) -> Any:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {render.escape(message)}\n")
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0 or value >= 1 << 64:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 2^64 - 1: {text}")
-    return value
-
-
-def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE", help="files, checkpoints or folders")
-    p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
-    p.add_argument(
-        "--header-cap",
-        type=_non_negative,
-        default=DEFAULT_HEADER_CAP,
-        metavar="BYTES",
-        help=f"largest header accepted (default {DEFAULT_HEADER_CAP:,})",
-    )
-    p.add_argument("--no-progress", action="store_true", help="never show progress on stderr")
-    look = p.add_argument_group("text output")
-    look.add_argument(
-        "--width",
-        type=_non_negative,
-        metavar="COLUMNS",
-        help="lay text out in COLUMNS columns (default: the terminal's width; "
-        "no limit when not a terminal; 0: no limit)",
-    )
-    look.add_argument("--full", action="store_true", help="never shorten long names in tables")
-    look.add_argument(
-        "--color",
-        choices=("auto", "always", "never"),
-        default="auto",
-        help="colour: auto (default: on a terminal, unless NO_COLOR is set), always, never",
-    )
-
-
-def _add_threads(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--threads",
-        type=_non_negative,
-        default=0,
-        metavar="N",
-        help="worker threads (default: one per core)",
-    )
-
-
-def _add_fail_on(p: argparse.ArgumentParser, default: str) -> None:
-    p.add_argument(
-        "--fail-on",
-        choices=fi.SEVERITIES,
-        default=default,
-        metavar="SEVERITY",
-        help=f"exit 1 when a finding is at least this severe: {', '.join(fi.SEVERITIES)} "
-        f"(default {default})",
-    )
-
-
-_EPILOG = (
-    "exit codes: 0 clean; 1 findings at or above --fail-on; 2 error, unreadable or "
-    "non-safetensors input, bad usage (also bare `fastst`), or an inconclusive verification; "
-    "130 interrupted; 141 output pipe closed"
-)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="fastst",
-        description="Inspect, verify, hash and read the metadata of .safetensors files "
-        "and sharded checkpoints without running any model code.",
-        epilog=_EPILOG,
-    )
-    parser.add_argument("--version", action="version", version=f"fastst {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-
-    p = sub.add_parser("inspect", help="header summary, tensor table, tensor values")
-    _add_common(p)
-    p.add_argument("--tensors", action="store_true", help="list every tensor")
-    p.add_argument(
-        "--sort",
-        choices=("offset", "name", "size"),
-        default="offset",
-        help="table order: offset (file order, default), name, size (largest first)",
-    )
-    p.add_argument("--filter", metavar="GLOB", help="only tensors whose name matches GLOB")
-    p.add_argument("--tensor", metavar="NAME", help="print the values of tensor NAME")
-    p.add_argument(
-        "--max-values",
-        type=_non_negative,
-        default=1000,
-        metavar="N",
-        help="summarise arrays with more than N values (default 1,000)",
-    )
-    p.set_defaults(run=_cmd_inspect)
-
-    p = sub.add_parser("verify", help="structural rules and forensic findings")
-    _add_common(p)
-    _add_threads(p)
-    p.add_argument(
-        "--format",
-        choices=("text", "json", "sarif"),
-        default=None,
-        help="output format: text (default), json (same as --json) or sarif (SARIF 2.1.0)",
-    )
-    p.add_argument("--values", action="store_true", help="also scan values (NaN/Inf, BOOL bytes)")
-    _add_fail_on(p, "low")
-    p.set_defaults(run=_cmd_verify)
-
-    p = sub.add_parser("hash", help="SHA-256, AutoV1/V2/V3, header and per-tensor hashes")
-    _add_common(p)
-    _add_threads(p)
-    p.add_argument("--tensors", action="store_true", help="also hash every tensor")
-    p.add_argument(
-        "--check",
-        action="store_true",
-        help="compare with sshs_model_hash / modelspec.hash_sha256 in the metadata",
-    )
-    _add_fail_on(p, "low")
-    p.set_defaults(run=_cmd_hash)
-
-    p = sub.add_parser("meta", help="metadata card and raw metadata")
-    _add_common(p)
-    p.add_argument("--raw", action="store_true", help="only the raw metadata, no card")
-    p.set_defaults(run=_cmd_meta)
-    return parser
-
-
-def _check_conflicts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.command == "verify":
-        if args.json and args.format not in (None, "json"):
-            parser.error(f"--json conflicts with --format {args.format}")
-        args.format = "json" if args.json else (args.format or "text")
-    if args.command == "meta" and args.raw and args.json:
-        parser.error("--raw shapes the text output only; it conflicts with --json")
+_COMMANDS: Dict[str, Callable[[argparse.Namespace, render.Out], int]] = {
+    "inspect": _cmd_inspect,
+    "verify": _cmd_verify,
+    "hash": _cmd_hash,
+    "meta": _cmd_meta,
+}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -468,9 +329,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_ERROR
     try:
         args = parser.parse_args(argv)
-        if args.command is None:
-            parser.error("a command is required")
-        _check_conflicts(parser, args)
+        check_conflicts(parser, args)
     except SystemExit as exc:  # argparse exits 2 on bad usage, 0 on --help
         return int(exc.code) if isinstance(exc.code, int) else EXIT_ERROR
     for stream in (sys.stdout, sys.stderr):
@@ -488,7 +347,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         full=args.full,
     )
     try:
-        code: int = args.run(args, out)
+        code: int = _COMMANDS[args.command](args, out)
         sys.stdout.flush()
     except KeyboardInterrupt:
         sys.stderr.write("fastst: interrupted\n")

@@ -29,7 +29,7 @@ _SECURITY_SEVERITY = {
 def _artifact_uri(path: str) -> str:
     if os.path.isabs(path):
         return pathlib.Path(path).as_uri()
-    return urllib.parse.quote(path.replace(os.sep, "/"))
+    return urllib.parse.quote(path.replace(os.sep, "/"), errors="surrogateescape")
 
 
 def sarif_log(

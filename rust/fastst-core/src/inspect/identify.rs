@@ -154,7 +154,7 @@ pub fn identify(head: &[u8], file_len: u64) -> Option<Identified> {
                 return Some(found(
                     "pickle",
                     format!(
-                        "a {} (e.g. a PyTorch checkpoint in the legacy format)",
+                        "a raw {}, as in a PyTorch checkpoint of the legacy format",
                         magic.name
                     ),
                     true,
