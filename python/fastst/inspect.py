@@ -25,12 +25,11 @@ is parsed with :mod:`json`, never evaluated.
 from __future__ import annotations
 
 import os
-import stat
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _fastst
+from . import _fastst, _identify
 from ._card import decode_metadata, metadata_card
 from ._checkpoint import (
     checkpoint_metadata,
@@ -41,6 +40,7 @@ from ._checkpoint import (
 )
 from ._dtypes import NARROW_FLOATS
 from ._fastst import DEFAULT_HEADER_CAP
+from ._identify import not_safetensors_message
 from ._open import safe_open
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -276,13 +276,6 @@ def iter_safetensors(paths: Iterable[PathLike]) -> Iterator[str]:
 
 # what a file is -------------------------------------------------------------
 
-_SPECIAL = (
-    (stat.S_ISFIFO, "fifo", "a FIFO (named pipe), not a regular file"),
-    (stat.S_ISSOCK, "socket", "a socket, not a regular file"),
-    (stat.S_ISCHR, "char-device", "a character device, not a regular file"),
-    (stat.S_ISBLK, "block-device", "a block device, not a regular file"),
-)
-
 
 def identify(path: PathLike) -> Optional[Dict[str, Any]]:
     """What ``path`` is when it is not a safetensors file, else None.
@@ -297,29 +290,6 @@ def identify(path: PathLike) -> Optional[Dict[str, Any]]:
     type, not opened for reading). A file that starts like safetensors gives
     None even if its header is broken (:func:`verify_file` says how). Raises
     :class:`OSError` when ``path`` cannot be examined (missing, no
-    permission, a symlink loop).
+    permission, a symlink loop). The reader's errors use the same function.
     """
-    p = _path(path)
-    st = os.stat(p)
-    if stat.S_ISDIR(st.st_mode):
-        return {"kind": "directory", "description": "a folder", "executable": False}
-    for test, kind, description in _SPECIAL:
-        if test(st.st_mode):
-            return {"kind": kind, "description": description, "executable": False}
-    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):  # swapped since the stat above
-            return {"kind": "other", "description": "not a regular file", "executable": False}
-        head = os.pread(fd, _fastst.IDENTIFY_LEN, 0)
-    finally:
-        os.close(fd)
-    found = _fastst.identify(head, st.st_size)
-    return dict(found) if found is not None else None
-
-
-def not_safetensors_message(found: Dict[str, Any]) -> str:
-    """The sentence for a file :func:`identify` recognised."""
-    if found["kind"] in ("directory", "fifo", "socket", "char-device", "block-device", "other"):
-        return f"this is {found['description']}"
-    return f"this is {found['description']}, not a safetensors file"
+    return _identify.identify(_path(path))

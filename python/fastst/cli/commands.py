@@ -18,6 +18,7 @@ import numpy as np
 from .. import inspect as fi
 from .._errors import SafetensorError
 from .._fastst import __version__
+from .._identify import NOT_FILES
 from . import render, report
 from .parser import build_parser, check_conflicts
 from .sarif import sarif_log
@@ -168,7 +169,7 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
                 result = fi.verify_checkpoint(path, **options)
             else:
                 found = fi.identify(path)
-                if found is not None and found["kind"] in _NOT_FILES:
+                if found is not None and found["kind"] in NOT_FILES:
                     out.error(path, fi.not_safetensors_message(found), fmt=found["kind"])
                     continue
                 result = fi.verify_file(path, **options)
@@ -200,9 +201,6 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
     if any(r["fails"] for r in reports):
         return EXIT_FINDINGS
     return EXIT_OK
-
-
-_NOT_FILES = ("directory", "fifo", "socket", "char-device", "block-device", "other")
 
 
 def _add_foreign(result: Dict[str, Any], found: Dict[str, Any]) -> None:
