@@ -21,6 +21,7 @@ from ._errors import (
 from ._fastst import __version__
 from ._load import deserialize, serialize, serialize_file
 from ._open import SafeSlice, safe_open
+from ._update import update_metadata
 from ._write import TensorSpec
 
 __all__ = [
@@ -41,5 +42,6 @@ __all__ = [
     "serialize",
     "serialize_file",
     "deserialize",
+    "update_metadata",
     "ShardIndexError",
 ]

@@ -19,6 +19,7 @@ from .. import inspect as fi
 from .._errors import SafetensorError
 from .._fastst import __version__
 from .._identify import NOT_FILES
+from .._update import update_metadata
 from . import render, report
 from .parser import build_parser, check_conflicts
 from .sarif import sarif_log
@@ -282,6 +283,8 @@ def _cmd_hash(args: argparse.Namespace, out: render.Out) -> int:
 
 
 def _cmd_meta(args: argparse.Namespace, out: render.Out) -> int:
+    if args.set or args.unset:
+        return _edit_meta(args, out)
     results = []
     for kind, path in _inputs(out, args.files):
         index_metadata = None
@@ -304,6 +307,47 @@ def _cmd_meta(args: argparse.Namespace, out: render.Out) -> int:
             results.append(entry)
         else:
             report.print_meta(out, path, metadata, card, decoded, args.raw)
+    if args.json:
+        out.json(_envelope("meta", results, out))
+    return EXIT_ERROR if out.errors else EXIT_OK
+
+
+def _edit_meta(args: argparse.Namespace, out: render.Out) -> int:
+    """``meta --set/--unset``: rewrites each file (or ``--output``)."""
+    results = []
+    updates = dict(args.set)
+    for kind, path in _inputs(out, args.files):
+        if kind == "checkpoint":
+            out.error(path, "metadata editing takes single files, not a checkpoint index")
+            continue
+        if _not_safetensors(out, path):
+            continue
+        try:
+            written = update_metadata(
+                path,
+                updates,
+                remove=args.unset,
+                output=args.output,
+                header_cap=args.header_cap,
+            )
+        except (*_READ_ERRORS, TypeError) as exc:
+            out.error(path, exc)
+            continue
+        metadata = written.pop("metadata") or None
+        target = written.pop("path")
+        written["source"] = path
+        if args.json:
+            results.append(
+                {
+                    "path": target,
+                    "kind": "file",
+                    "card": fi.metadata_card(metadata),
+                    "metadata": fi.decode_metadata(metadata),
+                    "written": written,
+                }
+            )
+        else:
+            report.print_written(out, target, written)
     if args.json:
         out.json(_envelope("meta", results, out))
     return EXIT_ERROR if out.errors else EXIT_OK

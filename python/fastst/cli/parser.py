@@ -35,6 +35,13 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILE", help="files, checkpoints or folders")
     p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
@@ -146,6 +153,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("meta", help="metadata card and raw metadata")
     _add_common(p)
     p.add_argument("--raw", action="store_true", help="only the raw metadata, no card")
+    edit = p.add_argument_group("editing (the tensors are copied unchanged, checked by SHA-256)")
+    edit.add_argument(
+        "--set",
+        action="append",
+        type=_key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a metadata key (repeatable)",
+    )
+    edit.add_argument(
+        "--unset", action="append", default=[], metavar="KEY", help="remove a key (repeatable)"
+    )
+    edit.add_argument("--output", metavar="OUT", help="write the edited file to OUT")
+    edit.add_argument("--in-place", action="store_true", help="replace FILE (atomically)")
     return parser
 
 
@@ -162,5 +183,17 @@ def check_conflicts(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         if args.json and args.format not in (None, "json"):
             _usage_error(parser, f"--json conflicts with --format {args.format}")
         args.format = "json" if args.json else (args.format or "text")
-    if args.command == "meta" and args.raw and args.json:
-        _usage_error(parser, "--raw shapes the text output only; it conflicts with --json")
+    if args.command == "meta":
+        if args.raw and args.json:
+            _usage_error(parser, "--raw shapes the text output only; it conflicts with --json")
+        editing = bool(args.set or args.unset)
+        if args.output is not None and args.in_place:
+            _usage_error(parser, "--output conflicts with --in-place")
+        if editing and args.output is None and not args.in_place:
+            _usage_error(parser, "--set/--unset need --output OUT or --in-place")
+        if not editing and (args.output is not None or args.in_place):
+            _usage_error(parser, "--output/--in-place need --set or --unset")
+        if editing and args.output is not None and len(args.files) != 1:
+            _usage_error(parser, "--output takes exactly one FILE")
+        if editing and args.raw:
+            _usage_error(parser, "--raw conflicts with --set/--unset")

@@ -351,3 +351,21 @@ def _card_line(out: Out) -> Callable[[str, str], None]:
         _lines(out, f"  {label}", value, 20)
 
     return line
+
+
+def print_written(out: Out, path: str, written: Dict[str, Any]) -> None:
+    """What ``meta --set/--unset`` wrote."""
+    out.print("wrote ", ("bold", path))
+    if written["set"]:
+        _lines(out, "  set", ", ".join(written["set"]), 12)
+    if written["removed"]:
+        _lines(out, "  removed", ", ".join(written["removed"]), 12)
+    data = (
+        "data section byte-identical"
+        if written["data_unchanged"]
+        else "tensors reordered as the writer lays them out"
+    )
+    out.print(
+        f"  tensors     {plural(written['tensors'], 'tensor')} copied unchanged "
+        f"(SHA-256 checked); {data}"
+    )

@@ -305,6 +305,8 @@ catalogue! {
         "the bytes given for a tensor differ from its shape x dtype size";
     StreamOrder = "stream-order", Serialize, High,
         "bytes are given to a writer before or after the tensors they belong to";
+    RewriteMismatch = "rewrite-mismatch", Serialize, High,
+        "a tensor read back after rewriting a file differs from the original";
 
     // --- frameworks -----------------------------------------------------------
     FrameworkDtype = "framework-dtype", UnsupportedDtype, High,
