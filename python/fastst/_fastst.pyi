@@ -129,3 +129,7 @@ def rule_error(
 IDENTIFY_LEN: int
 
 def identify(head: bytes, file_len: int) -> Optional[Dict[str, Any]]: ...
+
+# --- the values of two tensors compared (fastst diff) ---------------------------
+
+def diff_buffers(a: Any, b: Any, dtype: str, threads: int = 0) -> Dict[str, Any]: ...

@@ -14,6 +14,7 @@ is parsed with :mod:`json`, never evaluated.
 - :func:`read_metadata`, :func:`decode_metadata`, :func:`metadata_card`:
   the ``__metadata__`` map, its JSON-in-string values decoded, and the facts
   a person wants (title, trigger words, base model, network, training...).
+- :func:`diff`: two files or checkpoints compared tensor by tensor.
 - :func:`identify`: what a file that is not safetensors is (a PyTorch
   checkpoint, a pickle, GGUF, NumPy, HDF5, ONNX, an HTML page...).
 - Checkpoints as wholes (an ``*.index.json`` and its shards, or the folder
@@ -38,6 +39,7 @@ from ._checkpoint import (
     iter_inputs,
     verify_checkpoint,
 )
+from ._diff import diff
 from ._dtypes import NARROW_FLOATS
 from ._fastst import DEFAULT_HEADER_CAP
 from ._identify import not_safetensors_message
@@ -69,6 +71,7 @@ __all__ = [
     "hash_checkpoint",
     "verify_checkpoint",
     "checkpoint_metadata",
+    "diff",
 ]
 
 

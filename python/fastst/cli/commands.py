@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from .. import inspect as fi
+from .._diff import diff
 from .._errors import SafetensorError
 from .._fastst import __version__
 from .._identify import NOT_FILES
@@ -353,11 +354,52 @@ def _edit_meta(args: argparse.Namespace, out: render.Out) -> int:
     return EXIT_ERROR if out.errors else EXIT_OK
 
 
+# diff ----------------------------------------------------------------------
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no infinity: an infinite difference is written "inf"."""
+    if isinstance(value, float) and value != value:  # pragma: no cover - never NaN
+        return "nan"
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return "inf"
+    return value
+
+
+def _cmd_diff(args: argparse.Namespace, out: render.Out) -> int:
+    for path in (args.a, args.b):
+        if not (os.path.isdir(path) or path.endswith(".index.json")):
+            _not_safetensors(out, path)
+    result = None
+    if not out.errors:
+        try:
+            result = diff(args.a, args.b, threads=args.threads, header_cap=args.header_cap)
+        except _READ_ERRORS as exc:
+            message = render.one_line(exc)
+            where = getattr(exc, "filename", None) or args.a
+            out.error(str(where), message)
+    if args.json:
+        results = []
+        if result is not None:
+            entry = dict(result)
+            entry["different"] = [
+                {k: _finite(v) for k, v in d.items()} for d in result["different"]
+            ]
+            results.append(entry)
+        out.json(_envelope("diff", results, out))
+    elif result is not None:
+        report.print_diff(out, result)
+    if out.errors or result is None:
+        return EXIT_ERROR
+    return EXIT_OK if result["identical"] else EXIT_FINDINGS
+
+
 _COMMANDS: Dict[str, Callable[[argparse.Namespace, render.Out], int]] = {
     "inspect": _cmd_inspect,
     "verify": _cmd_verify,
     "hash": _cmd_hash,
     "meta": _cmd_meta,
+    "diff": _cmd_diff,
 }
 
 

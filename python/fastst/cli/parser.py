@@ -42,8 +42,9 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE", help="files, checkpoints or folders")
+def _add_common(p: argparse.ArgumentParser, files: bool = True) -> None:
+    if files:
+        p.add_argument("files", nargs="+", metavar="FILE", help="files, checkpoints or folders")
     p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
     p.add_argument(
         "--header-cap",
@@ -150,7 +151,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_fail_on(p, "low")
 
-    p = sub.add_parser("meta", help="metadata card and raw metadata")
+    p = sub.add_parser(
+        "diff",
+        help="compare two files or checkpoints tensor by tensor",
+        description="Compare A and B (files, index files or model folders): tensors only "
+        "in one, dtype and shape changes, identical tensors, value differences, metadata. "
+        "Exit 0 identical, 1 different, 2 error.",
+    )
+    p.add_argument("a", metavar="A", help="a file, an index file or a model folder")
+    p.add_argument("b", metavar="B", help="a file, an index file or a model folder")
+    _add_common(p, files=False)
+    _add_threads(p)
+
+    p = sub.add_parser("meta", help="metadata card and raw metadata; --set/--unset edit it")
     _add_common(p)
     p.add_argument("--raw", action="store_true", help="only the raw metadata, no card")
     edit = p.add_argument_group("editing (the tensors are copied unchanged, checked by SHA-256)")

@@ -369,3 +369,64 @@ def print_written(out: Out, path: str, written: Dict[str, Any]) -> None:
         f"  tensors     {plural(written['tensors'], 'tensor')} copied unchanged "
         f"(SHA-256 checked); {data}"
     )
+
+
+#: Names listed per kind of difference unless ``--full``.
+_DIFF_LIST = 20
+
+
+def _number(x: Any) -> str:
+    if x is None:
+        return "n/a"
+    if x == float("inf"):
+        return "inf"
+    return f"{x:.3g}" if x else "0"
+
+
+def print_diff(out: Out, d: Dict[str, Any]) -> None:
+    """The ``diff`` report: the verdict, counts, then one line per
+    difference (the first few of each kind unless ``--full``)."""
+    out.print("A  ", ("bold", d["a"]))
+    out.print("B  ", ("bold", d["b"]))
+    verdict = ("ok", "identical") if d["identical"] else ("high", "different")
+    out.print("  result       ", verdict)
+    changed = len(d["dtype_changed"]) + len(d["shape_changed"])
+    out.print(
+        f"  tensors      {d['tensors']:,} in both: {d['identical_tensors']:,} identical, "
+        f"{len(d['different']):,} with different values, {changed:,} changed in dtype or "
+        f"shape; {len(d['only_in_a']):,} only in A, {len(d['only_in_b']):,} only in B"
+    )
+    room = None if out.width is None else max(out.width - 15, 16)
+
+    def listing(label: str, lines: List[str]) -> None:
+        shown = lines if out.full else lines[:_DIFF_LIST]
+        for i, line in enumerate(shown):
+            out.print(pad(f"  {label}" if i == 0 else "", 15), out.fit(line, room))
+        if len(shown) < len(lines):
+            out.print(" " * 15, f"... and {len(lines) - len(shown):,} more (--full lists all)")
+
+    listing("only in A", d["only_in_a"])
+    listing("only in B", d["only_in_b"])
+    listing("dtype", [f"{c['name']}: {c['a']} -> {c['b']}" for c in d["dtype_changed"]])
+    listing(
+        "shape",
+        [f"{c['name']}: {shape_text(c['a'])} -> {shape_text(c['b'])}" for c in d["shape_changed"]],
+    )
+    values = []
+    for t in d["different"]:
+        text = (
+            f"{t['name']} ({t['dtype']} {shape_text(t['shape'])}): "
+            f"{t['differing']:,} of {plural(t['elements'], 'element')} differ"
+        )
+        if t["max_abs"] is not None:
+            text += f", max abs {_number(t['max_abs'])}, max rel {_number(t['max_rel'])}"
+        if t["differing"] == 0:
+            text += " (only the sign of zeros or NaN payloads changed)"
+        values.append(text)
+    listing("values", values)
+    meta = d["metadata"]
+    lines = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in meta["changed"].items()]
+    lines += [f"+ {k}: {v!r} (only in B)" for k, v in meta["only_in_b"].items()]
+    lines += [f"- {k}: {v!r} (only in A)" for k, v in meta["only_in_a"].items()]
+    listing("metadata", lines)
+    out.blank()

@@ -14,6 +14,7 @@
 //! [`crate::rules`]) and a [`Severity`].
 
 mod canonical;
+mod diff;
 mod hash;
 mod identify;
 mod lenient;
@@ -28,6 +29,7 @@ mod verify;
 pub use crate::rules::{RuleId, Severity};
 
 pub use canonical::canonical_header;
+pub use diff::{diff_values, ValueDiff};
 pub use hash::{hash_path, HashOptions, HashReport, AUTOV1_LEN, AUTOV1_OFFSET};
 pub use identify::{identify, looks_like_safetensors, Identified, IDENTIFY_LEN};
 pub use lenient::read_metadata;

@@ -4,6 +4,7 @@
 
 mod buffer;
 mod catalogue;
+mod diff;
 mod errors;
 mod file;
 mod identify;
@@ -28,5 +29,7 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     catalogue::register(m)?;
     // what a file that is not safetensors is
     identify::register(m)?;
+    // the values of two tensors compared (fastst diff)
+    diff::register(m)?;
     Ok(())
 }

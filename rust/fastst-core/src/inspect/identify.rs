@@ -235,7 +235,7 @@ mod tests {
         assert_eq!(kind("Internal Server Error é".as_bytes()), Some("text"));
         assert_eq!(kind(b""), Some("empty"));
         assert_eq!(kind(b"\x00\x01\x02\xff\xfe"), None);
-        let e = identify(b"\x7fELF\x02\x01\x01", 7).unwrap();
+        let e = identify(b"\x7fELF\x02\x01\x01", 7).expect("a result");
         assert_eq!(e.description, "an ELF executable");
         assert!(e.executable);
     }
