@@ -394,12 +394,19 @@ def _cmd_diff(args: argparse.Namespace, out: render.Out) -> int:
     return EXIT_OK if result["identical"] else EXIT_FINDINGS
 
 
+def _cmd_convert(args: argparse.Namespace, out: render.Out) -> int:
+    from . import convert
+
+    return convert.run(args, out, _envelope, _progress(args))
+
+
 _COMMANDS: Dict[str, Callable[[argparse.Namespace, render.Out], int]] = {
     "inspect": _cmd_inspect,
     "verify": _cmd_verify,
     "hash": _cmd_hash,
     "meta": _cmd_meta,
     "diff": _cmd_diff,
+    "convert": _cmd_convert,
 }
 
 

@@ -163,6 +163,28 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p, files=False)
     _add_threads(p)
 
+    p = sub.add_parser(
+        "convert",
+        help="a PyTorch checkpoint to safetensors, never running code from it",
+        description="Convert a PyTorch checkpoint (.bin/.pt/.pth/.ckpt) to safetensors. It is "
+        "loaded only with torch.load(weights_only=True), which refuses anything but tensors "
+        "and plain containers; shared tensors are stored once (dropped names recorded in the "
+        "metadata); the written file is read back and compared tensor by tensor.",
+    )
+    p.add_argument("source", metavar="IN", help="the PyTorch checkpoint")
+    p.add_argument(
+        "output", metavar="OUT", help="the .safetensors file (a folder with --max-shard-size)"
+    )
+    _add_common(p, files=False)
+    p.add_argument("--key", metavar="KEY", help="entry holding the state dict (dotted: a.b)")
+    p.add_argument(
+        "--dtype", metavar="DTYPE", help="convert floating-point tensors: bf16, f16, f32, f64"
+    )
+    p.add_argument(
+        "--max-shard-size", metavar="SIZE", help="write shards of at most SIZE (e.g. 5GB) into OUT"
+    )
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+
     p = sub.add_parser("meta", help="metadata card and raw metadata; --set/--unset edit it")
     _add_common(p)
     p.add_argument("--raw", action="store_true", help="only the raw metadata, no card")

@@ -430,3 +430,27 @@ def print_diff(out: Out, d: Dict[str, Any]) -> None:
     lines += [f"- {k}: {v!r} (only in A)" for k, v in meta["only_in_a"].items()]
     listing("metadata", lines)
     out.blank()
+
+
+def print_converted(out: Out, c: Dict[str, Any]) -> None:
+    """What ``convert`` did."""
+    out.print("converted ", ("bold", c["source"]), " -> ", ("bold", c["output"]))
+    loaded = "loaded with torch.load(weights_only=True)"
+    out.print(f"  source       {c['format']}, {loaded}")
+    if c["picked"] is not None:
+        out.print("  state dict   entry ", repr(c["picked"]))
+    out.print(
+        f"  tensors      {plural(c['tensors'], 'tensor')}, {count_text(c['parameters'])} "
+        f"parameters, {size_text(c['bytes'])}"
+    )
+    if c["dtype"] is not None:
+        out.print(f"  dtype        {plural(c['converted'], 'tensor')} converted to {c['dtype']}")
+    shared = [f"{dropped} -> {kept}" for dropped, kept in c["removed_shared"].items()]
+    if shared:
+        _lines(out, "  shared", "stored once (recorded in the metadata): " + ", ".join(shared), 15)
+    if c["skipped"]:
+        _lines(out, "  skipped", "not tensors: " + ", ".join(c["skipped"]), 15)
+    if len(c["files"]) > 1:
+        out.print(f"  written      {plural(len(c['files']) - 1, 'shard')} and the index")
+    out.print("  check        ", ("ok", "OK"), ": every tensor read back bit for bit equal")
+    out.blank()
