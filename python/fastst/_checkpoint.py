@@ -90,7 +90,7 @@ def iter_inputs(paths: Iterable[PathLike]) -> Iterator[Tuple[str, str]]:
 def _strict_index(
     index_path: str, header_cap: int
 ) -> Tuple[List[str], Dict[str, str], Dict[str, Any]]:
-    """Shard names (in order of first mention), the weight map and the
+    """Shard names (sorted), the weight map and the
     index's metadata, after the reader checked the index against its shards
     (raising its errors, with their rule ids, when they disagree)."""
     ShardedFile(index_path, "mmap", header_cap).close()
@@ -99,7 +99,7 @@ def _strict_index(
     weight_map: Dict[str, str] = index["weight_map"]
     meta = index.get("metadata")
     return (
-        list(dict.fromkeys(weight_map.values())),
+        sorted(set(weight_map.values())),
         weight_map,
         meta if isinstance(meta, dict) else {},
     )
@@ -244,7 +244,7 @@ def checkpoint_metadata(
     if shape:
         raise rule_error("index-shape", path, shape)
     folder = os.path.dirname(os.path.abspath(path))
-    names = list(dict.fromkeys(index["weight_map"].values()))
+    names = sorted(set(index["weight_map"].values()))
     meta = index.get("metadata")
     index_meta = meta if isinstance(meta, dict) else {}
     if not names:

@@ -17,7 +17,10 @@ import os
 import pickle
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+from . import _fastst
+from ._fastst import DEFAULT_HEADER_CAP
 from ._identify import identify, not_safetensors_message
+from ._sharded import open_raw
 
 __all__ = ["convert_pickle", "STATE_DICT_KEYS", "DTYPES"]
 
@@ -45,14 +48,31 @@ def _reason(exc: BaseException) -> str:
     return ". ".join(telling or sentences).rstrip(".") + "."
 
 
-def _same_bits(a: Any, b: Any) -> bool:
-    """Whether two contiguous tensors hold the same dtype, shape and bytes
-    (NaN payloads and signed zeros included)."""
-    import torch
+def _check_written(path: str, tensors: Dict[str, Any], torch: Any) -> None:
+    """Reads ``path`` back and compares every tensor with what was meant to
+    be written: the same names, dtypes and shapes, and the same bytes (NaN
+    payloads and signed zeros included), compared by the core on several
+    threads without the GIL."""
+    from ._fw_torch import HEADER_NAMES
 
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+    raw = open_raw(path, "mmap", DEFAULT_HEADER_CAP)
+    try:
+        if set(raw.keys()) != set(tensors):
+            raise ValueError("the written file holds other tensor names than meant")
+        for name, tensor in tensors.items():
+            dtype, shape, _, _ = raw.info(name)
+            meant = tensor.reshape(-1).view(torch.uint8).numpy()
+            buffer = raw.tensor(name)[0]
+            same = (
+                dtype == HEADER_NAMES.get(tensor.dtype)
+                and tuple(shape) == tuple(tensor.shape)
+                and len(memoryview(buffer)) == meant.nbytes
+                and _fastst.diff_buffers(buffer, meant, "U8")["identical"]
+            )
+            if not same:
+                raise ValueError(f"tensor {name!r} differs after writing")
+    finally:
+        raw.close()
 
 
 def _pick(obj: Any, key: Optional[str], torch: Any) -> Tuple[Dict[str, Any], Optional[str]]:
@@ -191,14 +211,7 @@ def convert_pickle(
         files = [dst]
         check_path = dst
     tell("reading back and comparing every tensor")
-    from ._open import safe_open
-
-    with safe_open(check_path, "pt") as f:
-        if set(f.keys()) != set(tensors):
-            raise ValueError("the written file holds other tensor names than meant")
-        for name, tensor in tensors.items():
-            if not _same_bits(f.get_tensor(name), tensor):
-                raise ValueError(f"tensor {name!r} differs after writing")
+    _check_written(check_path, tensors, torch)
     return {
         "source": src,
         "output": check_path,

@@ -38,7 +38,7 @@ def print_inspect(
     out.print(("bold", info["path"]))
     shards = info.get("shards")
     if shards is not None:
-        out.print(f"  checkpoint   {plural(len(shards), 'shard')} ({info['kind']})")
+        out.print(f"  checkpoint   {plural(len(shards), 'shard')} and an index")
     out.print(f"  file size    {size_text(info['file_len'])} ({plural(info['file_len'], 'byte')})")
     if shards is None:
         out.print(
@@ -357,9 +357,9 @@ def print_written(out: Out, path: str, written: Dict[str, Any]) -> None:
     """What ``meta --set/--unset`` wrote."""
     out.print("wrote ", ("bold", path))
     if written["set"]:
-        _lines(out, "  set", ", ".join(written["set"]), 12)
+        _lines(out, "  set", ", ".join(written["set"]), 14)
     if written["removed"]:
-        _lines(out, "  removed", ", ".join(written["removed"]), 12)
+        _lines(out, "  removed", ", ".join(written["removed"]), 14)
     data = (
         "data section byte-identical"
         if written["data_unchanged"]
