@@ -74,6 +74,7 @@ def test_hostile_text_through_every_subcommand(
             ["hash", "--tensors", "--check"],
             ["meta"],
             ["meta", "--width", "50"],
+            ["diff"],
         ):
             code, out, err = _run([*command, path, missing])
             assert code == 2, (command, err)  # the missing file
@@ -95,6 +96,19 @@ def test_hostile_text_through_every_subcommand(
         assert info["path"] == path
         assert {r["name"] for r in info["table"]} == set(names)
         assert (info["metadata"] or {}) == meta
+        code, out, err = _run(["diff", path, path])
+        assert not RAW.search(out) and not RAW.search(err)
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:
+            # The reader's handle (safe_open, which diff opens files with)
+            # does not take names that are not valid UTF-8 yet: one error
+            # line, no crash.
+            assert code == 2 and err.count("\n") == 1, err
+        else:
+            assert code == 0, err
+            code, out, _ = _run(["diff", "--json", path, path])
+            assert code == 0 and json.loads(out)["results"][0]["tensors"] == len(names)
         for command in ("verify", "hash", "meta"):
             code, out, _ = _run([command, "--json", path])
             doc = json.loads(out)

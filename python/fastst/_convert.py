@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import _fastst
 from ._fastst import DEFAULT_HEADER_CAP
-from ._identify import identify, not_safetensors_message
+from ._identify import NOT_FILES, identify, not_safetensors_message
 from ._sharded import open_raw
 
 __all__ = ["convert_pickle", "STATE_DICT_KEYS", "DTYPES"]
@@ -152,10 +152,10 @@ def convert_pickle(
     if found is None:
         raise ValueError("this is already a safetensors file")
     if found["kind"] not in ("pytorch-zip", "pickle", "zip"):
-        raise ValueError(
-            not_safetensors_message(found).replace(", not a safetensors file", "")
-            + ", not a PyTorch checkpoint"
-        )
+        message = not_safetensors_message(found)
+        if found["kind"] not in NOT_FILES:
+            message = message.replace(", not a safetensors file", ", not a PyTorch checkpoint")
+        raise ValueError(message)
     target = None
     if dtype is not None:
         if dtype.lower() not in DTYPES:
