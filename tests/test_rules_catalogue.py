@@ -125,6 +125,41 @@ def test_rule_error_builds_the_family_class() -> None:
         _fastst.error_family("no-such-rule")
 
 
+def test_every_rule_makes_its_family_exception() -> None:
+    import builtins
+
+    import fastst._errors as errors
+
+    for r in _fastst.rule_catalogue():
+        err = _fastst.rule_error(r["id"], "m.safetensors", "message", tensor="t")
+        family = r["family"]
+        if family == "Finding":
+            expected = fastst.SafetensorError
+        elif hasattr(errors, family):
+            expected = getattr(errors, family)
+        elif hasattr(builtins, family):
+            expected = getattr(builtins, family)
+        else:  # a class not (yet) in _errors.py: the root class stands in
+            expected = fastst.SafetensorError
+        assert isinstance(err, expected), (r, type(err))
+        assert err.rule == r["id"] and err.tensor == "t"
+        assert str(err) == "m.safetensors: message"
+
+
+def test_closed_file_error_is_made_in_one_place(tmp_path: Path) -> None:
+    made = _fastst.closed_file_error("m.safetensors")
+    assert isinstance(made, fastst.ClosedFileError)
+    assert (made.filename, made.tensor, made.rule) == ("m.safetensors", None, "closed-file")
+    path = tmp_path / "m.safetensors"
+    fastst.numpy.save_file({"x": np.zeros(2, np.uint8)}, str(path))
+    f = fastst.safe_open(str(path), "np")
+    f.__exit__(None, None, None)
+    with pytest.raises(fastst.ClosedFileError) as raised:
+        f.keys()
+    assert str(raised.value) == str(_fastst.closed_file_error(str(path)))
+    assert (raised.value.filename, raised.value.rule) == (str(path), "closed-file")
+
+
 def test_errors_raised_by_the_core_carry_catalogue_ids(tmp_path: Path) -> None:
     ids = {r["id"] for r in _fastst.rule_catalogue()}
     bad = tmp_path / "bad.safetensors"

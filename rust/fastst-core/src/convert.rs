@@ -7,9 +7,7 @@ use std::sync::OnceLock;
 
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
-
-/// Inputs below this many elements are converted on the calling thread.
-const PARALLEL_MIN: usize = 1 << 20;
+use crate::parallel::par_chunks;
 
 /// The conversions supported, `(from, to)`.
 pub fn supported(from: Dtype, to: Dtype) -> bool {
@@ -224,41 +222,6 @@ pub fn f32_to_f16(f: f32) -> u16 {
         out += 1; // may carry into the exponent, up to infinity: correct.
     }
     sign | out as u16
-}
-
-pub(crate) fn threads_for(n: usize) -> usize {
-    if n < PARALLEL_MIN {
-        return 1;
-    }
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    cores.clamp(1, 16).min(n / (PARALLEL_MIN / 4)).max(1)
-}
-
-/// Runs `f(src_chunk, dst_chunk)` over matching chunks of `src` (in units of
-/// `src_size` bytes per element) and `dst` (`dst_size` bytes per element).
-fn par_chunks(
-    src: &[u8],
-    src_size: usize,
-    dst: &mut [u8],
-    dst_size: usize,
-    f: impl Fn(&[u8], &mut [u8]) + Sync,
-) {
-    let n = src.len() / src_size;
-    let threads = threads_for(n);
-    if threads <= 1 {
-        f(src, dst);
-        return;
-    }
-    let per = n.div_ceil(threads);
-    std::thread::scope(|s| {
-        for (sc, dc) in src
-            .chunks(per * src_size)
-            .zip(dst.chunks_mut(per * dst_size))
-        {
-            let f = &f;
-            s.spawn(move || f(sc, dc));
-        }
-    });
 }
 
 /// Converts the little-endian elements of `src` (of kind `from`) into `dst`

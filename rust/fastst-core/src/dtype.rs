@@ -5,27 +5,49 @@ use std::fmt;
 /// One element type of the format, as named in a header's `"dtype"` field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Dtype {
+    /// Booleans, one byte each (0 or 1).
     Bool,
+    /// Unsigned 8-bit integers.
     U8,
+    /// Signed 8-bit integers.
     I8,
+    /// Unsigned 16-bit integers.
     U16,
+    /// Signed 16-bit integers.
     I16,
+    /// IEEE half precision floats.
     F16,
+    /// bfloat16 floats.
     Bf16,
+    /// Unsigned 32-bit integers.
     U32,
+    /// Signed 32-bit integers.
     I32,
+    /// IEEE single precision floats.
     F32,
+    /// Complex numbers of two F32.
     C64,
+    /// Unsigned 64-bit integers.
     U64,
+    /// Signed 64-bit integers.
     I64,
+    /// IEEE double precision floats.
     F64,
+    /// 8-bit floats, 4 exponent and 3 mantissa bits (no infinities).
     F8E4M3,
+    /// 8-bit floats, 5 exponent and 2 mantissa bits.
     F8E5M2,
+    /// 8-bit E4M3 floats without negative zero or infinities.
     F8E4M3Fnuz,
+    /// 8-bit E5M2 floats without negative zero or infinities.
     F8E5M2Fnuz,
+    /// 8-bit exponent-only scales.
     F8E8M0,
+    /// 4-bit E2M1 floats, two per byte.
     F4,
+    /// 6-bit E2M3 floats, packed.
     F6E2M3,
+    /// 6-bit E3M2 floats, packed.
     F6E3M2,
 }
 
@@ -141,14 +163,22 @@ impl Dtype {
         )
     }
 
-    /// Number of bytes `nelements` elements occupy, or `None` on overflow or
-    /// when sub-byte elements would not fill whole bytes.
-    pub fn byte_len(self, nelements: u64) -> Option<u64> {
-        let bits = nelements.checked_mul(self.bits())?;
+    /// Number of bytes a tensor of `shape` occupies: the format's one
+    /// byte-size rule (the reader, the writer and `verify` all use it).
+    /// Fails when the element count or the bit count overflows 64 bits, or
+    /// when sub-byte elements do not fill whole bytes.
+    pub fn byte_len(self, shape: &[u64]) -> Result<u64, SizeError> {
+        let elements = shape
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+            .ok_or(SizeError::Overflow)?;
+        let bits = elements
+            .checked_mul(self.bits())
+            .ok_or(SizeError::Overflow)?;
         if bits % 8 != 0 {
-            return None;
+            return Err(SizeError::NotWholeBytes { elements });
         }
-        Some(bits / 8)
+        Ok(bits / 8)
     }
 
     /// Rank used to order tensors when writing: the reference writer sorts by
@@ -184,6 +214,18 @@ impl Dtype {
     }
 }
 
+/// Why a shape has no byte size ([`Dtype::byte_len`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SizeError {
+    /// The element count or the bit count overflows 64 bits.
+    Overflow,
+    /// Packed sub-byte elements do not fill whole bytes.
+    NotWholeBytes {
+        /// Number of elements of the shape.
+        elements: u64,
+    },
+}
+
 impl fmt::Display for Dtype {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -205,12 +247,22 @@ mod tests {
 
     #[test]
     fn byte_lengths() {
-        assert_eq!(Dtype::F32.byte_len(3), Some(12));
-        assert_eq!(Dtype::F4.byte_len(3), None);
-        assert_eq!(Dtype::F4.byte_len(4), Some(2));
-        assert_eq!(Dtype::F6E2M3.byte_len(4), Some(3));
-        assert_eq!(Dtype::F6E2M3.byte_len(2), None);
-        assert_eq!(Dtype::F64.byte_len(u64::MAX / 4), None);
+        assert_eq!(Dtype::F32.byte_len(&[3]), Ok(12));
+        assert_eq!(Dtype::F32.byte_len(&[]), Ok(4));
+        assert_eq!(Dtype::F32.byte_len(&[2, 0, 7]), Ok(0));
+        let not_whole = |elements| Err(SizeError::NotWholeBytes { elements });
+        assert_eq!(Dtype::F4.byte_len(&[3]), not_whole(3));
+        assert_eq!(Dtype::F4.byte_len(&[4]), Ok(2));
+        assert_eq!(Dtype::F6E2M3.byte_len(&[2, 2]), Ok(3));
+        assert_eq!(Dtype::F6E2M3.byte_len(&[2]), not_whole(2));
+        assert_eq!(
+            Dtype::F64.byte_len(&[u64::MAX / 4]),
+            Err(SizeError::Overflow)
+        );
+        assert_eq!(
+            Dtype::U8.byte_len(&[1 << 32, 1 << 32]),
+            Err(SizeError::Overflow)
+        );
         assert_eq!(Dtype::C64.alignment(), 4);
     }
 

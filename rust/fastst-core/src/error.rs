@@ -1,5 +1,8 @@
 //! Every way reading or writing a file can fail, one variant per rule.
 //!
+//! One cohesive job in one file (about 500 lines): the variants, their
+//! messages and the variant-to-rule map belong together.
+//!
 //! Each variant maps to exactly one [`RuleId`] of the catalogue
 //! ([`Error::rule`]); its family, and so the Python exception class, follows
 //! from the rule ([`Error::kind`]). Messages name the tensor; the caller
@@ -23,167 +26,378 @@ fn tensor_prefix(tensor: &str) -> String {
 #[non_exhaustive]
 pub enum Error {
     #[error("{context}: {source}")]
+    /// The operating system failed to open, read or write the file.
     Io {
+        /// What was being done.
         context: String,
         #[source]
+        /// The operating system error.
         source: std::io::Error,
     },
     #[error("file is {len} bytes long, shorter than the 8-byte header length prefix")]
-    FileTooShort { len: u64 },
+    /// File is shorter than the 8-byte header length prefix.
+    FileTooShort {
+        /// The length.
+        len: u64,
+    },
     #[error("header length prefix is 0; a header holds at least the JSON object `{{}}`")]
+    /// Header length prefix is 0.
     HeaderLengthZero,
     #[error("header length prefix says {len} bytes, above the {cap}-byte header size cap")]
-    HeaderTooLarge { len: u64, cap: u64 },
+    /// Header length prefix is above the header size cap.
+    HeaderTooLarge {
+        /// The length.
+        len: u64,
+        /// The cap in force.
+        cap: u64,
+    },
     #[error("header length prefix says {len} bytes but only {available} bytes follow the prefix")]
-    HeaderPastEnd { len: u64, available: u64 },
+    /// Header length prefix points past the end of the file.
+    HeaderPastEnd {
+        /// The length.
+        len: u64,
+        /// Bytes actually available.
+        available: u64,
+    },
     #[error("header is not valid UTF-8 (first invalid byte at header offset {offset})")]
-    HeaderNotUtf8 { offset: usize },
+    /// Header is not valid UTF-8.
+    HeaderNotUtf8 {
+        /// Offset of the byte involved.
+        offset: usize,
+    },
     #[error("header must start with `{{` (after optional whitespace), found byte 0x{found:02x} at header offset {offset}")]
-    HeaderStart { found: u8, offset: usize },
+    /// Header does not start with `{` after optional whitespace.
+    HeaderStart {
+        /// What was found instead.
+        found: u8,
+        /// Offset of the byte involved.
+        offset: usize,
+    },
     #[error("header is not strict JSON: {message}")]
-    Json { message: String },
+    /// Header is not strict JSON.
+    Json {
+        /// serde_json's description.
+        message: String,
+    },
     #[error("header JSON is nested too deeply: {message}")]
-    JsonTooDeep { message: String },
+    /// Header JSON is nested too deeply.
+    JsonTooDeep {
+        /// serde_json's description.
+        message: String,
+    },
     #[error("duplicate tensor name {name:?} in the header")]
-    DuplicateTensor { name: String },
+    /// A tensor name appears twice; readers disagree on which entry wins.
+    DuplicateTensor {
+        /// The name involved.
+        name: String,
+    },
     #[error("duplicate key {key:?} in __metadata__")]
-    DuplicateMetadataKey { key: String },
+    /// A key appears twice in __metadata__.
+    DuplicateMetadataKey {
+        /// The metadata key involved.
+        key: String,
+    },
     #[error("__metadata__ appears twice in the header")]
+    /// __metadata__ appears twice.
     DuplicateMetadata,
     #[error("__metadata__ must be an object mapping strings to strings, found {found}")]
-    MetadataNotMap { found: String },
+    /// __metadata__ is not an object of strings.
+    MetadataNotMap {
+        /// What was found instead.
+        found: String,
+    },
     #[error("__metadata__ value for key {key:?} must be a string, found {found}")]
-    MetadataValueNotString { key: String, found: String },
+    /// A __metadata__ value is not a string.
+    MetadataValueNotString {
+        /// The metadata key involved.
+        key: String,
+        /// What was found instead.
+        found: String,
+    },
     #[error("tensor {tensor:?}: entry must be an object with dtype, shape and data_offsets, found {found}")]
-    EntryNotObject { tensor: String, found: String },
-    #[error("tensor {tensor:?}: field {field:?} appears twice")]
-    DuplicateField { tensor: String, field: String },
-    #[error("tensor {tensor:?}: missing required field {field:?}")]
-    MissingField { tensor: String, field: &'static str },
-    #[error("tensor {tensor:?}: field {field:?} must be {expected}, found {found}")]
-    WrongFieldType {
+    /// A tensor entry is not an object.
+    EntryNotObject {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// What was found instead.
+        found: String,
+    },
+    #[error("tensor {tensor:?}: field {field:?} appears twice")]
+    /// A field appears twice in a tensor entry.
+    DuplicateField {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// The field.
+        field: String,
+    },
+    #[error("tensor {tensor:?}: missing required field {field:?}")]
+    /// A tensor entry lacks dtype, shape or data_offsets.
+    MissingField {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// The field.
         field: &'static str,
+    },
+    #[error("tensor {tensor:?}: field {field:?} must be {expected}, found {found}")]
+    /// A tensor entry field has the wrong JSON type.
+    WrongFieldType {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// The field.
+        field: &'static str,
+        /// The value required.
         expected: &'static str,
+        /// What was found instead.
         found: String,
     },
     #[error("tensor {tensor:?}: unknown dtype {dtype:?} (dtypes are upper-case, e.g. \"F32\", \"BF16\")")]
-    UnknownDtype { tensor: String, dtype: String },
-    #[error("tensor {tensor:?}: shape entry {value} is not a non-negative integer below 2^63")]
-    BadShapeEntry { tensor: String, value: String },
-    #[error("tensor {tensor:?}: shape {shape:?} of {dtype} overflows 64-bit byte arithmetic")]
-    SizeOverflow {
+    /// A tensor declares a dtype the format does not define.
+    UnknownDtype {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// The dtype.
+        dtype: String,
+    },
+    #[error("tensor {tensor:?}: shape entry {value} is not a non-negative integer below 2^63")]
+    /// A shape entry is not a non-negative integer below 2^63.
+    BadShapeEntry {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// The offending value, as JSON text.
+        value: String,
+    },
+    #[error("tensor {tensor:?}: shape {shape:?} of {dtype} overflows 64-bit byte arithmetic")]
+    /// Shape x dtype size overflows 64-bit arithmetic.
+    SizeOverflow {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// The shape.
         shape: Vec<u64>,
+        /// The dtype.
         dtype: Dtype,
     },
     #[error("tensor {tensor:?}: shape {shape:?} of {dtype} ({bits} bits each) does not fill whole bytes")]
+    /// Packed sub-byte elements do not fill whole bytes.
     SubByteNotWhole {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// The shape.
         shape: Vec<u64>,
+        /// The dtype.
         dtype: Dtype,
+        /// Bits per element of the dtype.
         bits: u64,
     },
     #[error("tensor {tensor:?}: data_offsets must be two integers [begin, end], found {found}")]
-    BadOffsets { tensor: String, found: String },
-    #[error("tensor {tensor:?}: data_offsets [{begin}, {end}] are not ordered (begin > end)")]
-    OffsetsReversed {
+    /// Data_offsets are not two non-negative integers.
+    BadOffsets {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// What was found instead.
+        found: String,
+    },
+    #[error("tensor {tensor:?}: data_offsets [{begin}, {end}] are not ordered (begin > end)")]
+    /// Data_offsets begin after they end.
+    OffsetsReversed {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// First byte (`data_offsets[0]`).
         begin: u64,
+        /// One past the last byte (`data_offsets[1]`).
         end: u64,
     },
     #[error("tensor {tensor:?}: data_offsets [{begin}, {end}] hold {held} bytes but shape {shape:?} of {dtype} needs {needed}")]
+    /// Data_offsets hold a different byte count than shape x dtype.
     ByteLengthMismatch {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// First byte (`data_offsets[0]`).
         begin: u64,
+        /// One past the last byte (`data_offsets[1]`).
         end: u64,
+        /// Bytes the data_offsets hold.
         held: u64,
+        /// The shape.
         shape: Vec<u64>,
+        /// The dtype.
         dtype: Dtype,
+        /// Bytes shape x dtype needs.
         needed: u64,
     },
     #[error("tensor {tensor:?}: data_offsets [{begin}, {end}] leave a hole of {gap} bytes after the previous tensor, which ends at {expected}")]
+    /// Bytes between two tensors belong to no tensor.
     Hole {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// First byte (`data_offsets[0]`).
         begin: u64,
+        /// One past the last byte (`data_offsets[1]`).
         end: u64,
+        /// The value required.
         expected: u64,
+        /// Length of the hole in bytes.
         gap: u64,
     },
     #[error("tensor {tensor:?}: data_offsets [{begin}, {end}] overlap tensor {other:?}, which ends at {other_end}")]
+    /// Two tensors' byte ranges overlap.
     Overlap {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// First byte (`data_offsets[0]`).
         begin: u64,
+        /// One past the last byte (`data_offsets[1]`).
         end: u64,
+        /// The other tensor.
         other: String,
+        /// Where the other tensor ends.
         other_end: u64,
     },
     #[error("tensor {tensor:?}: data_offsets end at {end} but the byte buffer is only {available} bytes long")]
+    /// A tensor's bytes run past the end of the file.
     DataTooShort {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// One past the last byte (`data_offsets[1]`).
         end: u64,
+        /// Bytes actually available.
         available: u64,
     },
     #[error("{trailing} trailing bytes after the last tensor (tensors cover {covered} of {available} buffer bytes)")]
+    /// Bytes after the last tensor belong to no tensor.
     TrailingBytes {
+        /// Number of trailing bytes.
         trailing: u64,
+        /// Bytes the tensors cover.
         covered: u64,
+        /// Bytes actually available.
         available: u64,
     },
     #[error("the header lists {count} tensors, more than 2^32")]
-    TooManyTensors { count: u64 },
+    /// The header lists 2^32 tensors or more.
+    TooManyTensors {
+        /// How many there are.
+        count: u64,
+    },
     #[error("no tensor named {name:?} in the file")]
-    TensorNotFound { name: String },
+    /// No tensor of the name asked for is in the file.
+    TensorNotFound {
+        /// The name involved.
+        name: String,
+    },
 
     // --- using an open file (family `Usage`, `Memory`, `Io`) ---
     #[error("tensor {tensor:?}: reading {len} bytes at offset {offset} runs past its end ({tensor_len} bytes)")]
+    /// A read asks for bytes past the end of a tensor.
     ReadPastEnd {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// Offset of the byte involved.
         offset: u64,
+        /// The length.
         len: u64,
+        /// The tensor's length in bytes.
         tensor_len: u64,
     },
     #[error("{}{what} holds {got} bytes but {expected} are needed", tensor_prefix(.tensor))]
+    /// A destination buffer's size differs from the bytes to read or convert.
     DestinationSize {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// What the buffer is.
         what: &'static str,
+        /// The value required.
         expected: u64,
+        /// The value given.
         got: u64,
     },
     #[error("{}no conversion from {from} to {to}", tensor_prefix(.tensor))]
+    /// No dtype conversion exists between the tensor's dtype and the one asked for.
     ConversionNotAllowed {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// The tensor's dtype.
         from: Dtype,
+        /// The dtype asked for.
         to: Dtype,
     },
     #[error("cannot hold {bytes} bytes in memory")]
-    OutOfMemory { bytes: u64 },
+    /// A result is too large to hold in memory.
+    OutOfMemory {
+        /// The size asked for.
+        bytes: u64,
+    },
     #[error("{task} stopped without finishing (a worker thread panicked)")]
-    WorkerFailed { task: &'static str },
+    /// A worker thread stopped without finishing its share of the work.
+    WorkerFailed {
+        /// The work that failed.
+        task: &'static str,
+    },
 
     // --- writer input errors (kind `Write`) ---
     #[error("tensor name {name:?} is reserved for the metadata map and cannot name a tensor")]
-    ReservedName { name: String },
+    /// A tensor is named __metadata__, the name reserved for the metadata map.
+    ReservedName {
+        /// The name involved.
+        name: String,
+    },
     #[error("tensor name {name:?} is given twice")]
-    DuplicateName { name: String },
+    /// Two tensors given to a writer have the same name.
+    DuplicateName {
+        /// The name involved.
+        name: String,
+    },
     #[error("metadata key {key:?} is given twice")]
-    DuplicateKey { key: String },
+    /// A metadata key given to a writer appears twice.
+    DuplicateKey {
+        /// The metadata key involved.
+        key: String,
+    },
     #[error("tensor {tensor:?}: {reason}")]
-    BadTensorSize { tensor: String, reason: String },
-    #[error("header would be {len} bytes, above the {cap}-byte header size cap (too many tensors or too much metadata)")]
-    HeaderOverCap { len: u64, cap: u64 },
-    #[error("tensor {tensor:?}: expected {expected} bytes of data, got {got}")]
-    DataLength {
+    /// A tensor's shape x dtype size overflows or does not fill whole bytes.
+    BadTensorSize {
+        /// The tensor involved (empty when none).
         tensor: String,
+        /// Why, in words.
+        reason: String,
+    },
+    #[error("header would be {len} bytes, above the {cap}-byte header size cap (too many tensors or too much metadata)")]
+    /// The header to write is above the header size cap.
+    HeaderOverCap {
+        /// The length.
+        len: u64,
+        /// The cap in force.
+        cap: u64,
+    },
+    #[error("tensor {tensor:?}: expected {expected} bytes of data, got {got}")]
+    /// The bytes given for a tensor differ from its shape x dtype size.
+    DataLength {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// The value required.
         expected: u64,
+        /// The value given.
         got: u64,
     },
     #[error("tensor {tensor:?}: unknown dtype {dtype:?}")]
-    UnsupportedDtype { tensor: String, dtype: String },
+    /// A tensor's dtype has no safetensors equivalent.
+    UnsupportedDtype {
+        /// The tensor involved (empty when none).
+        tensor: String,
+        /// The dtype.
+        dtype: String,
+    },
     #[error("{reason}")]
-    FileTooLarge { reason: String },
+    /// The file to write would exceed 2^64 bytes or the address space.
+    FileTooLarge {
+        /// Why, in words.
+        reason: String,
+    },
     #[error("{reason}")]
-    StreamOrder { reason: String },
+    /// Bytes are given to a writer before or after the tensors they belong to.
+    StreamOrder {
+        /// Why, in words.
+        reason: String,
+    },
 }
 
 impl Error {

@@ -39,9 +39,7 @@ pub use summary::{summarize, DtypeTotals, Summary};
 pub use values::{count_values, ValueCounts};
 pub use verify::{verify_path, VerifyOptions, VerifyReport};
 
-/// Called with `(bytes done, bytes in all)` while long work goes on; it may
-/// be called from any thread, often (every few MiB).
-pub type Progress<'a> = Option<&'a (dyn Fn(u64, u64) + Sync)>;
+pub use crate::progress::Progress;
 
 /// One problem (or fact) found in a file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -128,16 +126,6 @@ pub fn hex(bytes: &[u8]) -> String {
         s.push(char::from(DIGITS[usize::from(b & 0x0f)]));
     }
     s
-}
-
-/// Number of worker threads to use: `requested`, or the machine's
-/// parallelism when `requested` is 0.
-pub(crate) fn thread_count(requested: usize) -> usize {
-    if requested > 0 {
-        requested
-    } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    }
 }
 
 #[cfg(test)]

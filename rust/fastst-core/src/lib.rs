@@ -3,19 +3,26 @@
 //! Pure Rust (no Python): the `fastst` Python package and command are thin
 //! layers over this crate.
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
 
 pub mod convert;
 pub mod dtype;
 pub mod error;
 pub mod header;
 pub mod inspect;
+pub(crate) mod io;
+pub(crate) mod json;
+pub(crate) mod parallel;
+pub mod progress;
+pub mod read;
 pub mod rules;
-pub mod storage;
+pub(crate) mod validate;
 pub mod write;
 
 pub use dtype::Dtype;
 pub use error::{Error, Result};
 pub use header::{parse_file_bytes, Header, ParseNotes, TensorInfo, DEFAULT_HEADER_CAP};
+pub use read::{Backend, MappedFile, OpenOptions, TensorData};
 pub use rules::{Family, RuleId, Severity};
-pub use storage::{Backend, MappedFile, OpenOptions, TensorData};
 pub use write::{AtomicFile, NewTensor, PlannedTensor, TensorStream, WritePlan};

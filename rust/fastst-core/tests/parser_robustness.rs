@@ -51,7 +51,7 @@ fn check(json: &[u8], buffer_len: u64) {
         let mut covered = 0;
         for t in h.tensors() {
             assert_eq!(t.begin, covered);
-            assert_eq!(t.dtype.byte_len(t.nelements()), Some(t.byte_len()));
+            assert_eq!(t.dtype.byte_len(&t.shape), Ok(t.byte_len()));
             covered = t.end;
         }
         assert_eq!(covered, buffer_len);

@@ -8,7 +8,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use crate::errors::rule_error;
+use crate::errors::{closed, rule_error};
 
 fn lookup(rule: &str) -> PyResult<RuleId> {
     RuleId::from_id(rule)
@@ -80,6 +80,14 @@ fn rule_error_for(
     Ok(err.into_value(py).into_any())
 }
 
+/// The `ClosedFileError` for any use of the closed file `filename`: the one
+/// message, made in one place, for the compiled files and Python's own
+/// (sharded checkpoints). Returned, not raised.
+#[pyfunction]
+fn closed_file_error(py: Python<'_>, filename: &str) -> PyObject {
+    closed(filename).into_value(py).into_any()
+}
+
 /// Adds this file's functions to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(rule_catalogue, m)?)?;
@@ -87,5 +95,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(conversions, m)?)?;
     m.add_function(wrap_pyfunction!(error_family, m)?)?;
     m.add_function(wrap_pyfunction!(rule_error_for, m)?)?;
+    m.add_function(wrap_pyfunction!(closed_file_error, m)?)?;
     Ok(())
 }

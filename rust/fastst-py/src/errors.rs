@@ -5,24 +5,15 @@
 //! write `result.in_file(name)?`: the message is prefixed with the file name
 //! and the exception gets `filename`, `tensor` and `rule` attributes.
 
+use fastst_core::write::WriteFailure;
 use fastst_core::{Error, Family, RuleId};
 use pyo3::exceptions::{
     PyFileNotFoundError, PyIsADirectoryError, PyMemoryError, PyOSError, PyPermissionError,
-    PyValueError,
+    PyRuntimeError, PyValueError,
 };
 use pyo3::prelude::*;
-
-pyo3::import_exception!(fastst._errors, SafetensorError);
-pyo3::import_exception!(fastst._errors, HeaderFramingError);
-pyo3::import_exception!(fastst._errors, HeaderJsonError);
-pyo3::import_exception!(fastst._errors, MetadataError);
-pyo3::import_exception!(fastst._errors, TensorTableError);
-pyo3::import_exception!(fastst._errors, LayoutError);
-pyo3::import_exception!(fastst._errors, TensorNotFoundError);
-pyo3::import_exception!(fastst._errors, ClosedFileError);
-pyo3::import_exception!(fastst._errors, SerializeError);
-pyo3::import_exception!(fastst._errors, UnsupportedDtypeError);
-pyo3::import_exception!(fastst._errors, ShardIndexError);
+use pyo3::types::PyType;
+use pyo3::PyTypeInfo;
 
 /// Core results into Python results, naming the file.
 pub trait InFile<T> {
@@ -38,6 +29,15 @@ impl<T> InFile<T> for Result<T, Error> {
     }
 }
 
+impl<T> InFile<T> for Result<T, WriteFailure<PyErr>> {
+    fn in_file(self, file: &str) -> PyResult<T> {
+        self.map_err(|f| match f {
+            WriteFailure::Core(e) => to_pyerr(file, e),
+            WriteFailure::Feed(e) => e,
+        })
+    }
+}
+
 /// The exception of `rule`'s family with message `message` (the file name
 /// is prefixed unless empty), and `filename`, `tensor` and `rule`
 /// attributes.
@@ -48,31 +48,48 @@ pub fn rule_error(rule: RuleId, file: &str, tensor: Option<&str>, message: &str)
     } else {
         format!("{file}: {message}")
     };
-    let err = match rule.family() {
-        Family::HeaderFraming => HeaderFramingError::new_err(msg),
-        Family::HeaderJson => HeaderJsonError::new_err(msg),
-        Family::Metadata => MetadataError::new_err(msg),
-        Family::TensorTable => TensorTableError::new_err(msg),
-        Family::Layout => LayoutError::new_err(msg),
-        Family::TensorNotFound => TensorNotFoundError::new_err(msg),
-        Family::ClosedFile => ClosedFileError::new_err(msg),
-        Family::Serialize => SerializeError::new_err(msg),
-        Family::UnsupportedDtype => UnsupportedDtypeError::new_err(msg),
-        Family::ShardIndex => ShardIndexError::new_err(msg),
-        Family::Usage => PyValueError::new_err(msg),
-        Family::Memory => PyMemoryError::new_err(msg),
-        Family::Io => PyOSError::new_err(msg),
-        Family::Finding => SafetensorError::new_err(msg),
-    };
     Python::with_gil(|py| {
-        let value = err.value(py);
-        // Setting attributes on a fresh exception instance cannot fail in
-        // practice; if it did, the exception is still raised without them.
-        let _ = value.setattr("filename", file);
-        let _ = value.setattr("tensor", tensor);
-        let _ = value.setattr("rule", rule.id());
-    });
-    err
+        // A family class missing from `fastst._errors` (a broken or older
+        // package) falls back to the root class rather than fail.
+        let class =
+            exception_class(py, rule.family()).or_else(|_| exception_class(py, Family::Finding));
+        let made = class.and_then(|class| {
+            let value = class.call1((msg.as_str(),))?;
+            // OSError's own `filename` would change its message; the file
+            // is named in the message already.
+            if rule.family() != Family::Io {
+                value.setattr("filename", file)?;
+            }
+            value.setattr("tensor", tensor)?;
+            value.setattr("rule", rule.id())?;
+            Ok(PyErr::from_value(value))
+        });
+        // Making the exception can only fail if the package is broken; say
+        // so rather than panic.
+        made.unwrap_or_else(|e| {
+            PyRuntimeError::new_err(format!(
+                "{msg} (rule {}; its exception class could not be made: {e})",
+                rule.id()
+            ))
+        })
+    })
+}
+
+/// The Python class of a family: a class of `fastst._errors` named by
+/// [`Family::python_name`] (the catalogue decides), or a builtin.
+fn exception_class(py: Python<'_>, family: Family) -> PyResult<Bound<'_, PyType>> {
+    let name = match family {
+        Family::Usage => return Ok(PyValueError::type_object(py)),
+        Family::Memory => return Ok(PyMemoryError::type_object(py)),
+        Family::Io => return Ok(PyOSError::type_object(py)),
+        // Findings are never raised; should one be, it is the root class.
+        Family::Finding => "SafetensorError",
+        other => other.python_name(),
+    };
+    Ok(py
+        .import("fastst._errors")?
+        .getattr(name)?
+        .downcast_into::<PyType>()?)
 }
 
 /// Converts a core error about `file` into the matching Python exception.

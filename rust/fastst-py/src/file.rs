@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use fastst_core::storage::PRIVATE_MAP_THRESHOLD;
+use fastst_core::read::PRIVATE_MAP_THRESHOLD;
 use fastst_core::{Backend, Dtype, MappedFile, OpenOptions, TensorInfo};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;

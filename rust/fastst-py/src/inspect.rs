@@ -2,70 +2,16 @@
 //! `fastst_core::inspect` that release the GIL while they work and return
 //! plain Python data (dicts, lists, tuples, strings, ints).
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use fastst_core::inspect::{self, Finding, HashOptions, VerifyOptions};
+use fastst_core::progress::StderrLine;
 use fastst_core::RuleId;
 use fastst_core::{Backend, MappedFile, OpenOptions, DEFAULT_HEADER_CAP};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::errors::InFile;
-
-/// A progress line on stderr, redrawn at most every 100 ms.
-struct StderrProgress {
-    label: String,
-    started: Instant,
-    last: Mutex<Option<Instant>>,
-}
-
-impl StderrProgress {
-    fn new(label: &str) -> StderrProgress {
-        StderrProgress {
-            label: label.to_owned(),
-            started: Instant::now(),
-            last: Mutex::new(None),
-        }
-    }
-
-    fn report(&self, done: u64, total: u64) {
-        let now = Instant::now();
-        {
-            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-            if last.is_some_and(|t| now.duration_since(t) < Duration::from_millis(100))
-                && done < total
-            {
-                return;
-            }
-            *last = Some(now);
-        }
-        let secs = now.duration_since(self.started).as_secs_f64().max(1e-6);
-        let mib = |b: u64| b as f64 / f64::from(1 << 20);
-        let pct = if total == 0 {
-            100.0
-        } else {
-            100.0 * done as f64 / total as f64
-        };
-        // Progress is best effort: a closed stderr must not fail the work.
-        let _ = write!(
-            std::io::stderr(),
-            "\r\x1b[K{}: {pct:5.1}% {:.0}/{:.0} MiB, {:.0} MiB/s",
-            self.label,
-            mib(done),
-            mib(total),
-            mib(done) / secs
-        );
-    }
-
-    fn finish(&self) {
-        if self.last.lock().map(|l| l.is_some()).unwrap_or(true) {
-            let _ = write!(std::io::stderr(), "\r\x1b[K");
-        }
-    }
-}
 
 fn finding_dict<'py>(py: Python<'py>, f: &Finding) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -92,7 +38,7 @@ fn with_progress<T: Send>(
     work: impl FnOnce(inspect::Progress) -> T + Send,
 ) -> T {
     if progress {
-        let p = StderrProgress::new(label);
+        let p = StderrLine::new(label);
         let out = py.allow_threads(|| {
             let report = |done: u64, total: u64| p.report(done, total);
             work(Some(&report))

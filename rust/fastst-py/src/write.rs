@@ -3,10 +3,9 @@
 //! are `fastst-core`'s; this module moves bytes from Python buffers to them
 //! with the GIL released.
 
-use std::io::BufWriter;
 use std::path::PathBuf;
 
-use fastst_core::write::{AtomicFile, NewTensor, TensorStream, WritePlan, WRITE_BUFFER};
+use fastst_core::write::{write_atomic, NewTensor, TensorStream, WritePlan};
 use fastst_core::{Dtype, Error};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
@@ -180,27 +179,11 @@ impl PyWritePlan {
         sources: &Bound<'_, PyAny>,
         durable: Option<bool>,
     ) -> PyResult<()> {
-        let mut atomic = py
-            .allow_threads(|| AtomicFile::create(&path))
-            .in_file(display_name)?;
-        {
-            let file = atomic.file().in_file(display_name)?;
-            let out = BufWriter::with_capacity(WRITE_BUFFER, file);
-            let mut stream = TensorStream::new(&self.plan, out).in_file(display_name)?;
-            self.feed(py, display_name, sources, &mut stream)?;
-            let out = stream.finish().in_file(display_name)?;
-            py.allow_threads(|| out.into_inner().map(|_| ()))
-                .map_err(|e| {
-                    let err = Error::Io {
-                        context: "writing the data".to_owned(),
-                        source: e.into_error(),
-                    };
-                    to_pyerr(display_name, err)
-                })?;
-        }
-        let durable = durable.unwrap_or_else(|| atomic.replaces_existing());
-        py.allow_threads(|| atomic.commit(durable))
-            .in_file(display_name)
+        let blocking = |work: &mut (dyn FnMut() + Send)| py.allow_threads(work);
+        write_atomic(&self.plan, &path, durable, &blocking, |stream| {
+            self.feed(py, display_name, sources, stream)
+        })
+        .in_file(display_name)
     }
 
     /// The whole file as `bytes`, allocated once at its exact size; `sources`

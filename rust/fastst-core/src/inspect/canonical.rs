@@ -21,40 +21,14 @@
 use std::cmp::Ordering;
 
 use crate::header::{Header, TensorInfo};
-
-fn push_str(out: &mut Vec<u8>, s: &str) {
-    out.push(b'"');
-    for &b in s.as_bytes() {
-        match b {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            0x08 => out.extend_from_slice(b"\\b"),
-            0x0c => out.extend_from_slice(b"\\f"),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            0x00..=0x1f => {
-                const DIGITS: &[u8; 16] = b"0123456789abcdef";
-                out.extend_from_slice(b"\\u00");
-                out.push(DIGITS[usize::from(b >> 4)]);
-                out.push(DIGITS[usize::from(b & 0x0f)]);
-            }
-            _ => out.push(b),
-        }
-    }
-    out.push(b'"');
-}
-
-fn push_u64(out: &mut Vec<u8>, v: u64) {
-    out.extend_from_slice(v.to_string().as_bytes());
-}
+use crate::json::{write_string, write_u64};
 
 fn push_entry(out: &mut Vec<u8>, t: &TensorInfo) {
-    push_str(out, &t.name);
+    write_string(out, &t.name);
     out.extend_from_slice(b":{\"data_offsets\":[");
-    push_u64(out, t.begin);
+    write_u64(out, t.begin);
     out.push(b',');
-    push_u64(out, t.end);
+    write_u64(out, t.end);
     out.extend_from_slice(b"],\"dtype\":\"");
     out.extend_from_slice(t.dtype.name().as_bytes());
     out.extend_from_slice(b"\",\"shape\":[");
@@ -62,7 +36,7 @@ fn push_entry(out: &mut Vec<u8>, t: &TensorInfo) {
         if i > 0 {
             out.push(b',');
         }
-        push_u64(out, *d);
+        write_u64(out, *d);
     }
     out.extend_from_slice(b"]}");
 }
@@ -70,15 +44,15 @@ fn push_entry(out: &mut Vec<u8>, t: &TensorInfo) {
 fn push_metadata(out: &mut Vec<u8>, pairs: &[(String, String)]) {
     let mut sorted: Vec<&(String, String)> = pairs.iter().collect();
     sorted.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-    push_str(out, "__metadata__");
+    write_string(out, "__metadata__");
     out.extend_from_slice(b":{");
     for (i, (k, v)) in sorted.into_iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        push_str(out, k);
+        write_string(out, k);
         out.push(b':');
-        push_str(out, v);
+        write_string(out, v);
     }
     out.push(b'}');
 }

@@ -22,9 +22,10 @@ use sha2::{Digest, Sha256};
 
 use super::canonical::canonical_header;
 use super::source::Source;
-use super::{hex, thread_count, Finding, Progress};
+use super::{hex, Finding, Progress};
 use crate::error::Result;
-use crate::header::{check_prefix, Header, DEFAULT_HEADER_CAP};
+use crate::header::{parse_file_bytes, prefix_value, DEFAULT_HEADER_CAP};
+use crate::parallel::thread_count;
 
 /// Offset of the bytes AutoV1 hashes.
 pub const AUTOV1_OFFSET: u64 = 0x10_0000;
@@ -59,9 +60,13 @@ impl Default for HashOptions {
 /// The hashes of one file (lower-case hex).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HashReport {
+    /// Length of the file in bytes.
     pub file_len: u64,
+    /// SHA-256 of the whole file.
     pub sha256: String,
+    /// AutoV1: 8 hex digits of SHA-256 over 0x10000 bytes at offset 0x100000.
     pub autov1: String,
+    /// AutoV2: the first 10 hex digits of the file's SHA-256.
     pub autov2: String,
     /// `None` when the length prefix points past the end of the file.
     pub autov3: Option<String>,
@@ -108,16 +113,9 @@ pub fn hash_path(path: &Path, options: &HashOptions, progress: Progress) -> Resu
     let len = src.len;
     let map = src.map()?;
     let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
-    let raw_n = bytes.get(..8).map(|p| {
-        let mut raw = [0u8; 8];
-        raw.copy_from_slice(p);
-        u64::from_le_bytes(raw)
-    });
+    let raw_n = prefix_value(bytes);
     let data_start = raw_n.and_then(|n| n.checked_add(8)).filter(|&s| s <= len);
-    let header = match check_prefix(bytes, len, options.header_cap) {
-        Ok(n) => Header::parse(slice(bytes, 8, 8 + n), len - 8 - n),
-        Err(e) => Err(e),
-    };
+    let header = parse_file_bytes(bytes, options.header_cap);
     let (header, header_problem) = match header {
         Ok(h) => (Some(h), None),
         Err(e) => (None, Some(Finding::from_error(&e))),
@@ -250,7 +248,7 @@ mod file_tests {
             let tensors = r.tensors.unwrap();
             assert_eq!(tensors[0], ("b".to_owned(), sha256_of(&data[..1_200_000])));
             assert_eq!(tensors[1], ("a".to_owned(), sha256_of(&data[1_200_000..])));
-            let h = Header::parse(header.as_bytes(), data.len() as u64).unwrap();
+            let h = crate::header::Header::parse(header.as_bytes(), data.len() as u64).unwrap();
             assert_eq!(r.header_sha256.unwrap(), sha256_of(&canonical_header(&h)));
             assert_eq!(r.header_len, Some(header.len() as u64));
         }

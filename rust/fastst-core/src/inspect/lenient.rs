@@ -5,6 +5,7 @@
 //! Still bounded: serde_json's recursion limit applies, and nothing is sized
 //! from a number found in the header.
 
+use crate::json::whitespace_len;
 use std::fmt;
 use std::path::Path;
 
@@ -13,7 +14,6 @@ use serde_json::Value;
 
 use super::source::Source;
 use crate::error::{Error, Result};
-use crate::header::check_prefix;
 
 /// An object kept as its key/value pairs in order (duplicates included), or
 /// any other JSON value.
@@ -107,11 +107,7 @@ impl<'de, F: FnMut(String, Node)> Visitor<'de> for TopVisitor<'_, F> {
 /// Skips JSON whitespace and a UTF-8 byte-order mark.
 fn trim_start(json: &[u8]) -> &[u8] {
     let json = json.strip_prefix(b"\xef\xbb\xbf").unwrap_or(json);
-    let n = json
-        .iter()
-        .take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
-        .count();
-    &json[n..]
+    &json[whitespace_len(json)..]
 }
 
 /// Parses a header leniently: each tensor entry (name and raw value, in
@@ -159,13 +155,7 @@ impl<'de> Visitor<'de> for MetadataOnly {
 /// `None` when the header has no metadata (absent or null, or not an
 /// object). Fails when the header itself cannot be located or parsed.
 pub fn read_metadata(path: &Path, header_cap: u64) -> Result<Option<Vec<(String, String)>>> {
-    let src = Source::open(path)?;
-    if src.len < 8 {
-        return Err(Error::FileTooShort { len: src.len });
-    }
-    let prefix = src.read_range(0, 8)?;
-    let n = check_prefix(&prefix, src.len, header_cap)?;
-    let json = src.read_range(8, n)?;
+    let (_, json) = Source::open(path)?.read_header(header_cap)?;
     let mut de = serde_json::Deserializer::from_slice(trim_start(&json));
     let node = de.deserialize_map(MetadataOnly).map_err(|e| Error::Json {
         message: e.to_string(),

@@ -19,7 +19,7 @@ const fn m(name: &'static str, executable: bool) -> Magic {
 pub const SNIFF_LEN: usize = 512;
 
 /// Recognises the format `head` (the first bytes of some content, up to
-/// [`SNIFF_LEN`]) starts with, if any.
+/// `SNIFF_LEN`) starts with, if any.
 pub fn sniff(head: &[u8]) -> Option<Magic> {
     let starts = |sig: &[u8]| head.starts_with(sig);
     if let [0x80, proto @ 2..=5, next, ..] = head {

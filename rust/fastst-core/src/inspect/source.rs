@@ -2,19 +2,25 @@
 //! header, a read-only mapping for tensor data, and scans of byte ranges no
 //! tensor covers.
 
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::ops::Deref;
 use std::path::Path;
 
-use memmap2::{Mmap, MmapOptions};
+use memmap2::Mmap;
 
 use super::magic::SNIFF_LEN;
 use crate::error::{Error, Result};
+use crate::io::{self, mmap, OpenFile};
 
-/// An open file and its length at open time.
-pub(crate) struct Source {
-    file: File,
-    pub len: u64,
+/// An open file and its length at open time (opened by [`io::open`], as
+/// every entry point opens files).
+pub(crate) struct Source(OpenFile);
+
+impl Deref for Source {
+    type Target = OpenFile;
+
+    fn deref(&self) -> &OpenFile {
+        &self.0
+    }
 }
 
 /// What a scan of a byte range found.
@@ -27,43 +33,7 @@ pub(crate) struct RegionScan {
 
 impl Source {
     pub fn open(path: &Path) -> Result<Source> {
-        let file = File::open(path).map_err(|e| Error::io("cannot open file", e))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| Error::io("cannot stat file", e))?;
-        if meta.is_dir() {
-            return Err(Error::io(
-                "cannot open file",
-                std::io::Error::other("is a directory"),
-            ));
-        }
-        Ok(Source {
-            file,
-            len: meta.len(),
-        })
-    }
-
-    /// Fills `buf` from absolute offset `offset`.
-    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        let n = buf.len();
-        let ctx = || format!("cannot read {n} bytes at offset {offset}");
-        let mut f = &self.file;
-        f.seek(SeekFrom::Start(offset))
-            .map_err(|e| Error::io(ctx(), e))?;
-        f.read_exact(buf).map_err(|e| Error::io(ctx(), e))
-    }
-
-    /// The bytes in `[offset, offset + len)`, clipped to the file; `len` is
-    /// never more than the caller allows (a cap or the file's length).
-    pub fn read_range(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let end = offset.saturating_add(len).min(self.len);
-        let n = end.saturating_sub(offset);
-        let n = usize::try_from(n).map_err(|_| Error::OutOfMemory { bytes: n })?;
-        let mut buf = vec![0u8; n];
-        if n > 0 {
-            self.read_at(&mut buf, offset)?;
-        }
-        Ok(buf)
+        io::open(path).map(Source)
     }
 
     /// Maps the whole file read-only (`None` for an empty file).
@@ -71,12 +41,8 @@ impl Source {
         if self.len == 0 {
             return Ok(None);
         }
-        // SAFETY: a private read-only mapping; fastst never writes through
-        // it. Another process truncating the file while it is mapped is
-        // outside what any mmap-based reader can defend against (the reader
-        // in `storage` makes the same choice).
-        let map = unsafe { MmapOptions::new().map_copy_read_only(&self.file) }
-            .map_err(|e| Error::io("cannot memory-map file", e))?;
+        let map =
+            mmap::map_read_only(&self.file).map_err(|e| Error::io("cannot memory-map file", e))?;
         #[cfg(unix)]
         {
             // Only a hint: failing to give it changes nothing but speed.
@@ -96,7 +62,7 @@ impl Source {
         while pos < end {
             let n = usize::try_from((end - pos).min(buf.len() as u64)).unwrap_or(buf.len());
             let block = &mut buf[..n];
-            self.read_at(block, pos)?;
+            self.read_exact_at(block, pos)?;
             if head.len() < SNIFF_LEN {
                 let take = (SNIFF_LEN - head.len()).min(n);
                 head.extend_from_slice(&block[..take]);

@@ -6,6 +6,7 @@ use crate::header::Header;
 /// Totals for one dtype.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DtypeTotals {
+    /// The dtype.
     pub dtype: Dtype,
     /// Number of tensors of this dtype.
     pub tensors: u64,
@@ -18,6 +19,7 @@ pub struct DtypeTotals {
 /// What `fastst inspect` prints about a file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Summary {
+    /// Number of tensors.
     pub tensors: u64,
     /// Elements across all tensors (a sum of u64 counts, so kept as u128).
     pub parameters: u128,

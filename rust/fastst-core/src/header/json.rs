@@ -1,10 +1,13 @@
-//! Parsing and validating a header: the JSON table of tensors and the
-//! optional `__metadata__` map.
+//! The strict JSON reading of a header: serde_json in strict mode through
+//! hand-written visitors, so that every rule of the format fails with its
+//! own [`Error`] naming the tensor involved, duplicate keys are caught at
+//! every level (after unescaping), nesting is bounded by serde_json's
+//! recursion limit, and nothing is allocated because a header claims a
+//! size. The entry rules themselves live in [`crate::validate::entry`].
 //!
-//! Parsing is done with serde_json in strict mode through hand-written
-//! visitors, so that every rule of the format fails with its own [`Error`]
-//! variant naming the tensor involved, duplicate keys are caught at every
-//! level, and nothing is allocated because a header claims a size.
+//! One cohesive job in one file (over 700 lines): the visitors are many
+//! small types, one per kind of JSON value of the format, that only make
+//! sense together.
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -12,197 +15,20 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 
+use super::{ParseNotes, TensorInfo};
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
-
-/// Default upper bound on the header length prefix (100 MB).
-pub const DEFAULT_HEADER_CAP: u64 = 100_000_000;
-
-/// Largest shape entry accepted (entries must be below 2^63).
-const SHAPE_ENTRY_LIMIT: u64 = 1 << 63;
-
-/// One tensor entry of the header.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TensorInfo {
-    /// The tensor's name (any UTF-8 string except `__metadata__`).
-    pub name: String,
-    /// Element type.
-    pub dtype: Dtype,
-    /// Shape, outermost dimension first; empty for a 0-rank scalar.
-    pub shape: Vec<u64>,
-    /// First byte, relative to the start of the byte buffer.
-    pub begin: u64,
-    /// One past the last byte, relative to the start of the byte buffer.
-    pub end: u64,
-}
-
-impl TensorInfo {
-    /// Number of elements (1 for a scalar). Validated headers never overflow.
-    pub fn nelements(&self) -> u64 {
-        self.shape
-            .iter()
-            .copied()
-            .try_fold(1u64, u64::checked_mul)
-            .unwrap_or(u64::MAX)
-    }
-
-    /// Length in bytes of the tensor's data.
-    pub fn byte_len(&self) -> u64 {
-        self.end - self.begin
-    }
-}
-
-/// Things a valid header may contain that `fastst verify` reports as
-/// warnings; the reader accepts them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ParseNotes {
-    /// Bytes of JSON whitespace before the opening `{`.
-    pub leading_whitespace: usize,
-    /// `(tensor, field)` pairs for fields other than dtype/shape/data_offsets.
-    pub unknown_fields: Vec<(String, String)>,
-    /// `__metadata__` was present but `null`.
-    pub metadata_null: bool,
-}
-
-/// A parsed and validated header.
-#[derive(Clone, Debug)]
-pub struct Header {
-    tensors: Vec<TensorInfo>,
-    by_name: Vec<u32>,
-    metadata: Option<Vec<(String, String)>>,
-    notes: ParseNotes,
-    header_len: u64,
-    buffer_len: u64,
-}
-
-impl Header {
-    /// Parses and validates `json` (the `N` header bytes after the length
-    /// prefix) for a byte buffer of `buffer_len` bytes.
-    pub fn parse(json: &[u8], buffer_len: u64) -> Result<Header> {
-        let (tensors, metadata, notes) = parse_json(json)?;
-        let header_len = json.len() as u64;
-        let (tensors, by_name) = validate(tensors, buffer_len)?;
-        Ok(Header {
-            tensors,
-            by_name,
-            metadata,
-            notes,
-            header_len,
-            buffer_len,
-        })
-    }
-
-    /// Tensors in file order (by data offsets).
-    pub fn tensors(&self) -> &[TensorInfo] {
-        &self.tensors
-    }
-
-    /// Tensors in name order (byte-wise on UTF-8, as Rust and Python sort strings).
-    pub fn tensors_by_name(&self) -> impl ExactSizeIterator<Item = &TensorInfo> + '_ {
-        self.by_name.iter().map(move |&i| &self.tensors[i as usize])
-    }
-
-    /// Looks a tensor up by name.
-    pub fn get(&self, name: &str) -> Option<&TensorInfo> {
-        self.by_name
-            .binary_search_by(|&i| self.tensors[i as usize].name.as_str().cmp(name))
-            .ok()
-            .map(|pos| &self.tensors[self.by_name[pos] as usize])
-    }
-
-    /// Looks a tensor up by name, failing with [`Error::TensorNotFound`].
-    pub fn require(&self, name: &str) -> Result<&TensorInfo> {
-        self.get(name).ok_or_else(|| Error::TensorNotFound {
-            name: name.to_owned(),
-        })
-    }
-
-    /// The `__metadata__` map in header order, or `None` when absent.
-    pub fn metadata(&self) -> Option<&[(String, String)]> {
-        self.metadata.as_deref()
-    }
-
-    /// Warnings collected while parsing.
-    pub fn notes(&self) -> &ParseNotes {
-        &self.notes
-    }
-
-    /// Length of the JSON header in bytes (the `N` of the prefix).
-    pub fn header_len(&self) -> u64 {
-        self.header_len
-    }
-
-    /// Absolute file offset of the byte buffer (`8 + N`).
-    pub fn data_start(&self) -> u64 {
-        8 + self.header_len
-    }
-
-    /// Length of the byte buffer.
-    pub fn buffer_len(&self) -> u64 {
-        self.buffer_len
-    }
-
-    /// Number of tensors.
-    pub fn len(&self) -> usize {
-        self.tensors.len()
-    }
-
-    /// True when the file holds no tensor.
-    pub fn is_empty(&self) -> bool {
-        self.tensors.is_empty()
-    }
-}
-
-/// Reads the 8-byte prefix of a file of `file_len` bytes and checks it
-/// against the file's length and the cap; returns `N`.
-pub fn check_prefix(prefix: &[u8], file_len: u64, cap: u64) -> Result<u64> {
-    let Some(bytes) = prefix.get(..8) else {
-        return Err(Error::FileTooShort { len: file_len });
-    };
-    let mut raw = [0u8; 8];
-    raw.copy_from_slice(bytes);
-    let n = u64::from_le_bytes(raw);
-    if n == 0 {
-        return Err(Error::HeaderLengthZero);
-    }
-    if n > cap {
-        return Err(Error::HeaderTooLarge { len: n, cap });
-    }
-    let available = file_len.saturating_sub(8);
-    if n > available {
-        return Err(Error::HeaderPastEnd { len: n, available });
-    }
-    Ok(n)
-}
-
-/// Parses a whole file held in memory (length prefix, header, byte buffer),
-/// as `deserialize` needs; the header's offsets are relative to
-/// [`Header::data_start`].
-pub fn parse_file_bytes(bytes: &[u8], cap: u64) -> Result<Header> {
-    let n = check_prefix(bytes, bytes.len() as u64, cap)?;
-    // `check_prefix` guarantees 8 + n <= bytes.len().
-    let start = usize::try_from(n)
-        .ok()
-        .and_then(|n| n.checked_add(8))
-        .filter(|&s| s <= bytes.len())
-        .ok_or(Error::HeaderPastEnd {
-            len: n,
-            available: bytes.len().saturating_sub(8) as u64,
-        })?;
-    let json = bytes.get(8..start).unwrap_or_default();
-    Header::parse(json, (bytes.len() - start) as u64)
-}
+use crate::json::whitespace_len;
+use crate::validate::{entry, found};
 
 type Parsed = (Vec<TensorInfo>, Option<Vec<(String, String)>>, ParseNotes);
 
-fn parse_json(json: &[u8]) -> Result<Parsed> {
+/// Reads the header JSON: tensors in header order, the metadata, notes.
+pub(super) fn parse(json: &[u8]) -> Result<Parsed> {
     let text = std::str::from_utf8(json).map_err(|e| Error::HeaderNotUtf8 {
         offset: e.valid_up_to(),
     })?;
-    let leading = text
-        .bytes()
-        .take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
-        .count();
+    let leading = whitespace_len(text.as_bytes());
     match text.as_bytes().get(leading) {
         Some(b'{') => {}
         Some(&found) => {
@@ -269,22 +95,22 @@ struct Found(String);
 macro_rules! reject_other_types {
     ($on_fail:expr) => {
         fn visit_bool<E: de::Error>(self, v: bool) -> std::result::Result<Self::Value, E> {
-            Err($on_fail(self, Found(format!("the boolean {v}"))))
+            Err($on_fail(self, Found(found::boolean(v))))
         }
         fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Self::Value, E> {
-            Err($on_fail(self, Found(format!("the number {v}"))))
+            Err($on_fail(self, Found(found::number(v))))
         }
         fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Self::Value, E> {
-            Err($on_fail(self, Found(format!("the number {v}"))))
+            Err($on_fail(self, Found(found::number(v))))
         }
         fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Self::Value, E> {
-            Err($on_fail(self, Found(format!("the number {v}"))))
+            Err($on_fail(self, Found(found::number(v))))
         }
         fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Self::Value, E> {
-            Err($on_fail(self, Found(format!("the string {v:?}"))))
+            Err($on_fail(self, Found(found::string(v))))
         }
         fn visit_unit<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
-            Err($on_fail(self, Found("null".to_owned())))
+            Err($on_fail(self, Found(found::NULL.to_owned())))
         }
     };
 }
@@ -295,13 +121,13 @@ macro_rules! reject_containers {
             self,
             _seq: A,
         ) -> std::result::Result<Self::Value, A::Error> {
-            Err($on_fail(self, Found("a list".to_owned())))
+            Err($on_fail(self, Found(found::LIST.to_owned())))
         }
         fn visit_map<A: MapAccess<'de>>(
             self,
             _map: A,
         ) -> std::result::Result<Self::Value, A::Error> {
-            Err($on_fail(self, Found("an object".to_owned())))
+            Err($on_fail(self, Found(found::OBJECT.to_owned())))
         }
     };
 }
@@ -391,32 +217,32 @@ impl<'de> Visitor<'de> for MetadataSeed<'_> {
 
     fn visit_bool<E: de::Error>(self, v: bool) -> std::result::Result<Self::Value, E> {
         Err(self.ctx.fail(Error::MetadataNotMap {
-            found: format!("the boolean {v}"),
+            found: found::boolean(v),
         }))
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Self::Value, E> {
         Err(self.ctx.fail(Error::MetadataNotMap {
-            found: format!("the number {v}"),
+            found: found::number(v),
         }))
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Self::Value, E> {
         Err(self.ctx.fail(Error::MetadataNotMap {
-            found: format!("the number {v}"),
+            found: found::number(v),
         }))
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Self::Value, E> {
         Err(self.ctx.fail(Error::MetadataNotMap {
-            found: format!("the number {v}"),
+            found: found::number(v),
         }))
     }
     fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Self::Value, E> {
         Err(self.ctx.fail(Error::MetadataNotMap {
-            found: format!("the string {v:?}"),
+            found: found::string(v),
         }))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, _seq: A) -> std::result::Result<Self::Value, A::Error> {
         Err(self.ctx.fail(Error::MetadataNotMap {
-            found: "a list".to_owned(),
+            found: found::LIST.to_owned(),
         }))
     }
 
@@ -481,19 +307,19 @@ impl<'de> Visitor<'de> for MetadataValueSeed<'_, '_> {
     }
 
     fn visit_bool<E: de::Error>(self, v: bool) -> std::result::Result<Self::Value, E> {
-        Err(self.not_string(Found(format!("the boolean {v}"))))
+        Err(self.not_string(Found(found::boolean(v))))
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Self::Value, E> {
-        Err(self.not_string(Found(format!("the number {v}"))))
+        Err(self.not_string(Found(found::number(v))))
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Self::Value, E> {
-        Err(self.not_string(Found(format!("the number {v}"))))
+        Err(self.not_string(Found(found::number(v))))
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Self::Value, E> {
-        Err(self.not_string(Found(format!("the number {v}"))))
+        Err(self.not_string(Found(found::number(v))))
     }
     fn visit_unit<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
-        Err(self.not_string(Found("null".to_owned())))
+        Err(self.not_string(Found(found::NULL.to_owned())))
     }
     reject_containers!(|s: Self, f: Found| s.not_string(f));
 }
@@ -505,10 +331,7 @@ struct EntrySeed<'c, 'n> {
 
 impl EntrySeed<'_, '_> {
     fn not_object<E: de::Error>(self, found: Found) -> E {
-        self.ctx.fail(Error::EntryNotObject {
-            tensor: self.name.to_owned(),
-            found: found.0,
-        })
+        self.ctx.fail(entry::not_object(self.name, found.0))
     }
 }
 
@@ -535,7 +358,7 @@ impl<'de> Visitor<'de> for EntrySeed<'_, '_> {
     reject_other_types!(|s: Self, f: Found| s.not_object(f));
 
     fn visit_seq<A: SeqAccess<'de>>(self, _seq: A) -> std::result::Result<Self::Value, A::Error> {
-        Err(self.not_object(Found("a list".to_owned())))
+        Err(self.not_object(Found(found::LIST.to_owned())))
     }
 
     fn visit_map<A: MapAccess<'de>>(
@@ -549,12 +372,7 @@ impl<'de> Visitor<'de> for EntrySeed<'_, '_> {
         let mut offsets: Option<(u64, u64)> = None;
         let mut unknown: Vec<String> = Vec::new();
         while let Some(field) = map.next_key::<String>()? {
-            let dup = |field: String| {
-                ctx.fail::<A::Error>(Error::DuplicateField {
-                    tensor: tensor.to_owned(),
-                    field,
-                })
-            };
+            let dup = |field: String| ctx.fail::<A::Error>(entry::duplicate_field(tensor, field));
             match field.as_str() {
                 "dtype" => {
                     if dtype.is_some() {
@@ -583,12 +401,7 @@ impl<'de> Visitor<'de> for EntrySeed<'_, '_> {
                 }
             }
         }
-        let missing = |field: &'static str| {
-            ctx.fail::<A::Error>(Error::MissingField {
-                tensor: tensor.to_owned(),
-                field,
-            })
-        };
+        let missing = |field: &'static str| ctx.fail::<A::Error>(entry::missing(tensor, field));
         let dtype = dtype.ok_or_else(|| missing("dtype"))?;
         let shape = shape.ok_or_else(|| missing("shape"))?;
         let (begin, end) = offsets.ok_or_else(|| missing("data_offsets"))?;
@@ -609,12 +422,8 @@ struct DtypeSeed<'c, 'n> {
 
 impl DtypeSeed<'_, '_> {
     fn wrong<E: de::Error>(self, found: Found) -> E {
-        self.ctx.fail(Error::WrongFieldType {
-            tensor: self.tensor.to_owned(),
-            field: "dtype",
-            expected: "a string",
-            found: found.0,
-        })
+        self.ctx
+            .fail(entry::wrong_type(self.tensor, "dtype", found.0))
     }
 }
 
@@ -637,28 +446,23 @@ impl<'de> Visitor<'de> for DtypeSeed<'_, '_> {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Self::Value, E> {
-        Dtype::from_name(v).ok_or_else(|| {
-            self.ctx.fail(Error::UnknownDtype {
-                tensor: self.tensor.to_owned(),
-                dtype: v.to_owned(),
-            })
-        })
+        entry::dtype(self.tensor, v).map_err(|e| self.ctx.fail(e))
     }
 
     fn visit_bool<E: de::Error>(self, v: bool) -> std::result::Result<Self::Value, E> {
-        Err(self.wrong(Found(format!("the boolean {v}"))))
+        Err(self.wrong(Found(found::boolean(v))))
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Self::Value, E> {
-        Err(self.wrong(Found(format!("the number {v}"))))
+        Err(self.wrong(Found(found::number(v))))
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Self::Value, E> {
-        Err(self.wrong(Found(format!("the number {v}"))))
+        Err(self.wrong(Found(found::number(v))))
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Self::Value, E> {
-        Err(self.wrong(Found(format!("the number {v}"))))
+        Err(self.wrong(Found(found::number(v))))
     }
     fn visit_unit<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
-        Err(self.wrong(Found("null".to_owned())))
+        Err(self.wrong(Found(found::NULL.to_owned())))
     }
     reject_containers!(|s: Self, f: Found| s.wrong(f));
 }
@@ -670,12 +474,8 @@ struct ShapeSeed<'c, 'n> {
 
 impl ShapeSeed<'_, '_> {
     fn wrong<E: de::Error>(self, found: Found) -> E {
-        self.ctx.fail(Error::WrongFieldType {
-            tensor: self.tensor.to_owned(),
-            field: "shape",
-            expected: "a list of non-negative integers",
-            found: found.0,
-        })
+        self.ctx
+            .fail(entry::wrong_type(self.tensor, "shape", found.0))
     }
 }
 
@@ -700,7 +500,7 @@ impl<'de> Visitor<'de> for ShapeSeed<'_, '_> {
     reject_other_types!(|s: Self, f: Found| s.wrong(f));
 
     fn visit_map<A: MapAccess<'de>>(self, _map: A) -> std::result::Result<Self::Value, A::Error> {
-        Err(self.wrong(Found("an object".to_owned())))
+        Err(self.wrong(Found(found::OBJECT.to_owned())))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(
@@ -724,11 +524,9 @@ struct ShapeEntrySeed<'c, 'n> {
 }
 
 impl ShapeEntrySeed<'_, '_> {
+    /// A shape entry that is not an integer at all (`found`: its JSON text).
     fn bad<E: de::Error>(self, found: Found) -> E {
-        self.ctx.fail(Error::BadShapeEntry {
-            tensor: self.tensor.to_owned(),
-            value: found.0,
-        })
+        self.ctx.fail(entry::bad_shape_entry(self.tensor, found.0))
     }
 }
 
@@ -751,17 +549,11 @@ impl<'de> Visitor<'de> for ShapeEntrySeed<'_, '_> {
     }
 
     fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Self::Value, E> {
-        if v < SHAPE_ENTRY_LIMIT {
-            Ok(v)
-        } else {
-            Err(self.bad(Found(v.to_string())))
-        }
+        entry::shape_entry(self.tensor, Some(v), || v.to_string()).map_err(|e| self.ctx.fail(e))
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Self::Value, E> {
-        match u64::try_from(v) {
-            Ok(u) => self.visit_u64(u),
-            Err(_) => Err(self.bad(Found(v.to_string()))),
-        }
+        entry::shape_entry(self.tensor, u64::try_from(v).ok(), || v.to_string())
+            .map_err(|e| self.ctx.fail(e))
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Self::Value, E> {
         Err(self.bad(Found(v.to_string())))
@@ -773,7 +565,7 @@ impl<'de> Visitor<'de> for ShapeEntrySeed<'_, '_> {
         Err(self.bad(Found(format!("{v:?}"))))
     }
     fn visit_unit<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
-        Err(self.bad(Found("null".to_owned())))
+        Err(self.bad(Found(found::NULL.to_owned())))
     }
     reject_containers!(|s: Self, f: Found| s.bad(f));
 }
@@ -785,10 +577,7 @@ struct OffsetsSeed<'c, 'n> {
 
 impl OffsetsSeed<'_, '_> {
     fn bad<E: de::Error>(&self, found: String) -> E {
-        self.ctx.fail(Error::BadOffsets {
-            tensor: self.tensor.to_owned(),
-            found,
-        })
+        self.ctx.fail(entry::bad_offsets(self.tensor, found))
     }
 }
 
@@ -813,7 +602,7 @@ impl<'de> Visitor<'de> for OffsetsSeed<'_, '_> {
     reject_other_types!(|s: Self, f: Found| s.bad(f.0));
 
     fn visit_map<A: MapAccess<'de>>(self, _map: A) -> std::result::Result<Self::Value, A::Error> {
-        Err(self.bad("an object".to_owned()))
+        Err(self.bad(found::OBJECT.to_owned()))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(
@@ -822,20 +611,20 @@ impl<'de> Visitor<'de> for OffsetsSeed<'_, '_> {
     ) -> std::result::Result<Self::Value, A::Error> {
         let mut vals = [0u64; 2];
         let mut count = 0usize;
+        let check = |count, all_integers, vals| {
+            entry::offsets(self.tensor, count, all_integers, vals).map_err(|e| self.ctx.fail(e))
+        };
         while let Some(v) = seq.next_element_seed(OffsetEntrySeed)? {
-            match v {
-                Some(v) if count < 2 => vals[count] = v,
-                Some(_) => {}
-                None => {
-                    return Err(self.bad("a value that is not a non-negative integer".to_owned()))
-                }
-            }
             count += 1;
+            match v {
+                Some(v) if count <= 2 => vals[count - 1] = v,
+                Some(_) => {}
+                // The first value that is not an offset decides (the rest of
+                // the list is not read).
+                None => return check(count, false, vals),
+            }
         }
-        if count != 2 {
-            return Err(self.bad(format!("a list of {count} values")));
-        }
-        Ok((vals[0], vals[1]))
+        check(count, true, vals)
     }
 }
 
@@ -940,117 +729,4 @@ impl<'de> Visitor<'de> for SkipValue {
         while map.next_entry_seed(SkipValue, SkipValue)?.is_some() {}
         Ok(())
     }
-}
-
-/// Checks sizes, duplicates and the layout; returns the tensors in file
-/// order and the name index.
-fn validate(mut tensors: Vec<TensorInfo>, buffer_len: u64) -> Result<(Vec<TensorInfo>, Vec<u32>)> {
-    for t in &tensors {
-        check_size(t)?;
-    }
-    tensors.sort_unstable_by(|a, b| {
-        (a.begin, a.end)
-            .cmp(&(b.begin, b.end))
-            .then_with(|| a.name.cmp(&b.name))
-    });
-    // Duplicate names are found through the name index.
-    let count = u32::try_from(tensors.len()).map_err(|_| Error::TooManyTensors {
-        count: tensors.len() as u64,
-    })?;
-    let mut by_name: Vec<u32> = (0..count).collect();
-    by_name.sort_unstable_by(|&a, &b| tensors[a as usize].name.cmp(&tensors[b as usize].name));
-    for pair in by_name.windows(2) {
-        let (a, b) = (&tensors[pair[0] as usize], &tensors[pair[1] as usize]);
-        if a.name == b.name {
-            return Err(Error::DuplicateTensor {
-                name: a.name.clone(),
-            });
-        }
-    }
-    let mut expected = 0u64;
-    let mut last: Option<&TensorInfo> = None;
-    for t in &tensors {
-        if t.end > buffer_len {
-            return Err(Error::DataTooShort {
-                tensor: t.name.clone(),
-                end: t.end,
-                available: buffer_len,
-            });
-        }
-        if t.begin > expected {
-            return Err(Error::Hole {
-                tensor: t.name.clone(),
-                begin: t.begin,
-                end: t.end,
-                expected,
-                gap: t.begin - expected,
-            });
-        }
-        if t.begin < expected {
-            let other = last.map(|o| o.name.clone()).unwrap_or_default();
-            return Err(Error::Overlap {
-                tensor: t.name.clone(),
-                begin: t.begin,
-                end: t.end,
-                other,
-                other_end: expected,
-            });
-        }
-        if t.end > t.begin {
-            last = Some(t);
-        }
-        expected = t.end;
-    }
-    if expected != buffer_len {
-        return Err(Error::TrailingBytes {
-            trailing: buffer_len - expected,
-            covered: expected,
-            available: buffer_len,
-        });
-    }
-    Ok((tensors, by_name))
-}
-
-fn check_size(t: &TensorInfo) -> Result<()> {
-    if t.begin > t.end {
-        return Err(Error::OffsetsReversed {
-            tensor: t.name.clone(),
-            begin: t.begin,
-            end: t.end,
-        });
-    }
-    let overflow = || Error::SizeOverflow {
-        tensor: t.name.clone(),
-        shape: t.shape.clone(),
-        dtype: t.dtype,
-    };
-    let n = t
-        .shape
-        .iter()
-        .copied()
-        .try_fold(1u64, u64::checked_mul)
-        .ok_or_else(overflow)?;
-    let bits = n.checked_mul(t.dtype.bits()).ok_or_else(overflow)?;
-    if bits % 8 != 0 {
-        return Err(Error::SubByteNotWhole {
-            tensor: t.name.clone(),
-            shape: t.shape.clone(),
-            dtype: t.dtype,
-            bits: t.dtype.bits(),
-        });
-    }
-    let needed = bits / 8;
-    let held = t.end - t.begin;
-    if held != needed {
-        return Err(Error::ByteLengthMismatch {
-            tensor: t.name.clone(),
-            begin: t.begin,
-            end: t.end,
-            held,
-            shape: t.shape.clone(),
-            dtype: t.dtype,
-            needed,
-        });
-    }
-    Ok(())
 }

@@ -4,11 +4,12 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use memmap2::{Mmap, MmapMut, MmapOptions};
+use memmap2::{Mmap, MmapMut};
 
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
-use crate::header::{check_prefix, Header, TensorInfo, DEFAULT_HEADER_CAP};
+use crate::header::{Header, TensorInfo, DEFAULT_HEADER_CAP};
+use crate::io::{self, mmap, read_exact_at};
 
 /// How tensor bytes are fetched from the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -74,37 +75,17 @@ impl MappedFile {
     /// Opens `path`, reads and validates the header. Tensor data is not read.
     pub fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<MappedFile> {
         let path = path.as_ref().to_path_buf();
-        let file = File::open(&path).map_err(|e| Error::io("cannot open file", e))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| Error::io("cannot stat file", e))?;
-        if meta.is_dir() {
-            return Err(Error::io("cannot open file", is_a_directory()));
-        }
-        let file_len = meta.len();
-        let mut prefix = [0u8; 8];
-        if file_len < 8 {
-            return Err(Error::FileTooShort { len: file_len });
-        }
-        read_exact_at(&file, &mut prefix, 0)?;
-        let n = check_prefix(&prefix, file_len, options.header_cap)?;
-        let n_usize = usize::try_from(n).map_err(|_| Error::HeaderTooLarge {
-            len: n,
-            cap: options.header_cap,
-        })?;
-        // `n` is bounded by both the cap and the file's real length.
-        let mut json = vec![0u8; n_usize];
-        read_exact_at(&file, &mut json, 8)?;
+        let opened = io::open(&path)?;
+        let (n, json) = opened.read_header(options.header_cap)?;
+        let io::OpenFile {
+            file,
+            len: file_len,
+        } = opened;
         let buffer_len = file_len - 8 - n;
         let header = Header::parse(&json, buffer_len)?;
         drop(json);
         let map = if options.backend == Backend::Mmap && file_len > 0 {
-            // SAFETY: the mapping is read-only and private; fastst never writes
-            // through it. Another process truncating the file while it is mapped
-            // is outside what any mmap-based reader can defend against.
-            let m = unsafe { MmapOptions::new().map_copy_read_only(&file) }
-                .map_err(|e| Error::io("cannot memory-map file", e))?;
-            Some(m)
+            Some(mmap::map_read_only(&file).map_err(|e| Error::io("cannot memory-map file", e))?)
         } else {
             None
         };
@@ -199,15 +180,9 @@ impl MappedFile {
             let lead = start % MAP_ALIGN;
             let map_start = start - lead;
             let map_len = len + lead as usize;
-            // SAFETY: a private (MAP_PRIVATE) writable mapping: writes go to
-            // anonymous copy-on-write pages and never reach the file. The range
-            // lies inside the file, as validated against its length at open.
-            let mapped = unsafe {
-                MmapOptions::new()
-                    .offset(map_start)
-                    .len(map_len)
-                    .map_copy(&self.file)
-            };
+            // The range lies inside the file, as validated against its
+            // length at open.
+            let mapped = mmap::map_private(&self.file, map_start, map_len);
             // On failure (out of mappings under vm.max_map_count, or of address
             // space) fall back to a copy rather than fail.
             if let Ok(map) = mapped {
@@ -222,16 +197,6 @@ impl MappedFile {
         let mut buf = vec![0u8; len];
         self.copy_tensor_into(info, &mut buf)?;
         Ok(TensorData::Owned(buf))
-    }
-}
-
-#[cold]
-fn is_a_directory() -> std::io::Error {
-    // EISDIR (21 on Linux and macOS) so that callers see the usual OS error.
-    if cfg!(unix) {
-        std::io::Error::from_raw_os_error(21)
-    } else {
-        std::io::ErrorKind::IsADirectory.into()
     }
 }
 
@@ -258,7 +223,7 @@ impl MappedFile {
                 return Ok(());
             }
         }
-        let threads = crate::convert::threads_for(len / 4);
+        let threads = crate::parallel::threads_for(len / 4);
         if threads <= 1 {
             return self.pread_tensor_into(info, 0, dst);
         }
@@ -326,8 +291,11 @@ pub enum TensorData {
     /// A private copy-on-write mapping of the file; the tensor's bytes are
     /// `map[offset..offset + len]`.
     Mapped {
+        /// The mapping (from a page-aligned file offset).
         map: MmapMut,
+        /// Where the tensor starts inside the mapping.
         offset: usize,
+        /// The tensor's length in bytes.
         len: usize,
     },
     /// An owned copy.
@@ -355,34 +323,4 @@ impl TensorData {
     pub fn is_mapped(&self) -> bool {
         matches!(self, TensorData::Mapped { .. })
     }
-}
-
-#[cfg(unix)]
-fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> Result<()> {
-    use std::os::unix::fs::FileExt;
-    file.read_exact_at(buf, offset).map_err(|e| {
-        Error::io(
-            format!("cannot read {} bytes at offset {offset}", buf.len()),
-            e,
-        )
-    })
-}
-
-#[cfg(windows)]
-fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> Result<()> {
-    use std::os::windows::fs::FileExt;
-    while !buf.is_empty() {
-        let n = file
-            .seek_read(buf, offset)
-            .map_err(|e| Error::io(format!("cannot read at offset {offset}"), e))?;
-        if n == 0 {
-            return Err(Error::io(
-                format!("cannot read at offset {offset}"),
-                std::io::ErrorKind::UnexpectedEof.into(),
-            ));
-        }
-        buf = &mut buf[n..];
-        offset += n as u64;
-    }
-    Ok(())
 }

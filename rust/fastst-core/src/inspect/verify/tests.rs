@@ -1,0 +1,266 @@
+//! Tests of `verify`: findings on hand-made files, and mutated files on
+//! which `verify` never panics and agrees with the strict reader.
+
+#![allow(clippy::unwrap_used)]
+
+mod findings {
+    use super::super::*;
+    use crate::inspect::testfile::{build, raw};
+
+    fn verify(file: &crate::inspect::testfile::TempFile, values: bool) -> VerifyReport {
+        let options = VerifyOptions {
+            values,
+            ..VerifyOptions::default()
+        };
+        verify_path(&file.0, &options, None).unwrap()
+    }
+
+    fn rules(report: &VerifyReport) -> Vec<&'static str> {
+        report.findings.iter().map(|f| f.rule.id()).collect()
+    }
+
+    #[test]
+    fn clean_file_has_no_findings() {
+        let f = build(
+            r#"{"__metadata__":{"format":"pt"},"a.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#,
+            &[0; 8],
+        );
+        let r = verify(&f, true);
+        assert!(r.accepted && r.complete);
+        assert_eq!(r.findings, []);
+        assert_eq!(r.values_checked, Some(1));
+        assert_eq!(r.tensors, Some(1));
+    }
+
+    #[test]
+    fn accepted_file_warnings() {
+        let f = build(
+            "  {\"__metadata__\":{\"mine\":\"x\"},\"../x\":{\"dtype\":\"I8\",\"shape\":[1],\"data_offsets\":[0,1],\"note\":1},\"l.weight\":{\"dtype\":\"I8\",\"shape\":[1],\"data_offsets\":[1,2]}}",
+            &[0; 2],
+        );
+        let r = verify(&f, false);
+        assert!(r.accepted);
+        let got = rules(&r);
+        for want in [
+            "leading-whitespace",
+            "unknown-field",
+            "unknown-metadata-key",
+            "path-like-name",
+            "suspicious-weight-dtype",
+        ] {
+            assert!(got.contains(&want), "{want} not in {got:?}");
+        }
+        assert_eq!(r.values_checked, None);
+    }
+
+    #[test]
+    fn every_layout_problem_is_reported() {
+        // a: [0,4]; hole [4,8]; b: [8,16]; c overlaps b; d aliases b;
+        // e past the end; trailing zip after 16.
+        let header = r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},
+            "b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},
+            "c":{"dtype":"F32","shape":[1],"data_offsets":[12,16]},
+            "d":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},
+            "e":{"dtype":"F32","shape":[1],"data_offsets":[1000,1004]}}"#;
+        let mut data = vec![0u8; 16];
+        data[4] = 7;
+        data.extend_from_slice(b"PK\x03\x04 some zip bytes");
+        let f = build(header, &data);
+        let r = verify(&f, false);
+        assert!(!r.accepted && r.complete);
+        let got = rules(&r);
+        for want in [
+            "hole",
+            "overlap",
+            "aliased-tensor",
+            "ghost-tensor",
+            "trailing-bytes",
+            "hidden-payload",
+        ] {
+            assert!(got.contains(&want), "{want} not in {got:?}");
+        }
+        assert_eq!(r.findings[0].rule, "hidden-payload");
+        assert_eq!(r.findings[0].severity, Severity::Critical);
+        let hole = r.findings.iter().find(|f| f.rule == "hole").unwrap();
+        assert_eq!(hole.count, Some(1));
+        assert_eq!(hole.offset, Some(8 + header.len() as u64 + 4));
+        // The strict verdict is not repeated.
+        assert_eq!(got.iter().filter(|r| **r == "hole").count(), 1);
+    }
+
+    #[test]
+    fn every_table_problem_is_reported() {
+        let header = r#"{"__metadata__":{"k":"v","k":"w","n":3},
+            "a":{"dtype":"F33","shape":[1],"data_offsets":[0,4]},
+            "a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},
+            "b":{"dtype":"F32","dtype":"F32","shape":[-1],"data_offsets":[4,8]},
+            "c":[1],
+            "d":{"dtype":"F32","shape":[2],"data_offsets":[4]},
+            "e":{"dtype":"F32","shape":[3],"data_offsets":[8,12]},
+            "f":{"dtype":"F4","shape":[3],"data_offsets":[12,12]},
+            "g":{"shape":[1],"data_offsets":[12,13]},
+            "h":{"dtype":"F32","shape":[1],"data_offsets":[13,9]}}"#;
+        let f = build(header, &[0u8; 13]);
+        let r = verify(&f, false);
+        let got = rules(&r);
+        for want in [
+            "duplicate-tensor",
+            "duplicate-metadata-key",
+            "metadata-value-not-string",
+            "unknown-dtype",
+            "duplicate-field",
+            "bad-shape-entry",
+            "entry-not-object",
+            "bad-offsets",
+            "byte-length-mismatch",
+            "sub-byte-not-whole",
+            "missing-field",
+            "offsets-reversed",
+        ] {
+            assert!(got.contains(&want), "{want} not in {got:?}");
+        }
+        let dup = r
+            .findings
+            .iter()
+            .find(|f| f.rule == "duplicate-tensor")
+            .unwrap();
+        assert_eq!(dup.tensor.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn foreign_files_and_bad_prefixes() {
+        let pickle = raw(b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00}\x94.");
+        let r = verify(&pickle, false);
+        assert!(!r.complete);
+        assert_eq!(r.findings[0].rule, "foreign-content");
+        assert_eq!(r.findings[0].severity, Severity::Critical);
+        assert!(rules(&r).contains(&"header-too-large") || rules(&r).contains(&"header-past-end"));
+        let short = raw(b"abc");
+        assert_eq!(rules(&verify(&short, false)), ["file-too-short"]);
+        let zero = raw(&[0u8; 8]);
+        assert_eq!(rules(&verify(&zero, false)), ["header-length-zero"]);
+        let junk = build("{\"a\":", b"");
+        let r = verify(&junk, false);
+        assert_eq!(rules(&r), ["json-syntax"]);
+        assert!(!r.complete);
+    }
+
+    #[test]
+    fn values_are_counted() {
+        let mut data = Vec::new();
+        for x in [1.0f32, f32::NAN, f32::INFINITY, 2.0] {
+            data.extend_from_slice(&x.to_le_bytes());
+        }
+        data.extend_from_slice(&[0, 1, 2]);
+        let f = build(
+            r#"{"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"m":{"dtype":"BOOL","shape":[3],"data_offsets":[16,19]}}"#,
+            &data,
+        );
+        let r = verify(&f, true);
+        let nf = r
+            .findings
+            .iter()
+            .find(|f| f.rule == "non-finite-values")
+            .unwrap();
+        assert_eq!(nf.count, Some(2));
+        assert_eq!(nf.tensor.as_deref(), Some("x"));
+        let b = r
+            .findings
+            .iter()
+            .find(|f| f.rule == "invalid-bool")
+            .unwrap();
+        assert_eq!(b.count, Some(1));
+        assert_eq!(r.values_checked, Some(2));
+    }
+
+    #[test]
+    fn missing_file_is_an_error() {
+        let err = verify_path(
+            Path::new("/nonexistent/fastst/x.safetensors"),
+            &VerifyOptions::default(),
+            None,
+        );
+        assert!(matches!(err, Err(Error::Io { .. })));
+    }
+}
+
+mod mutation {
+    use super::super::*;
+    use crate::inspect::testfile::raw;
+    use crate::{MappedFile, OpenOptions};
+
+    /// xorshift64*: a small deterministic generator for the mutations.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n.max(1) as u64) as usize
+        }
+    }
+
+    fn seed() -> Vec<u8> {
+        let header = br#"{"__metadata__":{"format":"pt"},"a.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"m":{"dtype":"BOOL","shape":[2],"data_offsets":[8,10]},"z":{"dtype":"F16","shape":[0,3],"data_offsets":[10,10]}}"#;
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header);
+        bytes.extend_from_slice(&1.5f32.to_le_bytes());
+        bytes.extend_from_slice(&f32::NAN.to_le_bytes());
+        bytes.extend_from_slice(&[1, 0]);
+        bytes
+    }
+
+    #[test]
+    fn mutated_files_never_panic_and_agree_with_the_reader() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let options = VerifyOptions {
+            values: true,
+            threads: 2,
+            ..VerifyOptions::default()
+        };
+        for _ in 0..500 {
+            let mut bytes = seed();
+            for _ in 0..1 + rng.below(4) {
+                let pos = rng.below(bytes.len());
+                match rng.below(4) {
+                    0 if !bytes.is_empty() => bytes[pos] = rng.next() as u8,
+                    1 => bytes.truncate(pos),
+                    2 => bytes.insert(pos.min(bytes.len()), rng.next() as u8),
+                    _ if !bytes.is_empty() => {
+                        bytes.remove(pos);
+                    }
+                    _ => {}
+                }
+            }
+            let file = raw(&bytes);
+            let report = verify_path(&file.0, &options, None).unwrap();
+            let reader = MappedFile::open(&file.0, OpenOptions::default());
+            assert_eq!(report.accepted, reader.is_ok(), "{:?}", report.findings);
+            let worst = report.findings.iter().map(|f| f.severity).max();
+            if report.accepted {
+                assert!(
+                    worst.is_none_or(|s| s < Severity::High),
+                    "{:?}",
+                    report.findings
+                );
+            } else {
+                assert!(
+                    worst.is_some_and(|s| s >= Severity::High),
+                    "{:?}",
+                    report.findings
+                );
+                let err = reader.err().unwrap();
+                assert!(
+                    report.findings.iter().any(|f| covers(err.rule(), f.rule)),
+                    "{} not in {:?}",
+                    err.rule(),
+                    report.findings
+                );
+            }
+        }
+    }
+}

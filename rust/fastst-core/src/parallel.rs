@@ -1,0 +1,85 @@
+//! Thread policy, in one place: how many threads a piece of work gets, and
+//! the scoped fan-out over matching chunks used by copies and conversions.
+
+/// Work below this many elements runs on the calling thread.
+const PARALLEL_MIN: usize = 1 << 20;
+
+/// Most threads one copy or conversion uses.
+const MAX_THREADS: usize = 16;
+
+/// The machine's parallelism (1 when unknown).
+fn available() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Threads for copying or converting `n` elements: one below
+/// [`PARALLEL_MIN`], then one per quarter of that, up to the machine's
+/// parallelism and at most 16.
+pub(crate) fn threads_for(n: usize) -> usize {
+    if n < PARALLEL_MIN {
+        return 1;
+    }
+    available()
+        .clamp(1, MAX_THREADS)
+        .min(n / (PARALLEL_MIN / 4))
+        .max(1)
+}
+
+/// Worker threads for whole-file work (`verify --values`, `hash`):
+/// `requested`, or the machine's parallelism when `requested` is 0.
+pub(crate) fn thread_count(requested: usize) -> usize {
+    if requested > 0 {
+        requested
+    } else {
+        available()
+    }
+}
+
+/// Runs `f(src_chunk, dst_chunk)` over matching chunks of `src` (in units of
+/// `src_size` bytes per element) and `dst` (`dst_size` bytes per element).
+pub(crate) fn par_chunks(
+    src: &[u8],
+    src_size: usize,
+    dst: &mut [u8],
+    dst_size: usize,
+    f: impl Fn(&[u8], &mut [u8]) + Sync,
+) {
+    let n = src.len() / src_size;
+    let threads = threads_for(n);
+    if threads <= 1 {
+        f(src, dst);
+        return;
+    }
+    let per = n.div_ceil(threads);
+    std::thread::scope(|s| {
+        for (sc, dc) in src
+            .chunks(per * src_size)
+            .zip(dst.chunks_mut(per * dst_size))
+        {
+            let f = &f;
+            s.spawn(move || f(sc, dc));
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_work_stays_on_one_thread() {
+        assert_eq!(threads_for(0), 1);
+        assert_eq!(threads_for(PARALLEL_MIN - 1), 1);
+        assert!(threads_for(usize::MAX) <= MAX_THREADS);
+        assert_eq!(thread_count(3), 3);
+        assert!(thread_count(0) >= 1);
+    }
+
+    #[test]
+    fn chunks_cover_everything() {
+        let src: Vec<u8> = (0..(3 * PARALLEL_MIN)).map(|i| i as u8).collect();
+        let mut dst = vec![0u8; src.len()];
+        par_chunks(&src, 1, &mut dst, 1, |s, d| d.copy_from_slice(s));
+        assert_eq!(src, dst);
+    }
+}
