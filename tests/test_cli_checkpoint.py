@@ -211,3 +211,23 @@ def test_broken_index_is_an_error(
     assert code == 2 and doc["results"] == []
     (error,) = doc["errors"]
     assert error["rule"] == "index-json" and err.count("\n") == 1
+
+
+def test_sarif_points_at_the_shard(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import jsonschema
+    from test_cli_verify import _sarif_schema
+
+    index = _checkpoint(tmp_path / "ckpt")
+    shard = index.parent / sorted(set(_index(index)["weight_map"].values()))[-1]
+    with open(shard, "ab") as fh:
+        fh.write(b"junk")
+    code, out, _ = run(["verify", "--format", "sarif", str(index)], capsys)
+    log = json.loads(out)
+    jsonschema.Draft4Validator(_sarif_schema()).validate(log)
+    run_ = log["runs"][0]
+    uris = [a["location"]["uri"] for a in run_["artifacts"]]
+    assert len(uris) == 1 + len(set(_index(index)["weight_map"].values()))
+    (result,) = [r for r in run_["results"] if r["ruleId"] == "trailing-bytes"]
+    where = result["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert where["uri"] == uris[where["index"]] and where["uri"].endswith(shard.name)
+    assert result["properties"]["shard"] == shard.name and code == 1
