@@ -8,6 +8,7 @@ import struct
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+import fastst.cli
 from fastst.cli import main
 
 
@@ -44,5 +45,33 @@ def run(argv: List[str], capsys: Any) -> Tuple[int, str, str]:
 
 
 def run_json(argv: List[str], capsys: Any) -> Tuple[int, Any]:
+    """Runs ``fastst ARGV --json``; returns (exit code, the ``results`` of the
+    envelope, validated against the schema), or the document itself for
+    SARIF output."""
     code, out, _err = run(argv, capsys)
-    return code, json.loads(out)
+    doc = json.loads(out)
+    if "runs" in doc:
+        return code, doc
+    validate_envelope(doc)
+    return code, doc["results"]
+
+
+SCHEMA_PATH = Path(fastst.cli.__file__).with_name("output.schema.json")
+
+
+def validate_envelope(doc: Any) -> None:
+    """Checks ``doc`` against the schema of every ``--json`` output."""
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema).validate(doc)
+
+
+def run_envelope(argv: List[str], capsys: Any) -> Tuple[int, Any, str]:
+    """Runs ``fastst ARGV`` (with ``--json``), validates the envelope; returns
+    (exit code, the whole document, stderr)."""
+    code, out, err = run(argv, capsys)
+    doc = json.loads(out)
+    validate_envelope(doc)
+    return code, doc, err

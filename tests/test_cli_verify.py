@@ -246,11 +246,13 @@ CASES: List[Case] = [
 
 #: Rules exercised by the hash tests instead (they come from `hash --check`).
 HASH_RULES = {"hash-mismatch", "no-embedded-hash"}
+#: Rules of checkpoints as wholes, exercised by tests/test_cli_checkpoint.py.
+CHECKPOINT_RULES = {"shard-duplicate-tensor", "index-total-size"}
 
 
 def test_every_rule_has_a_case() -> None:
     catalogue = {r["id"] for r in fi.rules()}
-    covered = {c.rule for c in CASES} | HASH_RULES
+    covered = {c.rule for c in CASES} | HASH_RULES | CHECKPOINT_RULES
     assert catalogue == covered
 
 
@@ -260,7 +262,7 @@ def test_very_deep_nesting_is_a_finding_not_a_crash(
     path = tmp_path / "deep.safetensors"
     _deep(path, 1_000_000)
     code, doc = run_json(["verify", "--json", str(path)], capsys)
-    (report,) = doc["files"]
+    (report,) = doc
     assert [f["rule"] for f in report["findings"]] == ["json-too-deep"]
     assert not report["accepted"] and not report["complete"]
     assert code == 1
@@ -271,7 +273,7 @@ def test_rule(case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     path = tmp_path / "m.safetensors"
     case.build(path)
     code, doc = run_json(["verify", "--json", *case.args, str(path)], capsys)
-    (report,) = doc["files"]
+    (report,) = doc
     hits = [f for f in report["findings"] if f["rule"] == case.rule]
     assert hits, [f["rule"] for f in report["findings"]]
     assert all(f["severity"] == case.severity for f in hits)
@@ -319,7 +321,7 @@ def test_every_problem_of_one_file_is_reported(
     )
     write_raw(path, header, b"\0" * 16 + b"\x7fELF" + b"\0" * 4)
     code, doc = run_json(["verify", "--json", str(path)], capsys)
-    rules = {f["rule"] for f in doc["files"][0]["findings"]}
+    rules = {f["rule"] for f in doc[0]["findings"]}
     assert {
         "duplicate-metadata-key",
         "duplicate-tensor",
@@ -333,7 +335,7 @@ def test_every_problem_of_one_file_is_reported(
     } <= rules
     assert code == 1
     # Most severe first.
-    ranks = [fi.severity_rank(f["severity"]) for f in doc["files"][0]["findings"]]
+    ranks = [fi.severity_rank(f["severity"]) for f in doc[0]["findings"]]
     assert ranks == sorted(ranks, reverse=True)
 
 
@@ -341,7 +343,7 @@ def test_hole_holding_a_zip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     path = tmp_path / "h.safetensors"
     _hole_with_zip(path)
     code, doc = run_json(["verify", "--json", str(path)], capsys)
-    findings = doc["files"][0]["findings"]
+    findings = doc[0]["findings"]
     payload = next(f for f in findings if f["rule"] == "hidden-payload")
     hole = next(f for f in findings if f["rule"] == "hole")
     header_len = struct.unpack("<Q", path.read_bytes()[:8])[0]
@@ -356,7 +358,7 @@ def test_foreign_data_formats_are_high_not_critical(
     path = tmp_path / "model.safetensors"
     path.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\0" * 64)
     code, doc = run_json(["verify", "--json", str(path)], capsys)
-    (foreign,) = [f for f in doc["files"][0]["findings"] if f["rule"] == "foreign-content"]
+    (foreign,) = [f for f in doc[0]["findings"] if f["rule"] == "foreign-content"]
     assert foreign["severity"] == "high"
     assert code == 1
 
@@ -380,8 +382,8 @@ def test_unreadable_header_below_threshold_is_inconclusive(
     write_raw(path, '{"a": 1,')
     code, doc = run_json(["verify", "--json", "--fail-on", "critical", str(path)], capsys)
     assert code == 2
-    assert doc["files"][0]["complete"] is False
-    assert doc["files"][0]["inconclusive"] is True
+    assert doc[0]["complete"] is False
+    assert doc[0]["inconclusive"] is True
 
 
 def test_missing_and_unreadable_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -406,7 +408,7 @@ def test_folder_walk(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     write_entries(tmp_path / "sub" / "b.safetensors", {"a": F32_1}, b"\0" * 8)
     (tmp_path / "notes.txt").write_text("not a model")
     code, doc = run_json(["verify", "--json", str(tmp_path)], capsys)
-    paths = [Path(r["path"]).name for r in doc["files"]]
+    paths = [Path(r["path"]).name for r in doc]
     assert paths == ["a.safetensors", "b.safetensors"]
     assert code == 1
 

@@ -52,8 +52,10 @@ def test_messages_show_odd_bytes_readably(odd: bytes) -> None:
     message.encode("utf-8")  # printable: no surrogates
     with pytest.raises(FileNotFoundError):
         fastst.safe_open(odd + b".missing", "numpy")
+    # Result dicts keep the exact name (it round-trips through --json, whose
+    # escaping keeps lone surrogates); only messages show it readably.
     report = fi.verify_file(odd)
-    assert "mod\\xffel\\xe9" in report["path"]
+    assert report["path"] == os.fsdecode(odd)
 
 
 def test_the_command_gets_the_file_argument_intact(odd: bytes) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import fastst
+import fastst.cli
 import jsonschema
 import pytest
 from conftest import raw_file
@@ -26,6 +27,9 @@ from fastst.cli import main
 from fastst.provenance import RULES, ProvenanceError, rules
 from fastst.provenance.hashing import Piece, hash_pieces, list_model, sort_key
 
+OUTPUT_SCHEMA = json.loads(
+    Path(fastst.cli.__file__).with_name("output.schema.json").read_text("utf-8")
+)
 MODEL_SIGNING = str(Path(sys.executable).with_name("model_signing"))
 
 
@@ -952,9 +956,11 @@ def test_cli_json_and_sarif(signed_model: Tuple[Path, Path, Path], capsys: Any) 
     code, out, _ = run(base + ["--json"], capsys)
     assert code == 1
     doc = json.loads(out)
-    assert doc["version"] == 1 and doc["errors"] == []
-    assert doc["signature"]["verified"] is False
-    assert [f["rule"] for f in doc["signature"]["findings"]] == ["signature-file-added"]
+    jsonschema.Draft202012Validator(OUTPUT_SCHEMA).validate(doc)
+    assert doc["command"] == "verify-signature" and doc["fastst"]["schema"] == 1
+    assert doc["errors"] == [] and len(doc["results"]) == 1
+    assert doc["results"][0]["verified"] is False
+    assert [f["rule"] for f in doc["results"][0]["findings"]] == ["signature-file-added"]
     code, out, _ = run(base + ["--format", "sarif"], capsys)
     assert code == 1
     log = json.loads(out)
@@ -986,7 +992,9 @@ def test_cli_errors_exit_2_without_traceback(
     assert code == 2 and "exactly one MODEL" in err
     code, out, err = run(["verify", str(model), "--signature", "x", "--public-key",
                           str(keys["p256"][1]), "--json"], capsys)  # fmt: skip
-    assert code == 2 and json.loads(out)["errors"]
+    doc = json.loads(out)
+    jsonschema.Draft202012Validator(OUTPUT_SCHEMA).validate(doc)
+    assert code == 2 and doc["errors"] and doc["results"] == []
 
 
 def test_cli_wrong_key_and_malformed_exit_1(signed_model: Tuple[Path, Path, Path], keys: Any,

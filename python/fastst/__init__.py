@@ -30,6 +30,7 @@ from ._fastst import __version__
 from ._hook import install, installed, uninstall
 from ._load import deserialize, serialize, serialize_file
 from ._open import SafeSlice, _safe_open_handle, safe_open
+from ._update import update_metadata
 from ._write import TensorSpec
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "serialize",
     "serialize_file",
     "deserialize",
+    "update_metadata",
     "ShardIndexError",
     "FileAccessError",
     "ProvenanceError",

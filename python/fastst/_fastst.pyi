@@ -137,3 +137,13 @@ def rule_error(
     rule: str, filename: str, message: str, tensor: Optional[str] = None
 ) -> BaseException: ...
 def closed_file_error(filename: str) -> BaseException: ...
+
+# --- what a file that is not safetensors is ------------------------------------
+
+IDENTIFY_LEN: int
+
+def identify(head: bytes, file_len: int) -> Optional[Dict[str, Any]]: ...
+
+# --- the values of two tensors compared (fastst diff) ---------------------------
+
+def diff_buffers(a: Any, b: Any, dtype: str, threads: int = 0) -> Dict[str, Any]: ...

@@ -12,8 +12,9 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from ._errors import ShardIndexError, closed_file_error, rule_error
+from ._errors import SafetensorError, ShardIndexError, closed_file_error, rule_error
 from ._fastst import RawFile
+from ._identify import explain
 from ._paths import readable
 
 __all__ = ["ShardIndexError", "ShardedFile", "open_raw", "write_sharded", "parse_size"]
@@ -208,7 +209,11 @@ def open_raw(path: str, backend: str, header_cap: int) -> Any:
         path = checkpoint_in(path)
     index = find_index(path)
     if index is None:
-        return RawFile(path, readable(path), backend, header_cap)
+        try:
+            return RawFile(path, readable(path), backend, header_cap)
+        except SafetensorError as exc:
+            # Say what the file is when it is not safetensors at all.
+            raise explain(exc, path) from None
     return ShardedFile(index, backend, header_cap)
 
 

@@ -14,6 +14,13 @@ is parsed with :mod:`json`, never evaluated.
 - :func:`read_metadata`, :func:`decode_metadata`, :func:`metadata_card`:
   the ``__metadata__`` map, its JSON-in-string values decoded, and the facts
   a person wants (title, trigger words, base model, network, training...).
+- :func:`diff`: two files or checkpoints compared tensor by tensor.
+- :func:`identify`: what a file that is not safetensors is (a PyTorch
+  checkpoint, a pickle, GGUF, NumPy, HDF5, ONNX, an HTML page...).
+- Checkpoints as wholes (an ``*.index.json`` and its shards, or the folder
+  holding it): :func:`iter_inputs`, :func:`inspect_checkpoint`,
+  :func:`hash_checkpoint` (per-shard hashes and one checkpoint digest),
+  :func:`verify_checkpoint` (the index checked against its shards).
 """
 
 from __future__ import annotations
@@ -23,10 +30,19 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _fastst
+from . import _fastst, _identify
 from ._card import decode_metadata, metadata_card
+from ._checkpoint import (
+    checkpoint_metadata,
+    hash_checkpoint,
+    inspect_checkpoint,
+    iter_inputs,
+    verify_checkpoint,
+)
+from ._diff import diff
 from ._dtypes import NARROW_FLOATS
 from ._fastst import DEFAULT_HEADER_CAP
+from ._identify import not_safetensors_message
 from ._open import safe_open
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -48,6 +64,14 @@ __all__ = [
     "decode_metadata",
     "metadata_card",
     "iter_safetensors",
+    "iter_inputs",
+    "identify",
+    "not_safetensors_message",
+    "inspect_checkpoint",
+    "hash_checkpoint",
+    "verify_checkpoint",
+    "checkpoint_metadata",
+    "diff",
 ]
 
 
@@ -72,6 +96,14 @@ def _path(path: PathLike) -> str:
     return os.fsdecode(p) if isinstance(p, bytes) else p
 
 
+def _given_path(result: Any, path: str) -> Dict[str, Any]:
+    """``result`` with ``path`` as given (the core spells paths that are not
+    valid UTF-8 lossily)."""
+    out = dict(result)
+    out["path"] = path
+    return out
+
+
 def verify_file(
     path: PathLike,
     *,
@@ -91,10 +123,12 @@ def verify_file(
     every tensor (NaN/Inf counts, BOOL bytes). Raises :class:`OSError` only
     when the file cannot be read.
     """
-    return dict(
+    p = _path(path)
+    return _given_path(
         _fastst.verify_file(
-            _path(path), values=values, header_cap=header_cap, threads=threads, progress=progress
-        )
+            p, values=values, header_cap=header_cap, threads=threads, progress=progress
+        ),
+        p,
     )
 
 
@@ -117,10 +151,12 @@ def hash_file(
     ``shape``, empty metadata omitted) and, with ``tensors=True``, a dict of
     per-tensor SHA-256 in file order.
     """
-    return dict(
+    p = _path(path)
+    return _given_path(
         _fastst.hash_file(
-            _path(path), tensors=tensors, header_cap=header_cap, threads=threads, progress=progress
-        )
+            p, tensors=tensors, header_cap=header_cap, threads=threads, progress=progress
+        ),
+        p,
     )
 
 
@@ -195,7 +231,8 @@ def inspect_file(
     ``tensors=True`` also ``"table"``: ``(name, dtype, shape, begin, end)``
     tuples in file order, offsets relative to the data buffer.
     """
-    return dict(_fastst.inspect_file(_path(path), table=tensors, header_cap=header_cap))
+    p = _path(path)
+    return _given_path(_fastst.inspect_file(p, table=tensors, header_cap=header_cap), p)
 
 
 def tensor_values(path: PathLike, name: str) -> Tuple[str, np.ndarray]:
@@ -238,3 +275,24 @@ def iter_safetensors(paths: Iterable[PathLike]) -> Iterator[str]:
                         yield os.path.join(root, name)
         else:
             yield path
+
+
+# what a file is -------------------------------------------------------------
+
+
+def identify(path: PathLike) -> Optional[Dict[str, Any]]:
+    """What ``path`` is when it is not a safetensors file, else None.
+
+    Returns ``{"kind", "description", "executable"}``: ``kind`` is a stable
+    short name (``pytorch-zip``, ``pickle``, ``zip``, ``npz``, ``npy``,
+    ``gguf``, ``hdf5``, ``onnx``, ``git-lfs-pointer``, ``html``, ``json``,
+    ``text``, ``empty``, ``other``; ``directory``, ``fifo``, ``socket``,
+    ``char-device``, ``block-device`` for what is not a regular file), and
+    ``description`` completes "this is ..., not a safetensors file". Only
+    the first bytes are read, never blocking (a FIFO is recognised from its
+    type, not opened for reading). A file that starts like safetensors gives
+    None even if its header is broken (:func:`verify_file` says how). Raises
+    :class:`OSError` when ``path`` cannot be examined (missing, no
+    permission, a symlink loop). The reader's errors use the same function.
+    """
+    return _identify.identify(_path(path))

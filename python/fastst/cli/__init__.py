@@ -1,13 +1,20 @@
-"""The ``fastst`` command: ``inspect``, ``verify``, ``hash`` and ``meta``.
+"""The ``fastst`` command: ``inspect``, ``verify``, ``hash``, ``meta``,
+``diff`` and ``convert``.
 
-Human-readable text by default, ``--json`` for machines, SARIF 2.1.0 for
-``verify --format sarif``. Exit codes: 0 clean, 1 findings at or above
-``--fail-on``, 2 an error (unreadable file, bad arguments) or an
-inconclusive verification. Folders given as arguments are walked for
-``*.safetensors`` files. Nothing in a file is ever executed or unpickled.
+Human-readable text by default (untrusted text escaped, laid out for the
+terminal), ``--json`` for machines (one envelope, ``output.schema.json``),
+SARIF 2.1.0 for ``verify --format sarif``. Exit codes: 0 clean (``diff``:
+identical), 1 findings at or above ``--fail-on`` (``diff``: different), 2 an
+error (unreadable or non-safetensors input, bad usage) or an inconclusive
+verification, 130 interrupted, 141 output pipe closed. Index files and
+folders holding one are checkpoints, treated as wholes. Nothing in a file is
+ever executed; only ``convert`` reads pickles, with torch's restricted
+unpickler.
 
-``commands`` parses arguments and runs the subcommands, ``render`` writes
-the human-readable text, ``sarif`` builds the SARIF log; the facts
+``parser`` declares the arguments, ``commands`` runs the subcommands,
+``convert`` the conversion, ``text`` escapes and measures untrusted text,
+``render`` is where text goes (width, colour, numbers), ``report`` lays out
+each subcommand's text, ``sarif`` builds the SARIF log; the facts
 themselves come from :mod:`fastst.inspect`.
 """
 

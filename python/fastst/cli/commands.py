@@ -1,52 +1,85 @@
 """Argument parsing, the subcommands (``inspect``, ``verify``, ``hash``,
-``meta``) and their exit codes: 0 clean, 1 findings at or above
-``--fail-on``, 2 an error (unreadable file, bad arguments) or an
-inconclusive verification."""
+``meta``), the JSON envelope and the exit codes: 0 clean, 1 findings at or
+above ``--fail-on`` (or, for ``meta --set``, nothing), 2 an error
+(unreadable or non-safetensors input, bad arguments) or an inconclusive
+verification; 130 interrupted; 141 when the reader of the output went away
+(a closed pipe, as a process killed by SIGPIPE)."""
 
 from __future__ import annotations
 
 import argparse
 import fnmatch
-import json
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .. import inspect as fi
+from .._diff import diff
 from .._errors import SafetensorError
-from .._fastst import DEFAULT_HEADER_CAP, __version__
+from .._identify import NOT_FILES
+from .._update import update_metadata
 from ..provenance import cli as prov
-from . import render
+from . import render, report
+from .parser import build_parser, check_conflicts
 from .sarif import sarif_log
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141
+
+#: Version of the shape of ``--json`` output (see docs/cli-schema.json).
+JSON_SCHEMA_VERSION = render.JSON_SCHEMA_VERSION
+
+#: Errors reading an input is expected to raise (anything else is a bug).
+_READ_ERRORS = (OSError, SafetensorError, ValueError, KeyError, MemoryError)
 
 
-# helpers ---------------------------------------------------------------
+# inputs --------------------------------------------------------------------
 
 
-def _files(out: render.Out, paths: Sequence[str]) -> List[str]:
-    files = []
+def _inputs(out: render.Out, paths: Sequence[str]) -> Iterator[Tuple[str, str]]:
+    """``(kind, path)`` for each input (see :func:`fastst.inspect.iter_inputs`);
+    a folder without any is an error."""
     for path in paths:
-        found = list(fi.iter_safetensors([path]))
-        if os.path.isdir(path) and not found:
-            out.error(path, FileNotFoundError(f"no .safetensors file under {path}"))
-        files.extend(found)
-    return files
+        found = False
+        try:
+            for item in fi.iter_inputs([path]):
+                found = True
+                yield item
+        except OSError as exc:  # pragma: no cover - os.walk reports through onerror
+            out.error(path, exc)
+            found = True
+        if not found:
+            out.error(path, f"no .safetensors file or checkpoint index under {path}")
+
+
+def _not_safetensors(out: render.Out, path: str) -> bool:
+    """Records an error and returns True when ``path`` cannot be read or is
+    not a safetensors file (a pickle, a FIFO, an HTML page...)."""
+    try:
+        found = fi.identify(path)
+    except OSError as exc:
+        out.error(path, exc)
+        return True
+    if found is None:
+        return False
+    out.error(path, fi.not_safetensors_message(found), fmt=found["kind"])
+    return True
 
 
 def _progress(args: argparse.Namespace) -> bool:
-    if getattr(args, "no_progress", False):
+    if args.no_progress:
         return False
     return render.stderr_is_terminal()
 
 
-def _dump_json(out: render.Out, data: Any) -> None:
-    out.print(json.dumps(data, indent=2, ensure_ascii=False))
+def _envelope(command: str, results: List[Any], out: render.Out, **extra: Any) -> Dict[str, Any]:
+    """The one JSON shape of every subcommand."""
+    return render.envelope(command, results, out, **extra)
 
 
 def _fail_threshold(args: argparse.Namespace) -> int:
@@ -57,33 +90,42 @@ def _fails(findings: Sequence[Dict[str, Any]], threshold: int) -> bool:
     return any(fi.severity_rank(f["severity"]) >= threshold for f in findings)
 
 
-# inspect ---------------------------------------------------------------
+# inspect -------------------------------------------------------------------
+
+
+_SORTS: Dict[str, Callable[[Any], Any]] = {
+    "name": lambda r: r[0],
+    "size": lambda r: (-(r[4] - r[3]), r[0]),
+}
 
 
 def _cmd_inspect(args: argparse.Namespace, out: render.Out) -> int:
     results = []
-    for path in _files(out, args.files):
+    for kind, path in _inputs(out, args.files):
         try:
-            info = fi.inspect_file(path, tensors=args.tensors, header_cap=args.header_cap)
+            if kind == "checkpoint":
+                info = fi.inspect_checkpoint(path, tensors=args.tensors, header_cap=args.header_cap)
+            else:
+                if _not_safetensors(out, path):
+                    continue
+                info = fi.inspect_file(path, tensors=args.tensors, header_cap=args.header_cap)
+                info["kind"] = "file"
             shown: Optional[Tuple[str, np.ndarray]] = None
             if args.tensor is not None:
                 shown = fi.tensor_values(path, args.tensor)
-        except (OSError, SafetensorError, ValueError, KeyError) as exc:
+        except _READ_ERRORS as exc:
             out.error(path, exc)
             continue
         table = info.get("table")
         if table is not None:
             rows = [r for r in table if not args.filter or fnmatch.fnmatchcase(r[0], args.filter)]
-            if args.sort == "name":
-                rows.sort(key=lambda r: r[0])
+            if args.sort in _SORTS:
+                rows.sort(key=_SORTS[args.sort])
             info["table"] = rows
         if args.json:
             entry = dict(info)
             if table is not None:
-                entry["table"] = [
-                    {"name": n, "dtype": d, "shape": list(s), "begin": b, "end": e}
-                    for n, d, s, b, e in info["table"]
-                ]
+                entry["table"] = [_row(r) for r in info["table"]]
             if shown is not None:
                 entry["tensor"] = {
                     "name": args.tensor,
@@ -93,13 +135,20 @@ def _cmd_inspect(args: argparse.Namespace, out: render.Out) -> int:
                 }
             results.append(entry)
         else:
-            render.print_inspect(out, info, shown, args)
+            report.print_inspect(out, info, shown, args)
     if args.json:
-        _dump_json(out, results)
+        out.json(_envelope("inspect", results, out))
     return EXIT_ERROR if out.errors else EXIT_OK
 
 
-# verify ----------------------------------------------------------------
+def _row(r: Sequence[Any]) -> Dict[str, Any]:
+    row = {"name": r[0], "dtype": r[1], "shape": list(r[2]), "begin": r[3], "end": r[4]}
+    if len(r) > 5:
+        row["shard"] = r[5]
+    return row
+
+
+# verify --------------------------------------------------------------------
 
 
 def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
@@ -108,45 +157,43 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
     unchecked = prov.unchecked_signatures(args.files)
     threshold = _fail_threshold(args)
     reports: List[Dict[str, Any]] = []
-    errors: List[Tuple[str, str]] = []
     progress = _progress(args)
-    for path in _files(out, args.files):
+    options = dict(
+        values=args.values, header_cap=args.header_cap, threads=args.threads, progress=progress
+    )
+    for kind, path in _inputs(out, args.files):
         try:
-            report = fi.verify_file(
-                path,
-                values=args.values,
-                header_cap=args.header_cap,
-                threads=args.threads,
-                progress=progress,
-            )
-        except (OSError, SafetensorError, ValueError) as exc:
-            errors.append((path, out.error(path, exc)))
+            if kind == "checkpoint":
+                result = fi.verify_checkpoint(path, **options)
+            else:
+                found = fi.identify(path)
+                if found is not None and found["kind"] in NOT_FILES:
+                    out.error(path, fi.not_safetensors_message(found), fmt=found["kind"])
+                    continue
+                result = fi.verify_file(path, **options)
+                result["kind"] = "file"
+                if found is not None:
+                    _add_foreign(result, found)
+        except _READ_ERRORS as exc:
+            out.error(path, exc)
             continue
-        report["fails"] = _fails(report["findings"], threshold)
-        report["inconclusive"] = not report["complete"] and not report["fails"]
-        reports.append(report)
-    fmt = "json" if args.json else args.format
-    if fmt == "json":
-        _dump_json(
-            out,
-            {
-                "fail_on": args.fail_on,
-                "files": reports,
-                "errors": [{"path": p, "message": m} for p, m in errors],
-                "signatures": unchecked,
-            },
-        )
-    elif fmt == "sarif":
-        _dump_json(out, prov.add_sarif_notes(sarif_log(reports, errors), unchecked))
+        result["fails"] = _fails(result["findings"], threshold)
+        result["inconclusive"] = not result["complete"] and not result["fails"]
+        reports.append(result)
+    if args.format == "json":
+        out.json(_envelope("verify", reports, out, fail_on=args.fail_on, signatures=unchecked))
+    elif args.format == "sarif":
+        errors = [(e["path"], e["message"]) for e in out.errors]
+        out.json(prov.add_sarif_notes(sarif_log(reports, errors), unchecked))
     else:
-        for report in reports:
-            render.print_verify(out, report)
+        for one in reports:
+            report.print_verify(out, one)
         prov.print_unchecked(out, unchecked)
-        if len(reports) + len(errors) > 1:
+        if len(reports) + len(out.errors) > 1:
             failing = sum(1 for r in reports if r["fails"])
             out.print(
-                f"{len(reports)} files verified: {failing} with findings at or above "
-                f"{args.fail_on}, {len(errors)} unreadable"
+                f"{render.plural(len(reports), 'input')} verified: {failing:,} with findings at "
+                f"or above {args.fail_on}, {len(out.errors):,} unreadable"
             )
     if out.errors or any(r["inconclusive"] for r in reports):
         return EXIT_ERROR
@@ -155,7 +202,30 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
     return EXIT_OK
 
 
-# hash ------------------------------------------------------------------
+def _add_foreign(result: Dict[str, Any], found: Dict[str, Any]) -> None:
+    """Makes sure a file :func:`fastst.inspect.identify` recognised carries a
+    ``foreign-content`` finding saying what it is (the core's own finding
+    covers executable formats; text, HTML, ONNX... are added here)."""
+    message = fi.not_safetensors_message(found)
+    for f in result["findings"]:
+        if f["rule"] == "foreign-content":
+            return
+    result["findings"].insert(
+        0,
+        {
+            "rule": "foreign-content",
+            "severity": "critical" if found["executable"] else "high",
+            "message": message,
+            "tensor": None,
+            "key": None,
+            "offset": 0,
+            "length": None,
+            "count": None,
+        },
+    )
+
+
+# hash ----------------------------------------------------------------------
 
 
 def _cmd_hash(args: argparse.Namespace, out: render.Out) -> int:
@@ -163,183 +233,223 @@ def _cmd_hash(args: argparse.Namespace, out: render.Out) -> int:
     results = []
     failing = False
     progress = _progress(args)
-    for path in _files(out, args.files):
+    for kind, path in _inputs(out, args.files):
         try:
-            hashes = fi.hash_file(
-                path,
-                tensors=args.tensors,
-                header_cap=args.header_cap,
-                threads=args.threads,
-                progress=progress,
-            )
-            checks = None
+            if kind == "checkpoint":
+                hashes = fi.hash_checkpoint(
+                    path,
+                    tensors=args.tensors,
+                    header_cap=args.header_cap,
+                    threads=args.threads,
+                    progress=progress,
+                )
+                checked = hashes["shards"]
+            else:
+                if _not_safetensors(out, path):
+                    continue
+                hashes = fi.hash_file(
+                    path,
+                    tensors=args.tensors,
+                    header_cap=args.header_cap,
+                    threads=args.threads,
+                    progress=progress,
+                )
+                hashes["kind"] = "file"
+                checked = [hashes]
             if args.check:
-                metadata = fi.read_metadata(path, header_cap=args.header_cap)
-                checks = fi.check_hashes(hashes, metadata)
-        except (OSError, SafetensorError, ValueError) as exc:
+                folder = os.path.dirname(os.path.abspath(path))
+                for h in checked:
+                    where = os.path.join(folder, h["file"]) if "file" in h else path
+                    metadata = fi.read_metadata(where, header_cap=args.header_cap)
+                    h["check"] = fi.check_hashes(h, metadata)
+                    failing = failing or _fails(h["check"], threshold)
+        except _READ_ERRORS as exc:
             out.error(path, exc)
             continue
-        if checks is not None:
-            hashes["check"] = checks
-            failing = failing or _fails(checks, threshold)
         if args.json:
             results.append(hashes)
         else:
-            render.print_hash(out, hashes)
+            report.print_hash(out, hashes)
     if args.json:
-        _dump_json(out, results)
+        out.json(_envelope("hash", results, out))
     if out.errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if failing else EXIT_OK
 
 
-# meta ------------------------------------------------------------------
+# meta ----------------------------------------------------------------------
 
 
 def _cmd_meta(args: argparse.Namespace, out: render.Out) -> int:
+    if args.set or args.unset:
+        return _edit_meta(args, out)
     results = []
-    for path in _files(out, args.files):
+    for kind, path in _inputs(out, args.files):
+        index_metadata = None
         try:
-            metadata = fi.read_metadata(path, header_cap=args.header_cap)
-        except (OSError, SafetensorError, ValueError) as exc:
+            if kind == "checkpoint":
+                metadata, index_metadata = fi.checkpoint_metadata(path, header_cap=args.header_cap)
+            else:
+                if _not_safetensors(out, path):
+                    continue
+                metadata = fi.read_metadata(path, header_cap=args.header_cap)
+        except _READ_ERRORS as exc:
             out.error(path, exc)
             continue
         card = fi.metadata_card(metadata)
         decoded = fi.decode_metadata(metadata)
         if args.json:
-            results.append({"path": path, "card": card, "metadata": decoded})
+            entry = {"path": path, "kind": kind, "card": card, "metadata": decoded}
+            if index_metadata is not None:
+                entry["index_metadata"] = index_metadata
+            results.append(entry)
         else:
-            render.print_meta(out, path, metadata, card, decoded, args.raw)
+            report.print_meta(out, path, metadata, card, decoded, args.raw)
     if args.json:
-        _dump_json(out, results)
+        out.json(_envelope("meta", results, out))
     return EXIT_ERROR if out.errors else EXIT_OK
 
 
-# parser ----------------------------------------------------------------
+def _edit_meta(args: argparse.Namespace, out: render.Out) -> int:
+    """``meta --set/--unset``: rewrites each file (or ``--output``)."""
+    results = []
+    updates = dict(args.set)
+    for kind, path in _inputs(out, args.files):
+        if kind == "checkpoint":
+            out.error(path, "metadata editing takes single files, not a checkpoint index")
+            continue
+        if _not_safetensors(out, path):
+            continue
+        try:
+            written = update_metadata(
+                path,
+                updates,
+                remove=args.unset,
+                output=args.output,
+                header_cap=args.header_cap,
+            )
+        except (*_READ_ERRORS, TypeError) as exc:
+            out.error(path, exc)
+            continue
+        metadata = written.pop("metadata") or None
+        target = written.pop("path")
+        written["source"] = path
+        if args.json:
+            results.append(
+                {
+                    "path": target,
+                    "kind": "file",
+                    "card": fi.metadata_card(metadata),
+                    "metadata": fi.decode_metadata(metadata),
+                    "written": written,
+                }
+            )
+        else:
+            report.print_written(out, target, written)
+    if args.json:
+        out.json(_envelope("meta", results, out))
+    return EXIT_ERROR if out.errors else EXIT_OK
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0 or value >= 1 << 64:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 2^64 - 1: {text}")
+# diff ----------------------------------------------------------------------
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no infinity: an infinite difference is written "inf"."""
+    if isinstance(value, float) and value != value:  # pragma: no cover - never NaN
+        return "nan"
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return "inf"
     return value
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE", help="files or folders (*.safetensors)")
-    p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
-    p.add_argument(
-        "--header-cap",
-        type=_non_negative,
-        default=DEFAULT_HEADER_CAP,
-        metavar="BYTES",
-        help=f"largest header accepted (default {DEFAULT_HEADER_CAP})",
-    )
+def _cmd_diff(args: argparse.Namespace, out: render.Out) -> int:
+    for path in (args.a, args.b):
+        if not (os.path.isdir(path) or path.endswith(".index.json")):
+            _not_safetensors(out, path)
+    result = None
+    if not out.errors:
+        try:
+            result = diff(args.a, args.b, threads=args.threads, header_cap=args.header_cap)
+        except _READ_ERRORS as exc:
+            message = render.one_line(exc)
+            where = getattr(exc, "filename", None) or args.a
+            out.error(str(where), message)
+    if args.json:
+        results = []
+        if result is not None:
+            entry = dict(result)
+            entry["different"] = [
+                {k: _finite(v) for k, v in d.items()} for d in result["different"]
+            ]
+            results.append(entry)
+        out.json(_envelope("diff", results, out))
+    elif result is not None:
+        report.print_diff(out, result)
+    if out.errors or result is None:
+        return EXIT_ERROR
+    return EXIT_OK if result["identical"] else EXIT_FINDINGS
 
 
-def _add_work(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--threads",
-        type=_non_negative,
-        default=0,
-        metavar="N",
-        help="worker threads (default: one per core)",
-    )
-    p.add_argument("--no-progress", action="store_true", help="never show progress on stderr")
+def _cmd_convert(args: argparse.Namespace, out: render.Out) -> int:
+    from . import convert
+
+    return convert.run(args, out, _envelope, _progress(args))
 
 
-def _add_fail_on(p: argparse.ArgumentParser, default: str) -> None:
-    p.add_argument(
-        "--fail-on",
-        choices=fi.SEVERITIES,
-        default=default,
-        metavar="SEVERITY",
-        help=f"exit 1 when a finding is at least this severe: {', '.join(fi.SEVERITIES)} "
-        f"(default {default})",
-    )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="fastst",
-        description="Inspect, verify, hash and read the metadata of .safetensors files "
-        "without running any model code.",
-        epilog="exit codes: 0 clean, 1 findings at or above --fail-on, 2 error or inconclusive",
-    )
-    parser.add_argument("--version", action="version", version=f"fastst {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    p = sub.add_parser("inspect", help="header summary, tensor table, tensor values")
-    _add_common(p)
-    p.add_argument("--tensors", action="store_true", help="list every tensor")
-    p.add_argument("--sort", choices=("offset", "name"), default="offset", help="table order")
-    p.add_argument("--filter", metavar="GLOB", help="only tensors whose name matches GLOB")
-    p.add_argument("--tensor", metavar="NAME", help="print the values of tensor NAME")
-    p.add_argument(
-        "--max-values",
-        type=_non_negative,
-        default=1000,
-        metavar="N",
-        help="summarise arrays with more than N values (default 1000)",
-    )
-    p.set_defaults(run=_cmd_inspect)
-
-    p = sub.add_parser("verify", help="structural rules and forensic findings")
-    _add_common(p)
-    _add_work(p)
-    p.add_argument(
-        "--format",
-        choices=("text", "json", "sarif"),
-        default="text",
-        help="output format: text (default), json (same as --json) or sarif (SARIF 2.1.0)",
-    )
-    p.add_argument("--values", action="store_true", help="also scan values (NaN/Inf, BOOL bytes)")
-    _add_fail_on(p, "low")
-    prov.add_verify_signature_args(p)
-    p.set_defaults(run=_cmd_verify)
-
-    p = sub.add_parser("hash", help="SHA-256, AutoV1/V2/V3, header and per-tensor hashes")
-    _add_common(p)
-    _add_work(p)
-    p.add_argument("--tensors", action="store_true", help="also hash every tensor")
-    p.add_argument(
-        "--check",
-        action="store_true",
-        help="compare with sshs_model_hash / modelspec.hash_sha256 in the metadata",
-    )
-    _add_fail_on(p, "low")
-    p.set_defaults(run=_cmd_hash)
-
-    p = sub.add_parser("meta", help="metadata card and raw metadata")
-    _add_common(p)
-    p.add_argument("--raw", action="store_true", help="only the raw metadata, no card")
-    p.set_defaults(run=_cmd_meta)
-    prov.add_sign_parser(sub)
-    prov.add_sbom_parser(sub)
-    return parser
+_COMMANDS: Dict[str, Callable[[argparse.Namespace, render.Out], int]] = {
+    "inspect": _cmd_inspect,
+    "verify": _cmd_verify,
+    "hash": _cmd_hash,
+    "meta": _cmd_meta,
+    "diff": _cmd_diff,
+    "convert": _cmd_convert,
+    "sign": prov.run_sign,
+    "sbom": prov.run_sbom,
+}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line; returns the exit code."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        # Bare `fastst`: the help, as a usage error (exit 2).
+        parser.print_help(sys.stdout)
+        return EXIT_ERROR
     try:
         args = parser.parse_args(argv)
+        check_conflicts(parser, args)
     except SystemExit as exc:  # argparse exits 2 on bad usage, 0 on --help
         return int(exc.code) if isinstance(exc.code, int) else EXIT_ERROR
-    out = render.Out(sys.stdout, sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # pragma: no cover - detached stream
+                pass
+    out = render.Out(
+        sys.stdout,
+        sys.stderr,
+        width=render.terminal_width(sys.stdout, args.width),
+        color=render.use_color(sys.stdout, args.color),
+        full=args.full,
+    )
     try:
-        code: int = args.run(args, out)
+        code: int = _COMMANDS[args.command](args, out)
+        sys.stdout.flush()
     except KeyboardInterrupt:
         sys.stderr.write("fastst: interrupted\n")
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader of our output went away (e.g. `| head`): point stdout at
-        # /dev/null so that the interpreter's final flush does not fail too.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_ERROR
-    sys.stdout.flush()
+        # /dev/null so that the interpreter's final flush does not fail too,
+        # and end as a process killed by SIGPIPE would be seen by a shell.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):  # pragma: no cover
+            pass
+        return EXIT_PIPE
     return code

@@ -1,62 +1,185 @@
 """Human-readable output of the ``fastst`` command: where text goes
-(:class:`Out`), terminal detection, number formatting, and the text of each
-subcommand's report (``--json`` and SARIF output are built elsewhere)."""
+(:class:`Out`: escaping, width, colour), terminal detection, number and
+plural formatting (the reports themselves are in :mod:`.report`; ``--json``
+and SARIF output are built elsewhere).
+
+Every line goes through :meth:`Out.print`, which escapes what a file controls
+(:func:`fastst.cli.text.escape`): one item per line always holds and no byte
+from a file reaches the terminal raw. Colour is added after escaping, only
+on a terminal, never with ``NO_COLOR`` or ``--color never``.
+"""
 
 from __future__ import annotations
 
-import argparse
-import json
+import os
 import sys
-import textwrap
-from typing import Any, Callable, Dict, Optional, TextIO, Tuple
+from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple, Union
 
-import numpy as np
+from .._fastst import __version__
+from .text import escape, fit, json_text
 
-from .. import inspect as fi
+__all__ = [
+    "Out",
+    "one_line",
+    "escape",
+    "size_text",
+    "count_text",
+    "plural",
+    "terminal_width",
+    "use_color",
+]
 
-# where text goes --------------------------------------------------------
-
-
-def one_line(exc: BaseException) -> str:
-    """A one-line message for an error about a file."""
-    if isinstance(exc, OSError) and exc.strerror:
-        text = exc.strerror
-        if exc.filename and str(exc.filename) not in text:
-            text = f"{exc.filename}: {text}"
-    else:
-        text = str(exc) or type(exc).__name__
-    return " ".join(text.split())
+# terminal -----------------------------------------------------------------
 
 
-class Out:
-    """Where a command writes: stdout for results, stderr for errors."""
-
-    def __init__(self, stdout: TextIO, stderr: TextIO) -> None:
-        self.stdout = stdout
-        self.stderr = stderr
-        self.errors = 0
-
-    def print(self, text: str = "") -> None:
-        self.stdout.write(text + "\n")
-
-    def error(self, path: str, exc: BaseException) -> str:
-        message = one_line(exc)
-        if not message.startswith(path):
-            message = f"{path}: {message}"
-        self.stderr.write(f"fastst: {message}\n")
-        self.errors += 1
-        return message
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def stderr_is_terminal() -> bool:
     """Whether stderr is a terminal (where progress may be shown)."""
+    return _isatty(sys.stderr)
+
+
+def terminal_width(stream: Any, requested: Optional[int] = None) -> Optional[int]:
+    """Columns to lay text out in: ``requested`` (``--width``; 0 means no
+    limit), else the terminal's width when ``stream`` is a terminal
+    (``COLUMNS`` wins, as for other tools), else None: no limit, full width
+    when piped."""
+    if requested is not None:
+        return requested or None
+    if not _isatty(stream):
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
     try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
+        return os.get_terminal_size(stream.fileno()).columns or None
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
+def use_color(stream: Any, mode: str = "auto") -> bool:
+    """Colour on ``stream``: ``always``, ``never``, or ``auto``: only on a
+    terminal, and never when ``NO_COLOR`` is set to a non-empty value."""
+    if mode == "always":
+        return True
+    if mode == "never" or os.environ.get("NO_COLOR"):
         return False
+    return _isatty(stream) and os.environ.get("TERM") != "dumb"
 
 
-# numbers ----------------------------------------------------------------
+_SGR = {
+    "bold": "1",
+    "dim": "2",
+    "critical": "1;31",
+    "high": "31",
+    "medium": "33",
+    "low": "36",
+    "info": "2",
+    "ok": "32",
+    "error": "1;31",
+}
+
+#: A piece of a line: plain text, or (style, text) to colour.
+Piece = Union[str, Tuple[str, str]]
+
+
+def one_line(exc: BaseException) -> str:
+    """A one-line message for an error about a file (not yet escaped)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        text = exc.strerror
+        if exc.filename is not None:
+            name = os.fsdecode(exc.filename) if isinstance(exc.filename, bytes) else exc.filename
+            if str(name) not in text:
+                text = f"{name}: {text}"
+    else:
+        text = str(exc) or type(exc).__name__
+    return text.strip()
+
+
+class Out:
+    """Where a command writes: stdout for results, stderr for errors.
+
+    ``width``: columns for tables and wrapped text (None: no limit);
+    ``color``: whether to colour; ``full``: never shorten names.
+    """
+
+    def __init__(
+        self,
+        stdout: TextIO,
+        stderr: TextIO,
+        *,
+        width: Optional[int] = None,
+        color: bool = False,
+        full: bool = False,
+    ) -> None:
+        self.stdout = stdout
+        self.stderr = stderr
+        self.width = width
+        self.color = color
+        self.full = full
+        self.errors: List[Dict[str, Any]] = []
+
+    def style(self, name: str, text: str) -> str:
+        """``text`` (already escaped) in style ``name`` when colouring."""
+        code = _SGR.get(name)
+        if not self.color or code is None or not text:
+            return text
+        return f"\x1b[{code}m{text}\x1b[0m"
+
+    def print(self, *pieces: Piece) -> None:
+        """Writes one line made of ``pieces``, each escaped; a piece
+        ``(style, text)`` is coloured after escaping."""
+        parts = []
+        for piece in pieces:
+            if isinstance(piece, tuple):
+                parts.append(self.style(piece[0], escape(piece[1])))
+            else:
+                parts.append(escape(piece))
+        self.stdout.write("".join(parts) + "\n")
+
+    def blank(self) -> None:
+        self.stdout.write("\n")
+
+    def json(self, data: Any) -> None:
+        """``data`` as exact, terminal-safe JSON."""
+        self.stdout.write(json_text(data) + "\n")
+
+    def fit(self, text: str, columns: Optional[int]) -> str:
+        """``text`` escaped and shortened in the middle to ``columns``
+        (unless ``--full``)."""
+        safe = escape(text)
+        return safe if self.full else fit(safe, columns)
+
+    def error(
+        self,
+        path: str,
+        exc: Union[BaseException, str],
+        *,
+        rule: Optional[str] = None,
+        fmt: Optional[str] = None,
+    ) -> str:
+        """Records an error about ``path`` and writes it as one line on stderr
+        (``fastst: PATH: why``); returns the message (not escaped)."""
+        message = exc if isinstance(exc, str) else one_line(exc)
+        if rule is None and not isinstance(exc, str):
+            rule = getattr(exc, "rule", None)
+        if not message.startswith(path):
+            message = f"{path}: {message}"
+        label = self.style("error", "fastst:") if self.color else "fastst:"
+        self.stderr.write(f"{label} {escape(message)}\n")
+        self.errors.append({"path": path, "message": message, "rule": rule, "format": fmt})
+        return message
+
+    def warn(self, message: str) -> None:
+        self.stderr.write(f"fastst: {escape(message)}\n")
+
+
+# numbers --------------------------------------------------------------------
 
 
 def size_text(n: int) -> str:
@@ -64,9 +187,9 @@ def size_text(n: int) -> str:
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if value < 1024 or unit == "TiB":
-            return f"{n} B" if unit == "B" else f"{value:.2f} {unit}"
+            return f"{n:,} B" if unit == "B" else f"{value:,.2f} {unit}"
         value /= 1024
-    return f"{n} B"
+    return f"{n:,} B"  # pragma: no cover
 
 
 def count_text(n: int) -> str:
@@ -77,224 +200,31 @@ def count_text(n: int) -> str:
     return f"{n:,}"
 
 
-# inspect ----------------------------------------------------------------
+def plural(n: int, word: str, words: Optional[str] = None) -> str:
+    """``"1 tensor"``, ``"2 tensors"``, ``"1,000 tensors"``."""
+    if n == 1:
+        return f"1 {word}"
+    return f"{n:,} {words or word + 's'}"
 
 
-def print_inspect(
-    out: Out,
-    info: Dict[str, Any],
-    shown: Optional[Tuple[str, np.ndarray]],
-    args: argparse.Namespace,
-) -> None:
-    """The ``inspect`` report of one file (``info`` from
-    :func:`fastst.inspect.inspect_file`, its table already filtered and
-    sorted; ``shown``: the values asked for with ``--tensor``)."""
-    out.print(info["path"])
-    out.print(f"  file size    {size_text(info['file_len'])} ({info['file_len']:,} bytes)")
-    out.print(f"  header       {info['header_len']:,} bytes, data at offset {info['data_start']:,}")
-    out.print(f"  tensors      {info['tensors']:,}")
-    out.print(f"  parameters   {count_text(info['parameters'])}")
-    for i, d in enumerate(info["by_dtype"]):
-        label = "  by dtype     " if i == 0 else "               "
-        out.print(
-            f"{label}{d['dtype']:<12} {d['tensors']:>8,} tensors {d['parameters']:>16,} params"
-            f"  {size_text(d['bytes'])}"
-        )
-    metadata = info.get("metadata")
-    if metadata:
-        plural = "s" if len(metadata) != 1 else ""
-        keys = f"{len(metadata)} key{plural}: " + ", ".join(sorted(metadata))
-        for line in textwrap.wrap(
-            keys, width=100, initial_indent="  metadata     ", subsequent_indent=" " * 15
-        ):
-            out.print(line)
-    else:
-        out.print("  metadata     (none)")
-    table = info.get("table")
-    if table is not None:
-        out.print()
-        width = max([len("name")] + [len(r[0]) for r in table])
-        out.print(f"  {'name':<{width}}  {'dtype':<11} {'shape':<20} {'begin':>14} {'end':>14}")
-        for name, dtype, shape, begin, end in table:
-            shape_text = "[" + ", ".join(str(d) for d in shape) + "]"
-            out.print(f"  {name:<{width}}  {dtype:<11} {shape_text:<20} {begin:>14,} {end:>14,}")
-        if args.filter:
-            out.print(f"  ({len(table)} of {info['tensors']} tensors match {args.filter!r})")
-    if shown is not None:
-        dtype, array = shown
-        note = " (shown as float32)" if array.dtype == np.float32 and dtype != "F32" else ""
-        out.print()
-        out.print(f"  {args.tensor}: {dtype} {list(array.shape)}{note}")
-        with np.printoptions(threshold=args.max_values, linewidth=100):
-            text = np.array2string(array, separator=" ")
-        for line in text.splitlines():
-            out.print(f"    {line}")
-    out.print()
+def shape_text(shape: Sequence[int]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
-# verify -----------------------------------------------------------------
+#: Version of the JSON envelope every ``--json`` output shares
+#: (``output.schema.json``).
+JSON_SCHEMA_VERSION = 1
 
 
-def print_verify(out: Out, report: Dict[str, Any]) -> None:
-    """The ``verify`` report of one file: the verdict, then one line per
-    finding, most severe first."""
-    findings = report["findings"]
-    verdict = "accepted by the reader" if report["accepted"] else "REJECTED by the reader"
-    if not report["complete"]:
-        verdict += "; header unreadable, tensors not examined"
-    if report.get("values_checked") is not None:
-        n = report["values_checked"]
-        verdict += f"; values of {n} tensor{'s' if n != 1 else ''} checked"
-    if not findings:
-        out.print(f"{report['path']}: OK, no findings ({verdict})")
-        return
-    counts: Dict[str, int] = {}
-    for f in findings:
-        counts[f["severity"]] = counts.get(f["severity"], 0) + 1
-    by_severity = ", ".join(f"{counts[s]} {s}" for s in reversed(fi.SEVERITIES) if s in counts)
-    plural = "s" if len(findings) != 1 else ""
-    out.print(f"{report['path']}: {len(findings)} finding{plural} ({by_severity}); {verdict}")
-    width = max(len(f["rule"]) for f in findings)
-    for f in findings:
-        out.print(f"  {f['severity'].upper():<8} {f['rule']:<{width}}  {f['message']}")
-
-
-# hash -------------------------------------------------------------------
-
-
-def print_hash(out: Out, h: Dict[str, Any]) -> None:
-    """The ``hash`` report of one file, with the ``--check`` results."""
-    out.print(h["path"])
-    out.print(f"  sha256         {h['sha256']}")
-    out.print(f"  autov1         {h['autov1']}")
-    out.print(f"  autov2         {h['autov2']}")
-    if h["autov3"] is not None:
-        civitai = h["autov3"][:12]
-        out.print(f"  autov3         {h['autov3']}  (sshs_model_hash; CivitAI shows {civitai})")
-    else:
-        out.print("  autov3         (none: the length prefix points past the end of the file)")
-    if h["header_sha256"] is not None:
-        out.print(f"  header_sha256  {h['header_sha256']}  (canonical header)")
-    problem = h.get("header_problem")
-    if problem:
-        out.print(f"  header         not usable: {problem['message']}")
-    tensors = h.get("tensors")
-    if tensors:
-        out.print("  tensors:")
-        for name, digest in tensors.items():
-            out.print(f"    {digest}  {name}")
-    for check in h.get("check") or []:
-        if check["rule"] == "no-embedded-hash":
-            out.print("  check          nothing to compare: no embedded hash in the metadata")
-        else:
-            level = check["severity"].upper()
-            out.print(f"  check          {level} {check['rule']}: {check['message']}")
-    if h.get("check") == []:
-        out.print("  check          OK: embedded hashes match")
-    out.print()
-
-
-# meta -------------------------------------------------------------------
-
-_CARD_LABELS: Tuple[Tuple[str, str], ...] = (
-    ("title", "title"),
-    ("name", "name"),
-    ("author", "author"),
-    ("description", "description"),
-    ("license", "license"),
-    ("date", "date"),
-    ("format", "format"),
-    ("architecture", "architecture"),
-    ("base_model", "base model"),
-    ("sd_model_name", "trained on"),
-    ("resolution", "resolution"),
-    ("merged_from", "merged from"),
-    ("source_url", "source"),
-    ("civitai_model_id", "civitai model"),
-    ("civitai_version_id", "civitai version"),
-)
-
-
-def print_meta(
-    out: Out,
-    path: str,
-    metadata: Optional[Dict[str, str]],
-    card: Dict[str, Any],
-    decoded: Dict[str, Any],
-    raw_only: bool,
-) -> None:
-    """The ``meta`` report of one file: the metadata card (unless
-    ``raw_only``), then every key with JSON values indented."""
-    out.print(path)
-    if metadata is None:
-        out.print("  (no __metadata__)")
-        out.print()
-        return
-    if not raw_only:
-        line = _card_line(out)
-        for key, label in _CARD_LABELS:
-            if card[key] is not None:
-                value = str(card[key])
-                if key == "description" and len(value) > 400:
-                    value = value[:400] + "..."
-                line(label, value)
-        if card["trigger_words"]:
-            line("trigger words", ", ".join(card["trigger_words"]))
-        if card["top_tags"]:
-            line("top tags", ", ".join(f"{t} ({c})" for t, c in card["top_tags"]))
-        network = card["network"]
-        if network:
-            parts = [str(network["type"] or network["module"] or "network")]
-            if network["dim"] is not None:
-                parts.append(f"dim {network['dim']}")
-            if network["alpha"] is not None:
-                parts.append(f"alpha {network['alpha']}")
-            line("network", ", ".join(parts))
-        training = card["training"]
-        if training:
-            when = " -> ".join(t for t in (training["started"], training["finished"]) if t)
-            if when:
-                line("trained", when)
-            steps = training["steps"]
-            if steps is None:
-                steps = training["max_train_steps"]
-            facts = []
-            if steps is not None:
-                facts.append(f"{steps} steps")
-            if training["epochs"] is not None:
-                facts.append(f"{training['epochs']} epochs")
-            if training["images"] is not None:
-                facts.append(f"{training['images']} images")
-            if training["duration_s"] is not None:
-                facts.append(f"{training['duration_s'] / 3600:.2f} h")
-            if facts:
-                line("training", ", ".join(facts))
-        thumb = card["thumbnail"]
-        line("thumbnail", f"{thumb['mime']}, {size_text(thumb['bytes'])}" if thumb else "none")
-        if card["cover_images"]:
-            line("cover images", str(card["cover_images"]))
-        for key, value in card["embedded_hashes"].items():
-            line(key, value)
-        out.print()
-    out.print("  raw metadata:")
-    for key, value in sorted(decoded.items()):
-        if isinstance(value, (dict, list)):
-            out.print(f"    {key}:")
-            for text in json.dumps(value, indent=2, ensure_ascii=False).splitlines():
-                out.print(f"      {text}")
-        else:
-            text = str(value)
-            if len(text) > 2000:
-                text = text[:2000] + f"... ({len(value)} characters)"
-            out.print(f"    {key}: {text}")
-    out.print()
-
-
-def _card_line(out: Out) -> Callable[[str, str], None]:
-    def line(label: str, value: str) -> None:
-        lines = value.splitlines() or [""]
-        out.print(f"  {label:<17} {lines[0]}")
-        for more in lines[1:]:
-            out.print(f"  {'':<17} {more}")
-
-    return line
+def envelope(command: str, results: List[Any], out: Out, **extra: Any) -> Dict[str, Any]:
+    """The one JSON shape of every subcommand: producer, command, any
+    command-specific fields, one result per input, the errors recorded on
+    ``out``."""
+    doc: Dict[str, Any] = {
+        "fastst": {"version": __version__, "schema": JSON_SCHEMA_VERSION},
+        "command": command,
+    }
+    doc.update(extra)
+    doc["results"] = results
+    doc["errors"] = list(out.errors)
+    return doc

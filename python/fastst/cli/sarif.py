@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import pathlib
 import urllib.parse
-from typing import Any, Dict, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from .. import inspect as fi
 from .._fastst import __version__
@@ -29,7 +29,7 @@ _SECURITY_SEVERITY = {
 def _artifact_uri(path: str) -> str:
     if os.path.isabs(path):
         return pathlib.Path(path).as_uri()
-    return urllib.parse.quote(path.replace(os.sep, "/"))
+    return urllib.parse.quote(path.replace(os.sep, "/"), errors="surrogateescape")
 
 
 def sarif_log(
@@ -53,12 +53,22 @@ def sarif_log(
         for r in catalogue
     ]
     results = []
-    artifacts = []
-    for k, report in enumerate(reports):
+    artifacts: List[Dict[str, Any]] = []
+    for report in reports:
         uri = _artifact_uri(report["path"])
+        k = len(artifacts)
         artifacts.append({"location": {"uri": uri}, "length": report["file_len"]})
+        # A checkpoint: each shard is an artifact of its own, and a finding
+        # about a shard points at it.
+        shards: Dict[str, Tuple[str, int]] = {}
+        folder = os.path.dirname(report["path"])
+        for shard in report.get("shards") or []:
+            shard_uri = _artifact_uri(os.path.join(folder, shard["file"]))
+            shards[shard["file"]] = (shard_uri, len(artifacts))
+            artifacts.append({"location": {"uri": shard_uri}})
         for f in report["findings"]:
-            location: Dict[str, Any] = {"artifactLocation": {"uri": uri, "index": k}}
+            where_uri, where = shards.get(f.get("shard") or "", (uri, k))
+            location: Dict[str, Any] = {"artifactLocation": {"uri": where_uri, "index": where}}
             if f.get("offset") is not None:
                 region: Dict[str, Any] = {"byteOffset": f["offset"]}
                 if f.get("length") is not None:
@@ -66,7 +76,7 @@ def sarif_log(
                 location["region"] = region
             properties = {
                 key: f[key]
-                for key in ("severity", "tensor", "key", "count")
+                for key in ("severity", "tensor", "key", "count", "shard")
                 if f.get(key) is not None
             }
             result: Dict[str, Any] = {

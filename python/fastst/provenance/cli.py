@@ -13,10 +13,10 @@ is imported here; the signing libraries load when a command runs.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Any, Dict, List, Sequence
 
+from ..cli.render import envelope
 from .cli_render import (
     _print_findings,
     _print_verify,
@@ -55,9 +55,9 @@ JSON_VERSION = 1
 
 
 def _err(out: Any, message: str) -> None:
-    out.stderr.write(f"fastst: {clean(message)}\n")
-    if hasattr(out, "errors"):
-        out.errors += 1
+    """One escaped line on stderr, recorded among the command's errors."""
+    no_path = ""
+    out.error(no_path, message)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -89,7 +89,7 @@ def _non_negative(text: str) -> int:
 
 
 def _dump(out: Any, data: Any) -> None:
-    out.print(json.dumps(data, indent=2, ensure_ascii=False))
+    out.json(data)
 
 
 # sign -----------------------------------------------------------------------------
@@ -188,13 +188,13 @@ def run_sign(args: argparse.Namespace, out: Any) -> int:
         )
     except (ProvenanceError, OSError, ValueError) as exc:
         message = _one_line(exc)
-        if args.json:
-            _dump(out, {"version": JSON_VERSION, "signed": None, "errors": [message]})
         _err(out, message)
+        if args.json:
+            _dump(out, envelope("sign", [], out))
         return EXIT_ERROR
     findings = [f.to_dict() for f in result.findings]
     if args.json:
-        _dump(out, {"version": JSON_VERSION, "signed": result.to_dict(), "errors": []})
+        _dump(out, envelope("sign", [result.to_dict()], out))
     else:
         n = len({f.name.rsplit(":", 2)[0] if ":" in f.name else f.name for f in result.files})
         out.print(
@@ -344,22 +344,16 @@ def run_verify_signature(args: argparse.Namespace, out: Any) -> int:
     threshold = _rank(_fail_on(args))
     data = result.to_dict() if result is not None else None
     fails = bool(data) and any(_rank(f["severity"]) >= threshold for f in data["findings"])
+    if error:
+        _err(out, error)
     if fmt == "json":
-        _dump(
-            out,
-            {
-                "version": JSON_VERSION,
-                "fail_on": _fail_on(args),
-                "signature": data,
-                "errors": [error] if error else [],
-            },
-        )
+        results = [data] if data is not None else []
+        _dump(out, envelope("verify-signature", results, out, fail_on=_fail_on(args)))
     elif fmt == "sarif":
         _dump(out, sarif_log(data, files[0] if files else "", error))
     elif data is not None:
         _print_verify(out, data)
     if error:
-        _err(out, error)
         return EXIT_ERROR
     return EXIT_FINDINGS if fails or not data["verified"] else EXIT_OK
 

@@ -14,7 +14,9 @@
 //! [`crate::rules`]) and a [`Severity`].
 
 mod canonical;
+mod diff;
 mod hash;
+mod identify;
 mod lenient;
 mod magic;
 mod metadata;
@@ -27,7 +29,9 @@ mod verify;
 pub use crate::rules::{RuleId, Severity};
 
 pub use canonical::canonical_header;
+pub use diff::{diff_values, ValueDiff};
 pub use hash::{hash_path, HashOptions, HashReport, AUTOV1_LEN, AUTOV1_OFFSET};
+pub use identify::{identify, looks_like_safetensors, Identified, IDENTIFY_LEN};
 pub use lenient::read_metadata;
 pub use magic::{sniff, Magic};
 pub use metadata::{is_known_metadata_key, HUGE_METADATA_IMAGE, HUGE_METADATA_VALUE};

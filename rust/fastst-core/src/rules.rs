@@ -338,6 +338,8 @@ catalogue! {
         "the bytes given for a tensor differ from its shape x dtype size";
     StreamOrder = "stream-order", Serialize, High,
         "bytes are given to a writer before or after the tensors they belong to";
+    RewriteMismatch = "rewrite-mismatch", Serialize, High,
+        "a tensor read back after rewriting a file differs from the original";
 
     // --- frameworks -----------------------------------------------------------
     FrameworkDtype = "framework-dtype", UnsupportedDtype, High,
@@ -358,6 +360,10 @@ catalogue! {
         "a shard lacks a tensor the index places in it";
     ShardExtraTensor = "shard-extra-tensor", ShardIndex, High,
         "a shard holds a tensor the index does not place in it";
+    ShardDuplicateTensor = "shard-duplicate-tensor", Finding, High,
+        "a tensor is stored in two shards of one checkpoint; readers disagree on which wins";
+    IndexTotalSize = "index-total-size", Finding, Medium,
+        "the index's metadata.total_size differs from the bytes of the shards' tensors";
 
     // --- loading across processes (fastst.torch.load_distributed, load_tensor_parallel)
     DistNoGroup = "dist-no-group", DistributedLoad, High,

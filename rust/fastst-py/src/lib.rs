@@ -4,9 +4,11 @@
 
 mod buffer;
 mod catalogue;
+mod diff;
 mod errors;
 mod file;
 mod handle;
+mod identify;
 mod inspect;
 mod write;
 
@@ -28,5 +30,9 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     inspect::register(m)?;
     // the catalogue of rules, dtype facts and conversions
     catalogue::register(m)?;
+    // what a file that is not safetensors is
+    identify::register(m)?;
+    // the values of two tensors compared (fastst diff)
+    diff::register(m)?;
     Ok(())
 }

@@ -89,8 +89,9 @@ pub(crate) fn metadata_findings<'a>(
                 Finding::new(
                     RuleId::UnknownMetadataKey,
                     format!(
-                        "__metadata__ key {key:?} ({} bytes) follows no known convention",
-                        value.len()
+                        "__metadata__ key {key:?} ({} byte{}) follows no known convention",
+                        value.len(),
+                        if value.len() == 1 { "" } else { "s" }
                     ),
                 )
                 .key(key),

@@ -90,8 +90,12 @@ pub(super) fn scan_values(
                             Finding::new(
                                 RuleId::NonFiniteValues,
                                 format!(
-                                    "tensor {:?} ({}): {} NaN and {} infinite values",
-                                    item.name, item.dtype, counts.nan, counts.inf
+                                    "tensor {:?} ({}): {} NaN and {} infinite value{}",
+                                    item.name,
+                                    item.dtype,
+                                    counts.nan,
+                                    counts.inf,
+                                    if counts.inf == 1 { "" } else { "s" }
                                 ),
                             )
                             .tensor(&item.name)
@@ -105,8 +109,14 @@ pub(super) fn scan_values(
                             Finding::new(
                                 RuleId::InvalidBool,
                                 format!(
-                                    "tensor {:?} (BOOL): {} bytes are neither 0 nor 1",
-                                    item.name, counts.bad_bool
+                                    "tensor {:?} (BOOL): {} {} neither 0 nor 1",
+                                    item.name,
+                                    counts.bad_bool,
+                                    if counts.bad_bool == 1 {
+                                        "byte is"
+                                    } else {
+                                        "bytes are"
+                                    }
                                 ),
                             )
                             .tensor(&item.name)

@@ -1,0 +1,498 @@
+"""Sharded checkpoints (an ``*.index.json`` and its shards, or the folder
+holding it) as wholes, for :mod:`fastst.inspect` and the ``fastst`` command:
+which inputs are checkpoints, their totals, per-shard hashes and one digest,
+and the index verified against its shards (leniently, as findings)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+
+from . import _fastst
+from ._errors import SafetensorError, rule_error
+from ._fastst import DEFAULT_HEADER_CAP
+from ._sharded import INDEX_SUFFIX, ShardedFile
+
+PathLike = Union[str, "os.PathLike[str]"]
+Finding = Dict[str, Any]
+
+_SEVERITIES = ("info", "low", "medium", "high", "critical")
+
+
+def _path(path: PathLike) -> str:
+    p = os.fspath(path)
+    return os.fsdecode(p) if isinstance(p, bytes) else p
+
+
+def _hash_file(path: str, **options: Any) -> Dict[str, Any]:
+    out = dict(_fastst.hash_file(path, **options))
+    out["path"] = path
+    return out
+
+
+def _verify_file(path: str, **options: Any) -> Dict[str, Any]:
+    out = dict(_fastst.verify_file(path, **options))
+    out["path"] = path
+    return out
+
+
+def _read_metadata(path: str, header_cap: int) -> Optional[Dict[str, str]]:
+    pairs = _fastst.read_metadata(path, header_cap=header_cap)
+    if pairs is None:
+        return None
+    out: Dict[str, str] = {}
+    for key, value in pairs:
+        out.setdefault(key, value)
+    return out
+
+
+def _referenced_shards(index_path: str) -> List[str]:
+    try:
+        with open(index_path, "rb") as fh:
+            index = json.loads(fh.read(64 << 20).decode("utf-8"))
+        weight_map = index["weight_map"]
+        return [v for v in weight_map.values() if isinstance(v, str)]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
+def iter_inputs(paths: Iterable[PathLike]) -> Iterator[Tuple[str, str]]:
+    """``(kind, path)`` for each input: ``("checkpoint", index)`` for an
+    ``*.index.json`` file and for each index found in a folder (the shards
+    it names are then not listed on their own), ``("file", path)`` for
+    every other ``*.safetensors`` file under a folder (recursively, sorted)
+    and for every other path given (missing ones included, so that opening
+    them reports the error)."""
+    for raw in paths:
+        path = _path(raw)
+        if not os.path.isdir(path):
+            kind = "checkpoint" if path.endswith(".index.json") else "file"
+            yield kind, path
+            continue
+        for root, dirs, files in os.walk(path):
+            dirs.sort()
+            files.sort()
+            taken = set()
+            for name in files:
+                if name.endswith(INDEX_SUFFIX):
+                    index = os.path.join(root, name)
+                    yield "checkpoint", index
+                    for shard in _referenced_shards(index):
+                        taken.add(os.path.normpath(os.path.join(root, shard)))
+            for name in files:
+                full = os.path.join(root, name)
+                if name.lower().endswith(".safetensors") and os.path.normpath(full) not in taken:
+                    yield "file", full
+
+
+def _strict_index(
+    index_path: str, header_cap: int
+) -> Tuple[List[str], Dict[str, str], Dict[str, Any]]:
+    """Shard names (sorted), the weight map and the
+    index's metadata, after the reader checked the index against its shards
+    (raising its errors, with their rule ids, when they disagree)."""
+    ShardedFile(index_path, "mmap", header_cap).close()
+    with open(index_path, "rb") as fh:
+        index = json.loads(fh.read().decode("utf-8"))
+    weight_map: Dict[str, str] = index["weight_map"]
+    meta = index.get("metadata")
+    return (
+        sorted(set(weight_map.values())),
+        weight_map,
+        meta if isinstance(meta, dict) else {},
+    )
+
+
+def _merge_by_dtype(parts: List[List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    merged: Dict[str, Dict[str, Any]] = {}
+    for part in parts:
+        for d in part:
+            m = merged.setdefault(
+                d["dtype"], {"dtype": d["dtype"], "tensors": 0, "parameters": 0, "bytes": 0}
+            )
+            for k in ("tensors", "parameters", "bytes"):
+                m[k] += d[k]
+    return sorted(merged.values(), key=lambda d: (-d["bytes"], d["dtype"]))
+
+
+def inspect_checkpoint(
+    index_path: PathLike, *, tensors: bool = False, header_cap: int = DEFAULT_HEADER_CAP
+) -> Dict[str, Any]:
+    """A summary of a sharded checkpoint (its ``*.index.json``) as a whole.
+
+    Like :func:`inspect_file`, with totals over the shards (``file_len``,
+    ``tensors``, ``parameters``, ``data_len``, ``by_dtype``), ``kind``
+    ``"checkpoint"``, ``shards`` (``file``, ``file_len``, ``tensors``,
+    ``parameters`` each), ``index_metadata`` and ``metadata`` (the first
+    shard's ``__metadata__``); with ``tensors=True`` the ``table`` rows
+    carry the shard file as a sixth item. ``header_len`` and ``data_start``
+    are None. Raises the reader's errors when the index and shards disagree.
+    """
+    path = _path(index_path)
+    names, _weights, index_meta = _strict_index(path, header_cap)
+    folder = os.path.dirname(os.path.abspath(path))
+    shards = []
+    table: List[Tuple[str, str, List[int], int, int, str]] = []
+    parts = []
+    metadata = None
+    file_len = os.stat(path).st_size
+    for i, name in enumerate(names):
+        info = _fastst.inspect_file(
+            os.path.join(folder, name), table=tensors, header_cap=header_cap
+        )
+        if i == 0:
+            metadata = info["metadata"]
+        file_len += info["file_len"]
+        parts.append(info["by_dtype"])
+        shards.append(
+            {
+                "file": name,
+                "file_len": info["file_len"],
+                "tensors": info["tensors"],
+                "parameters": info["parameters"],
+            }
+        )
+        for row in info.get("table") or []:
+            table.append((*row, name))
+    result: Dict[str, Any] = {
+        "path": path,
+        "kind": "checkpoint",
+        "file_len": file_len,
+        "tensors": sum(s["tensors"] for s in shards),
+        "parameters": sum(s["parameters"] for s in shards),
+        "header_len": None,
+        "data_start": None,
+        "data_len": sum(d["bytes"] for d in _merge_by_dtype(parts)),
+        "by_dtype": _merge_by_dtype(parts),
+        "metadata": metadata,
+        "index_metadata": index_meta,
+        "shards": shards,
+    }
+    if tensors:
+        result["table"] = table
+    return result
+
+
+def _digest_listing(entries: List[Tuple[str, str]]) -> str:
+    lines = "".join(
+        f"{digest}  {name}\n"
+        for name, digest in sorted(entries, key=lambda e: e[0].encode("utf-8", "surrogateescape"))
+    )
+    return hashlib.sha256(lines.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def hash_checkpoint(
+    index_path: PathLike,
+    *,
+    tensors: bool = False,
+    header_cap: int = DEFAULT_HEADER_CAP,
+    threads: int = 0,
+    progress: bool = False,
+) -> Dict[str, Any]:
+    """Per-shard hashes of a sharded checkpoint and one digest for it all.
+
+    ``{"path", "kind": "checkpoint", "checkpoint_sha256", "index_sha256",
+    "shards", "tensors"}``: ``shards`` holds :func:`fastst.inspect.hash_file`'s result for
+    each shard plus its ``file`` name; ``checkpoint_sha256`` is the SHA-256
+    of the listing ``sha256sum`` would print for the index file and every
+    shard (``<hex>  <file name>\\n`` per file, sorted by name), so it
+    changes when any byte of any file or any file name does;
+    ``tensors`` (with ``tensors=True``) maps every tensor to its SHA-256.
+    """
+    path = _path(index_path)
+    names, _weights, _meta = _strict_index(path, header_cap)
+    folder = os.path.dirname(os.path.abspath(path))
+    with open(path, "rb") as fh:
+        index_sha = hashlib.sha256(fh.read()).hexdigest()
+    shards = []
+    per_tensor: Optional[Dict[str, str]] = {} if tensors else None
+    for name in names:
+        h = _hash_file(
+            os.path.join(folder, name),
+            tensors=tensors,
+            header_cap=header_cap,
+            threads=threads,
+            progress=progress,
+        )
+        h["file"] = name
+        shards.append(h)
+        if per_tensor is not None and h.get("tensors"):
+            per_tensor.update(h["tensors"])
+    listing = [(os.path.basename(path), index_sha)] + [(s["file"], s["sha256"]) for s in shards]
+    return {
+        "path": path,
+        "kind": "checkpoint",
+        "checkpoint_sha256": _digest_listing(listing),
+        "index_sha256": index_sha,
+        "shards": shards,
+        "tensors": per_tensor,
+    }
+
+
+def checkpoint_metadata(
+    index_path: PathLike, *, header_cap: int = DEFAULT_HEADER_CAP
+) -> Tuple[Optional[Dict[str, str]], Dict[str, Any]]:
+    """The first shard's ``__metadata__`` (read leniently, as
+    :func:`fastst.inspect.read_metadata`) and the index's own ``metadata`` object."""
+    path = _path(index_path)
+    index = _load_index(path)
+    if isinstance(index, str):
+        raise rule_error("index-json", path, index)
+    shape = _index_shape_problem(index)
+    if shape:
+        raise rule_error("index-shape", path, shape)
+    folder = os.path.dirname(os.path.abspath(path))
+    names = sorted(set(index["weight_map"].values()))
+    meta = index.get("metadata")
+    index_meta = meta if isinstance(meta, dict) else {}
+    if not names:
+        return None, index_meta
+    return _read_metadata(os.path.join(folder, names[0]), header_cap), index_meta
+
+
+def _load_index(path: str) -> Any:
+    """The parsed index, or a string saying why it is not JSON."""
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return f"index is not valid UTF-8 JSON: {exc}"
+
+
+def _index_shape_problem(index: Any) -> Optional[str]:
+    if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
+        return 'index must be an object with a "weight_map" object'
+    return None
+
+
+def _severity(rule: str) -> str:
+    for r in _fastst.rule_catalogue():
+        if r["id"] == rule:
+            return r["severity"]
+    raise ValueError(f"no rule {rule!r} in the catalogue")
+
+
+def _cfinding(
+    rule: str,
+    message: str,
+    *,
+    shard: Optional[str] = None,
+    tensor: Optional[str] = None,
+    count: Optional[int] = None,
+) -> Finding:
+    return {
+        "rule": rule,
+        "severity": _severity(rule),
+        "message": message,
+        "tensor": tensor,
+        "key": None,
+        "offset": None,
+        "length": None,
+        "count": count,
+        "shard": shard,
+    }
+
+
+def _q(text: Any) -> str:
+    """``text`` quoted as a JSON string (controls escaped)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _names(names: List[str]) -> str:
+    shown = ", ".join(_q(n) for n in names[:5])
+    return shown + (f" and {len(names) - 5:,} more" if len(names) > 5 else "")
+
+
+def _n(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+def verify_checkpoint(
+    index_path: PathLike,
+    *,
+    values: bool = False,
+    header_cap: int = DEFAULT_HEADER_CAP,
+    threads: int = 0,
+    progress: bool = False,
+) -> Dict[str, Any]:
+    """Verifies a sharded checkpoint as a whole: the index, every shard
+    (:func:`fastst.inspect.verify_file`, each finding tagged with its ``shard``) and the
+    index against the shards: ``index-json``, ``index-shape``,
+    ``shard-path``, ``shard-missing``, ``shard-lacks-tensor``,
+    ``shard-extra-tensor``, ``shard-duplicate-tensor`` and
+    ``index-total-size`` findings.
+
+    Returns the keys of :func:`fastst.inspect.verify_file` (``file_len`` and ``tensors``
+    summed, ``header_len`` None) plus ``kind`` (``"checkpoint"``) and
+    ``shards`` (``file``, ``accepted``, ``complete``, ``findings`` count
+    each); ``accepted`` says whether ``safe_open`` accepts the checkpoint.
+    """
+    path = _path(index_path)
+    findings: List[Finding] = []
+    index = _load_index(path)
+    report: Dict[str, Any] = {
+        "path": path,
+        "kind": "checkpoint",
+        "file_len": os.stat(path).st_size,
+        "header_len": None,
+        "tensors": 0,
+        "accepted": False,
+        "complete": False,
+        "values_checked": 0 if values else None,
+        "findings": findings,
+        "shards": [],
+    }
+    if isinstance(index, str):
+        findings.append(_cfinding("index-json", index))
+        return report
+    shape = _index_shape_problem(index)
+    if shape:
+        findings.append(_cfinding("index-shape", shape))
+        return report
+    folder = os.path.dirname(os.path.abspath(path))
+    placed: Dict[str, List[str]] = {}
+    complete = True
+    for tensor, shard in index["weight_map"].items():
+        if not isinstance(shard, str) or not shard:
+            findings.append(
+                _cfinding(
+                    "index-shape",
+                    f"tensor {_q(tensor)}: shard must be a file name",
+                    tensor=tensor,
+                )
+            )
+            complete = False
+            continue
+        if os.path.isabs(shard) or os.path.normpath(shard).startswith(".."):
+            findings.append(
+                _cfinding(
+                    "shard-path",
+                    f"tensor {_q(tensor)}: shard {_q(shard)} is outside the index's folder",
+                    tensor=tensor,
+                )
+            )
+            complete = False
+            continue
+        placed.setdefault(shard, []).append(tensor)
+    holders: Dict[str, List[str]] = {}
+    data_bytes = 0
+    for shard, listed in placed.items():
+        shard_path = os.path.join(folder, shard)
+        if not os.path.exists(shard_path):
+            findings.append(
+                _cfinding(
+                    "shard-missing",
+                    f"shard {_q(shard)} listed in the index is missing "
+                    f"({_n(len(listed), 'tensor')} placed in it)",
+                    shard=shard,
+                    count=len(listed),
+                )
+            )
+            complete = False
+            continue
+        sub = _verify_file(
+            shard_path, values=values, header_cap=header_cap, threads=threads, progress=progress
+        )
+        for f in sub["findings"]:
+            f["shard"] = shard
+            findings.append(f)
+        report["file_len"] += sub["file_len"]
+        report["tensors"] += sub["tensors"] or 0
+        if values and sub["values_checked"] is not None:
+            report["values_checked"] += sub["values_checked"]
+        report["shards"].append(
+            {
+                "file": shard,
+                "accepted": sub["accepted"],
+                "complete": sub["complete"],
+                "findings": len(sub["findings"]),
+            }
+        )
+        if not sub["accepted"]:
+            complete = complete and sub["complete"]
+            continue
+        info = _fastst.inspect_file(shard_path, table=True, header_cap=header_cap)
+        present = [row[0] for row in info["table"]]
+        data_bytes += info["data_len"] - 0
+        for name in present:
+            holders.setdefault(name, []).append(shard)
+        lacking = sorted(set(listed) - set(present))
+        if lacking:
+            findings.append(
+                _cfinding(
+                    "shard-lacks-tensor",
+                    f"{_n(len(lacking), 'tensor')} the index places in this shard "
+                    f"{'are' if len(lacking) != 1 else 'is'} not in it: {_names(lacking)}",
+                    shard=shard,
+                    tensor=lacking[0],
+                    count=len(lacking),
+                )
+            )
+    weight_map = index["weight_map"]
+    for shard_entry in report["shards"]:
+        shard = shard_entry["file"]
+        extra = sorted(
+            n for n, where in holders.items() if shard in where and weight_map.get(n) != shard
+        )
+        duplicated = [n for n in extra if len(holders[n]) > 1]
+        only_here = [n for n in extra if len(holders[n]) == 1]
+        if only_here:
+            findings.append(
+                _cfinding(
+                    "shard-extra-tensor",
+                    f"{_n(len(only_here), 'tensor')} in this shard the index does not place "
+                    f"in it: {_names(only_here)}",
+                    shard=shard,
+                    tensor=only_here[0],
+                    count=len(only_here),
+                )
+            )
+        for name in duplicated:
+            others = [s for s in holders[name] if s != shard]
+            findings.append(
+                _cfinding(
+                    "shard-duplicate-tensor",
+                    f"tensor {_q(name)} is also stored in {', '.join(_q(o) for o in others)}; "
+                    f"the index places it in {_q(weight_map.get(name))}",
+                    shard=shard,
+                    tensor=name,
+                )
+            )
+    meta = index.get("metadata")
+    total = meta.get("total_size") if isinstance(meta, dict) else None
+    if (
+        complete
+        and isinstance(total, int)
+        and not isinstance(total, bool)
+        and all(s["accepted"] for s in report["shards"])
+    ):
+        tensor_bytes = _tensor_bytes(folder, report["shards"], header_cap)
+        if total != tensor_bytes:
+            findings.append(
+                _cfinding(
+                    "index-total-size",
+                    f"the index's metadata.total_size is {total:,} but the shards' tensors "
+                    f"hold {_n(tensor_bytes, 'byte')}",
+                )
+            )
+    report["complete"] = complete
+    try:
+        ShardedFile(path, "mmap", header_cap).close()
+        report["accepted"] = True
+    except (OSError, ValueError, KeyError, SafetensorError):
+        report["accepted"] = False
+    findings.sort(key=lambda f: -_SEVERITIES.index(f["severity"]))
+    return report
+
+
+def _tensor_bytes(folder: str, shards: List[Dict[str, Any]], header_cap: int) -> int:
+    total = 0
+    for s in shards:
+        info = _fastst.inspect_file(
+            os.path.join(folder, s["file"]), table=False, header_cap=header_cap
+        )
+        total += sum(d["bytes"] for d in info["by_dtype"])
+    return total

@@ -1,0 +1,54 @@
+"""``fastst convert IN OUT``: a PyTorch checkpoint to safetensors, loaded only
+with torch's restricted unpickler (see :mod:`fastst._convert`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any, Callable, Dict
+
+from .._convert import convert_pickle
+from .._sharded import parse_size
+from . import render
+from .report import print_converted
+
+
+def run(
+    args: argparse.Namespace,
+    out: render.Out,
+    envelope: Callable[..., Dict[str, Any]],
+    progress: bool,
+) -> int:
+    """Converts ``args.source`` to ``args.output``; returns the exit code."""
+    results = []
+    target = args.output
+    if os.path.lexists(target) and not args.force:
+        out.error(target, "exists; give --force to replace it")
+    else:
+
+        def tell(message: str) -> None:
+            if progress:
+                out.stderr.write(f"fastst: {render.escape(message)}\n")
+
+        try:
+            shard_size = parse_size(args.max_shard_size) if args.max_shard_size else None
+            result = convert_pickle(
+                args.source,
+                target,
+                key=args.key,
+                dtype=args.dtype,
+                max_shard_size=shard_size,
+                progress=tell,
+            )
+        except ImportError as exc:
+            out.error(args.source, f"convert needs PyTorch: {exc}")
+        except (OSError, ValueError, TypeError, RuntimeError, MemoryError) as exc:
+            out.error(args.source, exc)
+        else:
+            if args.json:
+                results.append(result)
+            else:
+                print_converted(out, result)
+    if args.json:
+        out.json(envelope("convert", results, out))
+    return 2 if out.errors else 0

@@ -1,0 +1,246 @@
+"""The ``fastst`` command's arguments: subcommands, their options, usage
+errors (exit 2, messages escaped) and flags that conflict."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .. import inspect as fi
+from .._fastst import DEFAULT_HEADER_CAP, __version__
+from ..provenance import cli as prov
+from . import render
+
+EXIT_USAGE = 2
+
+
+# parser --------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its messages escaped (arguments are untrusted text too)."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {render.escape(message)}\n")
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0 or value >= 1 << 64:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 2^64 - 1: {text}")
+    return value
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _add_common(p: argparse.ArgumentParser, files: bool = True) -> None:
+    if files:
+        p.add_argument("files", nargs="+", metavar="FILE", help="files, checkpoints or folders")
+    p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+    p.add_argument(
+        "--header-cap",
+        type=_non_negative,
+        default=DEFAULT_HEADER_CAP,
+        metavar="BYTES",
+        help=f"largest header accepted (default {DEFAULT_HEADER_CAP:,})",
+    )
+    _add_look(p)
+
+
+def _add_look(p: argparse.ArgumentParser) -> None:
+    """--no-progress and the text layout options every subcommand takes."""
+    p.add_argument("--no-progress", action="store_true", help="never show progress on stderr")
+    look = p.add_argument_group("text output")
+    look.add_argument(
+        "--width",
+        type=_non_negative,
+        metavar="COLUMNS",
+        help="lay text out in COLUMNS columns (default: the terminal's width; "
+        "no limit when not a terminal; 0: no limit)",
+    )
+    look.add_argument("--full", action="store_true", help="never shorten long names in tables")
+    look.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour: auto (default: on a terminal, unless NO_COLOR is set), always, never",
+    )
+
+
+def _add_threads(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--threads",
+        type=_non_negative,
+        default=0,
+        metavar="N",
+        help="worker threads (default: one per core)",
+    )
+
+
+def _add_fail_on(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument(
+        "--fail-on",
+        choices=fi.SEVERITIES,
+        default=default,
+        metavar="SEVERITY",
+        help=f"exit 1 when a finding is at least this severe: {', '.join(fi.SEVERITIES)} "
+        f"(default {default})",
+    )
+
+
+_EPILOG = (
+    "exit codes: 0 clean; 1 findings at or above --fail-on; 2 error, unreadable or "
+    "non-safetensors input, bad usage (also bare `fastst`), or an inconclusive verification; "
+    "130 interrupted; 141 output pipe closed"
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="fastst",
+        description="Inspect, verify, hash and read the metadata of .safetensors files "
+        "and sharded checkpoints without running any model code.",
+        epilog=_EPILOG,
+    )
+    parser.add_argument("--version", action="version", version=f"fastst {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("inspect", help="header summary, tensor table, tensor values")
+    _add_common(p)
+    p.add_argument("--tensors", action="store_true", help="list every tensor")
+    p.add_argument(
+        "--sort",
+        choices=("offset", "name", "size"),
+        default="offset",
+        help="table order: offset (file order, default), name, size (largest first)",
+    )
+    p.add_argument("--filter", metavar="GLOB", help="only tensors whose name matches GLOB")
+    p.add_argument("--tensor", metavar="NAME", help="print the values of tensor NAME")
+    p.add_argument(
+        "--max-values",
+        type=_non_negative,
+        default=1000,
+        metavar="N",
+        help="summarise arrays with more than N values (default 1,000)",
+    )
+
+    p = sub.add_parser("verify", help="structural rules and forensic findings")
+    _add_common(p)
+    _add_threads(p)
+    p.add_argument(
+        "--format",
+        choices=("text", "json", "sarif"),
+        default=None,
+        help="output format: text (default), json (same as --json) or sarif (SARIF 2.1.0)",
+    )
+    p.add_argument("--values", action="store_true", help="also scan values (NaN/Inf, BOOL bytes)")
+    _add_fail_on(p, "low")
+    prov.add_verify_signature_args(p)
+
+    p = sub.add_parser("hash", help="SHA-256, AutoV1/V2/V3, header and per-tensor hashes")
+    _add_common(p)
+    _add_threads(p)
+    p.add_argument("--tensors", action="store_true", help="also hash every tensor")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="compare with sshs_model_hash / modelspec.hash_sha256 in the metadata",
+    )
+    _add_fail_on(p, "low")
+
+    p = sub.add_parser(
+        "diff",
+        help="compare two files or checkpoints tensor by tensor",
+        description="Compare A and B (files, index files or model folders): tensors only "
+        "in one, dtype and shape changes, identical tensors, value differences, metadata. "
+        "Exit 0 identical, 1 different, 2 error.",
+    )
+    p.add_argument("a", metavar="A", help="a file, an index file or a model folder")
+    p.add_argument("b", metavar="B", help="a file, an index file or a model folder")
+    _add_common(p, files=False)
+    _add_threads(p)
+
+    p = sub.add_parser(
+        "convert",
+        help="a PyTorch checkpoint to safetensors, never running code from it",
+        description="Convert a PyTorch checkpoint (.bin/.pt/.pth/.ckpt) to safetensors. It is "
+        "loaded only with torch.load(weights_only=True), which refuses anything but tensors "
+        "and plain containers; shared tensors are stored once (dropped names recorded in the "
+        "metadata); the written file is read back and compared tensor by tensor.",
+    )
+    p.add_argument("source", metavar="IN", help="the PyTorch checkpoint")
+    p.add_argument(
+        "output", metavar="OUT", help="the .safetensors file (a folder with --max-shard-size)"
+    )
+    _add_common(p, files=False)
+    p.add_argument("--key", metavar="KEY", help="entry holding the state dict (dotted: a.b)")
+    p.add_argument(
+        "--dtype", metavar="DTYPE", help="convert floating-point tensors: bf16, f16, f32, f64"
+    )
+    p.add_argument(
+        "--max-shard-size", metavar="SIZE", help="write shards of at most SIZE (e.g. 5GB) into OUT"
+    )
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+
+    p = sub.add_parser("meta", help="metadata card and raw metadata; --set/--unset edit it")
+    _add_common(p)
+    p.add_argument("--raw", action="store_true", help="only the raw metadata, no card")
+    edit = p.add_argument_group("editing (the tensors are copied unchanged, checked by SHA-256)")
+    edit.add_argument(
+        "--set",
+        action="append",
+        type=_key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a metadata key (repeatable)",
+    )
+    edit.add_argument(
+        "--unset", action="append", default=[], metavar="KEY", help="remove a key (repeatable)"
+    )
+    edit.add_argument("--output", metavar="OUT", help="write the edited file to OUT")
+    edit.add_argument("--in-place", action="store_true", help="replace FILE (atomically)")
+
+    _add_look(prov.add_sign_parser(sub))
+    p = prov.add_sbom_parser(sub)
+    _add_look(p)
+    p.set_defaults(json=False)
+    return parser
+
+
+def _usage_error(parser: argparse.ArgumentParser, message: str) -> None:
+    parser.error(message)
+
+
+def check_conflicts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Turns a missing command and flags that contradict each other into a
+    usage error (exit 2)."""
+    if args.command is None:
+        _usage_error(parser, "a command is required")
+    if args.command == "verify":
+        if args.json and args.format not in (None, "json"):
+            _usage_error(parser, f"--json conflicts with --format {args.format}")
+        args.format = "json" if args.json else (args.format or "text")
+    if args.command == "meta":
+        if args.raw and args.json:
+            _usage_error(parser, "--raw shapes the text output only; it conflicts with --json")
+        editing = bool(args.set or args.unset)
+        if args.output is not None and args.in_place:
+            _usage_error(parser, "--output conflicts with --in-place")
+        if editing and args.output is None and not args.in_place:
+            _usage_error(parser, "--set/--unset need --output OUT or --in-place")
+        if not editing and (args.output is not None or args.in_place):
+            _usage_error(parser, "--output/--in-place need --set or --unset")
+        if editing and args.output is not None and len(args.files) != 1:
+            _usage_error(parser, "--output takes exactly one FILE")
+        if editing and args.raw:
+            _usage_error(parser, "--raw conflicts with --set/--unset")

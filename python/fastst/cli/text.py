@@ -1,0 +1,166 @@
+"""Untrusted text made safe and measured for a terminal.
+
+Everything a file controls (tensor names, metadata keys and values, paths,
+messages quoting them) goes through :func:`escape` before it reaches a
+terminal: control characters (C0, DEL, C1), bidirectional overrides and
+isolates, zero-width and other invisible format characters, line and
+paragraph separators and unpaired surrogates are shown as visible escapes,
+so no byte from a file can move the cursor, retitle a window, reorder the
+text around it or start a new output line. :func:`escape` leaves printable
+text alone (and so is idempotent), and the backslash is kept as is.
+
+:func:`display_width` counts terminal columns per character (East Asian
+wide and fullwidth characters take two, combining marks none), and
+:func:`fit` shortens text to a number of columns with an ellipsis in the
+middle, keeping both ends of a long name visible.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from functools import lru_cache
+from typing import Any, List, Optional
+
+__all__ = ["escape", "is_unsafe", "display_width", "fit", "wrap", "json_text", "ELLIPSIS"]
+
+ELLIPSIS = "\u2026"
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\0": "\\0"}
+
+
+@lru_cache(maxsize=4096)
+def is_unsafe(ch: str) -> bool:
+    """Whether ``ch`` must not reach a terminal raw: a control (Cc), a format
+    character (Cf: bidi controls, zero-width characters, BOM, soft hyphen,
+    tags), a line or paragraph separator (Zl, Zp) or a surrogate (Cs)."""
+    return unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs")
+
+
+def _escape_char(ch: str) -> str:
+    named = _NAMED.get(ch)
+    if named is not None:
+        return named
+    code = ord(ch)
+    if 0xDC80 <= code <= 0xDCFF:
+        # A byte of a path that is not valid UTF-8 (surrogate-escaped).
+        return f"\\x{code - 0xDC00:02X}"
+    return f"\\u{{{code:x}}}"
+
+
+def escape(text: Any) -> str:
+    """``text`` with every character that could act on a terminal (see
+    :func:`is_unsafe`) replaced by a visible escape: ``\\n``, ``\\r``,
+    ``\\t``, ``\\0``, ``\\u{1b}``, ``\\u{202e}``; undecodable path bytes
+    (surrogate-escaped) as ``\\xFF``."""
+    if not isinstance(text, str):
+        text = str(text)
+    if text.isprintable():  # fast path: no Cc/Cf/Zl/Zp/Cs (nor any Z but space)
+        return text
+    return "".join(_escape_char(ch) if is_unsafe(ch) else ch for ch in text)
+
+
+@lru_cache(maxsize=8192)
+def _char_width(ch: str) -> int:
+    if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+        return 0
+    code = ord(ch)
+    if 0x1160 <= code <= 0x11FF:  # Hangul medial vowels and final consonants
+        return 0
+    if unicodedata.east_asian_width(ch) in ("W", "F"):
+        return 2
+    return 1
+
+
+def display_width(text: str) -> int:
+    """Terminal columns ``text`` takes (``text`` already escaped)."""
+    if text.isascii():
+        return len(text)
+    return sum(_char_width(ch) for ch in text)
+
+
+def _take(text: str, columns: int, from_end: bool = False) -> str:
+    """The longest prefix (or suffix) of ``text`` within ``columns``."""
+    chars = reversed(text) if from_end else iter(text)
+    taken: List[str] = []
+    used = 0
+    for ch in chars:
+        w = _char_width(ch)
+        if used + w > columns:
+            break
+        taken.append(ch)
+        used += w
+    if from_end:
+        taken.reverse()
+        # Do not start with a combining mark cut from its base character.
+        while taken and _char_width(taken[0]) == 0:
+            taken.pop(0)
+    return "".join(taken)
+
+
+def fit(text: str, columns: Optional[int]) -> str:
+    """``text`` shortened to ``columns`` terminal columns with an ellipsis
+    in the middle (unchanged when it fits or ``columns`` is None)."""
+    if columns is None or display_width(text) <= columns:
+        return text
+    if columns <= 1:
+        return ELLIPSIS if columns == 1 else ""
+    room = columns - 1
+    head = _take(text, (room + 1) // 2)
+    tail = _take(text, room - display_width(head), from_end=True)
+    return head + ELLIPSIS + tail
+
+
+def pad(text: str, columns: int, right: bool = False) -> str:
+    """``text`` padded with spaces to ``columns`` terminal columns."""
+    gap = " " * max(0, columns - display_width(text))
+    return gap + text if right else text + gap
+
+
+def wrap(text: str, columns: Optional[int]) -> List[str]:
+    """``text`` broken into lines of at most ``columns`` terminal columns,
+    at spaces where possible (one line when ``columns`` is None)."""
+    if columns is None or display_width(text) <= columns:
+        return [text]
+    columns = max(columns, 8)
+    lines: List[str] = []
+    line = ""
+    for word in text.split(" "):
+        candidate = f"{line} {word}" if line else word
+        if display_width(candidate) <= columns:
+            line = candidate
+            continue
+        if line:
+            lines.append(line)
+        while display_width(word) > columns:
+            head = _take(word, columns)
+            lines.append(head)
+            word = word[len(head) :]
+        line = word
+    if line:
+        lines.append(line)
+    return lines
+
+
+def json_text(data: Any) -> str:
+    """``data`` as indented JSON that is exact (it loads back to ``data``)
+    and safe on a terminal: the characters :func:`is_unsafe` names, C1
+    controls included, are written as ``\\uXXXX`` escapes, other non-ASCII
+    text stays readable."""
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    if text.isprintable() or all(ch == "\n" or not is_unsafe(ch) for ch in text):
+        return text
+    parts: List[str] = []
+    for ch in text:
+        if ch != "\n" and is_unsafe(ch):
+            # Outside strings JSON is ASCII and printable, so ch is inside a
+            # string, where a \\u escape means the same character.
+            code = ord(ch)
+            if code > 0xFFFF:
+                code -= 0x10000
+                parts.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+            else:
+                parts.append(f"\\u{code:04x}")
+        else:
+            parts.append(ch)
+    return "".join(parts)

@@ -1,0 +1,161 @@
+"""Writes every example file docs/cli.md uses into a folder.
+
+    python scripts/gen_cli_examples.py FOLDER
+
+The files are deterministic (fixed seeds, fixed metadata), so the outputs
+shown in docs/cli.md can be checked: tests/test_cli_docs.py runs this script,
+then every `$ fastst ...` command of docs/cli.md in FOLDER, and compares the
+outputs with the documented ones.
+
+- sks_dog.safetensors: a kohya-trained LoRA with additional-networks
+  metadata (its sshs_model_hash a placeholder);
+- finetuned.safetensors: the same LoRA trained a little further, with edited
+  metadata (for `fastst diff`);
+- suspicious.safetensors: a tampered file: a tensor named like a path, a
+  hole, a NaN, a weight stored as I32, an unknown metadata key and a pickle
+  appended after the last tensor;
+- llama/: a small sharded checkpoint (two shards and an index);
+- model.bin: a PyTorch checkpoint with tied weights (needs torch);
+- page.safetensors: an HTML error page saved under a model's name.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import struct
+import sys
+from pathlib import Path
+from typing import Dict
+
+import numpy as np
+
+STARTED = 1700000000  # 2023-11-14T22:13:20Z
+
+
+def lora_metadata() -> Dict[str, str]:
+    """What kohya's sd-scripts and additional-networks' editor write."""
+    return {
+        "ss_session_id": "1234567890",
+        "ss_training_started_at": f"{STARTED}.25",
+        "ss_training_finished_at": str(STARTED + 3600),
+        "ss_output_name": "sks_dog_lora",
+        "ss_learning_rate": "0.0001",
+        "ss_num_train_images": "40",
+        "ss_num_epochs": "10",
+        "ss_epoch": "10",
+        "ss_max_train_steps": "400",
+        "ss_steps": "400",
+        "ss_network_module": "networks.lora",
+        "ss_network_dim": "32",
+        "ss_network_alpha": "16.0",
+        "ss_base_model_version": "sdxl_base_v1-0",
+        "ss_sd_model_name": "sd_xl_base_1.0.safetensors",
+        "ss_resolution": "(1024, 1024)",
+        "ss_optimizer": "bitsandbytes.optim.adamw.AdamW8bit",
+        "ss_tag_frequency": json.dumps(
+            {
+                "10_sks dog": {"sks dog": 20, "grass": 7, "running": 3},
+                "5_sks dog sitting": {"sks dog": 10, "sofa": 4},
+            }
+        ),
+        "ss_dataset_dirs": json.dumps(
+            {
+                "10_sks dog": {"n_repeats": 10, "img_count": 20},
+                "5_sks dog sitting": {"n_repeats": 5, "img_count": 10},
+            }
+        ),
+        "sshs_model_hash": "0" * 64,
+        "sshs_legacy_hash": "00000000",
+        "modelspec.sai_model_spec": "1.0.0",
+        "modelspec.architecture": "stable-diffusion-xl-v1-base/lora",
+        "modelspec.title": "sks_dog_lora",
+        "modelspec.resolution": "1024x1024",
+        "modelspec.date": "2023-11-14T23:13:20",
+        "ssmd_display_name": "Sks Dog",
+        "ssmd_author": "someone",
+        "ssmd_source": "https://civitai.com/models/12345/sks-dog?modelVersionId=67890",
+        "ssmd_keywords": "sks dog, a photo of sks dog",
+        "ssmd_description": "My dog.",
+        "ssmd_cover_images": json.dumps(["aGVsbG8=", "d29ybGQ="]),
+    }
+
+
+def lora_tensors(seed: int) -> Dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "lora_te_text_model_encoder_layers_0_mlp_fc1.lora_down.weight": rng.standard_normal(
+            (32, 768)
+        ).astype(np.float16),
+        "lora_unet_down_blocks_0_attentions_0_proj_in.alpha": np.array(16.0, np.float16),
+        "lora_unet_down_blocks_0_attentions_0_proj_in.lora_down.weight": rng.standard_normal(
+            (32, 320)
+        ).astype(np.float16),
+        "lora_unet_down_blocks_0_attentions_0_proj_in.lora_up.weight": rng.standard_normal(
+            (320, 32)
+        ).astype(np.float16),
+    }
+
+
+def suspicious() -> bytes:
+    entries = {
+        "__metadata__": {"format": "pt", "mine": "x"},
+        "model.embed.weight": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+        "../../.ssh/authorized_keys": {"dtype": "U8", "shape": [4], "data_offsets": [24, 28]},
+        "model.norm.weight": {"dtype": "I32", "shape": [1], "data_offsets": [28, 32]},
+    }
+    header = json.dumps(entries, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)
+    data = np.array([1.0, np.nan, np.inf, 2.0], np.float32).tobytes()
+    data += b"\xde\xad\xbe\xef\xde\xad\xbe\xef"  # the hole
+    data += b"ssh-" + struct.pack("<i", 1)
+    data += pickle.dumps({"payload": "print('pwned')"}, protocol=4)[:31]
+    return struct.pack("<Q", len(header)) + header + data
+
+
+def main(folder: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+    import fastst.numpy
+
+    folder.mkdir(parents=True, exist_ok=True)
+    fastst.numpy.save_file(lora_tensors(0), folder / "sks_dog.safetensors", lora_metadata())
+    tuned = lora_tensors(0)
+    up = "lora_unet_down_blocks_0_attentions_0_proj_in.lora_up.weight"
+    tuned[up] = (tuned[up].astype(np.float32) * 1.01).astype(np.float16)
+    meta = lora_metadata()
+    meta.update({"ss_epoch": "12", "ss_steps": "480", "ssmd_description": "My dog, again."})
+    fastst.numpy.save_file(tuned, folder / "finetuned.safetensors", meta)
+    (folder / "suspicious.safetensors").write_bytes(suspicious())
+    rng = np.random.default_rng(7)
+    llama = {
+        "model.embed_tokens.weight": rng.standard_normal((256, 64)).astype(np.float32),
+        "model.layers.0.self_attn.q_proj.weight": rng.standard_normal((64, 64)).astype(np.float32),
+        "model.layers.0.mlp.up_proj.weight": rng.standard_normal((128, 64)).astype(np.float32),
+        "model.norm.weight": np.ones(64, np.float32),
+        "lm_head.weight": rng.standard_normal((256, 64)).astype(np.float32),
+    }
+    fastst.numpy.save_sharded(
+        llama, folder / "llama", max_shard_size=80_000, metadata={"format": "pt"}
+    )
+    (folder / "page.safetensors").write_text(
+        "<!DOCTYPE html>\n<html><head><title>403 Forbidden</title></head>"
+        "<body>Access denied</body></html>\n"
+    )
+    try:
+        import torch
+    except ImportError:
+        return
+    g = torch.Generator().manual_seed(0)
+    emb = torch.randn(100, 16, generator=g)
+    state = {
+        "model.embed_tokens.weight": emb,
+        "lm_head.weight": emb,
+        "model.norm.weight": torch.ones(16),
+    }
+    torch.save({"state_dict": state, "epoch": 3}, folder / "model.bin")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(Path(sys.argv[1]))

@@ -1,0 +1,233 @@
+"""Sharded checkpoints as wholes in every subcommand: an index file, the
+folder holding it; totals, per-shard hashes and one checkpoint digest, and
+`verify` checking the index against its shards."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Dict
+
+import fastst.inspect as fi
+import fastst.numpy
+import numpy as np
+import pytest
+from cli_files import run, run_envelope
+
+
+def _tensors() -> Dict[str, np.ndarray]:
+    return {
+        "a.weight": np.arange(64, dtype=np.float32).reshape(8, 8),
+        "b.weight": np.ones((16, 4), np.float16),
+        "c.ids": np.arange(32, dtype=np.int64),
+    }
+
+
+def _checkpoint(folder: Path) -> Path:
+    index = fastst.numpy.save_sharded(
+        _tensors(), folder, max_shard_size=400, metadata={"format": "np", "modelspec.title": "T"}
+    )
+    return Path(index)
+
+
+def _index(path: Path) -> Dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def _rewrite(path: Path, index: Dict[str, Any]) -> None:
+    path.write_text(json.dumps(index))
+
+
+def test_inspect_index_and_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    index = _checkpoint(tmp_path / "ckpt")
+    shards = sorted(set(_index(index)["weight_map"].values()))
+    assert len(shards) >= 2
+    for target in (index, index.parent):
+        code, doc, _ = run_envelope(["inspect", "--json", "--tensors", str(target)], capsys)
+        assert code == 0
+        (info,) = doc["results"]
+        assert info["kind"] == "checkpoint" and info["path"] == str(index)
+        assert info["tensors"] == 3
+        assert info["parameters"] == sum(t.size for t in _tensors().values())
+        assert info["data_len"] == sum(t.nbytes for t in _tensors().values())
+        sizes = sum((index.parent / s).stat().st_size for s in shards)
+        assert info["file_len"] == sizes + index.stat().st_size
+        assert sorted(s["file"] for s in info["shards"]) == shards
+        assert {r["name"]: r["shard"] for r in info["table"]} == _index(index)["weight_map"]
+        assert info["metadata"] == {"format": "np", "modelspec.title": "T"}
+        assert info["index_metadata"]["total_size"] == info["data_len"]
+    code, out, _ = run(["inspect", "--tensors", str(index.parent)], capsys)
+    assert code == 0 and f"checkpoint   {len(shards)} shards" in out
+    assert "shards       model-00001-of-" in out and "shard" in out.split("name")[1]
+    # Tensor values through the index.
+    code, out, _ = run(["inspect", "--tensor", "c.ids", str(index)], capsys)
+    assert code == 0 and "31" in out
+
+
+def test_folder_lists_shards_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    index = _checkpoint(tmp_path / "ckpt")
+    loose = tmp_path / "ckpt" / "extra.safetensors"
+    fastst.numpy.save_file({"x": np.zeros(1, np.float32)}, loose)
+    inputs = list(fi.iter_inputs([tmp_path]))
+    assert inputs == [("checkpoint", str(index)), ("file", str(loose))]
+
+
+def test_hash_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    index = _checkpoint(tmp_path / "ckpt")
+    code, doc, _ = run_envelope(["hash", "--json", "--tensors", str(index)], capsys)
+    assert code == 0
+    (h,) = doc["results"]
+    listing = []
+    for path in sorted(index.parent.iterdir(), key=lambda p: p.name.encode()):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        listing.append(f"{digest}  {path.name}\n")
+    assert h["checkpoint_sha256"] == hashlib.sha256("".join(listing).encode()).hexdigest()
+    for shard in h["shards"]:
+        assert (
+            shard["sha256"]
+            == hashlib.sha256((index.parent / shard["file"]).read_bytes()).hexdigest()
+        )
+    assert set(h["tensors"]) == set(_tensors())
+    digest = hashlib.sha256(_tensors()["c.ids"].tobytes()).hexdigest()
+    assert h["tensors"]["c.ids"] == digest
+    code, out, _ = run(["hash", str(index.parent)], capsys)
+    assert code == 0 and f"checkpoint     {h['checkpoint_sha256']}" in out
+    # Any changed byte changes the digest.
+    shard = index.parent / h["shards"][0]["file"]
+    raw = bytearray(shard.read_bytes())
+    raw[-1] ^= 1
+    shard.write_bytes(bytes(raw))
+    _, doc, _ = run_envelope(["hash", "--json", str(index)], capsys)
+    assert doc["results"][0]["checkpoint_sha256"] != h["checkpoint_sha256"]
+
+
+def test_meta_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    index = _checkpoint(tmp_path / "ckpt")
+    code, doc, _ = run_envelope(["meta", "--json", str(index)], capsys)
+    assert code == 0
+    (m,) = doc["results"]
+    assert m["kind"] == "checkpoint" and m["metadata"]["modelspec.title"] == "T"
+    assert "total_size" in m["index_metadata"]
+
+
+def _verify(capsys: pytest.CaptureFixture[str], index: Path) -> Any:
+    code, doc, _ = run_envelope(["verify", "--json", str(index)], capsys)
+    (report,) = doc["results"]
+    return code, report
+
+
+def test_verify_clean_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    index = _checkpoint(tmp_path / "ckpt")
+    code, report = _verify(capsys, index)
+    assert code == 0 and report["accepted"] and report["complete"]
+    assert report["findings"] == [] and report["tensors"] == 3
+    code, out, _ = run(["verify", str(index)], capsys)
+    assert code == 0 and "OK, no findings" in out
+
+
+def test_verify_index_against_shards(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    index = _checkpoint(tmp_path / "ckpt")
+    original = _index(index)
+    shards = sorted(set(original["weight_map"].values()))
+
+    def rules(index_doc: Dict[str, Any]) -> Any:
+        _rewrite(index, index_doc)
+        code, report = _verify(capsys, index)
+        return code, report, {f["rule"] for f in report["findings"]}
+
+    # A shard the index names is missing.
+    bad = json.loads(json.dumps(original))
+    bad["weight_map"]["ghost"] = "model-00099-of-00099.safetensors"
+    code, report, found = rules(bad)
+    assert code == 1 and "shard-missing" in found and not report["accepted"]
+    # The index places a tensor in a shard that lacks it.
+    bad = json.loads(json.dumps(original))
+    bad["weight_map"]["nowhere"] = shards[0]
+    code, report, found = rules(bad)
+    assert "shard-lacks-tensor" in found
+    (f,) = [f for f in report["findings"] if f["rule"] == "shard-lacks-tensor"]
+    assert f["shard"] == shards[0] and f["tensor"] == "nowhere"
+    # A shard holds a tensor the index does not list.
+    bad = json.loads(json.dumps(original))
+    dropped = "b.weight"  # shares its shard with a.weight
+    del bad["weight_map"][dropped]
+    _, _, found = rules(bad)
+    assert "shard-extra-tensor" in found
+    # A shard outside the folder, a wrong total, broken JSON and shape.
+    bad = json.loads(json.dumps(original))
+    bad["weight_map"]["a.weight"] = "../elsewhere.safetensors"
+    _, _, found = rules(bad)
+    assert "shard-path" in found
+    bad = json.loads(json.dumps(original))
+    bad["metadata"]["total_size"] += 4
+    code, report, found = rules(bad)
+    assert found == {"index-total-size"} and code == 1 and report["accepted"]
+    index.write_text("{not json")
+    code, report = _verify(capsys, index)
+    assert {f["rule"] for f in report["findings"]} == {"index-json"} and code == 1
+    index.write_text('{"weight_map": []}')
+    code, report = _verify(capsys, index)
+    assert {f["rule"] for f in report["findings"]} == {"index-shape"}
+
+
+def test_verify_tensor_in_two_shards(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    fastst.numpy.save_file({"w": np.zeros(2, np.float32)}, folder / "one.safetensors")
+    fastst.numpy.save_file(
+        {"w": np.ones(2, np.float32), "v": np.ones(1, np.float32)}, folder / "two.safetensors"
+    )
+    index = folder / "model.safetensors.index.json"
+    _rewrite(
+        index, {"metadata": {}, "weight_map": {"w": "one.safetensors", "v": "two.safetensors"}}
+    )
+    code, report = _verify(capsys, index)
+    (dup,) = [f for f in report["findings"] if f["rule"] == "shard-duplicate-tensor"]
+    assert dup["shard"] == "two.safetensors" and dup["tensor"] == "w" and dup["severity"] == "high"
+    assert code == 1
+    code, out, _ = run(["verify", str(folder)], capsys)
+    assert "shard-duplicate-tensor" in out and 'two.safetensors: tensor "w"' in out
+
+
+def test_shard_findings_carry_the_shard(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    index = _checkpoint(tmp_path / "ckpt")
+    shard = index.parent / sorted(set(_index(index)["weight_map"].values()))[-1]
+    with open(shard, "ab") as fh:
+        fh.write(b"\x80\x04\x95junk")
+    code, report = _verify(capsys, index)
+    assert code == 1 and not report["accepted"]
+    assert {f["shard"] for f in report["findings"]} == {shard.name}
+    assert "trailing-bytes" in {f["rule"] for f in report["findings"]}
+
+
+@pytest.mark.parametrize("command", ["inspect", "hash", "meta"])
+def test_broken_index_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text("<html>")
+    code, doc, err = run_envelope([command, "--json", str(index)], capsys)
+    assert code == 2 and doc["results"] == []
+    (error,) = doc["errors"]
+    assert error["rule"] == "index-json" and err.count("\n") == 1
+
+
+def test_sarif_points_at_the_shard(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import jsonschema
+    from test_cli_verify import _sarif_schema
+
+    index = _checkpoint(tmp_path / "ckpt")
+    shard = index.parent / sorted(set(_index(index)["weight_map"].values()))[-1]
+    with open(shard, "ab") as fh:
+        fh.write(b"junk")
+    code, out, _ = run(["verify", "--format", "sarif", str(index)], capsys)
+    log = json.loads(out)
+    jsonschema.Draft4Validator(_sarif_schema()).validate(log)
+    run_ = log["runs"][0]
+    uris = [a["location"]["uri"] for a in run_["artifacts"]]
+    assert len(uris) == 1 + len(set(_index(index)["weight_map"].values()))
+    (result,) = [r for r in run_["results"] if r["ruleId"] == "trailing-bytes"]
+    where = result["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert where["uri"] == uris[where["index"]] and where["uri"].endswith(shard.name)
+    assert result["properties"]["shard"] == shard.name and code == 1

@@ -1,0 +1,201 @@
+"""Inputs that are not safetensors files, through every subcommand and the
+reader: each is recognised (PyTorch zip and legacy checkpoints, pickles,
+GGUF, NumPy, HDF5, ONNX, HTML, text, Git LFS pointers, empty files) or
+refused at once (FIFOs, symlink loops), one line per problem, the documented
+exit code, no traceback, no hang."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Dict, Tuple
+
+import fastst
+import fastst.inspect as fi
+import fastst.numpy
+import numpy as np
+import pytest
+from cli_files import run, run_envelope
+
+
+def _torch_zip(p: Path) -> None:
+    torch = pytest.importorskip("torch")
+    torch.save({"w": torch.zeros(3)}, p)
+
+
+def _torch_legacy(p: Path) -> None:
+    torch = pytest.importorskip("torch")
+    torch.save({"w": torch.zeros(3)}, p, _use_new_zipfile_serialization=False)
+
+
+def _hdf5(p: Path) -> None:
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(p, "w") as f:
+        f["w"] = np.zeros(3)
+
+
+def _npz(p: Path) -> None:
+    with open(p, "wb") as fh:
+        np.savez(fh, w=np.zeros(3))
+
+
+def _npy(p: Path) -> None:
+    with open(p, "wb") as fh:
+        np.save(fh, np.zeros(3))
+
+
+#: name -> (maker, kind identify gives, words the message holds)
+FOREIGN: Dict[str, Tuple[Callable[[Path], None], str, str]] = {
+    "torch-zip": (_torch_zip, "pytorch-zip", "PyTorch checkpoint (zip with pickles)"),
+    "torch-legacy": (_torch_legacy, "pickle", "pickle stream (protocol 2)"),
+    "pickle": (
+        lambda p: p.write_bytes(pickle.dumps({"w": [1, 2]}, protocol=4)),
+        "pickle",
+        "pickle stream (protocol 4)",
+    ),
+    "gguf": (lambda p: p.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\0" * 64), "gguf", "GGUF"),
+    "npy": (_npy, "npy", "NumPy .npy"),
+    "npz": (_npz, "npz", "NumPy .npz"),
+    "hdf5": (_hdf5, "hdf5", "HDF5"),
+    "onnx": (
+        lambda p: p.write_bytes(b"\x08\x08\x12\x07pytorch\x1a\x052.1.0" + b"\0" * 40),
+        "onnx",
+        "ONNX",
+    ),
+    "html": (
+        lambda p: p.write_text("<!DOCTYPE html>\n<html><body>Access denied</body></html>\n"),
+        "html",
+        "HTML page",
+    ),
+    "text": (lambda p: p.write_text("Not Found\n"), "text", "text file"),
+    "lfs": (
+        lambda p: p.write_text(
+            "version https://git-lfs.github.com/spec/v1\noid sha256:" + "0" * 64 + "\nsize 9\n"
+        ),
+        "git-lfs-pointer",
+        "Git LFS pointer",
+    ),
+    "empty": (lambda p: p.write_bytes(b""), "empty", "empty file"),
+}
+
+
+@pytest.fixture(params=sorted(FOREIGN))
+def foreign(request: pytest.FixtureRequest, tmp_path: Path) -> Tuple[Path, str, str]:
+    make, kind, words = FOREIGN[request.param]
+    path = tmp_path / f"{request.param}.safetensors"
+    make(path)
+    return path, kind, words
+
+
+def test_identify(foreign: Tuple[Path, str, str]) -> None:
+    path, kind, words = foreign
+    found = fi.identify(path)
+    assert found is not None and found["kind"] == kind and words in found["description"]
+
+
+def test_identify_leaves_safetensors_alone(tmp_path: Path) -> None:
+    path = tmp_path / "m.safetensors"
+    fastst.numpy.save_file({"w": np.zeros(3, np.float32)}, path)
+    assert fi.identify(path) is None
+    # Broken, but still safetensors framing: the reader says what is wrong.
+    raw = path.read_bytes()
+    (path.parent / "cut.safetensors").write_bytes(raw[:-4])
+    assert fi.identify(path.parent / "cut.safetensors") is None
+
+
+@pytest.mark.parametrize("command", ["inspect", "hash", "meta"])
+def test_subcommands_refuse_foreign_files(
+    foreign: Tuple[Path, str, str], command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, kind, words = foreign
+    code, out, err = run([command, str(path)], capsys)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and words in err and "not a safetensors file" in err
+    code, doc, _ = run_envelope([command, "--json", str(path)], capsys)
+    assert code == 2 and doc["results"] == []
+    (error,) = doc["errors"]
+    assert error["format"] == kind and words in error["message"]
+
+
+def test_verify_reports_foreign_files(
+    foreign: Tuple[Path, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, kind, words = foreign
+    code, doc, _ = run_envelope(["verify", "--json", str(path)], capsys)
+    (report,) = doc["results"]
+    rules = [f["rule"] for f in report["findings"]]
+    assert "foreign-content" in rules or kind == "empty"
+    assert code == 1 and not report["accepted"]
+
+
+def test_reader_errors_say_what_the_file_is(foreign: Tuple[Path, str, str]) -> None:
+    path, kind, words = foreign
+    with pytest.raises(fastst.SafetensorError) as info:
+        fastst.safe_open(path, "numpy")
+    assert words in str(info.value) and "not a safetensors file" in str(info.value)
+    assert info.value.rule and info.value.filename == str(path)
+    with pytest.raises(type(info.value)):
+        fastst.numpy.load_file(path)
+
+
+def test_missing_symlink_loop_and_folder_without_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    loop_a, loop_b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    os.symlink(loop_b, loop_a)
+    os.symlink(loop_a, loop_b)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for command in ("inspect", "verify", "hash", "meta"):
+        code, out, err = run([command, str(loop_a), str(tmp_path / "none"), str(empty)], capsys)
+        lines = err.splitlines()
+        summary = "0 inputs verified: 0 with findings at or above low, 3 unreadable\n"
+        assert code == 2 and out == ("" if command != "verify" else summary), out
+        assert len(lines) == 3, (command, err)
+        assert "symbolic links" in lines[0] and "No such file" in lines[1]
+        assert "no .safetensors file" in lines[2]
+
+
+def test_fifo_never_hangs(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.safetensors"
+    os.mkfifo(fifo)
+    good = tmp_path / "good.safetensors"
+    fastst.numpy.save_file({"w": np.zeros(2, np.float32)}, good)
+    for command in ("inspect", "verify", "hash", "meta"):
+        for target in (fifo, tmp_path):  # also met in a folder scan
+            result = subprocess.run(
+                [sys.executable, "-m", "fastst", command, str(target)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert result.returncode == 2, (command, result.stderr)
+            assert "FIFO" in result.stderr and result.stderr.count("\n") == 1
+            assert "Traceback" not in result.stderr
+
+
+def test_folder_of_many_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for i in range(3000):
+        (tmp_path / f"note{i}.txt").write_bytes(b"")
+    fastst.numpy.save_file({"w": np.zeros(2, np.float32)}, tmp_path / "m.safetensors")
+    code, doc, _ = run_envelope(["inspect", "--json", str(tmp_path)], capsys)
+    assert code == 0 and len(doc["results"]) == 1
+
+
+def test_truncated_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "cut.safetensors"
+    fastst.numpy.save_file({"w": np.zeros(64, np.float32)}, path)
+    path.write_bytes(path.read_bytes()[:-10])
+    for command in ("inspect", "meta", "hash"):
+        code, out, err = run([command, str(path)], capsys)
+        assert err.count("\n") <= 1 and "Traceback" not in err
+    assert run(["inspect", str(path)], capsys)[0] == 2
+    assert run(["verify", str(path)], capsys)[0] == 1
+    # A length prefix past the end of the file.
+    path.write_bytes(struct.pack("<Q", 1000) + b'{"w":')
+    code, _, err = run(["inspect", str(path)], capsys)
+    assert code == 2 and "header" in err
