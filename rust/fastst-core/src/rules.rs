@@ -360,10 +360,6 @@ catalogue! {
         "a shard lacks a tensor the index places in it";
     ShardExtraTensor = "shard-extra-tensor", ShardIndex, High,
         "a shard holds a tensor the index does not place in it";
-    ShardDuplicateTensor = "shard-duplicate-tensor", Finding, High,
-        "a tensor is stored in two shards of one checkpoint; readers disagree on which wins";
-    IndexTotalSize = "index-total-size", Finding, Medium,
-        "the index's metadata.total_size differs from the bytes of the shards' tensors";
 
     // --- loading across processes (fastst.torch.load_distributed, load_tensor_parallel)
     DistNoGroup = "dist-no-group", DistributedLoad, High,
@@ -420,6 +416,10 @@ catalogue! {
         "the model folder holds a signature file that was not checked";
 
     // --- forensic findings of `fastst verify` (reported, never raised) --------
+    ShardDuplicateTensor = "shard-duplicate-tensor", Finding, High,
+        "a tensor is stored in two shards of one checkpoint; readers disagree on which wins";
+    IndexTotalSize = "index-total-size", Finding, Medium,
+        "the index's metadata.total_size differs from the bytes of the shards' tensors";
     ForeignContent = "foreign-content", Finding, Critical,
         "the file is another format (pickle, zip, executable...) under a safetensors name";
     HiddenPayload = "hidden-payload", Finding, Critical,
