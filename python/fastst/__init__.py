@@ -72,7 +72,8 @@ __all__ = [
 _LAZY = {"sign", "verify_signature", "sbom"}
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .provenance import sbom, sign, verify_signature
+    from .provenance import sign, verify_signature
+    from .provenance.sbom import sbom
 
 
 def __getattr__(name: str) -> object:

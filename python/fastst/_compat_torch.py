@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterable, List, Set, Tuple
 
 import torch
 
-from . import _fw_torch
+from . import _frameworks, _fw_torch
 from ._load import deserialize, serialize, serialize_file
 from ._open import safe_open
 from ._torch_storage import _SIZE, _TYPES, _check_saveable
@@ -61,7 +61,8 @@ def _view2torch(safeview: Iterable[Tuple[str, Dict[str, Any]]]) -> Dict[str, tor
     for name, view in safeview:
         data = view["data"]
         buffer = data if isinstance(data, bytearray) else bytearray(data)
-        result[name] = _fw_torch.cpu_tensor(buffer, view["dtype"], view["shape"], repr(name))
+        where = _frameworks.Where("", name)
+        result[name] = _fw_torch.cpu_tensor(buffer, view["dtype"], view["shape"], where)
     return result
 
 

@@ -397,7 +397,11 @@ class _Reader:
         if len(calls) == 1:
             self._raw.read_range_into(*calls[0])
             return
-        for future in [self._pool.submit(self._raw.read_range_into, *call) for call in calls]:
+        futures = [
+            self._pool.submit(self._raw.read_range_into, name, offset, out)
+            for name, offset, out in calls
+        ]
+        for future in futures:
             future.result()
 
 
@@ -624,7 +628,11 @@ class _Transfer:
             data = host[_TRAILER:]
             jobs: List[Job] = [(i, off, data[at : at + n]) for i, off, n, at in part.packed]
             for i, off, n, _at in part.direct:
-                jobs.append((i, off, self.arrays[i][off : off + n]))
+                # Rounds have direct pieces only when every destination is a
+                # CPU tensor, and then each has its numpy view in arrays.
+                array = self.arrays[i]
+                assert array is not None
+                jobs.append((i, off, array[off : off + n]))
             try:
                 self.reader.read(jobs)
             except Exception as exc:

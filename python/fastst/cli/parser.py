@@ -211,9 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     edit.add_argument("--in-place", action="store_true", help="replace FILE (atomically)")
 
     _add_look(prov.add_sign_parser(sub))
-    p = prov.add_sbom_parser(sub)
-    _add_look(p)
-    p.set_defaults(json=False)
+    sbom_parser = prov.add_sbom_parser(sub)
+    _add_look(sbom_parser)
+    sbom_parser.set_defaults(json=False)
     return parser
 
 

@@ -343,7 +343,7 @@ def run_verify_signature(args: argparse.Namespace, out: Any) -> int:
             error = _one_line(exc)
     threshold = _rank(_fail_on(args))
     data = result.to_dict() if result is not None else None
-    fails = bool(data) and any(_rank(f["severity"]) >= threshold for f in data["findings"])
+    fails = data is not None and any(_rank(f["severity"]) >= threshold for f in data["findings"])
     if error:
         _err(out, error)
     if fmt == "json":
@@ -353,7 +353,7 @@ def run_verify_signature(args: argparse.Namespace, out: Any) -> int:
         _dump(out, sarif_log(data, files[0] if files else "", error))
     elif data is not None:
         _print_verify(out, data)
-    if error:
+    if error or data is None:  # no result means the check could not run
         return EXIT_ERROR
     return EXIT_FINDINGS if fails or not data["verified"] else EXIT_OK
 

@@ -19,7 +19,7 @@ import dataclasses
 import hashlib
 import os
 import stat
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Protocol, Sequence, Tuple
 
 from .findings import Finding, ProvenanceError, finding
 
@@ -30,14 +30,24 @@ GIT_PATHS: Tuple[str, ...] = (".git", ".gitattributes", ".github", ".gitignore")
 #: and the hash).
 _CHUNK = 1 << 20
 
+
+class Hasher(Protocol):
+    """What the hashing code needs of a hash object (hashlib's and
+    ``blake3.blake3`` objects all qualify)."""
+
+    def update(self, data: memoryview, /) -> object: ...
+
+    def hexdigest(self) -> str: ...
+
+
 #: Hash names as the format writes them -> constructor.
-_ALGORITHMS: Dict[str, Callable[[], hashlib._Hash]] = {
+_ALGORITHMS: Dict[str, Callable[[], Hasher]] = {
     "sha256": hashlib.sha256,
     "blake2b": hashlib.blake2b,
 }
 
 
-def hash_constructor(name: str) -> Optional[Callable[[], object]]:
+def hash_constructor(name: str) -> Optional[Callable[[], Hasher]]:
     """The constructor for a hash the format names, or None if unsupported
     (``blake3`` works when the ``blake3`` package is installed)."""
     if name in _ALGORITHMS:
@@ -223,12 +233,12 @@ def hash_range(
                     if remaining is not None:
                         raise OSError(f"{path}: file ended {remaining} bytes early (truncated?)")
                     break
-                h.update(view[:n])  # type: ignore[attr-defined]
+                h.update(view[:n])
                 if remaining is not None:
                     remaining -= n
     finally:
         os.close(fd)
-    return h.hexdigest()  # type: ignore[attr-defined]
+    return h.hexdigest()
 
 
 @dataclasses.dataclass(frozen=True)

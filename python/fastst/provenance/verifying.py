@@ -93,7 +93,7 @@ def verify_signature(
     def result(findings: List[Finding], **kw: Any) -> VerifyResult:
         order = ("critical", "high", "medium", "low", "info")
         findings = sorted(findings, key=lambda f: order.index(f.severity))
-        base = dict(
+        base = VerifyResult(
             model=model_s,
             signature=sig_path,
             method=method,
@@ -105,22 +105,18 @@ def verify_signature(
             findings=tuple(findings),
             seconds=time.perf_counter() - t0,
         )
-        base.update(kw)
-        return VerifyResult(**base)
+        return dataclasses.replace(base, **kw)
 
     crypto_ok = False
     try:
-        if method == "sigstore":
-            ptype, payload = _verify_sigstore(
-                sig_path,
-                _fspath(trust_root),
-                identity,
-                issuer,  # type: ignore[arg-type]
-            )
+        # Exactly one kind of trust was given (checked above), so these
+        # tests pick the same branch as ``method``.
+        if trust_root is not None:  # method == "sigstore"
+            ptype, payload = _verify_sigstore(sig_path, _fspath(trust_root), identity, issuer)
         else:
             bundle = _read_bundle(sig_path)
-            if method == "key":
-                ptype, payload = _verify_key(bundle, _fspath(public_key))  # type: ignore[arg-type]
+            if public_key is not None:  # method == "key"
+                ptype, payload = _verify_key(bundle, _fspath(public_key))
             else:
                 ptype, payload = _verify_certificate(
                     bundle, [_fspath(c) for c in certificate_chain]
