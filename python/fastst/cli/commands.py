@@ -19,6 +19,7 @@ from .. import inspect as fi
 from .._diff import diff
 from .._errors import SafetensorError
 from .._identify import NOT_FILES
+from .._stale_temp import stale_temp_files
 from .._update import update_metadata
 from ..provenance import cli as prov
 from . import render, report
@@ -155,6 +156,7 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
     if prov.wants_signature_check(args):
         return prov.run_verify_signature(args, out)
     unchecked = prov.unchecked_signatures(args.files)
+    stale = _stale_temp_notes(args.files)
     threshold = _fail_threshold(args)
     reports: List[Dict[str, Any]] = []
     progress = _progress(args)
@@ -181,14 +183,24 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
         result["inconclusive"] = not result["complete"] and not result["fails"]
         reports.append(result)
     if args.format == "json":
-        out.json(_envelope("verify", reports, out, fail_on=args.fail_on, signatures=unchecked))
+        out.json(
+            _envelope(
+                "verify",
+                reports,
+                out,
+                fail_on=args.fail_on,
+                signatures=unchecked,
+                stale_temp_files=stale,
+            )
+        )
     elif args.format == "sarif":
         errors = [(e["path"], e["message"]) for e in out.errors]
-        out.json(prov.add_sarif_notes(sarif_log(reports, errors), unchecked))
+        out.json(prov.add_sarif_notes(sarif_log(reports, errors), unchecked + stale))
     else:
         for one in reports:
             report.print_verify(out, one)
         prov.print_unchecked(out, unchecked)
+        prov.print_unchecked(out, stale)
         if len(reports) + len(out.errors) > 1:
             failing = sum(1 for r in reports if r["fails"])
             out.print(
@@ -200,6 +212,26 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
     if any(r["fails"] for r in reports):
         return EXIT_FINDINGS
     return EXIT_OK
+
+
+def _stale_temp_notes(paths: Sequence[str]) -> List[Dict[str, Any]]:
+    """Temporary files an interrupted save left in the folders verified (and
+    beside the files verified), as notices shaped like
+    :func:`fastst.provenance.cli.unchecked_signatures`: ``rule``
+    (``stale-temp-file``), ``severity``, ``path`` and ``message``. They are
+    reported, not counted against ``--fail-on``: they are not part of any
+    input."""
+    severity = next(r["severity"] for r in fi.rules() if r["id"] == "stale-temp-file")
+    return [
+        {
+            "rule": "stale-temp-file",
+            "severity": severity,
+            "path": p,
+            "message": f"{p}: temporary file left behind by an interrupted fastst save; "
+            "safe to delete",
+        }
+        for p in stale_temp_files(paths)
+    ]
 
 
 def _add_foreign(result: Dict[str, Any], found: Dict[str, Any]) -> None:

@@ -454,6 +454,8 @@ catalogue! {
         "a __metadata__ value is unusually large";
     MalformedMetadataValue = "malformed-metadata-value", Finding, Low,
         "a known __metadata__ key holds a value of the wrong shape";
+    StaleTempFile = "stale-temp-file", Finding, Low,
+        "a temporary file an interrupted fastst save left behind";
     UnknownMetadataKey = "unknown-metadata-key", Finding, Info,
         "a __metadata__ key follows none of the known conventions";
     NoTensors = "no-tensors", Finding, Info,

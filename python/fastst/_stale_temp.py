@@ -1,0 +1,56 @@
+"""Temporary files an interrupted fastst save left behind, for
+``fastst verify`` to report (rule ``stale-temp-file``)."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Iterable, List, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _path(path: PathLike) -> str:
+    p = os.fspath(path)
+    return os.fsdecode(p) if isinstance(p, bytes) else p
+
+
+#: Name of a temporary file a fastst save writes where ``O_TMPFILE`` is not
+#: available (rust/fastst-core/src/write/atomic.rs); only a process killed
+#: mid-save leaves one behind.
+_STALE_TEMP = re.compile(r"\.[0-9a-f]{16}\.fastst-tmp")
+
+
+def stale_temp_files(paths: Iterable[PathLike]) -> List[str]:
+    """Temporary files an interrupted fastst save left behind: those under
+    each folder in ``paths`` (recursively, as :func:`fastst.inspect.iter_inputs` scans it)
+    and those in the folder of each other path given, once each, sorted
+    within a folder. Symbolic links and non-files are not listed."""
+    found: List[str] = []
+    seen = set()
+
+    def scan(root: str, names: Iterable[str]) -> None:
+        for name in sorted(names):
+            if not _STALE_TEMP.fullmatch(name):
+                continue
+            full = os.path.join(root, name)
+            key = os.path.normpath(os.path.abspath(full))
+            if key in seen or os.path.islink(full) or not os.path.isfile(full):
+                continue
+            seen.add(key)
+            found.append(full)
+
+    for raw in paths:
+        path = _path(raw)
+        if os.path.isdir(path):
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                scan(root, files)
+        else:
+            folder = os.path.dirname(path) or "."
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                continue
+            scan(folder, names)
+    return found
