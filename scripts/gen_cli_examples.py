@@ -114,8 +114,12 @@ def suspicious() -> bytes:
 
 
 def main(folder: Path) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-    import fastst.numpy
+    try:
+        import fastst.numpy
+    except ImportError:
+        # Not installed: the checkout's package (with its extension built in place).
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+        import fastst.numpy
 
     folder.mkdir(parents=True, exist_ok=True)
     fastst.numpy.save_file(lora_tensors(0), folder / "sks_dog.safetensors", lora_metadata())
