@@ -113,6 +113,28 @@ MALFORMED: List[Bad] = [
     # metadata
     Bad("metadata-list", framed('{"__metadata__":["a"]}'), "MetadataError", "metadata-not-map"),
     Bad("metadata-number", framed('{"__metadata__":1}'), "MetadataError", "metadata-not-map"),
+    Bad("metadata-float", framed('{"__metadata__":1.5}'), "MetadataError", "metadata-not-map"),
+    Bad("metadata-negative", framed('{"__metadata__":-1}'), "MetadataError", "metadata-not-map"),
+    Bad("metadata-true", framed('{"__metadata__":true}'), "MetadataError", "metadata-not-map"),
+    Bad("metadata-false", framed('{"__metadata__":false}'), "MetadataError", "metadata-not-map"),
+    Bad(
+        "metadata-bool-value",
+        framed('{"__metadata__":{"a":true}}'),
+        "MetadataError",
+        "metadata-value-not-string",
+    ),
+    Bad(
+        "metadata-negative-value",
+        framed('{"__metadata__":{"a":-1}}'),
+        "MetadataError",
+        "metadata-value-not-string",
+    ),
+    Bad(
+        "metadata-float-value",
+        framed('{"__metadata__":{"a":2.5}}'),
+        "MetadataError",
+        "metadata-value-not-string",
+    ),
     Bad(
         "metadata-int-value",
         framed('{"__metadata__":{"a":1}}'),

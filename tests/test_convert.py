@@ -4,6 +4,8 @@ ml_dtypes/numpy; owned copies are independent of the file."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import fastst
 import ml_dtypes
 import numpy as np
@@ -125,3 +127,103 @@ def test_torch_load_file_converts_and_copies(write) -> None:
     assert owned.dtype == torch.bfloat16 and torch.equal(owned, b)
     owned[0, 0] = 100
     assert load_file(path)["b"][0, 0] == b[0, 0]
+
+
+# Above PARALLEL_MIN (1 << 20 elements, rust/fastst-core/src/parallel.rs): the
+# conversion is split between threads; an odd count leaves a short last chunk.
+BIG = (2 << 20) + 7
+
+
+def big_halves() -> np.ndarray:
+    """Every 16-bit pattern (NaNs included), then random ones."""
+    rng = np.random.default_rng(16)
+    rand = rng.integers(0, 1 << 16, BIG - (1 << 16), dtype=np.uint32).astype(np.uint16)
+    return np.concatenate([ALL16, rand])
+
+
+def big_singles() -> np.ndarray:
+    """Random F32 bit patterns without NaNs (NaNs have their own test)."""
+    rng = np.random.default_rng(17)
+    bits = rng.integers(0, 1 << 32, BIG, dtype=np.uint64).astype(np.uint32)
+    nan = (bits & 0x7F800000 == 0x7F800000) & (bits & 0x007FFFFF != 0)
+    bits[nan] &= 0xFF7FFFFF
+    bits[:4] = [0x7F800000, 0xFF800000, 0x80000000, 0x477FF000]  # inf, -inf, -0, f16 tie
+    return bits
+
+
+@pytest.mark.parametrize("backend", ["mmap", "pread"])
+@pytest.mark.parametrize("kind", ["BF16", "F16"])
+def test_large_tensor_widens_bit_for_bit(kind, backend, write) -> None:
+    raw = big_halves()
+    path = write(raw_file({"x": (kind, [BIG], raw.tobytes())}))
+    with fastst.safe_open(path, "np", backend=backend) as f:
+        got = f.get_tensor("x", dtype=np.float32)
+    expected = raw.view(KINDS[kind][1]).astype(np.float32)
+    assert got.shape == (BIG,)
+    np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
+@pytest.mark.parametrize("backend", ["mmap", "pread"])
+@pytest.mark.parametrize("target", [ml_dtypes.bfloat16, np.float16])
+def test_large_tensor_narrows_bit_for_bit(target, backend, write) -> None:
+    bits = big_singles()
+    path = write(raw_file({"x": ("F32", [BIG], bits.tobytes())}))
+    with fastst.safe_open(path, "np", backend=backend) as f:
+        got = f.get_tensor("x", dtype=target)
+    with np.errstate(over="ignore"):
+        expected = bits.view(np.float32).astype(target)
+    assert got.shape == (BIG,)
+    np.testing.assert_array_equal(got.view(np.uint16), expected.view(np.uint16))
+
+
+def narrowed(bits: np.ndarray, target: Any, write) -> np.ndarray:
+    path = write(raw_file({"x": ("F32", bits.shape, bits.astype(np.uint32).tobytes())}))
+    with fastst.safe_open(path, "np") as f:
+        return f.get_tensor("x", dtype=target).view(np.uint16)
+
+
+def nan_patterns(exp: int, man_bits: int) -> np.ndarray:
+    """Every quiet NaN of a 16-bit format, both signs."""
+    quiet = 1 << (man_bits - 1)
+    man = np.arange(quiet, 1 << man_bits, dtype=np.uint32)
+    pos = (exp << man_bits) | man
+    return np.concatenate([pos, pos | 0x8000]).astype(np.uint16)
+
+
+def test_nan_payloads_survive_narrowing_to_f16(write) -> None:
+    # Every quiet F16 NaN, widened exactly by numpy, comes back bit for bit.
+    h = nan_patterns(0x1F, 10)
+    wide = h.view(np.float16).astype(np.float32).view(np.uint32)
+    np.testing.assert_array_equal(narrowed(wide, np.float16, write), h)
+    # Quiet F32 NaNs with payload bits below F16's: the top ones are kept,
+    # as numpy does, bit for bit.
+    rng = np.random.default_rng(4)
+    low = rng.integers(0, 1 << 22, 5000, dtype=np.uint32)
+    sign = rng.integers(0, 2, 5000, dtype=np.uint32) << 31
+    quiet = sign | 0x7FC00000 | low
+    with np.errstate(invalid="ignore"):
+        expected = quiet.view(np.float32).astype(np.float16).view(np.uint16)
+    np.testing.assert_array_equal(narrowed(quiet, np.float16, write), expected)
+    # Signalling NaNs come out quiet (as IEEE 754 and the F16C instruction
+    # do; numpy keeps them signalling), with the payload's top bits kept.
+    signalling = sign | 0x7F800000 | (low >> 1) | 1
+    want = ((signalling >> 16) & 0x8000) | 0x7E00 | ((signalling & 0x7FFFFF) >> 13)
+    np.testing.assert_array_equal(narrowed(signalling, np.float16, write), want.astype(np.uint16))
+
+
+def test_nan_payloads_survive_narrowing_to_bf16(write) -> None:
+    # Every quiet BF16 NaN, widened exactly by ml_dtypes, comes back bit for bit.
+    b = nan_patterns(0xFF, 7)
+    wide = b.view(ml_dtypes.bfloat16).astype(np.float32).view(np.uint32)
+    np.testing.assert_array_equal(narrowed(wide, ml_dtypes.bfloat16, write), b)
+    # ml_dtypes narrows any NaN to the default NaN of its sign: they agree there.
+    canonical = np.array([0x7FC00000, 0xFFC00000], np.uint32)
+    expected = canonical.view(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
+    np.testing.assert_array_equal(narrowed(canonical, ml_dtypes.bfloat16, write), expected)
+    # Other NaNs: payload truncated to the top 7 bits, made quiet (ml_dtypes
+    # drops the payload instead).
+    rng = np.random.default_rng(5)
+    bits = (rng.integers(0, 2, 5000, dtype=np.uint32) << 31) | 0x7F800000
+    bits |= rng.integers(1, 1 << 23, 5000, dtype=np.uint32)
+    want = ((bits >> 16) | 0x0040).astype(np.uint16)
+    np.testing.assert_array_equal(narrowed(bits, ml_dtypes.bfloat16, write), want)

@@ -120,17 +120,28 @@ def test_slices_match_reference(sample, index) -> None:
         np.testing.assert_array_equal(f.get_slice("a")[index], r.get_slice("a")[index])
 
 
-def test_bad_slices(sample) -> None:
-    with fastst.safe_open(sample, "np") as f:
+@pytest.mark.parametrize("backend", ["mmap", "pread"])
+def test_bad_slices(sample, backend) -> None:
+    with fastst.safe_open(sample, "np", backend=backend) as f:
         s = f.get_slice("a")
-        with pytest.raises(IndexError, match="tensor 'a'"):
-            s[6]
+        # Out-of-range ints, on the first axis (which pread reads row by row)
+        # and on the others: IndexError naming the tensor and its full shape.
+        for index in (6, -7, 100, np.int64(6), (0, 5), (1, 0, 4), (-1, -6), np.s_[1:3, 5]):
+            with pytest.raises(IndexError, match=r"tensor 'a' of shape \[6, 5, 4\]: index"):
+                s[index]
         with pytest.raises(IndexError):
             s[0, 0, 0, 0]
         with pytest.raises(TypeError, match="basic indexing"):
             s[[0, 1]]
         with pytest.raises(TypeError, match="basic indexing"):
             s["x"]
+        # A bool is not an int index (numpy would read it as a mask).
+        for index in (True, False, np.True_, (0, True), (slice(None), False)):
+            with pytest.raises(TypeError, match="basic indexing.*got bool"):
+                s[index]
+        # In-range ints still work on both back ends.
+        np.testing.assert_array_equal(s[-6], A[-6])
+        np.testing.assert_array_equal(s[5, 4, 3], A[5, 4, 3])
 
 
 @settings(

@@ -238,9 +238,19 @@ class SafeSlice:
             rows = self._read_rows(index)
             if rows is not None:
                 buffer, shape, index = rows
-                return owner._backend.index(
-                    buffer, self._dtype, shape, index, owner._device, owner._where(self._name)
-                )
+                where = owner._where(self._name)
+                try:
+                    return owner._backend.index(
+                        buffer, self._dtype, shape, index, owner._device, where
+                    )
+                except IndexError as exc:
+                    # The message names the shape of the rows read: name the
+                    # tensor's own, as the whole-tensor path does.
+                    prefix, message = f"{where} of shape {list(shape)}: ", str(exc)
+                    if not message.startswith(prefix):
+                        raise
+                    rest = message[len(prefix) :]
+                    raise IndexError(f"{where} of shape {list(self._shape)}: {rest}") from None
         try:
             buffer, dtype, shape = owner._raw.tensor(self._name)
         except MemoryError:

@@ -323,6 +323,93 @@ mod tests {
         assert!(decode8(Dtype::F8E8M0, 255).is_nan());
     }
 
+    /// Large enough to take the multi-threaded path (see `parallel.rs`).
+    const BIG: usize = (1 << 21) + 7;
+
+    fn pseudo_random(n: usize, seed: u64) -> Vec<u32> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 16) as u32
+            })
+            .collect()
+    }
+
+    #[test]
+    fn large_conversions_match_the_element_kernels() {
+        let words = pseudo_random(BIG, 0x2545_f491_4f6c_dd1d);
+        let halves: Vec<u8> = words
+            .iter()
+            .flat_map(|w| (*w as u16).to_le_bytes())
+            .collect();
+        let singles: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut wide = vec![0u8; BIG * 4];
+        let mut narrow = vec![0u8; BIG * 2];
+        type Widen = fn(u16) -> f32;
+        type Narrow = fn(f32) -> u16;
+        let widen: [(Dtype, Widen); 2] = [(Dtype::Bf16, bf16_to_f32), (Dtype::F16, f16_to_f32)];
+        for (from, kernel) in widen {
+            wide.fill(0xAA);
+            convert(from, Dtype::F32, &halves, &mut wide).expect("convert");
+            for (i, (s, d)) in halves.chunks_exact(2).zip(wide.chunks_exact(4)).enumerate() {
+                let want = kernel(u16::from_le_bytes([s[0], s[1]])).to_bits();
+                let got = u32::from_le_bytes([d[0], d[1], d[2], d[3]]);
+                assert_eq!(got, want, "{from:?} element {i}");
+            }
+        }
+        let narrow_kernels: [(Dtype, Narrow); 2] =
+            [(Dtype::Bf16, f32_to_bf16), (Dtype::F16, f32_to_f16)];
+        for (to, kernel) in narrow_kernels {
+            narrow.fill(0xAA);
+            convert(Dtype::F32, to, &singles, &mut narrow).expect("convert");
+            for (i, (s, d)) in singles
+                .chunks_exact(4)
+                .zip(narrow.chunks_exact(2))
+                .enumerate()
+            {
+                let want = kernel(f32::from_le_bytes([s[0], s[1], s[2], s[3]]));
+                assert_eq!(u16::from_le_bytes([d[0], d[1]]), want, "{to:?} element {i}");
+            }
+        }
+        // Same-dtype copies and 8-bit tables take the same fan-out.
+        let mut copy = vec![0u8; singles.len()];
+        convert(Dtype::F32, Dtype::F32, &singles, &mut copy).expect("copy");
+        assert!(copy == singles);
+        let bytes: Vec<u8> = words.iter().map(|w| *w as u8).collect();
+        convert(Dtype::F8E4M3, Dtype::F32, &bytes, &mut wide).expect("f8");
+        for (i, (&b, d)) in bytes.iter().zip(wide.chunks_exact(4)).enumerate() {
+            let want = decode8(Dtype::F8E4M3, b).to_bits();
+            assert_eq!(
+                u32::from_le_bytes([d[0], d[1], d[2], d[3]]),
+                want,
+                "f8 element {i}"
+            );
+        }
+    }
+
+    /// NaN payloads: the top payload bits that fit are kept and the result
+    /// is a quiet NaN of the same sign.
+    #[test]
+    fn nan_payloads_are_kept_where_they_fit() {
+        for (bits, half, bf) in [
+            (0x7fc0_0000u32, 0x7e00u16, 0x7fc0u16),
+            (0xffc0_0000, 0xfe00, 0xffc0),
+            (0x7fff_ffff, 0x7fff, 0x7fff),
+            (0x7fc1_2000, 0x7e09, 0x7fc1),
+            (0x7fe0_0000, 0x7f00, 0x7fe0),
+            (0xffd5_5555, 0xfeaa, 0xffd5),
+            (0x7f80_0001, 0x7e00, 0x7fc0), // signalling: quietened
+            (0x7fa0_0000, 0x7f00, 0x7fe0), // signalling: quietened, payload kept
+        ] {
+            let f = f32::from_bits(bits);
+            assert_eq!(f32_to_f16(f), half, "f16 of {bits:#010x}");
+            assert_eq!(f32_to_bf16(f), bf, "bf16 of {bits:#010x}");
+        }
+    }
+
     #[test]
     fn convert_checks_lengths_and_pairs() {
         let mut out = [0u8; 8];

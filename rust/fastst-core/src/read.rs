@@ -443,6 +443,70 @@ mod tests {
         }
     }
 
+    /// Conversions large enough to be split between threads, under both
+    /// back ends, against the one-element kernels.
+    #[test]
+    fn large_conversions_while_reading_are_exact() {
+        const N: usize = (2 << 20) + 7;
+        let (h, w) = (N * 2, N * 4);
+        let header = format!(
+            r#"{{"h":{{"dtype":"BF16","shape":[{N}],"data_offsets":[0,{h}]}},"w":{{"dtype":"F32","shape":[{N}],"data_offsets":[{h},{}]}}}}"#,
+            h + w
+        );
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let data: Vec<u8> = (0..h + w)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect();
+        let f = build(&header, &data);
+        for backend in [Backend::Mmap, Backend::Pread] {
+            let file = MappedFile::open(
+                &f.0,
+                OpenOptions {
+                    backend,
+                    ..OpenOptions::default()
+                },
+            )
+            .unwrap();
+            let half = file.header().require("h").unwrap().clone();
+            let wide = file.header().require("w").unwrap().clone();
+            let mut out = vec![0u8; w];
+            file.convert_tensor_into(&half, Dtype::F32, &mut out)
+                .unwrap();
+            for (i, (s, d)) in data[..h]
+                .chunks_exact(2)
+                .zip(out.chunks_exact(4))
+                .enumerate()
+            {
+                let want = crate::convert::bf16_to_f32(u16::from_le_bytes([s[0], s[1]]));
+                let got = u32::from_le_bytes([d[0], d[1], d[2], d[3]]);
+                assert_eq!(got, want.to_bits(), "{backend:?}: element {i}");
+            }
+            let mut out = vec![0u8; h];
+            file.convert_tensor_into(&wide, Dtype::F16, &mut out)
+                .unwrap();
+            for (i, (s, d)) in data[h..]
+                .chunks_exact(4)
+                .zip(out.chunks_exact(2))
+                .enumerate()
+            {
+                let want = crate::convert::f32_to_f16(f32::from_le_bytes([s[0], s[1], s[2], s[3]]));
+                assert_eq!(
+                    u16::from_le_bytes([d[0], d[1]]),
+                    want,
+                    "{backend:?}: element {i}"
+                );
+            }
+            let mut out = vec![0u8; w];
+            file.copy_tensor_into(&wide, &mut out).unwrap();
+            assert!(out == data[h..], "{backend:?}: copy");
+        }
+    }
+
     #[test]
     fn a_read_racing_a_truncation_reports_the_change() {
         let f = build(HEADER, &data());

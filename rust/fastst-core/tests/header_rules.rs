@@ -314,3 +314,35 @@ fn messages_name_tensor_and_rule() {
     );
     assert_eq!(err.tensor(), Some("h.0.w"));
 }
+
+/// Every JSON scalar kind for `__metadata__` itself, and for a metadata value,
+/// is refused with its own rule (each kind is a separate visitor in the parser).
+#[test]
+fn metadata_scalar_kinds() {
+    for m in [
+        "1.5",
+        "-1",
+        "-9223372036854775808",
+        "1e5",
+        "true",
+        "false",
+        "0",
+    ] {
+        let json = format!(r#"{{"__metadata__":{m}}}"#);
+        assert_eq!(rule(&json, 0), "metadata-not-map", "{json}");
+    }
+    for v in [
+        "true",
+        "false",
+        "0",
+        "-3",
+        "18446744073709551615",
+        "2.5",
+        "-0.0",
+        "[]",
+        r#"["a"]"#,
+    ] {
+        let json = format!(r#"{{"__metadata__":{{"k":{v}}}}}"#);
+        assert_eq!(rule(&json, 0), "metadata-value-not-string", "{json}");
+    }
+}

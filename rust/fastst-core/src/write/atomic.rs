@@ -33,6 +33,10 @@ pub const TEMP_SUFFIX: &str = ".fastst-tmp";
 /// A short name for a temporary file, unlikely to be taken (the caller
 /// creates it exclusively and retries when it is).
 fn temp_name() -> String {
+    #[cfg(test)]
+    if let Some(name) = tests::NEXT_NAMES.with(|q| q.borrow_mut().pop_front()) {
+        return name;
+    }
     let count = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -513,6 +517,46 @@ mod tests {
             .file_name()
             .is_some_and(|n| n.to_string_lossy().ends_with(TEMP_SUFFIX)));
         fs::remove_file(&path).expect("rm");
+        fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    thread_local! {
+        /// Names [`temp_name`] hands out, in order, before random ones: lets
+        /// a test plant the name the next attempt will use.
+        pub(super) static NEXT_NAMES: std::cell::RefCell<std::collections::VecDeque<String>> =
+            const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
+    }
+
+    fn queue_names(names: &[&str]) {
+        NEXT_NAMES.with(|q| q.borrow_mut().extend(names.iter().map(|n| (*n).to_owned())));
+    }
+
+    #[test]
+    fn temporary_name_collisions_are_retried() {
+        let dir = temp_dir("collide");
+        let taken = ".00000000000000aa.fastst-tmp";
+        let free = ".00000000000000bb.fastst-tmp";
+        fs::write(dir.join(taken), b"someone else's").expect("plant");
+        // Two collisions, then a free name: the named fallback moves on.
+        queue_names(&[taken, taken, free]);
+        let (f, path) = open_named(&dir).expect("named after collisions");
+        drop(f);
+        assert_eq!(path, dir.join(free));
+        assert_eq!(fs::read(dir.join(taken)).expect("read"), b"someone else's");
+        fs::remove_file(&path).expect("rm");
+        // Every attempt taken: the error says so, and nothing is clobbered.
+        queue_names(&[taken; 64]);
+        let err = open_named(&dir).expect_err("all names taken");
+        assert!(format!("{err}").to_lowercase().contains("exists"), "{err}");
+        assert_eq!(NEXT_NAMES.with(|q| q.borrow().len()), 0);
+        assert_eq!(fs::read(dir.join(taken)).expect("read"), b"someone else's");
+        #[cfg(target_os = "linux")]
+        if let Some(file) = open_unnamed(&dir).expect("unnamed") {
+            queue_names(&[taken, free]);
+            let linked = link_named(&file, &dir).expect("linked after a collision");
+            assert_eq!(linked, dir.join(free));
+            fs::remove_file(&linked).expect("rm");
+        }
         fs::remove_dir_all(&dir).expect("cleanup");
     }
 
