@@ -19,9 +19,14 @@ BENCH_DIR = Path(os.environ.get("FASTST_BENCH_DIR", "/tmp/fastst-bench"))
 SCALE = float(os.environ.get("FASTST_BENCH_GB", "1.0"))
 
 
-def llama_layout(scale: float) -> List[Tuple[str, Tuple[int, ...]]]:
-    hidden, inter, vocab = 2048, 5632, 32000
-    layers = max(1, round(8 * scale))
+HIDDEN, INTER, VOCAB = 2048, 5632, 32000
+
+
+def llama_layout(scale: float, layers: int = 0) -> List[Tuple[str, Tuple[int, ...]]]:
+    """A Llama-like layout: ``layers`` decoder layers (default ``8 * scale``,
+    about ``scale`` GB in BF16)."""
+    hidden, inter, vocab = HIDDEN, INTER, VOCAB
+    layers = layers or max(1, round(8 * scale))
     out: List[Tuple[str, Tuple[int, ...]]] = [("model.embed_tokens.weight", (vocab, hidden))]
     for i in range(layers):
         p = f"model.layers.{i}."

@@ -35,28 +35,16 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import HIDDEN, INTER, VOCAB, llama_layout  # noqa: E402
+
 
 def layout(gb: float) -> List[Tuple[str, Tuple[int, ...]]]:
     """A Llama-like BF16 layout of about ``gb`` GB."""
-    hidden, inter, vocab = 2048, 5632, 32000
+    hidden, inter, vocab = HIDDEN, INTER, VOCAB
     per_layer = 2 * (4 * hidden * hidden + 3 * hidden * inter + 2 * hidden)
     layers = max(1, round((gb * 1e9 - 4 * vocab * hidden) / per_layer))
-    out: List[Tuple[str, Tuple[int, ...]]] = [("model.embed_tokens.weight", (vocab, hidden))]
-    for i in range(layers):
-        p = f"model.layers.{i}."
-        out += [
-            (p + "self_attn.q_proj.weight", (hidden, hidden)),
-            (p + "self_attn.k_proj.weight", (hidden, hidden)),
-            (p + "self_attn.v_proj.weight", (hidden, hidden)),
-            (p + "self_attn.o_proj.weight", (hidden, hidden)),
-            (p + "mlp.gate_proj.weight", (inter, hidden)),
-            (p + "mlp.up_proj.weight", (inter, hidden)),
-            (p + "mlp.down_proj.weight", (hidden, inter)),
-            (p + "input_layernorm.weight", (hidden,)),
-            (p + "post_attention_layernorm.weight", (hidden,)),
-        ]
-    out += [("model.norm.weight", (hidden,)), ("lm_head.weight", (vocab, hidden))]
-    return out
+    return llama_layout(gb, layers)
 
 
 def make_checkpoint(folder: Path, gb: float) -> str:

@@ -372,16 +372,8 @@ mod tests {
     use super::super::{serialize, write_file, NewTensor};
     use super::*;
     use crate::dtype::Dtype;
-    use crate::header::DEFAULT_HEADER_CAP;
 
-    fn plan(tensors: Vec<NewTensor>, meta: Option<Vec<(&str, &str)>>) -> Result<WritePlan> {
-        let meta = meta.map(|m| {
-            m.into_iter()
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect()
-        });
-        WritePlan::new(tensors, meta, DEFAULT_HEADER_CAP)
-    }
+    use super::super::plan_for_tests as plan;
 
     fn temp_dir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!(

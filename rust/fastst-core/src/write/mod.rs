@@ -67,20 +67,28 @@ fn feed<W: Write>(
     Ok(())
 }
 
+/// A plan of `tensors` and `meta` under the default header cap, for the
+/// writer's unit tests.
+#[cfg(test)]
+pub(crate) fn plan_for_tests(
+    tensors: Vec<NewTensor>,
+    meta: Option<Vec<(&str, &str)>>,
+) -> Result<WritePlan> {
+    let meta = meta.map(|m| {
+        m.into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    });
+    WritePlan::new(tensors, meta, crate::header::DEFAULT_HEADER_CAP)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::dtype::Dtype;
     use crate::header::{check_prefix, Header, DEFAULT_HEADER_CAP};
 
-    fn plan(tensors: Vec<NewTensor>, meta: Option<Vec<(&str, &str)>>) -> Result<WritePlan> {
-        let meta = meta.map(|m| {
-            m.into_iter()
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect()
-        });
-        WritePlan::new(tensors, meta, DEFAULT_HEADER_CAP)
-    }
+    use super::plan_for_tests as plan;
 
     #[test]
     fn parse_file_bytes_checks_framing() {

@@ -268,14 +268,7 @@ mod tests {
     use super::*;
     use crate::header::DEFAULT_HEADER_CAP;
 
-    fn plan(tensors: Vec<NewTensor>, meta: Option<Vec<(&str, &str)>>) -> Result<WritePlan> {
-        let meta = meta.map(|m| {
-            m.into_iter()
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect()
-        });
-        WritePlan::new(tensors, meta, DEFAULT_HEADER_CAP)
-    }
+    use super::super::plan_for_tests as plan;
 
     fn json_of(p: &WritePlan) -> &str {
         std::str::from_utf8(&p.header()[8..]).unwrap_or("<not utf-8>")

@@ -95,16 +95,8 @@ mod tests {
     use super::super::{serialize, NewTensor};
     use super::*;
     use crate::dtype::Dtype;
-    use crate::header::DEFAULT_HEADER_CAP;
 
-    fn plan(tensors: Vec<NewTensor>, meta: Option<Vec<(&str, &str)>>) -> Result<WritePlan> {
-        let meta = meta.map(|m| {
-            m.into_iter()
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect()
-        });
-        WritePlan::new(tensors, meta, DEFAULT_HEADER_CAP)
-    }
+    use super::super::plan_for_tests as plan;
 
     #[test]
     fn stream_checks_lengths() {
