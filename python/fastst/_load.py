@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
+from . import _prefetch
 from ._fastst import DEFAULT_HEADER_CAP, parse_bytes
 from ._frameworks import Where
 from ._frameworks import backend as framework_backend
@@ -128,9 +129,13 @@ def load_path(
     order, on ``device``; ``backend`` is safe_open's, ``copy`` and ``dtype``
     are :meth:`fastst.safe_open.get_tensor`'s. Returns once every tensor has
     landed on its device."""
-    with safe_open(filename, framework, device=device, backend=backend) as f:
+    # Views are touched after this returns: read the file ahead of that.
+    ahead = "all" if not copy and dtype is None and _prefetch.enabled() else None
+    with safe_open(filename, framework, device=device, backend=backend, prefetch=ahead) as f:
         tensors = f.get_tensors(copy=copy, dtype=dtype)
         f._settle()
+        if f._prefetch is not None:
+            f._prefetch.detach()
     return tensors
 
 

@@ -8,7 +8,7 @@ from typing import Any, BinaryIO, Dict, List, Optional, Tuple, Union, cast
 
 import numpy as np
 
-from . import _frameworks, _handle
+from . import _frameworks, _handle, _prefetch
 from ._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
 from ._errors import closed_file_error
 from ._fastst import DEFAULT_HEADER_CAP
@@ -56,10 +56,13 @@ class safe_open:  # noqa: N801 - the reference package's name
         *,
         backend: str = "mmap",
         header_cap: int = DEFAULT_HEADER_CAP,
+        prefetch: Any = "auto",
+        prefetch_budget: Optional[int] = None,
     ) -> None:
         self._framework = _frameworks.resolve(framework)
         self._backend = _frameworks.backend(self._framework)
         self._device = self._backend.device(device)
+        self._prefetch: Optional[_prefetch.Driver] = None
         if _handle.is_handle(filename):
             self._raw = _handle.open_handle(filename, backend, header_cap)
             return
@@ -68,6 +71,11 @@ class safe_open:  # noqa: N801 - the reference package's name
             self._raw = open_raw(path, backend, header_cap)
         except FileNotFoundError as exc:
             raise _not_found(path, exc) from None
+        try:
+            self._prefetch = _prefetch.driver(self._raw, prefetch, prefetch_budget)
+        except BaseException:
+            self._raw.close()
+            raise
 
     # context manager -------------------------------------------------
     def __enter__(self) -> safe_open:
@@ -77,8 +85,36 @@ class safe_open:  # noqa: N801 - the reference package's name
         self.close()
 
     def close(self) -> None:
-        """Releases the file. Arrays obtained before stay valid."""
+        """Releases the file (and stops its read-ahead). Arrays obtained
+        before stay valid."""
+        if self._prefetch is not None:
+            self._prefetch.stop()
         self._raw.close()
+
+    # read-ahead ------------------------------------------------------
+    def prefetch(
+        self, what: _prefetch.Declaration = "all", *, budget: Optional[int] = None
+    ) -> None:
+        """Declares what will be read, so that it is read from the disk
+        in the background, ahead of use: ``"all"`` (every tensor), a list
+        of tensor names, or a dict mapping names to the index that will be
+        read (``{"w": (slice(0, 128), ...)}``: only the bytes those rows
+        need). Replaces any earlier declaration. At most ``budget`` bytes
+        (default: half the available memory) are read ahead of what was
+        taken; pages already in memory are skipped. Does nothing for a
+        sharded checkpoint or a file object."""
+        if self.closed:
+            raise closed_file_error(self._raw.name)
+        if self._prefetch is None:
+            self._prefetch = _prefetch.driver(self._raw, None, None)
+        if self._prefetch is not None:
+            self._prefetch.declare(what, budget)
+
+    def prefetch_status(self) -> Optional[Dict[str, Any]]:
+        """Where the read-ahead stands (bytes planned, issued, done,
+        found resident, consumed; the budget; threads; the method), or None
+        when nothing was declared."""
+        return None if self._prefetch is None else self._prefetch.status()
 
     @property
     def closed(self) -> bool:
@@ -133,6 +169,9 @@ class safe_open:  # noqa: N801 - the reference package's name
             buffer, src, shape = self._raw.tensor(name)
             return self._backend.tensor(buffer, src, shape, self._device, self._where(name))
         array, target, shape = self._owned(name, dtype)
+        if self._prefetch is not None:
+            _d, _s, begin, end = self._raw.info(name)
+            self._prefetch.consumed(end - begin)
         if self._framework == "numpy":
             return array
         return self._backend.tensor(
@@ -207,6 +246,8 @@ class SafeSlice:
         self._name = name
         self._dtype = dtype
         self._shape = shape
+        if owner._prefetch is not None:
+            owner._prefetch.sliced(name)
 
     def get_shape(self) -> List[int]:
         """The tensor's full shape."""

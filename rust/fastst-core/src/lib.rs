@@ -14,6 +14,7 @@ pub mod inspect;
 pub(crate) mod io;
 pub(crate) mod json;
 pub(crate) mod parallel;
+pub mod prefetch;
 pub mod progress;
 pub mod read;
 pub mod rules;

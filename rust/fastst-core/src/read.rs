@@ -125,8 +125,18 @@ impl MappedFile {
         self.backend
     }
 
-    /// Absolute file range of a tensor's bytes.
-    fn absolute(&self, info: &TensorInfo) -> (u64, usize) {
+    /// The open file (for the prefetcher's reads and hints).
+    pub(crate) fn raw_file(&self) -> &File {
+        &self.file
+    }
+
+    /// The whole-file read-only mapping, when there is one.
+    pub(crate) fn whole_map(&self) -> Option<&Mmap> {
+        self.map.as_ref()
+    }
+
+    /// Absolute file range of a tensor's bytes: `(start, length)`.
+    pub(crate) fn absolute(&self, info: &TensorInfo) -> (u64, usize) {
         // Validation guarantees begin <= end <= buffer_len, so neither the
         // addition nor the length can exceed the file's length.
         let start = self.header.data_start() + info.begin;

@@ -24,7 +24,7 @@ pub struct RawFile {
 }
 
 impl RawFile {
-    fn file(&self) -> PyResult<Arc<MappedFile>> {
+    pub(crate) fn file(&self) -> PyResult<Arc<MappedFile>> {
         let guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         guard.clone().ok_or_else(|| closed(&self.name))
     }

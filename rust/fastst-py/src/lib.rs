@@ -10,6 +10,7 @@ mod file;
 mod handle;
 mod identify;
 mod inspect;
+mod prefetch;
 mod write;
 
 use pyo3::prelude::*;
@@ -34,5 +35,7 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     identify::register(m)?;
     // the values of two tensors compared (fastst diff)
     diff::register(m)?;
+    // reading a file's pages ahead of a load (fastst/_prefetch.py)
+    prefetch::register(m)?;
     Ok(())
 }

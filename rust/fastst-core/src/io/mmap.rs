@@ -51,3 +51,48 @@ pub(crate) fn map_private(file: &File, offset: u64, len: usize) -> io::Result<Mm
             .map_copy(file)
     }
 }
+
+/// How many of the pages of `map[offset..offset + len]` are in memory (in
+/// the page cache or this process's), and how many pages the range spans,
+/// from `mincore`; `None` when the kernel cannot say (then nothing is known
+/// and the caller reads as if nothing were resident).
+#[cfg(target_os = "linux")]
+pub(crate) fn resident_pages(map: &Mmap, offset: usize, len: usize) -> Option<(usize, usize)> {
+    let end = offset.checked_add(len).filter(|&e| e <= map.len())?;
+    if len == 0 {
+        return Some((0, 0));
+    }
+    let page = page_size();
+    let base = map.as_ptr() as usize;
+    let start = (base + offset) / page * page;
+    let stop = (base + end).div_ceil(page) * page;
+    let pages = (stop - start) / page;
+    let mut vec = Vec::new();
+    vec.try_reserve_exact(pages).ok()?;
+    vec.resize(pages, 0u8);
+    // SAFETY: `[start, stop)` is the page-rounded span of a range inside
+    // `map`, which is alive for the call (a mapping covers whole pages);
+    // `vec` has one writable byte per page of that span, as mincore needs.
+    let r = unsafe { libc::mincore(start as *mut libc::c_void, stop - start, vec.as_mut_ptr()) };
+    if r != 0 {
+        return None;
+    }
+    Some((vec.iter().filter(|&&b| b & 1 != 0).count(), pages))
+}
+
+/// The size of a memory page.
+#[cfg(target_os = "linux")]
+fn page_size() -> usize {
+    // SAFETY: sysconf takes an integer and touches no memory of ours.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
+}
+
+/// Reads `map[offset..offset + len]` into memory without copying it
+/// anywhere (`MADV_POPULATE_READ`: the pages come into the page cache and
+/// are mapped read-only here). A page that no longer exists in the file
+/// (it was truncated) gives an error (`EFAULT`), never SIGBUS.
+#[cfg(unix)]
+pub(crate) fn populate_read(map: &Mmap, offset: usize, len: usize) -> io::Result<()> {
+    map.advise_range(memmap2::Advice::PopulateRead, offset, len)
+}

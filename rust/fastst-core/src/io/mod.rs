@@ -6,6 +6,7 @@ pub(crate) mod mmap;
 mod sys;
 
 pub(crate) use sys::advise_sequential;
+pub(crate) use sys::advise_willneed;
 #[cfg(target_os = "linux")]
 pub(crate) use sys::link_unnamed;
 

@@ -124,3 +124,29 @@ pub(crate) fn link_unnamed(file: &File, to: &Path) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Asks the kernel to start reading `len` bytes of `file` from `offset` into
+/// the page cache now (`POSIX_FADV_WILLNEED`) and returns without waiting.
+/// A hint: the caller ignores failures (tmpfs, FUSE, network filesystems
+/// may do nothing).
+pub(crate) fn advise_willneed(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+    {
+        use std::os::unix::io::AsRawFd;
+        let (Ok(off), Ok(n)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        };
+        // SAFETY: posix_fadvise on a descriptor owned by `file`, alive for
+        // the call; it takes integers only and touches no memory of ours.
+        let r = unsafe { libc::posix_fadvise(file.as_raw_fd(), off, n, libc::POSIX_FADV_WILLNEED) };
+        if r != 0 {
+            return Err(io::Error::from_raw_os_error(r));
+        }
+        Ok(())
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+    {
+        let _ = (file, offset, len);
+        Ok(())
+    }
+}

@@ -1,0 +1,118 @@
+"""Zero-copy loads with a cold page cache: fastst's prefetcher against the
+disk limit and the reference, same run, interleaved rounds.
+
+    python benches/bench_prefetch.py FILE [--rounds N] [--cases a,b,...]
+
+Needs to evict FILE from the page cache: it does so with
+``posix_fadvise(POSIX_FADV_DONTNEED)`` on FILE only (after ``os.sync()``),
+so copy the file into a folder of your own first (another process reading
+the same file would warm it). Each case runs in a fresh interpreter: imports
+first, then the eviction, then the timed load + touch (one byte of every
+4 KiB page). The disk limit is ``cat FILE > /dev/null`` timed the same way
+in the same rounds. Prints medians and the share of the disk limit, and for
+the hot rounds (``--hot``) the ratio to the reference.
+
+Cases: ``cat``, ``np`` (fastst.numpy.load_file), ``np-noprefetch``
+(the same with ``FASTST_PREFETCH=0``), ``pt`` (fastst.torch.load_file),
+``pt-noprefetch``, ``pt-ref`` (safetensors.torch.load_file), ``np-ref``
+(safetensors.numpy.load_file: copies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+CHILD = r"""
+import json, os, sys, time
+case, path, cold = sys.argv[1], sys.argv[2], sys.argv[3] == "cold"
+if case.startswith("pt"):
+    import torch
+    torch.set_num_threads(int(os.environ.get("BENCH_TORCH_THREADS", "0")) or torch.get_num_threads())
+    mod = __import__("safetensors.torch" if case == "pt-ref" else "fastst.torch", fromlist=["x"])
+    def touch(ts):
+        return sum(int(t.reshape(-1).view(torch.uint8)[::4096].sum()) for t in ts.values())
+else:
+    import numpy as np
+    mod = __import__("safetensors.numpy" if case == "np-ref" else "fastst.numpy", fromlist=["x"])
+    def touch(ts):
+        return sum(int(a.reshape(-1).view(np.uint8)[::4096].sum()) for a in ts.values())
+if cold:
+    os.sync()
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+start = time.perf_counter()
+tensors = mod.load_file(path)
+total = touch(tensors)
+took = time.perf_counter() - start
+print(json.dumps({"seconds": took, "checksum": total}))
+"""
+
+CAT = r"""
+import os, subprocess, sys, time
+path, cold = sys.argv[1], sys.argv[2] == "cold"
+if cold:
+    os.sync()
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+start = time.perf_counter()
+with open(os.devnull, "wb") as null:
+    subprocess.run(["cat", path], stdout=null, check=True)
+print('{"seconds": %f}' % (time.perf_counter() - start))
+"""
+
+
+def run(case: str, path: str, cache: str) -> float:
+    env = dict(os.environ)
+    if case.endswith("-noprefetch"):
+        env["FASTST_PREFETCH"] = "0"
+        case = case[: -len("-noprefetch")]
+    if case.endswith("-ref"):
+        env.pop("PYTHONPATH", None)  # the reference package, not a checkout
+    if case == "cat":
+        command = [sys.executable, "-c", CAT, path, cache]
+    else:
+        command = [sys.executable, "-c", CHILD, case, path, cache]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("file")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--cases", default="cat,np,np-noprefetch,pt,pt-noprefetch,pt-ref")
+    parser.add_argument("--hot", action="store_true", help="hot rounds instead of cold")
+    args = parser.parse_args()
+    cases = args.cases.split(",")
+    cache = "hot" if args.hot else "cold"
+    times: dict = {c: [] for c in cases}
+    for r in range(args.rounds):
+        order = cases if r % 2 == 0 else cases[::-1]
+        for case in order:
+            if cache == "hot":
+                run("cat", args.file, "hot")
+            times[case].append(run(case, args.file, cache))
+        time.sleep(0.1)
+    size = os.path.getsize(args.file)
+    limit = statistics.median(times["cat"]) if "cat" in times else None
+    print(f"{args.file}: {size / 1e9:.2f} GB, {cache}, {args.rounds} rounds (medians)")
+    for case in cases:
+        med = statistics.median(times[case])
+        line = f"  {case:15} {med:7.3f} s  {size / med / 1e9:5.2f} GB/s"
+        if limit is not None and case != "cat":
+            line += f"  share of cat {limit / med:4.2f}"
+        if case.startswith("pt") and "pt-ref" in times and case != "pt-ref":
+            line += f"  vs reference {statistics.median(times['pt-ref']) / med:4.2f}x"
+        print(line + "  [" + " ".join(f"{t:.3f}" for t in times[case]) + "]")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,564 @@
+//! Reading a file's pages ahead of the code that will use them.
+//!
+//! Zero-copy loads hand out views of the file's pages; with a cold page
+//! cache each first touch of a page then waits for the disk, one fault at a
+//! time. A [`Prefetcher`] reads a planned list of byte ranges in the
+//! background, in large pieces, so that the pages are in memory by the time
+//! the consumer touches them.
+//!
+//! It is bounded: it never has more than a memory budget of bytes in flight
+//! or read beyond what the consumer reported as taken
+//! ([`Prefetcher::consumed`]), so it cannot evict pages it has read and the
+//! consumer has not used yet. It stops when asked ([`Prefetcher::stop`], or
+//! dropping it), at the end of its plan, or at the first read that fails
+//! (a file truncated underneath: reads, not touches, so never SIGBUS). A
+//! detached prefetcher ([`Prefetcher::detach`]) ends instead of waiting for
+//! the consumer once its budget is used. Pages already in memory are
+//! skipped (`mincore`), and a plan whose pages are all resident starts no
+//! thread. On filesystems where the hints do nothing (tmpfs, FUSE, network
+//! filesystems) it silently does nothing more than reads would.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::io;
+use crate::read::MappedFile;
+
+/// How the prefetcher brings pages into memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// `MADV_POPULATE_READ` on the file's read-only mapping: the pages are
+    /// read into the page cache without being copied anywhere, and a page
+    /// the file lost (truncated) gives an error, never SIGBUS. Needs the
+    /// whole-file mapping (mmap back end); [`Method::Read`] serves without.
+    Populate,
+    /// Positioned reads into a small scratch buffer per thread (one copy,
+    /// thrown away: the point is the page cache).
+    Read,
+    /// `POSIX_FADV_WILLNEED`: the kernel starts the reads and the thread
+    /// does not wait for them.
+    Advise,
+}
+
+impl Method {
+    /// Parses `"populate"`, `"read"` or `"advise"`.
+    pub fn from_name(name: &str) -> Option<Method> {
+        match name {
+            "populate" => Some(Method::Populate),
+            "read" => Some(Method::Read),
+            "advise" => Some(Method::Advise),
+            _ => None,
+        }
+    }
+
+    /// The name [`Method::from_name`] parses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Populate => "populate",
+            Method::Read => "read",
+            Method::Advise => "advise",
+        }
+    }
+}
+
+/// Default size of one read (8 MiB: large requests, few system calls).
+pub const DEFAULT_CHUNK: u64 = 8 << 20;
+
+/// Default number of reading threads.
+pub const DEFAULT_THREADS: usize = 2;
+
+/// Settings of a [`Prefetcher`].
+#[derive(Clone, Copy, Debug)]
+pub struct PrefetchOptions {
+    /// Most bytes read ahead of what the consumer reported as taken.
+    pub budget: u64,
+    /// Reading threads (at least 1).
+    pub threads: usize,
+    /// Bytes per read (clamped to the budget, at least one page).
+    pub chunk: u64,
+    /// How pages are brought in.
+    pub method: Method,
+    /// Skip pages already in memory (checked with `mincore`), and start no
+    /// thread when all are (the default; off to read regardless).
+    pub skip_cached: bool,
+}
+
+impl Default for PrefetchOptions {
+    fn default() -> Self {
+        PrefetchOptions {
+            budget: default_budget(),
+            threads: DEFAULT_THREADS,
+            chunk: DEFAULT_CHUNK,
+            method: Method::Populate,
+            skip_cached: true,
+        }
+    }
+}
+
+/// Half of the memory the kernel reports as available (`MemAvailable` in
+/// `/proc/meminfo`), or 1 GiB where that cannot be read; at least 64 MiB.
+pub fn default_budget() -> u64 {
+    let available = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|line| line.strip_prefix("MemAvailable:"))
+                .and_then(|rest| {
+                    rest.trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
+        })
+        .map(|kib| kib.saturating_mul(1024));
+    available.map_or(1 << 30, |bytes| bytes / 2).max(64 << 20)
+}
+
+/// Where a prefetcher stands (for tests, progress and tuning).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefetchStatus {
+    /// Bytes in the plan.
+    pub planned: u64,
+    /// Bytes of the plan started on (read, being read, or found resident).
+    pub issued: u64,
+    /// Bytes of the plan finished.
+    pub done: u64,
+    /// Bytes of the plan found already in memory and skipped.
+    pub resident: u64,
+    /// Bytes the consumer reported as taken.
+    pub consumed: u64,
+    /// The budget in bytes.
+    pub budget: u64,
+    /// Threads still working or waiting for the consumer.
+    pub workers: usize,
+    /// Threads waiting for the consumer to take more (budget used).
+    pub waiting: usize,
+    /// True once stopped (asked to, or after a failed read).
+    pub stopped: bool,
+    /// True when a read failed (the file shrank, an I/O error, a hint the
+    /// filesystem refuses): the prefetcher then stopped.
+    pub failed: bool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    stop: bool,
+    detached: bool,
+    failed: bool,
+    next: usize,
+    issued: u64,
+    done: u64,
+    resident: u64,
+    consumed: u64,
+    workers: usize,
+    waiting: usize,
+}
+
+#[derive(Debug)]
+struct Shared {
+    file: Arc<MappedFile>,
+    method: Method,
+    skip_cached: bool,
+    budget: u64,
+    chunks: Vec<(u64, u64)>,
+    planned: u64,
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A background reader of planned byte ranges of one file (see the module
+/// documentation). Dropping it stops it.
+#[derive(Debug)]
+pub struct Prefetcher {
+    shared: Arc<Shared>,
+}
+
+/// `ranges` (absolute `(start, length)` pairs) cut to the file's length,
+/// empty ones dropped, neighbours in the given order merged, then split
+/// into pieces of at most `chunk` bytes.
+fn chunks(ranges: &[(u64, u64)], file_len: u64, chunk: u64) -> Vec<(u64, u64)> {
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for &(start, len) in ranges {
+        let end = start.saturating_add(len).min(file_len);
+        if start >= end {
+            continue;
+        }
+        match merged.last_mut() {
+            Some((s, l)) if *s + *l == start => *l += end - start,
+            _ => merged.push((start, end - start)),
+        }
+    }
+    let mut out = Vec::new();
+    for (mut start, mut len) in merged {
+        while len > 0 {
+            let n = len.min(chunk);
+            out.push((start, n));
+            start += n;
+            len -= n;
+        }
+    }
+    out
+}
+
+/// True when every page of `[start, start + len)` is in memory (known
+/// through the whole-file mapping); false when unknown.
+fn resident(file: &MappedFile, start: u64, len: u64) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let (Some(map), Ok(start), Ok(len)) = (
+            file.whole_map(),
+            usize::try_from(start),
+            usize::try_from(len),
+        ) else {
+            return false;
+        };
+        matches!(io::mmap::resident_pages(map, start, len), Some((r, p)) if r == p)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (file, start, len);
+        false
+    }
+}
+
+impl Prefetcher {
+    /// Starts reading `ranges` of `file` (absolute `(start, length)` pairs,
+    /// read in the order given; parts past the file's end are ignored) in
+    /// the background. Starts no thread when every page is already in
+    /// memory or nothing is planned.
+    pub fn start(file: Arc<MappedFile>, ranges: &[(u64, u64)], options: PrefetchOptions) -> Self {
+        let budget = options.budget.max(4096);
+        let chunk = options.chunk.clamp(4096, budget);
+        let chunks = chunks(ranges, file.file_len(), chunk);
+        let planned = chunks.iter().map(|c| c.1).sum();
+        let method = match options.method {
+            Method::Populate if file.whole_map().is_none() => Method::Read,
+            m => m,
+        };
+        // Off where it cannot help: when every page is already in memory,
+        // no thread starts (the check stops at the first chunk not resident).
+        let mut state = State::default();
+        if options.skip_cached && chunks.iter().all(|&(s, l)| resident(&file, s, l)) {
+            state.next = chunks.len();
+            (state.issued, state.done, state.resident) = (planned, planned, planned);
+        }
+        let remaining = chunks.len() - state.next;
+        let threads = options.threads.max(1).min(remaining);
+        state.workers = threads;
+        let shared = Arc::new(Shared {
+            file,
+            method,
+            skip_cached: options.skip_cached,
+            budget,
+            chunks,
+            planned,
+            state: Mutex::new(state),
+            wake: Condvar::new(),
+        });
+        for _ in 0..threads {
+            let worker = Arc::clone(&shared);
+            let spawned = std::thread::Builder::new()
+                .name("fastst-prefetch".into())
+                .spawn(move || work(&worker));
+            if spawned.is_err() {
+                // No thread to be had: fewer workers (maybe none), no error.
+                let mut st = shared.lock();
+                st.workers -= 1;
+                shared.wake.notify_all();
+            }
+        }
+        Prefetcher { shared }
+    }
+
+    /// The consumer took `bytes` more of the planned bytes (copied them
+    /// out, or is done with them): the prefetcher may read that much
+    /// further.
+    pub fn consumed(&self, bytes: u64) {
+        let mut st = self.shared.lock();
+        st.consumed = st.consumed.saturating_add(bytes);
+        self.shared.wake.notify_all();
+    }
+
+    /// Stops reading (a read in progress finishes first; this does not
+    /// wait for it).
+    pub fn stop(&self) {
+        let mut st = self.shared.lock();
+        st.stop = true;
+        self.shared.wake.notify_all();
+    }
+
+    /// From now on the threads end instead of waiting for the consumer
+    /// once the budget is used (for loads whose handle closes while the
+    /// pages are still to be touched).
+    pub fn detach(&self) {
+        let mut st = self.shared.lock();
+        st.detached = true;
+        self.shared.wake.notify_all();
+    }
+
+    /// The method in use.
+    pub fn method(&self) -> Method {
+        self.shared.method
+    }
+
+    /// Where the prefetcher stands.
+    pub fn status(&self) -> PrefetchStatus {
+        status_of(&self.shared, &self.shared.lock())
+    }
+
+    /// Waits until no thread is reading (each ended or waits for the
+    /// consumer), at most `timeout`; returns the status then.
+    pub fn wait_idle(&self, timeout: Duration) -> PrefetchStatus {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.shared.lock();
+        while !settled(&self.shared, &st) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            st = self
+                .shared
+                .wake
+                .wait_timeout(st, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        status_of(&self.shared, &st)
+    }
+}
+
+impl Drop for Prefetcher {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// True when no thread reads nor can: all ended, or all wait for a budget
+/// the consumer has not extended.
+fn settled(shared: &Shared, st: &State) -> bool {
+    if st.workers == 0 {
+        return true;
+    }
+    if st.workers != st.waiting || st.stop || st.detached {
+        return false;
+    }
+    match shared.chunks.get(st.next) {
+        Some(&(_, len)) => st.issued + len > st.consumed.saturating_add(shared.budget),
+        None => false,
+    }
+}
+
+fn status_of(shared: &Shared, st: &State) -> PrefetchStatus {
+    PrefetchStatus {
+        planned: shared.planned,
+        issued: st.issued,
+        done: st.done,
+        resident: st.resident,
+        consumed: st.consumed,
+        budget: shared.budget,
+        workers: st.workers,
+        waiting: st.waiting,
+        stopped: st.stop,
+        failed: st.failed,
+    }
+}
+
+/// One reading thread: takes the next chunk when the budget allows, reads
+/// it, until the plan ends, a stop, or a failed read.
+fn work(shared: &Shared) {
+    let mut scratch: Vec<u8> = Vec::new();
+    loop {
+        let (start, len) = {
+            let mut st = shared.lock();
+            loop {
+                let Some(&(start, len)) = shared.chunks.get(st.next) else {
+                    return leave(shared, st);
+                };
+                if st.stop {
+                    return leave(shared, st);
+                }
+                if st.issued + len <= st.consumed.saturating_add(shared.budget) {
+                    st.next += 1;
+                    st.issued += len;
+                    break (start, len);
+                }
+                if st.detached {
+                    return leave(shared, st);
+                }
+                st.waiting += 1;
+                shared.wake.notify_all();
+                st = shared.wake.wait(st).unwrap_or_else(PoisonError::into_inner);
+                st.waiting -= 1;
+            }
+        };
+        let skipped = shared.skip_cached && resident(&shared.file, start, len);
+        let ok = skipped || fetch(shared, &mut scratch, start, len);
+        let mut st = shared.lock();
+        st.done += len;
+        if skipped {
+            st.resident += len;
+        }
+        if !ok {
+            st.failed = true;
+            st.stop = true;
+        }
+        shared.wake.notify_all();
+    }
+}
+
+fn leave(shared: &Shared, mut st: MutexGuard<'_, State>) {
+    st.workers -= 1;
+    shared.wake.notify_all();
+}
+
+/// Brings `[start, start + len)` into memory; false when that failed.
+fn fetch(shared: &Shared, scratch: &mut Vec<u8>, start: u64, len: u64) -> bool {
+    let file = &*shared.file;
+    match shared.method {
+        Method::Populate => {
+            #[cfg(unix)]
+            if let (Some(map), Ok(s), Ok(n)) = (
+                file.whole_map(),
+                usize::try_from(start),
+                usize::try_from(len),
+            ) {
+                return io::mmap::populate_read(map, s, n).is_ok();
+            }
+            false
+        }
+        Method::Advise => io::advise_willneed(file.raw_file(), start, len).is_ok(),
+        Method::Read => {
+            let Ok(n) = usize::try_from(len) else {
+                return false;
+            };
+            if scratch.len() < n {
+                match crate::io::zeroed(len, "") {
+                    Ok(buf) => *scratch = buf,
+                    Err(_) => return false,
+                }
+            }
+            io::read_exact_at(file.raw_file(), &mut scratch[..n], start).is_ok()
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::inspect::testfile::build;
+    use crate::read::OpenOptions;
+
+    #[test]
+    fn chunks_cut_merge_and_split() {
+        let got = chunks(&[(0, 10), (10, 5), (40, 0), (50, 30), (95, 20)], 100, 8);
+        assert_eq!(
+            got,
+            vec![(0, 8), (8, 7), (50, 8), (58, 8), (66, 8), (74, 6), (95, 5)]
+        );
+        assert!(chunks(&[(200, 10)], 100, 8).is_empty());
+    }
+
+    fn file_of(n: usize) -> (crate::inspect::testfile::TempFile, Vec<u8>) {
+        let data: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
+        let header = format!(r#"{{"t":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}}}}"#);
+        (build(&header, &data), data)
+    }
+
+    #[test]
+    fn the_budget_bounds_the_reads_until_the_consumer_takes_more() {
+        for method in [Method::Populate, Method::Read, Method::Advise] {
+            let (f, _) = file_of(1 << 20);
+            let file = Arc::new(MappedFile::open(&f.0, OpenOptions::default()).unwrap());
+            let len = file.file_len();
+            let options = PrefetchOptions {
+                budget: 64 << 10,
+                threads: 2,
+                chunk: 16 << 10,
+                method,
+                skip_cached: false,
+            };
+            let p = Prefetcher::start(Arc::clone(&file), &[(0, len)], options);
+            let s = p.wait_idle(Duration::from_secs(60));
+            assert!(s.issued <= 64 << 10, "{method:?}: {s:?}");
+            assert!(s.issued > 0, "{method:?}: {s:?}");
+            p.consumed(256 << 10);
+            let s = p.wait_idle(Duration::from_secs(60));
+            assert!(s.issued <= (64 + 256) << 10, "{method:?}: {s:?}");
+            assert!(s.issued >= 256 << 10, "{method:?}: {s:?}");
+            p.consumed(len);
+            let s = p.wait_idle(Duration::from_secs(60));
+            assert_eq!((s.issued, s.done, s.workers), (len, len, 0), "{method:?}");
+        }
+    }
+
+    #[test]
+    fn stop_and_detach_end_the_threads() {
+        let (f, _) = file_of(1 << 20);
+        let file = Arc::new(MappedFile::open(&f.0, OpenOptions::default()).unwrap());
+        let options = PrefetchOptions {
+            budget: 32 << 10,
+            threads: 3,
+            chunk: 8 << 10,
+            method: Method::Read,
+            skip_cached: false,
+        };
+        let p = Prefetcher::start(Arc::clone(&file), &[(0, 1 << 20)], options);
+        p.stop();
+        let s = p.wait_idle(Duration::from_secs(60));
+        assert!(s.stopped && s.workers == 0, "{s:?}");
+        let p = Prefetcher::start(Arc::clone(&file), &[(0, 1 << 20)], options);
+        p.detach();
+        let s = p.wait_idle(Duration::from_secs(60));
+        assert_eq!(s.workers, 0, "{s:?}");
+        assert!(s.issued <= 32 << 10, "{s:?}");
+    }
+
+    #[test]
+    fn a_truncated_file_stops_the_reads_without_a_signal() {
+        for method in [Method::Populate, Method::Read] {
+            let (f, _) = file_of(4 << 20);
+            let file = Arc::new(MappedFile::open(&f.0, OpenOptions::default()).unwrap());
+            let len = file.file_len();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&f.0)
+                .unwrap()
+                .set_len(4096)
+                .unwrap();
+            let options = PrefetchOptions {
+                budget: len,
+                threads: 2,
+                chunk: 64 << 10,
+                method,
+                skip_cached: false,
+            };
+            let p = Prefetcher::start(Arc::clone(&file), &[(0, len)], options);
+            let s = p.wait_idle(Duration::from_secs(60));
+            assert!(s.failed && s.stopped && s.workers == 0, "{method:?}: {s:?}");
+        }
+    }
+
+    #[test]
+    fn a_resident_plan_starts_no_thread() {
+        let (f, _) = file_of(1 << 20);
+        let file = Arc::new(MappedFile::open(&f.0, OpenOptions::default()).unwrap());
+        // Make every page resident through the mapping itself.
+        let map = file.whole_map().unwrap();
+        io::mmap::populate_read(map, 0, map.len()).unwrap();
+        let p = Prefetcher::start(
+            Arc::clone(&file),
+            &[(0, file.file_len())],
+            PrefetchOptions::default(),
+        );
+        let s = p.status();
+        assert_eq!((s.workers, s.resident, s.done), (0, s.planned, s.planned));
+    }
+}

@@ -1,0 +1,131 @@
+//! `Prefetcher`: the core's background reader of a file's pages, driven by
+//! `fastst/_prefetch.py` (which plans the byte ranges from tensor names and
+//! slices).
+
+use std::time::Duration;
+
+use fastst_core::prefetch::{
+    default_budget, Method, PrefetchOptions, PrefetchStatus, Prefetcher, DEFAULT_CHUNK,
+    DEFAULT_THREADS,
+};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::file::RawFile;
+
+/// Reads planned byte ranges of an open file in the background, never more
+/// than `budget` bytes ahead of what the consumer reported as taken.
+#[pyclass(frozen, module = "fastst._fastst", name = "Prefetcher")]
+pub struct PyPrefetcher {
+    inner: Prefetcher,
+}
+
+fn status_dict<'py>(
+    py: Python<'py>,
+    s: &PrefetchStatus,
+    method: Method,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("planned", s.planned)?;
+    d.set_item("issued", s.issued)?;
+    d.set_item("done", s.done)?;
+    d.set_item("resident", s.resident)?;
+    d.set_item("consumed", s.consumed)?;
+    d.set_item("budget", s.budget)?;
+    d.set_item("workers", s.workers)?;
+    d.set_item("waiting", s.waiting)?;
+    d.set_item("stopped", s.stopped)?;
+    d.set_item("failed", s.failed)?;
+    d.set_item("method", method.name())?;
+    Ok(d)
+}
+
+#[pymethods]
+impl PyPrefetcher {
+    /// Starts reading `ranges` (absolute `(offset, length)` pairs, in that
+    /// order) of the open file `file` in the background.
+    #[new]
+    #[pyo3(signature = (file, ranges, budget = None, threads = None, method = None, chunk = None))]
+    fn new(
+        py: Python<'_>,
+        file: &RawFile,
+        ranges: Vec<(u64, u64)>,
+        budget: Option<u64>,
+        threads: Option<usize>,
+        method: Option<&str>,
+        chunk: Option<u64>,
+    ) -> PyResult<PyPrefetcher> {
+        let method = match method {
+            None => Method::Populate,
+            Some(name) => Method::from_name(name).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "prefetch method must be \"populate\", \"read\" or \"advise\", got {name:?}"
+                ))
+            })?,
+        };
+        if threads == Some(0) {
+            return Err(PyValueError::new_err("prefetch threads must be at least 1"));
+        }
+        let file = file.file()?;
+        let options = PrefetchOptions {
+            budget: budget.unwrap_or_else(default_budget),
+            threads: threads.unwrap_or(DEFAULT_THREADS),
+            chunk: chunk.unwrap_or(DEFAULT_CHUNK),
+            method,
+            skip_cached: true,
+        };
+        let inner = py.allow_threads(|| Prefetcher::start(file, &ranges, options));
+        Ok(PyPrefetcher { inner })
+    }
+
+    /// The consumer took `nbytes` more of the planned bytes.
+    fn consumed(&self, nbytes: u64) {
+        self.inner.consumed(nbytes);
+    }
+
+    /// Stops reading (does not wait for a read in progress).
+    fn stop(&self) {
+        self.inner.stop();
+    }
+
+    /// Ends the threads once the budget is used instead of waiting for the
+    /// consumer (for a handle about to close while its views are in use).
+    fn detach(&self) {
+        self.inner.detach();
+    }
+
+    /// `"populate"`, `"read"` or `"advise"`.
+    #[getter]
+    fn method(&self) -> &'static str {
+        self.inner.method().name()
+    }
+
+    /// Where the prefetcher stands, as a dict.
+    fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        status_dict(py, &self.inner.status(), self.inner.method())
+    }
+
+    /// Waits (GIL released) until no thread reads or can, at most
+    /// `timeout` seconds; returns the status then.
+    fn wait_idle<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Bound<'py, PyDict>> {
+        let timeout = Duration::try_from_secs_f64(timeout.max(0.0))
+            .map_err(|_| PyValueError::new_err("timeout must be a finite number of seconds"))?;
+        let status = py.allow_threads(|| self.inner.wait_idle(timeout));
+        status_dict(py, &status, self.inner.method())
+    }
+}
+
+/// Half of the memory the kernel reports as available: the prefetcher's
+/// budget when none is given.
+#[pyfunction]
+fn default_prefetch_budget() -> u64 {
+    default_budget()
+}
+
+/// Adds the prefetcher to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyPrefetcher>()?;
+    m.add_function(wrap_pyfunction!(default_prefetch_budget, m)?)?;
+    Ok(())
+}
