@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use memmap2::{Mmap, MmapMut};
 
@@ -72,6 +73,12 @@ pub struct MappedFile {
     /// end; `None` where it could not be mapped, e.g. under an
     /// address-space limit: positioned reads then serve).
     map: Option<Mmap>,
+    /// The whole file as one private copy-on-write mapping, made when the
+    /// first large tensor is handed out (mmap back end): each large
+    /// tensor's first handout is a region of it; a second handout of the
+    /// same tensor gets a mapping of its own. `None` inside when it could
+    /// not be mapped.
+    shared: OnceLock<Option<Arc<mmap::SharedMap>>>,
     backend: Backend,
 }
 
@@ -101,6 +108,7 @@ impl MappedFile {
             stamp,
             header,
             map,
+            shared: OnceLock::new(),
             backend: options.backend,
         })
     }
@@ -128,6 +136,18 @@ impl MappedFile {
     /// The open file (for the prefetcher's reads and hints).
     pub(crate) fn raw_file(&self) -> &File {
         &self.file
+    }
+
+    /// The whole-file copy-on-write mapping tensors are handed out of
+    /// (made on first use; `None` under the pread back end or when it
+    /// cannot be mapped).
+    pub(crate) fn shared_map(&self) -> Option<&Arc<mmap::SharedMap>> {
+        if self.backend != Backend::Mmap || self.file_len == 0 {
+            return None;
+        }
+        self.shared
+            .get_or_init(|| mmap::SharedMap::map(&self.file).ok().map(Arc::new))
+            .as_ref()
     }
 
     /// The whole-file read-only mapping, when there is one.
@@ -212,6 +232,14 @@ impl MappedFile {
         }
         self.check_unchanged()?;
         if self.backend == Backend::Mmap && len as u64 >= PRIVATE_MAP_THRESHOLD {
+            // First handout: a region of the one whole-file mapping (no
+            // system call; huge folios stay mapped whole across tensors).
+            if let Some(region) = self
+                .shared_map()
+                .and_then(|map| map.take(usize::try_from(start).ok()?, len))
+            {
+                return Ok(TensorData::Shared(SharedRegion(region)));
+            }
             // Map from a 2 MiB-aligned file offset: the kernel then places the
             // mapping so that page-cache huge folios can be mapped whole, which
             // makes first touches as cheap as in one mapping of the whole file.
@@ -376,7 +404,15 @@ pub enum TensorData {
     },
     /// An owned copy.
     Owned(Vec<u8>),
+    /// A region of the file's one shared copy-on-write mapping, owned by
+    /// this value alone (writes never reach the file nor another tensor).
+    Shared(SharedRegion),
 }
+
+/// A tensor's bytes inside the whole-file copy-on-write mapping (see
+/// [`TensorData::Shared`]).
+#[derive(Debug)]
+pub struct SharedRegion(mmap::Region);
 
 impl TensorData {
     /// The bytes.
@@ -384,6 +420,7 @@ impl TensorData {
         match self {
             TensorData::Mapped { map, offset, len } => &map[*offset..*offset + *len],
             TensorData::Owned(v) => v,
+            TensorData::Shared(r) => r.0.as_slice(),
         }
     }
 
@@ -392,12 +429,13 @@ impl TensorData {
         match self {
             TensorData::Mapped { map, offset, len } => &mut map[*offset..*offset + *len],
             TensorData::Owned(v) => v,
+            TensorData::Shared(r) => r.0.as_mut_slice(),
         }
     }
 
     /// True when the bytes are a private mapping of the file (no copy made).
     pub fn is_mapped(&self) -> bool {
-        matches!(self, TensorData::Mapped { .. })
+        matches!(self, TensorData::Mapped { .. } | TensorData::Shared(_))
     }
 }
 

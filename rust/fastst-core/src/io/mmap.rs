@@ -81,7 +81,7 @@ pub(crate) fn resident_pages(map: &Mmap, offset: usize, len: usize) -> Option<(u
 }
 
 /// The size of a memory page.
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 fn page_size() -> usize {
     // SAFETY: sysconf takes an integer and touches no memory of ours.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -95,4 +95,131 @@ fn page_size() -> usize {
 #[cfg(unix)]
 pub(crate) fn populate_read(map: &Mmap, offset: usize, len: usize) -> io::Result<()> {
     map.advise_range(memmap2::Advice::PopulateRead, offset, len)
+}
+
+/// The whole file as one private, writable, copy-on-write mapping
+/// (`MAP_NORESERVE`), from which tensors are handed out as [`Region`]s: one
+/// mapping for all of them instead of one each (fewer system calls and
+/// mappings, and page-cache huge folios stay mapped whole across tensor
+/// boundaries). Each byte range can be taken once: regions never overlap,
+/// which is what makes their writable slices sound.
+#[derive(Debug)]
+pub(crate) struct SharedMap {
+    raw: memmap2::MmapRaw,
+    /// `start -> end` of the ranges taken so far.
+    taken: std::sync::Mutex<std::collections::BTreeMap<usize, usize>>,
+}
+
+impl SharedMap {
+    /// Maps the whole of `file` (non-empty).
+    pub(crate) fn map(file: &File) -> io::Result<SharedMap> {
+        // SAFETY: as for `map_private`: MAP_PRIVATE and writable, so writes
+        // land in anonymous pages of this process and never reach the file;
+        // Rust references into it are only made by `Region`, over ranges
+        // taken once each (see `take`). The hazard left is another process
+        // changing or truncating the file (bytes changing underneath, or
+        // SIGBUS on touching lost pages), which the reader narrows by
+        // checking the file is unchanged before each range is taken.
+        let map = unsafe { MmapOptions::new().no_reserve_swap().map_copy(file)? };
+        Ok(SharedMap {
+            raw: memmap2::MmapRaw::from(map),
+            taken: std::sync::Mutex::new(std::collections::BTreeMap::new()),
+        })
+    }
+
+    /// The length of the mapping.
+    pub(crate) fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// Takes `[offset, offset + len)` (inside the mapping, `len > 0`) for
+    /// one owner; `None` when it lies outside or overlaps a range taken
+    /// before.
+    pub(crate) fn take(self: &std::sync::Arc<Self>, offset: usize, len: usize) -> Option<Region> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= self.len() && len > 0)?;
+        let mut taken = self
+            .taken
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, &before_end)) = taken.range(..end).next_back() {
+            if before_end > offset {
+                return None;
+            }
+        }
+        taken.insert(offset, end);
+        Some(Region {
+            map: std::sync::Arc::clone(self),
+            offset,
+            len,
+        })
+    }
+
+    /// Makes the mapping's pages for `map[offset..offset + len]` resident
+    /// and mapped (read-only until written), as [`populate_read`] does; a
+    /// page the file lost gives an error, never SIGBUS.
+    #[cfg(unix)]
+    pub(crate) fn populate_read(&self, offset: usize, len: usize) -> io::Result<()> {
+        self.raw
+            .advise_range(memmap2::Advice::PopulateRead, offset, len)
+    }
+}
+
+/// One tensor's bytes inside a [`SharedMap`], owned by one holder. Dropping
+/// it gives back the memory of the pages that lie wholly inside it
+/// (copies made by writes, page tables), unless it was the mapping's last
+/// holder (the unmapping then does it).
+#[derive(Debug)]
+pub(crate) struct Region {
+    map: std::sync::Arc<SharedMap>,
+    offset: usize,
+    len: usize,
+}
+
+impl Region {
+    /// The bytes.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        // SAFETY: `[offset, offset + len)` lies inside the live mapping
+        // (checked by `take`, which also made sure no other region covers
+        // any of these bytes, so no `&mut` to them exists elsewhere); a
+        // `&mut` from `as_mut_slice` needs `&mut self`, so it cannot coexist
+        // with this borrow.
+        unsafe { std::slice::from_raw_parts(self.map.raw.as_ptr().add(self.offset), self.len) }
+    }
+
+    /// The bytes, writable (copy-on-write: writes never reach the file).
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`; the range is this region's alone and
+        // `&mut self` makes this the only live reference to it.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.map.raw.as_mut_ptr().add(self.offset), self.len)
+        }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if std::sync::Arc::strong_count(&self.map) > 1 {
+            let page = page_size();
+            let base = self.map.raw.as_ptr() as usize;
+            let first = (base + self.offset).div_ceil(page) * page - base;
+            let last = (base + self.offset + self.len) / page * page - base;
+            if last > first {
+                // SAFETY: the pages `[first, last)` lie wholly inside this
+                // region, which is being dropped and was the only owner of
+                // those bytes: nothing can read them again. MADV_DONTNEED on
+                // a private file mapping frees their written copies and page
+                // tables (a later touch would see the file's bytes).
+                let _ = unsafe {
+                    self.map.raw.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        first,
+                        last - first,
+                    )
+                };
+            }
+        }
+    }
 }
