@@ -9,8 +9,10 @@ so copy the file into a folder of your own first (another process reading
 the same file would warm it). Each case runs in a fresh interpreter: imports
 first, then the eviction, then the timed load + touch (one byte of every
 4 KiB page). The disk limit is ``cat FILE > /dev/null`` timed the same way
-in the same rounds. Prints medians and the share of the disk limit, and for
-the hot rounds (``--hot``) the ratio to the reference.
+right before each case (the machine's disk speed drifts while other work
+runs: each case is compared with its own ``cat``). Prints medians, the
+median of the paired shares of the disk limit, and the ratio to the
+reference; ``--hot`` runs every case with the file cached instead.
 
 Cases: ``cat``, ``np`` (fastst.numpy.load_file), ``np-noprefetch``
 (the same with ``FASTST_PREFETCH=0``), ``pt`` (fastst.torch.load_file),
@@ -26,14 +28,14 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 CHILD = r"""
 import json, os, sys, time
 case, path, cold = sys.argv[1], sys.argv[2], sys.argv[3] == "cold"
 if case.startswith("pt"):
     import torch
-    torch.set_num_threads(int(os.environ.get("BENCH_TORCH_THREADS", "0")) or torch.get_num_threads())
+    threads = int(os.environ.get("BENCH_TORCH_THREADS", "0"))
+    torch.set_num_threads(threads or torch.get_num_threads())
     mod = __import__("safetensors.torch" if case == "pt-ref" else "fastst.torch", fromlist=["x"])
     def touch(ts):
         return sum(int(t.reshape(-1).view(torch.uint8)[::4096].sum()) for t in ts.values())
@@ -94,21 +96,30 @@ def main() -> None:
     cases = args.cases.split(",")
     cache = "hot" if args.hot else "cold"
     times: dict = {c: [] for c in cases}
+    shares: dict = {c: [] for c in cases}
     for r in range(args.rounds):
         order = cases if r % 2 == 0 else cases[::-1]
         for case in order:
+            if case == "cat":
+                continue
+            # The disk limit right before each case: paired ratios stay
+            # meaningful while other work on the machine shifts the disk's
+            # speed from one minute to the next.
+            limit = run("cat", args.file, cache)
             if cache == "hot":
                 run("cat", args.file, "hot")
-            times[case].append(run(case, args.file, cache))
-        time.sleep(0.1)
+            took = run(case, args.file, cache)
+            times[case].append(took)
+            shares[case].append(limit / took)
+            if "cat" in times:
+                times["cat"].append(limit)
     size = os.path.getsize(args.file)
-    limit = statistics.median(times["cat"]) if "cat" in times else None
     print(f"{args.file}: {size / 1e9:.2f} GB, {cache}, {args.rounds} rounds (medians)")
     for case in cases:
         med = statistics.median(times[case])
         line = f"  {case:15} {med:7.3f} s  {size / med / 1e9:5.2f} GB/s"
-        if limit is not None and case != "cat":
-            line += f"  share of cat {limit / med:4.2f}"
+        if case != "cat":
+            line += f"  share of cat {statistics.median(shares[case]):4.2f} (paired)"
         if case.startswith("pt") and "pt-ref" in times and case != "pt-ref":
             line += f"  vs reference {statistics.median(times['pt-ref']) / med:4.2f}x"
         print(line + "  [" + " ".join(f"{t:.3f}" for t in times[case]) + "]")

@@ -85,7 +85,8 @@ def _index_ranges(shape: Sequence[int], index: Any) -> List[range]:
     out: List[range] = []
     for item in items:
         if item is Ellipsis:
-            out.extend(range(shape[len(out) + k]) for k in range(len(shape) - given))
+            at = len(out)
+            out.extend(range(d) for d in shape[at : at + len(shape) - given])
             continue
         size = shape[len(out)]
         if isinstance(item, slice):

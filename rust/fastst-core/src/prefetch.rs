@@ -27,10 +27,11 @@ use crate::read::MappedFile;
 /// How the prefetcher brings pages into memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
-    /// `MADV_POPULATE_READ` on the file's read-only mapping: the pages are
-    /// read into the page cache without being copied anywhere, and a page
+    /// `MADV_POPULATE_READ` on the whole-file mapping tensors are handed out
+    /// of: the pages are read into the page cache without being copied
+    /// anywhere and mapped where the consumer will touch them, and a page
     /// the file lost (truncated) gives an error, never SIGBUS. Needs the
-    /// whole-file mapping (mmap back end); [`Method::Read`] serves without.
+    /// mmap back end; [`Method::Read`] serves without.
     Populate,
     /// Positioned reads into a small scratch buffer per thread (one copy,
     /// thrown away: the point is the page cache).
@@ -429,19 +430,29 @@ fn leave(shared: &Shared, mut st: MutexGuard<'_, State>) {
 /// Brings `[start, start + len)` into memory; false when that failed.
 fn fetch(shared: &Shared, scratch: &mut Vec<u8>, start: u64, len: u64) -> bool {
     let file = &*shared.file;
+    // Exactly this range first: the reads below then find its pages in the
+    // page cache (or on their way) and start no read-around of their own,
+    // which would read up to the readahead window beyond what was planned.
+    // A hint the filesystem refuses changes nothing.
+    let _ = io::advise_willneed(file.raw_file(), start, len);
     match shared.method {
         Method::Populate => {
+            let (Ok(s), Ok(n)) = (usize::try_from(start), usize::try_from(len)) else {
+                return false;
+            };
+            // Into the mapping tensors are handed out of: their first
+            // touches then find the pages mapped (no fault at all).
             #[cfg(unix)]
-            if let (Some(map), Ok(s), Ok(n)) = (
-                file.whole_map(),
-                usize::try_from(start),
-                usize::try_from(len),
-            ) {
+            if let Some(map) = file.shared_map() {
+                return map.populate_read(s, n).is_ok();
+            }
+            #[cfg(unix)]
+            if let Some(map) = file.whole_map() {
                 return io::mmap::populate_read(map, s, n).is_ok();
             }
             false
         }
-        Method::Advise => io::advise_willneed(file.raw_file(), start, len).is_ok(),
+        Method::Advise => true,
         Method::Read => {
             let Ok(n) = usize::try_from(len) else {
                 return false;
