@@ -130,7 +130,8 @@ def load_path(
     are :meth:`fastst.safe_open.get_tensor`'s. Returns once every tensor has
     landed on its device."""
     # Views are touched after this returns: read the file ahead of that.
-    ahead = "all" if not copy and dtype is None and _prefetch.enabled() else None
+    views = not copy and dtype is None and backend == "mmap"
+    ahead = "all" if views and _prefetch.enabled() else None
     with safe_open(filename, framework, device=device, backend=backend, prefetch=ahead) as f:
         tensors = f.get_tensors(copy=copy, dtype=dtype)
         f._settle()
