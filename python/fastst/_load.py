@@ -131,8 +131,9 @@ def load_path(
     landed on its device."""
     # Views are touched after this returns: read the file ahead of that.
     views = not copy and dtype is None and backend == "mmap"
-    ahead = "all" if views and _prefetch.enabled() else None
-    with safe_open(filename, framework, device=device, backend=backend, prefetch=ahead) as f:
+    with safe_open(filename, framework, device=device, backend=backend, prefetch=None) as f:
+        if views and f._prefetch is not None and _prefetch.enabled():
+            f._prefetch.declare("all", map_cached=_prefetch.map_cached())
         tensors = f.get_tensors(copy=copy, dtype=dtype)
         f._settle()
         if f._prefetch is not None:

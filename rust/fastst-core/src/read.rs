@@ -155,8 +155,8 @@ impl MappedFile {
         self.map.as_ref()
     }
 
-    /// Absolute file range of a tensor's bytes: `(start, length)`.
-    pub(crate) fn absolute(&self, info: &TensorInfo) -> (u64, usize) {
+    /// Absolute file range of a tensor's bytes.
+    fn absolute(&self, info: &TensorInfo) -> (u64, usize) {
         // Validation guarantees begin <= end <= buffer_len, so neither the
         // addition nor the length can exceed the file's length.
         let start = self.header.data_start() + info.begin;
@@ -572,6 +572,28 @@ mod tests {
             file.copy_unchecked(&big, &mut dst).unwrap_err().rule(),
             "file-changed"
         );
+    }
+
+    #[test]
+    fn a_second_handout_gets_a_mapping_of_its_own() {
+        let f = build(HEADER, &data());
+        let file = MappedFile::open(&f.0, OpenOptions::default()).unwrap();
+        let big = file.header().require("big").unwrap().clone();
+        let mut first = file.tensor_data(&big).unwrap();
+        let mut second = file.tensor_data(&big).unwrap();
+        assert!(matches!(first, TensorData::Shared(_)), "{first:?}");
+        assert!(matches!(second, TensorData::Mapped { .. }), "{second:?}");
+        first.as_mut_slice()[7] = 1;
+        second.as_mut_slice()[7] = 2;
+        assert_eq!((first.as_slice()[7], second.as_slice()[7]), (1, 2));
+        assert_eq!(&first.as_slice()[8..], &data()[8..262_144]);
+        // The shared mapping hands out each byte range once.
+        let map = file.shared_map().unwrap();
+        let start = usize::try_from(file.header().data_start()).unwrap();
+        assert!(map.take(start + 100, 10).is_none());
+        assert!(map.take(start - 10, 11).is_none());
+        assert!(map.take(start - 10, 10).is_some());
+        assert!(map.take(map.len(), 1).is_none());
     }
 
     #[test]

@@ -45,8 +45,12 @@ fn status_dict<'py>(
 impl PyPrefetcher {
     /// Starts reading `ranges` (absolute `(offset, length)` pairs, in that
     /// order) of the open file `file` in the background.
+    /// With `skip_cached=False`, ranges already in the page cache are
+    /// populated too (with the `populate` method: mapped where the tensors
+    /// are handed out, so that their first touches take no page fault).
     #[new]
-    #[pyo3(signature = (file, ranges, budget = None, threads = None, method = None, chunk = None))]
+    #[pyo3(signature = (file, ranges, budget = None, threads = None, method = None, chunk = None, skip_cached = true))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         file: &RawFile,
@@ -55,6 +59,7 @@ impl PyPrefetcher {
         threads: Option<usize>,
         method: Option<&str>,
         chunk: Option<u64>,
+        skip_cached: bool,
     ) -> PyResult<PyPrefetcher> {
         let method = match method {
             None => Method::Populate,
@@ -73,7 +78,7 @@ impl PyPrefetcher {
             threads: threads.unwrap_or(DEFAULT_THREADS),
             chunk: chunk.unwrap_or(DEFAULT_CHUNK),
             method,
-            skip_cached: true,
+            skip_cached,
         };
         let inner = py.allow_threads(|| Prefetcher::start(file, &ranges, options));
         Ok(PyPrefetcher { inner })

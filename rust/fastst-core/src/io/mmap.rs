@@ -1,8 +1,9 @@
 //! Memory mappings of files (with [`sys`](super::sys), the only code of the
 //! crate allowed `unsafe`). fastst maps a file only to hand out tensors
 //! under the default back end (zero-copy views, and copies of tensors under
-//! 64 KiB); its own reads (owned copies, conversions, hashing, value scans)
-//! use positioned reads.
+//! 64 KiB) and to read pages ahead of them (`MADV_POPULATE_READ`, which
+//! fails with an error where a touch would raise SIGBUS); its own reads
+//! (owned copies, conversions, hashing, value scans) use positioned reads.
 //!
 //! Every mapping here is private (copy-on-write): fastst never writes to a
 //! file through a mapping, and writes to a private writable mapping land in
