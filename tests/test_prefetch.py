@@ -227,6 +227,15 @@ def test_pages_already_cached_start_no_reader(tmp_path: Path) -> None:
     with fastst.safe_open(path, "np", prefetch="all") as f:
         status = job_of(f).status()
         assert status["workers"] == 0 and status["resident"] == status["planned"] > 0
+    # Unless asked to map them ahead of the caller all the same.
+    with fastst.safe_open(path, "np", prefetch=None) as f:
+        f._prefetch.declare("all", map_cached=True)
+        status = job_of(f).wait_idle(WAIT)
+        assert status["done"] == status["planned"] > 0 and status["resident"] == 0
+        assert not status["failed"]
+        assert np.array_equal(
+            f.get_tensor("b"), np.frombuffer(path.read_bytes()[-2 * MIB : -MIB], np.float32)
+        )
 
 
 def test_close_stops_the_reader(tmp_path: Path) -> None:
@@ -288,8 +297,9 @@ def test_loads_are_bit_identical_with_and_without_prefetch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, arrays = three_tensors(tmp_path)
-    for setting in ("1", "0"):
+    for setting, map_cached in (("1", "0"), ("0", "0"), ("1", "1")):
         monkeypatch.setenv("FASTST_PREFETCH", setting)
+        monkeypatch.setenv("FASTST_PREFETCH_MAP_CACHED", map_cached)
         evict(path)
         loaded = fastst.numpy.load_file(path)
         assert list(loaded) == ["a", "b", "c"]
