@@ -94,8 +94,10 @@ def warm(folder: str) -> None:
                     pass
 
 
-def run(folder: str, through_fastst: bool) -> dict:
+def run(folder: str, through_fastst: bool, prefetch: bool = True) -> dict:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    if not prefetch:
+        env["FASTST_PREFETCH"] = "0"
     env.pop("FASTST_AS_SAFETENSORS", None)
     script = os.path.join(tempfile.gettempdir(), "fastst_bench_load.py")
     with open(script, "w") as fh:
@@ -115,7 +117,13 @@ def main() -> None:
         "--folder", default=os.path.join(tempfile.gettempdir(), "fastst-bench-bert")
     )
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--no-prefetch-too",
+        action="store_true",
+        help="also time fastst with its read-ahead off (FASTST_PREFETCH=0)",
+    )
     args = parser.parse_args()
+    variants = ["reference", "fastst"] + (["fastst-noprefetch"] if args.no_prefetch_too else [])
     build(args.folder)
     size = sum(
         os.path.getsize(os.path.join(args.folder, n))
@@ -127,15 +135,16 @@ def main() -> None:
     disk: list = []
     for cache in ("hot", "cold"):
         for _ in range(args.rounds):
-            for who in ("reference", "fastst"):
+            for who in variants:
                 if cache == "hot":
                     warm(args.folder)
                 else:
                     evict(args.folder)
                     disk.append(read_cold(args.folder))
                     evict(args.folder)
-                got = run(args.folder, who == "fastst")
-                assert got["fastst"] == (who == "fastst")
+                ours = who.startswith("fastst")
+                got = run(args.folder, ours, prefetch=who != "fastst-noprefetch")
+                assert got["fastst"] == ours
                 results.setdefault((cache, who), []).append(got)
     checksums = {r["checksum"] for runs in results.values() for r in runs}
     assert len(checksums) == 1, checksums
@@ -146,6 +155,9 @@ def main() -> None:
             f"{cache:4}: reference {ref:6.3f} s  fastst {ours:6.3f} s  "
             f"speed-up {ref / ours:4.2f}x  ({args.rounds} rounds, medians)"
         )
+        if args.no_prefetch_too:
+            off = statistics.median(r["seconds"] for r in results[(cache, "fastst-noprefetch")])
+            print(f"      fastst without read-ahead {off:6.3f} s  speed-up {ref / off:4.2f}x")
     ref_cold = statistics.median(r["seconds"] for r in results[("cold", "reference")])
     hot = statistics.median(r["seconds"] for r in results[("hot", "fastst")])
     print(

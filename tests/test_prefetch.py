@@ -10,10 +10,12 @@ guards against a hang)."""
 from __future__ import annotations
 
 import ctypes
+import gc
 import itertools
 import mmap
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -333,6 +335,19 @@ def test_load_file_reads_ahead_and_keeps_reading_after_it_returns(
     assert status["done"] == status["planned"] == 12 * MIB and status["workers"] == 0
     assert not status["stopped"]
     assert residency(path)[pages_of(path, "a").start :].all()
+    assert all(np.array_equal(loaded[k], v) for k, v in arrays.items())
+
+
+def test_load_files_read_ahead_outlives_every_handle(tmp_path: Path) -> None:
+    path, arrays = three_tensors(tmp_path)
+    evict(path)
+    loaded = fastst.numpy.load_file(path)  # nothing else holds the reader
+    gc.collect()
+    data = slice(pages_of(path, "a").start, pages_of(path, "c").stop)
+    deadline = time.monotonic() + WAIT  # only a guard against a hang
+    while not residency(path)[data].all() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert residency(path)[data].all()
     assert all(np.array_equal(loaded[k], v) for k, v in arrays.items())
 
 

@@ -175,7 +175,7 @@ impl Shared {
 }
 
 /// A background reader of planned byte ranges of one file (see the module
-/// documentation). Dropping it stops it.
+/// documentation). Dropping it stops it, unless it was detached.
 #[derive(Debug)]
 pub struct Prefetcher {
     shared: Arc<Shared>,
@@ -344,8 +344,14 @@ impl Prefetcher {
 }
 
 impl Drop for Prefetcher {
+    /// Stops the threads, unless detached: a detached prefetcher reads on
+    /// to the end of its plan or budget after its handle is gone.
     fn drop(&mut self) {
-        self.stop();
+        let mut st = self.shared.lock();
+        if !st.detached {
+            st.stop = true;
+            self.shared.wake.notify_all();
+        }
     }
 }
 
