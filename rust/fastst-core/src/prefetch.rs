@@ -251,10 +251,13 @@ impl Prefetcher {
             Method::Populate if file.whole_map().is_none() => Method::Read,
             m => m,
         };
-        // Off where it cannot help: when every page is already in memory,
-        // no thread starts (the check stops at the first chunk not resident).
+        // Off where it cannot help: when the plan is in memory, no thread
+        // starts (checked on at most 64 chunks spread over it, the last
+        // included; the check stops at the first chunk not resident).
         let mut state = State::default();
-        if options.skip_cached && chunks.iter().all(|&(s, l)| resident(&file, s, l)) {
+        let stride = chunks.len().div_ceil(64).max(1);
+        let sample = chunks.iter().step_by(stride).chain(chunks.last());
+        if options.skip_cached && sample.copied().all(|(s, l)| resident(&file, s, l)) {
             state.next = chunks.len();
             (state.issued, state.done, state.resident) = (planned, planned, planned);
         }
