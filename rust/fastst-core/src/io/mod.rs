@@ -8,6 +8,7 @@ mod sys;
 pub(crate) use sys::advise_sequential;
 #[cfg(target_os = "linux")]
 pub(crate) use sys::link_unnamed;
+pub(crate) use sys::{sync_range, SyncRange};
 
 use std::fs::{File, Metadata};
 use std::path::Path;
