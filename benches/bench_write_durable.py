@@ -10,6 +10,8 @@ so that no case pays for another's dirty pages):
 - ``fastst_replace``: ``fastst.numpy.save_file`` over an existing file of
   the same size, default policy (durable because it replaces a file: the
   data and the rename are on disk when it returns).
+- ``fastst_durable_new``: ``fastst.serialize_file(..., durable=True)`` to a
+  fresh file (the durable write alone, without replacing a file).
 - ``tofile``: the same bytes written to a fresh file with ``ndarray.tofile``
   (no fsync): the limit of a non-durable save.
 - ``fastst_nosync``: ``fastst.serialize_file(..., durable=False)`` to a
@@ -81,6 +83,7 @@ def main() -> int:
     cases: Dict[str, Callable[[], None]] = {
         "write_fsync": lambda: tofile(arrays, fresh, True),
         "fastst_replace": lambda: fnp.save_file(sd, replaced),
+        "fastst_durable_new": lambda: fastst.serialize_file(sd, fresh, durable=True),
         "tofile": lambda: tofile(arrays, fresh, False),
         "fastst_nosync": lambda: fastst.serialize_file(sd, fresh, durable=False),
         "reference": lambda: ref_numpy.save_file(sd, fresh),
@@ -125,6 +128,7 @@ def main() -> int:
 
     print("ratios (time of the limit / time of fastst; 1.0 = as fast as the limit):")
     ratio("durable replace vs write+fsync (target >= 1/1.2 = 0.83)", "write_fsync", "fastst_replace")
+    ratio("durable new file vs write+fsync", "write_fsync", "fastst_durable_new")
     ratio("durable=False vs reference save_file (target >= 1.0)", "reference", "fastst_nosync")
     ratio("durable=False vs ndarray.tofile (target >= 0.8)", "tofile", "fastst_nosync")
     ratio("torch save_file vs reference torch save_file", "reference_torch", "fastst_torch")

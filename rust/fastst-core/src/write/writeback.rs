@@ -223,7 +223,6 @@ mod tests {
                     let boundary = total - total % w;
                     assert_eq!(sink.on_device(), boundary.saturating_sub(2 * w));
                 }
-                drop(sink);
                 assert_eq!(
                     std::fs::read(&path).expect("read"),
                     data,
@@ -242,7 +241,6 @@ mod tests {
         // The first write stops at the first boundary (4096).
         assert_eq!(sink.write(&data).expect("write"), 4096);
         sink.write_all(&data[4096..]).expect("rest");
-        drop(sink);
         assert_eq!(std::fs::read(&path).expect("read"), data);
         // Without overlap, one write takes everything.
         let (path2, file2) = temp_file("plain");
@@ -284,7 +282,6 @@ mod tests {
         });
         sink.write_all(&data).expect("write");
         assert!(!sink.overlapping());
-        drop(sink);
         drop(writer);
         assert_eq!(feeder.join().expect("join"), data);
     }
