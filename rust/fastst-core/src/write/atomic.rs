@@ -162,6 +162,9 @@ impl AtomicFile {
     /// data is flushed to the device before the rename and the folder after
     /// it, so a system crash leaves either the old file or the new one.
     /// `None` applies the default policy, [`AtomicFile::durable_by_default`].
+    /// A large regular file being replaced is let go of on a background
+    /// thread (Linux), so that freeing its pages and blocks does not delay
+    /// the commit.
     pub fn commit(mut self, durable: Option<bool>) -> Result<()> {
         let durable = durable.unwrap_or_else(|| self.durable_by_default());
         let file = self.file.take().ok_or_else(|| {

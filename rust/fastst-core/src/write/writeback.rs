@@ -17,8 +17,8 @@
 //! cache) before the rename, and on the folder after it.
 //!
 //! Where `sync_file_range` is not offered (other systems) or refused
-//! (filesystems that answer `EINVAL`, `ENOSYS`, `EOPNOTSUPP`, `ESPIPE`),
-//! the sink stops asking and the final `fsync` does all the work, as it
+//! (filesystems that answer `EINVAL`, `ENOSYS`, `EOPNOTSUPP`, `ESPIPE`;
+//! also a passing `ENOMEM` or `EINTR`), the sink stops asking and the final `fsync` does all the work, as it
 //! did before. Any other error of the call (the device failed to write:
 //! `EIO`, `ENOSPC`...) is a write error: the save fails, the temporary file
 //! is removed and the target is left as it was.
@@ -144,9 +144,16 @@ fn unsupported(e: &io::Error) -> bool {
     }
     #[cfg(unix)]
     if let Some(code) = e.raw_os_error() {
+        // ENOMEM and EINTR cost nothing but the overlap either: the final
+        // fsync still writes everything.
         return matches!(
             code,
-            libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP | libc::ESPIPE
+            libc::EINVAL
+                | libc::ENOSYS
+                | libc::EOPNOTSUPP
+                | libc::ESPIPE
+                | libc::ENOMEM
+                | libc::EINTR
         );
     }
     false
@@ -259,6 +266,7 @@ mod tests {
         {
             assert!(unsupported(&io::Error::from_raw_os_error(libc::EINVAL)));
             assert!(unsupported(&io::Error::from_raw_os_error(libc::ESPIPE)));
+            assert!(unsupported(&io::Error::from_raw_os_error(libc::ENOMEM)));
             assert!(!unsupported(&io::Error::from_raw_os_error(libc::EIO)));
             assert!(!unsupported(&io::Error::from_raw_os_error(libc::ENOSPC)));
         }
