@@ -225,3 +225,59 @@ def test_a_killed_durable_replace_leaves_old_or_new(tmp_path: Path) -> None:
         # Entirely the old file or entirely the new one.
         assert big[0] in (old_value, new_value)
         assert (big == big[0]).all()
+
+
+def open_handles_to(path: Path) -> list:
+    """This process's descriptors that point at ``path`` or at a deleted
+    file once known by that name."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link in (str(path), f"{path} (deleted)"):
+            found.append(link)
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_a_large_replaced_file_is_let_go_of(tmp_path: Path) -> None:
+    # Replacing a file of 64 MiB or more hands the old file to a background
+    # thread, which closes it: no handle on the old file stays open, and a
+    # reader that had it open keeps reading the old data.
+    target = tmp_path / "model.safetensors"
+    fnp.save_file({"w": np.full(20 << 20, 1, dtype=np.float32)}, target)  # 80 MiB
+    with fastst.safe_open(target, "np") as reader:
+        fnp.save_file({"w": np.full(20 << 20, 2, dtype=np.float32)}, target)
+        assert (reader.get_tensor("w")[-4:] == 1).all()
+    assert (fnp.load_file(target)["w"][-4:] == 2).all()
+    deadline = time.monotonic() + 10
+    while open_handles_to(target) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert open_handles_to(target) == []
+    assert listing(tmp_path) == ["model.safetensors"]
+
+
+@pytest.fixture
+def roomy_ext4(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0 or shutil.which("mount") is None or shutil.which("mkfs.ext4") is None:
+        pytest.skip("mounting a loop ext4 needs root and mkfs.ext4")
+    yield from small_filesystem("ext4", tmp_path / "roomy", 256)
+
+
+def test_the_replaced_file_space_comes_back(roomy_ext4: Path) -> None:
+    # Five durable replaces of an 80 MiB file on a 256 MB filesystem: each
+    # needs the space of the old and the new file at once, which is only
+    # there if every replaced file is freed (no handle kept).
+    target = roomy_ext4 / "model.safetensors"
+    for value in range(5):
+        fnp.save_file({"w": np.full(20 << 20, value, dtype=np.float32)}, target)
+        assert (fnp.load_file(target)["w"][-4:] == value).all()
+        stats = os.statvfs(roomy_ext4)
+        deadline = time.monotonic() + 10
+        while stats.f_bavail * stats.f_frsize < (100 << 20) and time.monotonic() < deadline:
+            time.sleep(0.02)
+            stats = os.statvfs(roomy_ext4)
+        assert stats.f_bavail * stats.f_frsize >= 100 << 20
+    assert listing(roomy_ext4) == ["lost+found", "model.safetensors"]
