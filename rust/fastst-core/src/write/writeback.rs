@@ -32,8 +32,11 @@ use crate::io::{sync_range, SyncRange};
 /// writer leaves it.
 pub const WINDOW: u64 = 8 << 20;
 
-/// Windows in flight behind the writer before it waits for the oldest.
-pub const LAG: u64 = 2;
+/// Windows in flight behind the writer before it waits for the oldest:
+/// enough to keep a shared or virtual disk's queue busy (64 MiB), few
+/// enough that dirty pages stay far below the kernel's throttling limits
+/// and the final `fsync` waits for little.
+pub const LAG: u64 = 8;
 
 /// Where writeback of the bytes written so far stands.
 #[derive(Debug)]
