@@ -452,6 +452,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--only", help="comma-separated modules (keys of MODULES)")
     parser.add_argument("--ids", help="comma-separated mutant ids to run (e.g. M003,M017)")
+    parser.add_argument(
+        "--tests",
+        help="comma-separated test files to run instead of the module's own (triage: does a "
+        "wider selection kill a survivor?)",
+    )
     parser.add_argument("--list", action="store_true", help="print the mutants, run nothing")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant")
     parser.add_argument(
@@ -471,6 +476,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.ids:
         wanted = {i.strip() for i in args.ids.split(",")}
         found = [m for m in found if m.ident in wanted]
+    if args.tests:
+        tests = [t.strip() for t in args.tests.split(",") if t.strip()]
+        for m in found:
+            m.tests = tests
     if args.list:
         for m in found:
             s = m.site
