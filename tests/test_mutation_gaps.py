@@ -4,11 +4,10 @@ see docs/python-mutants.md)."""
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 import fastst
 import fastst.numpy
+import numpy as np
+import pytest
 
 
 def _sample() -> dict:
