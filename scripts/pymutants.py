@@ -86,7 +86,14 @@ MODULES: Dict[str, Tuple[int, List[str]]] = {
     "_hook.py": (6, ["tests/test_dropin_hook.py", "tests/test_dropin_api.py"]),
     "_update.py": (5, ["tests/test_cli_meta_edit.py"]),
     "_convert.py": (6, ["tests/test_cli_convert.py"]),
-    "_errors.py": (4, ["tests/test_rules_catalogue.py", "tests/test_reader_corpus.py"]),
+    "_errors.py": (
+        4,
+        [
+            "tests/test_rules_catalogue.py",
+            "tests/test_reader_corpus.py",
+            "tests/test_reader_api.py",
+        ],
+    ),
     "cli/commands.py": (4, CLI_BASIC + ["tests/test_cli_meta.py", "tests/test_cli_hash.py"]),
     "cli/parser.py": (3, CLI_BASIC + ["tests/test_cli_inputs.py"]),
     "cli/render.py": (3, CLI_BASIC + ["tests/test_cli_fuzz.py"]),

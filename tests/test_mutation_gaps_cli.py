@@ -1,0 +1,81 @@
+"""The command line, metadata editing and checkpoint conversion: behaviour no
+other test pinned down, found by the Python mutation pass
+(scripts/pymutants.py; the mutant each test kills is named in its docstring,
+see docs/python-mutants.md)."""
+
+from __future__ import annotations
+
+import json
+
+import fastst
+import fastst.numpy
+import numpy as np
+import pytest
+from cli_files import run
+
+torch = pytest.importorskip("torch")
+
+
+def _file(path):
+    fastst.numpy.save_file({"w": np.arange(4, dtype=np.float32)}, path)
+    return path
+
+
+@pytest.mark.parametrize("updates", [[("a", "b")], "a=b", 3])
+def test_update_metadata_needs_a_mapping(tmp_path, updates):
+    """``updates`` that is not a mapping is a TypeError saying so, and the
+    file is left alone (mutant: the check dropped, failing later with an
+    AttributeError)."""
+    src = _file(tmp_path / "m.safetensors")
+    before = src.read_bytes()
+    with pytest.raises(TypeError, match="updates must be a dict of str to str"):
+        fastst.update_metadata(src, updates)
+    assert src.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "content",
+    [torch.ones(3), [torch.ones(2)], {}, {"step": 3, "name": "x"}],
+    ids=["tensor", "list", "empty-dict", "no-tensors"],
+)
+def test_convert_refuses_a_checkpoint_without_a_state_dict(tmp_path, capsys, content):
+    """A checkpoint holding no dict of tensors (a bare tensor, a list, an
+    empty dict, a dict of plain values) is refused with "no state dict" and
+    nothing is written (mutants: ``and`` -> ``or`` in the state-dict test,
+    which accepts ``{}`` or fails on ``.values()``; the final raise dropped)."""
+    src = tmp_path / "c.pt"
+    torch.save(content, src)
+    out = tmp_path / "c.safetensors"
+    code, _, err = run(["convert", str(src), str(out)], capsys)
+    assert code == 2 and "no state dict" in err, err
+    assert not out.exists()
+
+
+def test_verify_summary_counts_unreadable_inputs(tmp_path, capsys):
+    """With several inputs, the text output ends with a summary line, also
+    when some inputs could not be read (mutant: ``reports - errors > 1``)."""
+    good = _file(tmp_path / "good.safetensors")
+    missing = tmp_path / "missing.safetensors"
+    code, out, err = run(["verify", str(good), str(missing)], capsys)
+    assert code == 2 and "missing.safetensors" in err
+    assert out.rstrip().splitlines()[-1] == (
+        "1 input verified: 0 with findings at or above low, 1 unreadable"
+    )
+    code, out, _ = run(["verify", str(missing), str(tmp_path / "gone.safetensors")], capsys)
+    assert code == 2
+    assert out.rstrip().splitlines()[-1].endswith("2 unreadable")
+    code, out, _ = run(["verify", str(good)], capsys)
+    assert code == 0 and "verified:" not in out
+
+
+def test_verify_foreign_data_format_is_high_not_critical(tmp_path, capsys):
+    """A recognised foreign format that cannot run code (an HTML page under a
+    .safetensors name) gets a ``foreign-content`` finding of severity high;
+    only formats that can run code are critical (mutant: the two swapped)."""
+    page = tmp_path / "page.safetensors"
+    page.write_bytes(b"<!DOCTYPE html><html><body>not a model</body></html>\n" * 4)
+    code, out, _ = run(["verify", "--json", str(page)], capsys)
+    (result,) = json.loads(out)["results"]
+    foreign = [f for f in result["findings"] if f["rule"] == "foreign-content"]
+    assert [f["severity"] for f in foreign] == ["high"], result["findings"]
+    assert "HTML" in foreign[0]["message"]
