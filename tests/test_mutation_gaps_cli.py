@@ -79,3 +79,23 @@ def test_verify_foreign_data_format_is_high_not_critical(tmp_path, capsys):
     foreign = [f for f in result["findings"] if f["rule"] == "foreign-content"]
     assert [f["severity"] for f in foreign] == ["high"], result["findings"]
     assert "HTML" in foreign[0]["message"]
+
+
+def test_parameter_counts_in_thousands_millions_billions_trillions(tmp_path, capsys):
+    """Counts read as ``n`` with separators and a K/M/B/T figure from a
+    thousand up, at each unit's exact boundary (mutant: a unit's scale
+    changed); ``fastst inspect`` shows them for the parameter count."""
+    from fastst.cli.render import count_text
+
+    assert count_text(999) == "999"
+    assert count_text(1000) == "1,000 (1.00K)"
+    assert count_text(999_999) == "999,999 (1000.00K)"
+    assert count_text(10**6) == "1,000,000 (1.00M)"
+    assert count_text(10**9 - 1) == "999,999,999 (1000.00M)"
+    assert count_text(10**9) == "1,000,000,000 (1.00B)"
+    assert count_text(2_500_000_000) == "2,500,000,000 (2.50B)"
+    assert count_text(10**12) == "1,000,000,000,000 (1.00T)"
+    path = tmp_path / "p.safetensors"
+    fastst.numpy.save_file({"w": np.zeros(1_500_000, dtype=np.uint8)}, path)
+    code, out, _ = run(["inspect", str(path)], capsys)
+    assert code == 0 and "parameters   1,500,000 (1.50M)" in out
