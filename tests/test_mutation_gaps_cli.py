@@ -99,3 +99,24 @@ def test_parameter_counts_in_thousands_millions_billions_trillions(tmp_path, cap
     fastst.numpy.save_file({"w": np.zeros(1_500_000, dtype=np.uint8)}, path)
     code, out, _ = run(["inspect", str(path)], capsys)
     assert code == 0 and "parameters   1,500,000 (1.50M)" in out
+
+
+def test_meta_card_shortens_only_long_descriptions(tmp_path, capsys):
+    """The card of ``fastst meta`` shows a description of up to 400
+    characters whole and cuts a longer one at 400 with "..." (the raw
+    metadata below still has it whole) (mutant: the comparison flipped)."""
+    long = tmp_path / "long.safetensors"
+    short = tmp_path / "short.safetensors"
+    for path, text in ((long, "d" * 450), (short, "a model of 400 chars or less")):
+        fastst.numpy.save_file(
+            {"w": np.zeros(2, dtype=np.float32)},
+            path,
+            metadata={"modelspec.description": text, "modelspec.title": "T"},
+        )
+    code, out, _ = run(["meta", str(long), str(short)], capsys)
+    assert code == 0
+    cards = [
+        line.split(None, 1)[1] for line in out.splitlines() if line.startswith("  description")
+    ]
+    assert cards == ["d" * 400 + "...", "a model of 400 chars or less"]
+    assert "modelspec.description: " + "d" * 450 in out
