@@ -120,3 +120,19 @@ def test_meta_card_shortens_only_long_descriptions(tmp_path, capsys):
     ]
     assert cards == ["d" * 400 + "...", "a model of 400 chars or less"]
     assert "modelspec.description: " + "d" * 450 in out
+
+
+def test_meta_raw_values_cut_after_2000_characters(tmp_path, capsys):
+    """Raw metadata values of ``fastst meta`` are shown whole up to 2,000
+    characters; a longer one is cut there and says its length (mutant: the
+    limit moved by one)."""
+    path = tmp_path / "m.safetensors"
+    fastst.numpy.save_file(
+        {"w": np.zeros(2, dtype=np.float32)},
+        path,
+        metadata={"at_limit": "a" * 2000, "over_limit": "b" * 2001},
+    )
+    code, out, _ = run(["meta", "--raw", str(path)], capsys)
+    assert code == 0
+    assert "    at_limit: " + "a" * 2000 + "\n" in out
+    assert "    over_limit: " + "b" * 2000 + "... (2,001 characters)\n" in out
