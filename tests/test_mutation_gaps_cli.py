@@ -136,3 +136,20 @@ def test_meta_raw_values_cut_after_2000_characters(tmp_path, capsys):
     assert code == 0
     assert "    at_limit: " + "a" * 2000 + "\n" in out
     assert "    over_limit: " + "b" * 2000 + "... (2,001 characters)\n" in out
+
+
+def test_sarif_artifact_uris_of_absolute_and_relative_paths(tmp_path, capsys, monkeypatch):
+    """SARIF artifact locations: an absolute path becomes a ``file://`` URI,
+    a relative one stays relative, percent-encoded (mutant: the two cases
+    swapped, which cannot express a relative path at all)."""
+    path = _file(tmp_path / "a model.safetensors")
+    code, out, _ = run(["verify", "--format", "sarif", str(path)], capsys)
+    assert code == 0
+    [artifact] = json.loads(out)["runs"][0]["artifacts"]
+    assert artifact["location"]["uri"] == path.as_uri()
+    assert artifact["location"]["uri"].startswith("file:///")
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(["verify", "--format", "sarif", "a model.safetensors"], capsys)
+    assert code == 0
+    [artifact] = json.loads(out)["runs"][0]["artifacts"]
+    assert artifact["location"]["uri"] == "a%20model.safetensors"
