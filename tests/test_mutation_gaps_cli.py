@@ -153,3 +153,16 @@ def test_sarif_artifact_uris_of_absolute_and_relative_paths(tmp_path, capsys, mo
     assert code == 0
     [artifact] = json.loads(out)["runs"][0]["artifacts"]
     assert artifact["location"]["uri"] == "a%20model.safetensors"
+
+
+def test_provenance_text_escapes_controls_but_not_spaces():
+    """The provenance commands' terminal text escapes control, C1, bidi and
+    line-breaking characters and keeps everything printable as it is, the
+    space included (mutant: the control range stretched over the space)."""
+    from fastst.provenance.cli_render import clean
+
+    assert clean("model weights/a b.safetensors") == "model weights/a b.safetensors"
+    assert clean("~ é 模型") == "~ é 模型"
+    assert clean("a\tb\nc\x1b[31m\x7f\x9f") == "a\\x09b\\x0ac\\x1b[31m\\x7f\\x9f"
+    assert clean("x\u202ey\u2028z\u0085") == "x\\u202ey\\u2028z\\x85"
+    assert clean("bad\udcffname") == "bad\\udcffname"
