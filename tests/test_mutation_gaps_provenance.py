@@ -1,0 +1,84 @@
+"""Signing and verifying: behaviour no other test pinned down, found by the
+Python mutation pass (scripts/pymutants.py; the mutant each test kills is
+named in its docstring, see docs/python-mutants.md)."""
+
+from __future__ import annotations
+
+import fastst
+import fastst.numpy
+import numpy as np
+import pytest
+
+pytest.importorskip("cryptography")
+from cryptography.hazmat.primitives import serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
+from fastst.provenance.hashing import read_regular  # noqa: E402
+
+
+@pytest.fixture()
+def signed(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    fastst.numpy.save_file({"w": np.ones(3, dtype=np.float32)}, model / "model.safetensors")
+    key = ec.generate_private_key(ec.SECP256R1())
+    private = tmp_path / "private.pem"
+    private.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    public = tmp_path / "public.pem"
+    public.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    fastst.sign(model, private)
+    return model, public
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"-----BEGIN PUBLIC KEY-----\nnot base64 at all\n-----END PUBLIC KEY-----\n",
+        b"just some text\n",
+        b"",
+    ],
+    ids=["bad-pem", "text", "empty"],
+)
+def test_verify_with_a_file_that_is_no_key(signed, tmp_path, content):
+    """A "public key" file holding neither a PEM public key nor a
+    certificate is a ProvenanceError naming the file (mutant: the raise
+    dropped, so verifying goes on with no key)."""
+    model, public = signed
+    assert fastst.verify_signature(model, public_key=public).verified
+    junk = tmp_path / "junk.pem"
+    junk.write_bytes(content)
+    with pytest.raises(fastst.ProvenanceError, match="not a PEM public key or certificate") as err:
+        fastst.verify_signature(model, public_key=junk)
+    assert err.value.filename == str(junk)
+
+
+def test_read_regular_reads_one_byte_past_the_limit(tmp_path):
+    """``read_regular(path, limit)`` returns up to ``limit + 1`` bytes, so a
+    caller can tell a file over its limit from one exactly at it (mutant:
+    ``limit - 1``, which cuts files at the limit and hides larger ones)."""
+    path = tmp_path / "ten"
+    path.write_bytes(b"0123456789")
+    assert read_regular(str(path), 10) == b"0123456789"  # exactly at the limit: whole
+    assert read_regular(str(path), 9) == b"0123456789"  # one over: limit + 1 bytes
+    assert read_regular(str(path), 4) == b"01234"
+    assert read_regular(str(path), 100) == b"0123456789"
+
+
+def test_a_public_key_file_over_its_limit_is_refused(signed, tmp_path):
+    """A public key file of more than 1 MiB is refused as too large rather
+    than parsed (the limit is checked with the extra byte read_regular
+    gives)."""
+    model, public = signed
+    big = tmp_path / "big.pem"
+    big.write_bytes(public.read_bytes() + b"\n" * (1 << 20))
+    with pytest.raises(fastst.ProvenanceError, match="larger than 1048576 bytes"):
+        fastst.verify_signature(model, public_key=big)
