@@ -121,7 +121,11 @@ GAP_TESTS: Dict[str, List[str]] = {
     "tests/test_mutation_gaps.py": ["_open.py", "_load.py", "_write.py"],
     "tests/test_mutation_gaps_checkpoints.py": ["_checkpoint.py", "_folders.py"],
     "tests/test_mutation_gaps_hook.py": ["_hook.py"],
-    "tests/test_mutation_gaps_provenance.py": ["provenance/hashing.py", "provenance/keys.py"],
+    "tests/test_mutation_gaps_provenance.py": [
+        "provenance/hashing.py",
+        "provenance/keys.py",
+        "provenance/sbom.py",
+    ],
     "tests/test_mutation_gaps_cli.py": [
         "_update.py",
         "_convert.py",

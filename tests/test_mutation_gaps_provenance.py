@@ -82,3 +82,50 @@ def test_a_public_key_file_over_its_limit_is_refused(signed, tmp_path):
     big.write_bytes(public.read_bytes() + b"\n" * (1 << 20))
     with pytest.raises(fastst.ProvenanceError, match="larger than 1048576 bytes"):
         fastst.verify_signature(model, public_key=big)
+
+
+def _sharded_folder(folder):
+    folder.mkdir()
+    fastst.numpy.save_sharded(
+        {"a": np.zeros(16, dtype=np.float32), "b": np.ones(16, dtype=np.float32)},
+        folder,
+        max_shard_size=100,
+    )
+    (folder / "config.json").write_text('{"hidden_size": 4}')
+    return folder
+
+
+def test_sbom_counts_every_file_it_describes(tmp_path):
+    """``SbomResult.files`` counts the safetensors files, the indexes and the
+    other files of the model (mutant: the others subtracted)."""
+    folder = _sharded_folder(tmp_path / "llm")
+    shards = sorted(p.name for p in folder.glob("*.safetensors"))
+    assert len(shards) == 2
+    whole = fastst.sbom(folder)
+    assert (whole.checkpoints, whole.files) == (1, 4)  # 2 shards + index + config.json
+    index = fastst.sbom(folder / "model.safetensors.index.json")
+    assert (index.checkpoints, index.files) == (1, 3)
+    single = fastst.sbom(folder / shards[0])
+    assert (single.checkpoints, single.files) == (1, 1)
+
+
+def test_sbom_model_card_trigger_words_only_when_there_are_some(tmp_path):
+    """The model card carries ``fastst:trigger_words`` (comma-separated) when
+    the metadata names trigger words, and no such property otherwise
+    (mutant: ``or`` -> ``and``, which drops real ones and emits empty ones)."""
+    with_words = tmp_path / "lora.safetensors"
+    fastst.numpy.save_file(
+        {"w": np.zeros(2, dtype=np.float32)},
+        with_words,
+        metadata={"modelspec.trigger_phrase": "catstyle, sks cat"},
+    )
+    without = tmp_path / "plain.safetensors"
+    fastst.numpy.save_file({"w": np.zeros(2, dtype=np.float32)}, without)
+
+    def card_props(path):
+        (component,) = fastst.sbom(path).document["components"]
+        return {p["name"]: p["value"] for p in component["modelCard"]["properties"]}
+
+    assert card_props(with_words)["fastst:trigger_words"] == "catstyle, sks cat"
+    props = card_props(without)
+    assert "fastst:trigger_words" not in props and props["fastst:tensors"] == "1"
