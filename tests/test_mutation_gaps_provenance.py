@@ -129,3 +129,48 @@ def test_sbom_model_card_trigger_words_only_when_there_are_some(tmp_path):
     assert card_props(with_words)["fastst:trigger_words"] == "catstyle, sks cat"
     props = card_props(without)
     assert "fastst:trigger_words" not in props and props["fastst:tensors"] == "1"
+
+
+def test_sign_keeps_git_files_only_when_asked(signed, tmp_path):
+    """``ignore_git_paths=False`` signs ``.gitattributes`` and the like with
+    the rest; by default they are left out (mutant: ``and`` -> ``or``, which
+    leaves them out even when asked to sign them)."""
+    model, _public = signed
+    (model / ".gitattributes").write_text("*.safetensors filter=lfs\n")
+    (model / "config.json").write_text("{}")
+    private = tmp_path / "private.pem"
+    everything = fastst.sign(model, private, ignore_git_paths=False)
+    assert [f.name for f in everything.files] == [
+        ".gitattributes",
+        "config.json",
+        "model.safetensors",
+    ]
+    default = fastst.sign(model, private)
+    assert [f.name for f in default.files] == ["config.json", "model.safetensors"]
+
+
+def test_verify_reports_a_signed_file_that_cannot_be_read(signed, tmp_path, monkeypatch):
+    """A signed file whose bytes cannot be read while verifying (an I/O
+    error) is a ``signature-special-file`` finding giving the reason, and
+    the model is not verified (mutant: the finding dropped, so the failure
+    went unexplained)."""
+    import errno
+
+    import fastst.provenance.hashing as hashing
+
+    model, public = signed
+    (model / "config.json").write_text('{"hidden_size": 4}')
+    fastst.sign(model, tmp_path / "private.pem")
+    real = hashing.hash_range
+
+    def failing(path, *args, **kwargs):
+        if str(path).endswith("config.json"):
+            raise OSError(errno.EIO, "Input/output error")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(hashing, "hash_range", failing)
+    result = fastst.verify_signature(model, public_key=public)
+    assert not result.verified
+    assert [(f.rule, f.message) for f in result.findings] == [
+        ("signature-special-file", "config.json: cannot be read: Input/output error")
+    ]
