@@ -174,3 +174,118 @@ def test_verify_reports_a_signed_file_that_cannot_be_read(signed, tmp_path, monk
     assert [(f.rule, f.message) for f in result.findings] == [
         ("signature-special-file", "config.json: cannot be read: Input/output error")
     ]
+
+
+def _pem_key(key):
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _certificate(subject, key, issuer, issuer_key, *, ca, usage=None, extended=None):
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import NameOID
+
+    now = dt.datetime.now(dt.timezone.utc)
+
+    def name(text):
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
+
+    flags = dict.fromkeys(
+        (
+            "digital_signature",
+            "content_commitment",
+            "key_encipherment",
+            "data_encipherment",
+            "key_agreement",
+            "key_cert_sign",
+            "crl_sign",
+            "encipher_only",
+            "decipher_only",
+        ),
+        False,
+    )
+    flags.update(usage or {})
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name(subject))
+        .issuer_name(name(issuer))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(**flags), critical=True)
+    )
+    if extended is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(extended), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+@pytest.mark.parametrize(
+    "usage, extended",
+    [
+        ({"digital_signature": True}, "server-auth"),  # key usage alone suffices
+        ({"key_agreement": True}, "code-signing"),  # extended key usage alone suffices
+    ],
+    ids=["key-usage", "extended-key-usage"],
+)
+def test_signing_certificate_needs_one_of_the_two_usages(tmp_path, usage, extended):
+    """A signing certificate is accepted when its key usage allows digital
+    signatures *or* its extended key usage allows code signing (mutant: the
+    extended key usage consulted only when the key usage already allows
+    signing, which refuses both of these certificates)."""
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    eku = {
+        "server-auth": [ExtendedKeyUsageOID.SERVER_AUTH],
+        "code-signing": [ExtendedKeyUsageOID.CODE_SIGNING],
+    }[extended]
+    root_key = ec.generate_private_key(ec.SECP256R1())
+    root = _certificate(
+        "gap root", root_key, "gap root", root_key, ca=True, usage={"key_cert_sign": True}
+    )
+    leaf_key = ec.generate_private_key(ec.SECP256R1())
+    leaf = _certificate("gap signer", leaf_key, "gap root", root_key, ca=False, usage=usage,
+                        extended=eku)  # fmt: skip
+    files = {}
+    for label, data in (
+        ("root", root.public_bytes(serialization.Encoding.PEM)),
+        ("leaf", leaf.public_bytes(serialization.Encoding.PEM)),
+        ("leaf_key", _pem_key(leaf_key)),
+    ):
+        files[label] = tmp_path / f"{label}.pem"
+        files[label].write_bytes(data)
+    model = tmp_path / "model"
+    model.mkdir()
+    fastst.numpy.save_file({"w": np.ones(3, dtype=np.float32)}, model / "model.safetensors")
+    fastst.sign(model, files["leaf_key"], certificate=files["leaf"])
+    result = fastst.verify_signature(model, certificate_chain=[files["root"]])
+    assert result.verified, result.findings
+
+
+def test_verify_reports_its_own_duration(signed, tmp_path):
+    """``VerifyResult.seconds`` is the time the check took, on success and on
+    an early failure alike (mutant: ``perf_counter() + t0``)."""
+    import time
+
+    model, public = signed
+    start = time.perf_counter()
+    ok = fastst.verify_signature(model, public_key=public)
+    other = ec.generate_private_key(ec.SECP256R1()).public_key()
+    wrong = tmp_path / "other.pem"
+    wrong.write_bytes(
+        other.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    bad = fastst.verify_signature(model, public_key=wrong)
+    elapsed = time.perf_counter() - start
+    assert ok.verified and not bad.verified
+    for result in (ok, bad):
+        assert 0 <= result.seconds <= elapsed
