@@ -444,7 +444,7 @@ def report(path: Path, found: List[Mutant], seed: int, commit: str, seconds: flo
         "and kept when the report is regenerated). Reproduce with:",
         "",
         "```sh",
-        f"nice -n 19 /work/tools/wt-py.sh scripts/pymutants.py --seed {seed}",
+        f"nice -n 19 python scripts/pymutants.py --seed {seed}",
         "```",
         "",
         f"Source: commit `{commit}`, seed {seed}, {now:%Y-%m-%d %H:%M} UTC, "
