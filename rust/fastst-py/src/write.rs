@@ -96,6 +96,11 @@ impl PyWritePlan {
 
 #[pymethods]
 impl PyWritePlan {
+    /// Bytes per writeback window of a durable save: each window is handed
+    /// to the device as the writer leaves it (`sync_file_range`, Linux).
+    #[classattr]
+    const WRITEBACK_WINDOW: u64 = fastst_core::write::writeback::WINDOW;
+
     /// Orders the tensors, assigns offsets and renders the header; fails
     /// with a `SerializeError` on a reserved or repeated name, a shape that
     /// does not fill whole bytes or overflows, or a header over `header_cap`.
@@ -168,7 +173,8 @@ impl PyWritePlan {
     /// buffer, or an iterator of them (consumed in file order). On any error
     /// (a Python exception from an iterator included) the temporary file is
     /// removed and `path` is left as it was. `durable` flushes the data to
-    /// disk before the rename; `None` does so only when a file is replaced,
+    /// disk before the rename (written to the device behind the writer as
+    /// it goes, then `fsync`); `None` does so only when a file is replaced,
     /// so that a system crash can never lose the old file's contents.
     #[pyo3(signature = (path, display_name, sources, durable = None))]
     fn write_file(

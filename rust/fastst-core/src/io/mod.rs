@@ -9,6 +9,7 @@ pub(crate) use sys::advise_sequential;
 pub(crate) use sys::advise_willneed;
 #[cfg(target_os = "linux")]
 pub(crate) use sys::link_unnamed;
+pub(crate) use sys::{sync_range, SyncRange};
 
 use std::fs::{File, Metadata};
 use std::path::Path;

@@ -150,3 +150,50 @@ pub(crate) fn advise_willneed(file: &File, offset: u64, len: u64) -> io::Result<
         Ok(())
     }
 }
+
+/// How [`sync_range`] treats a range of a file being written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SyncRange {
+    /// Start writing the range's dirty pages to the device; do not wait.
+    Start,
+    /// Wait for any writeback of the range already under way, write what is
+    /// still dirty and wait for all of it: the range is on the device
+    /// (not its metadata, nor the device's volatile cache: the final
+    /// `fsync` still does that).
+    Wait,
+}
+
+/// `sync_file_range` on `len` bytes of `file` from `offset` (Linux). Where
+/// the system has no such call (elsewhere) it answers `ErrorKind::Unsupported`; the
+/// caller then leaves all the flushing to the final `fsync`.
+#[cfg(target_os = "linux")]
+pub(crate) fn sync_range(file: &File, offset: u64, len: u64, how: SyncRange) -> io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    let (Ok(offset), Ok(len)) = (
+        libc::off64_t::try_from(offset),
+        libc::off64_t::try_from(len),
+    ) else {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    };
+    let flags = match how {
+        SyncRange::Start => libc::SYNC_FILE_RANGE_WRITE,
+        SyncRange::Wait => {
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER
+        }
+    };
+    // SAFETY: sync_file_range on a descriptor owned by `file`, alive for
+    // the call; it takes integers only and touches no memory of ours.
+    let r = unsafe { libc::sync_file_range(file.as_raw_fd(), offset, len, flags) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// No `sync_file_range` here: always `ErrorKind::Unsupported`.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn sync_range(_file: &File, _offset: u64, _len: u64, _how: SyncRange) -> io::Result<()> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}

@@ -12,10 +12,14 @@
 //!   by the durability policy) and removed on any failure, so the target is
 //!   either the old file or the complete new one; [`write_atomic`] runs the
 //!   whole sequence.
+//! - [`writeback`]: [`FileSink`], the file as the stream writes it; for a
+//!   durable save it has the data written to the device behind the writer
+//!   (`sync_file_range`), so the flush before the commit finds little left.
 
 pub mod atomic;
 pub mod plan;
 pub mod stream;
+pub mod writeback;
 
 use std::io::Write;
 use std::path::Path;
@@ -23,6 +27,7 @@ use std::path::Path;
 pub use atomic::{write_atomic, AtomicFile, WriteFailure};
 pub use plan::{NewTensor, PlannedTensor, WritePlan};
 pub use stream::TensorStream;
+pub use writeback::FileSink;
 
 use crate::error::{Error, Result};
 

@@ -1,0 +1,299 @@
+//! The writer's file sink: writes at the file's current end and, for a
+//! durable save, has the system write the data to the device behind the
+//! writer instead of all at once in the final `fsync`.
+//!
+//! Without it, a durable save of a large file is "write everything into the
+//! page cache, then wait for all of it to reach the disk": the disk idles
+//! while memory is filled, the writer idles while the disk works, and the
+//! kernel throttles a writer that piles up many dirty pages. With it, every
+//! time the writer crosses a window boundary ([`WINDOW`] bytes), the window
+//! just written is handed to the device (`sync_file_range` `WRITE`: start
+//! writeback, do not wait), and the window [`LAG`] windows behind is waited
+//! for (`WAIT_BEFORE | WRITE | WAIT_AFTER`). Writing and writeback overlap,
+//! and dirty pages stay bounded by about `(LAG + 1) * WINDOW` bytes.
+//!
+//! Durability is unchanged: the commit still calls `fsync` on the file
+//! (which writes the tail, the file's metadata and flushes the device's
+//! cache) before the rename, and on the folder after it.
+//!
+//! Where `sync_file_range` is not offered (other systems) or refused
+//! (filesystems that answer `EINVAL`, `ENOSYS`, `EOPNOTSUPP`, `ESPIPE`;
+//! also a passing `ENOMEM` or `EINTR`), the sink stops asking and the final `fsync` does all the work, as it
+//! did before. Any other error of the call (the device failed to write:
+//! `EIO`, `ENOSPC`...) is a write error: the save fails, the temporary file
+//! is removed and the target is left as it was.
+
+use std::fs::File;
+use std::io::{self, Write};
+
+use crate::io::{sync_range, SyncRange};
+
+/// Bytes per writeback window: each window is handed to the device as the
+/// writer leaves it.
+pub const WINDOW: u64 = 8 << 20;
+
+/// Windows in flight behind the writer before it waits for the oldest:
+/// enough to keep a shared or virtual disk's queue busy (64 MiB), few
+/// enough that dirty pages stay far below the kernel's throttling limits
+/// and the final `fsync` waits for little.
+pub const LAG: u64 = 8;
+
+/// Where writeback of the bytes written so far stands.
+#[derive(Debug)]
+struct Overlap {
+    /// Window size in bytes (a positive multiple of 4096).
+    window: u64,
+    /// Windows in flight before the writer waits.
+    lag: u64,
+    /// Writeback was started for `[0, started)`.
+    started: u64,
+    /// `[0, waited)` is on the device.
+    waited: u64,
+}
+
+/// The destination of a save: a file written front to back, with optional
+/// writeback behind the writer (see the module's documentation).
+#[derive(Debug)]
+pub struct FileSink<'f> {
+    file: &'f File,
+    /// Bytes written so far (the file's length).
+    pos: u64,
+    overlap: Option<Overlap>,
+}
+
+impl<'f> FileSink<'f> {
+    /// A sink writing at the start of the empty `file`; with `overlap`, the
+    /// data is written to the device behind the writer ([`WINDOW`],
+    /// [`LAG`]).
+    pub fn new(file: &'f File, overlap: bool) -> FileSink<'f> {
+        FileSink::with_window(file, overlap, WINDOW, LAG)
+    }
+
+    /// As [`FileSink::new`] with a chosen window size (rounded up to a
+    /// multiple of 4096 bytes) and lag (at least 1).
+    pub fn with_window(file: &'f File, overlap: bool, window: u64, lag: u64) -> FileSink<'f> {
+        let window = window.max(1).div_ceil(4096).saturating_mul(4096);
+        FileSink {
+            file,
+            pos: 0,
+            overlap: overlap.then_some(Overlap {
+                window,
+                lag: lag.max(1),
+                started: 0,
+                waited: 0,
+            }),
+        }
+    }
+
+    /// True while writeback behind the writer is on (it turns itself off
+    /// where the system or filesystem does not offer it).
+    pub fn overlapping(&self) -> bool {
+        self.overlap.is_some()
+    }
+
+    /// Bytes written so far.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Bytes known to be on the device (before the final `fsync`).
+    pub fn on_device(&self) -> u64 {
+        self.overlap.as_ref().map_or(0, |o| o.waited)
+    }
+
+    /// Runs one `sync_file_range`; `Ok(false)` when the system or the
+    /// filesystem does not offer it (overlap then turns off).
+    fn sync(&mut self, offset: u64, len: u64, how: SyncRange) -> io::Result<bool> {
+        match sync_range(self.file, offset, len, how) {
+            Ok(()) => Ok(true),
+            Err(e) if unsupported(&e) => {
+                self.overlap = None;
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// After a write: start writeback of the windows the writer has left,
+    /// and wait for those more than `lag` windows behind.
+    fn after_write(&mut self) -> io::Result<()> {
+        let Some(o) = &self.overlap else {
+            return Ok(());
+        };
+        let boundary = self.pos - self.pos % o.window;
+        if boundary <= o.started {
+            return Ok(());
+        }
+        let (start, lag_bytes, waited) = (o.started, o.lag.saturating_mul(o.window), o.waited);
+        if !self.sync(start, boundary - start, SyncRange::Start)? {
+            return Ok(());
+        }
+        let wait_to = boundary.saturating_sub(lag_bytes);
+        if wait_to > waited && !self.sync(waited, wait_to - waited, SyncRange::Wait)? {
+            return Ok(());
+        }
+        if let Some(o) = &mut self.overlap {
+            o.started = boundary;
+            o.waited = o.waited.max(wait_to);
+        }
+        Ok(())
+    }
+}
+
+/// Errors that mean "not offered here", as opposed to a failed write.
+fn unsupported(e: &io::Error) -> bool {
+    if e.kind() == io::ErrorKind::Unsupported {
+        return true;
+    }
+    #[cfg(unix)]
+    if let Some(code) = e.raw_os_error() {
+        // ENOMEM and EINTR cost nothing but the overlap either: the final
+        // fsync still writes everything.
+        return matches!(
+            code,
+            libc::EINVAL
+                | libc::ENOSYS
+                | libc::EOPNOTSUPP
+                | libc::ESPIPE
+                | libc::ENOMEM
+                | libc::EINTR
+        );
+    }
+    false
+}
+
+impl Write for FileSink<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // Stop at the next window boundary, so that writeback starts as
+        // soon as a window is complete even inside one large tensor.
+        let take = match &self.overlap {
+            Some(o) => {
+                let room = o.window - self.pos % o.window;
+                buf.len().min(usize::try_from(room).unwrap_or(usize::MAX))
+            }
+            None => buf.len(),
+        };
+        let n = (&*self.file).write(&buf[..take])?;
+        self.pos += n as u64;
+        self.after_write()?;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn temp_file(tag: &str) -> (PathBuf, File) {
+        let path = std::env::temp_dir().join(format!(
+            "fastst-writeback-{tag}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .expect("create");
+        (path, file)
+    }
+
+    fn pattern(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 7 + i / 4096) as u8).collect()
+    }
+
+    #[test]
+    fn bytes_are_identical_around_the_window() {
+        let w = 4096u64;
+        for (k, total) in [0, 1, w - 1, w, w + 1, 3 * w, 7 * w + 5, 20 * w]
+            .into_iter()
+            .enumerate()
+        {
+            for part in [1usize, 100, 4096, 5000, 1 << 20] {
+                let (path, file) = temp_file(&format!("id{k}-{part}"));
+                let data = pattern(total as usize);
+                let mut sink = FileSink::with_window(&file, true, w, 2);
+                for chunk in data.chunks(part) {
+                    sink.write_all(chunk).expect("write");
+                }
+                assert_eq!(sink.position(), total);
+                // A regular file accepts sync_file_range on Linux (tmpfs
+                // too, where it does nothing); elsewhere the sink falls back.
+                assert_eq!(sink.overlapping(), cfg!(target_os = "linux"));
+                if sink.overlapping() {
+                    // Everything `lag` windows behind the writer is on the
+                    // device already.
+                    let boundary = total - total % w;
+                    assert_eq!(sink.on_device(), boundary.saturating_sub(2 * w));
+                }
+                assert_eq!(
+                    std::fs::read(&path).expect("read"),
+                    data,
+                    "{total} by {part}"
+                );
+                std::fs::remove_file(&path).expect("rm");
+            }
+        }
+    }
+
+    #[test]
+    fn window_is_rounded_to_pages_and_writes_stop_at_boundaries() {
+        let (path, file) = temp_file("round");
+        let mut sink = FileSink::with_window(&file, true, 1, 0);
+        let data = pattern(10_000);
+        // The first write stops at the first boundary (4096).
+        assert_eq!(sink.write(&data).expect("write"), 4096);
+        sink.write_all(&data[4096..]).expect("rest");
+        assert_eq!(std::fs::read(&path).expect("read"), data);
+        // Without overlap, one write takes everything.
+        let (path2, file2) = temp_file("plain");
+        let mut plain = FileSink::new(&file2, false);
+        assert!(!plain.overlapping());
+        assert_eq!(plain.write(&data).expect("write"), data.len());
+        assert_eq!(plain.on_device(), 0);
+        std::fs::remove_file(&path).expect("rm");
+        std::fs::remove_file(&path2).expect("rm");
+    }
+
+    #[test]
+    fn only_unsupported_errors_turn_overlap_off() {
+        assert!(unsupported(&io::Error::from(io::ErrorKind::Unsupported)));
+        #[cfg(unix)]
+        {
+            assert!(unsupported(&io::Error::from_raw_os_error(libc::EINVAL)));
+            assert!(unsupported(&io::Error::from_raw_os_error(libc::ESPIPE)));
+            assert!(unsupported(&io::Error::from_raw_os_error(libc::ENOMEM)));
+            assert!(!unsupported(&io::Error::from_raw_os_error(libc::EIO)));
+            assert!(!unsupported(&io::Error::from_raw_os_error(libc::ENOSPC)));
+        }
+        assert!(!unsupported(&io::Error::other("x")));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_pipe_turns_overlap_off_and_keeps_writing() {
+        // sync_file_range on a pipe answers ESPIPE: the sink falls back to
+        // plain writes and loses nothing.
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        let writer = File::from(std::os::fd::OwnedFd::from(writer));
+        let data = pattern(3 * 4096 + 17);
+        let mut sink = FileSink::with_window(&writer, true, 4096, 1);
+        let feeder = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut reader = reader;
+            std::io::Read::read_to_end(&mut reader, &mut got).expect("read");
+            got
+        });
+        sink.write_all(&data).expect("write");
+        assert!(!sink.overlapping());
+        drop(writer);
+        assert_eq!(feeder.join().expect("join"), data);
+    }
+}
