@@ -156,13 +156,14 @@ def test_sarif_artifact_uris_of_absolute_and_relative_paths(tmp_path, capsys, mo
 
 
 def test_provenance_text_escapes_controls_but_not_spaces():
-    """The provenance commands' terminal text escapes control, C1, bidi and
-    line-breaking characters and keeps everything printable as it is, the
+    """The provenance commands' terminal text goes through the one escaping
+    rule of the command (fastst.cli.text.escape): control, C1, bidi and
+    line-breaking characters escaped, everything printable kept as it is, the
     space included (mutant: the control range stretched over the space)."""
     from fastst.provenance.cli_render import clean
 
     assert clean("model weights/a b.safetensors") == "model weights/a b.safetensors"
     assert clean("~ é 模型") == "~ é 模型"
-    assert clean("a\tb\nc\x1b[31m\x7f\x9f") == "a\\x09b\\x0ac\\x1b[31m\\x7f\\x9f"
-    assert clean("x\u202ey\u2028z\u0085") == "x\\u202ey\\u2028z\\x85"
-    assert clean("bad\udcffname") == "bad\\udcffname"
+    assert clean("a\tb\nc\x1b[31m\x7f\x9f") == "a\\tb\\nc\\u{1b}[31m\\u{7f}\\u{9f}"
+    assert clean("x\u202ey\u2028z\u0085") == "x\\u{202e}y\\u{2028}z\\u{85}"
+    assert clean("bad\udcffname") == "bad\\xFFname"

@@ -1036,7 +1036,7 @@ def test_terminal_text_escapes_hostile_names(model: Path, keys: Any, capsys: Any
                         "--public-key", str(pub)], capsys)  # fmt: skip
     assert code == 1
     assert "\x1b" not in out and "\u202e" not in out
-    assert "\\x1b[2J\\u202ename.txt" in out
+    assert "\\u{1b}[2J\\u{202e}name.txt" in out
 
 
 def test_import_fastst_does_not_load_signing_libraries() -> None:

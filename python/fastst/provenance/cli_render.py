@@ -16,23 +16,15 @@ _SARIF_SCHEMA = (
     "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 )
 
-_BIDI = set("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
 
 def clean(text: str) -> str:
-    """``text`` safe for a terminal: control, bidi and line-breaking
-    characters escaped (``\\x1b``, ``\\u202e``...), so one item stays on
-    one line and cannot rewrite the screen."""
-    out = []
-    for ch in str(text):
-        o = ord(ch)
-        if ch in _BIDI or o < 0x20 or 0x7F <= o < 0xA0 or ch in "\u2028\u2029\u0085":
-            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}")
-        elif 0xD800 <= o < 0xE000:  # lone surrogates from undecodable file names
-            out.append(f"\\u{o:04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    """``text`` safe for a terminal: :func:`fastst.cli.text.escape`, the one
+    escaping rule of every command's text output, so one item stays on one
+    line and cannot rewrite the screen."""
+    # Imported on use: fastst.cli's package imports this module's callers.
+    from ..cli.text import escape
+
+    return escape(text)
 
 
 def _counts(findings: Sequence[Dict[str, Any]]) -> str:
