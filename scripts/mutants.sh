@@ -149,7 +149,8 @@ awk -F'\t' -v modules="${modules[*]}" -v threshold=$threshold -v src="$src/" '
             verdict = ""
             if (un > 0) { verdict = "  INCOMPLETE"; fail = 1 }
             if (score < threshold) { verdict = verdict "  UNDER " threshold "%"; fail = 1 }
-            printf "%-10s %7d %6d %6d %5d %7d %8d %8d %6.1f%%%s\n", m, n[m], c, x, e, t, u, un, score, verdict
+            shown = (c + x > 0) ? sprintf("%6.1f%%", score) : "      -"
+            printf "%-10s %7d %6d %6d %5d %7d %8d %8d %s%s\n", m, n[m], c, x, e, t, u, un, shown, verdict
             tc += c; tx += x; te += e; tt += t; tu += u; tun += un; tn += n[m]
         }
         printf "%-10s %7d %6d %6d %5d %7d %8d %8d %6.1f%%\n", "total", tn, tc, tx, te, tt, tu, tun, (tc + tx > 0) ? 100 * tc / (tc + tx) : 100
