@@ -5,3 +5,4 @@ mod header_api;
 mod header_rules;
 mod parser_robustness;
 mod read_api;
+mod write_api;
