@@ -153,3 +153,254 @@ fn whole_files_from_memory() {
     let e = parse_file_bytes(&file[..5], 1000).err();
     assert!(matches!(e, Some(Error::FileTooShort { len: 5 })), "{e:?}");
 }
+
+fn parse_err(json: &str, buffer_len: u64) -> Error {
+    match Header::parse(json.as_bytes(), buffer_len) {
+        Ok(_) => panic!("accepted: {json}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn offsets_name_what_they_hold() {
+    let cases = [
+        ("[0,4,8]", "a list of 3 values"),
+        ("[0]", "a list of 1 values"),
+        ("[]", "a list of 0 values"),
+        ("[[0],4]", "a value that is not a non-negative integer"),
+        (
+            "[0,{\"a\":[1]}]",
+            "a value that is not a non-negative integer",
+        ),
+        (
+            "[0,4,[1,[2]]]",
+            "a value that is not a non-negative integer",
+        ),
+        ("[0,4,{}]", "a value that is not a non-negative integer"),
+        ("[-1,4]", "a value that is not a non-negative integer"),
+        ("[true,4]", "a value that is not a non-negative integer"),
+        ("[null,4]", "a value that is not a non-negative integer"),
+        ("[\"0\",4]", "a value that is not a non-negative integer"),
+        ("true", "the boolean true"),
+        ("7", "the number 7"),
+        ("-7", "the number -7"),
+        ("0.5", "the number 0.5"),
+        ("\"x\"", "the string \"x\""),
+        ("null", "null"),
+        ("{}", "an object"),
+    ];
+    for (offsets, what) in cases {
+        let j = format!(r#"{{"t":{{"dtype":"U8","shape":[4],"data_offsets":{offsets}}}}}"#);
+        let e = parse_err(&j, 4);
+        assert!(
+            matches!(e, Error::BadOffsets { ref tensor, ref found } if tensor == "t" && found == what),
+            "{offsets}: {e:?}"
+        );
+    }
+    // The first two of more values are not taken as the offsets.
+    let h = Header::parse(
+        br#"{"t":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}"#,
+        4,
+    )
+    .expect("valid");
+    assert_eq!(h.get("t").map(|t| (t.begin, t.end)), Some((0, 4)));
+}
+
+#[test]
+fn entries_and_fields_name_what_they_hold() {
+    for (entry, what) in [
+        ("[]", "a list"),
+        ("1", "the number 1"),
+        ("\"s\"", "the string \"s\""),
+        ("null", "null"),
+        ("false", "the boolean false"),
+    ] {
+        let e = parse_err(&format!(r#"{{"t":{entry}}}"#), 0);
+        assert!(
+            matches!(e, Error::EntryNotObject { ref tensor, ref found } if tensor == "t" && found == what),
+            "{entry}: {e:?}"
+        );
+    }
+    for (dtype, what) in [
+        ("1", "the number 1"),
+        ("-1", "the number -1"),
+        ("1.5", "the number 1.5"),
+        ("true", "the boolean true"),
+        ("null", "null"),
+        ("[]", "a list"),
+        ("{}", "an object"),
+    ] {
+        let j = format!(r#"{{"t":{{"dtype":{dtype},"shape":[],"data_offsets":[0,1]}}}}"#);
+        let e = parse_err(&j, 1);
+        assert!(
+            matches!(e, Error::WrongFieldType { ref tensor, field: "dtype", ref found, .. } if tensor == "t" && found == what),
+            "{dtype}: {e:?}"
+        );
+    }
+    for (shape, what) in [
+        ("1", "the number 1"),
+        ("\"2\"", "the string \"2\""),
+        ("null", "null"),
+        ("false", "the boolean false"),
+        ("{}", "an object"),
+    ] {
+        let j = format!(r#"{{"t":{{"dtype":"U8","shape":{shape},"data_offsets":[0,1]}}}}"#);
+        let e = parse_err(&j, 1);
+        assert!(
+            matches!(e, Error::WrongFieldType { ref tensor, field: "shape", ref found, .. } if tensor == "t" && found == what),
+            "{shape}: {e:?}"
+        );
+    }
+    for (entry, value) in [
+        ("-1", "-1"),
+        ("1.5", "1.5"),
+        ("true", "true"),
+        ("null", "null"),
+        ("\"3\"", "\"3\""),
+        ("[1]", "a list"),
+        ("{}", "an object"),
+        ("9223372036854775808", "9223372036854775808"),
+    ] {
+        let j = format!(r#"{{"t":{{"dtype":"U8","shape":[{entry}],"data_offsets":[0,1]}}}}"#);
+        let e = parse_err(&j, 1);
+        assert!(
+            matches!(e, Error::BadShapeEntry { ref tensor, .. } if tensor == "t"),
+            "{entry}: {e:?}"
+        );
+        assert!(e.to_string().contains(value), "{entry}: {e}");
+    }
+}
+
+#[test]
+fn unknown_fields_of_every_kind_are_skipped_and_noted() {
+    let j = concat!(
+        r#"{"t":{"n":null,"b":true,"i":-1,"u":1,"f":0.5,"s":"x","#,
+        r#""l":[1,[2,{"k":[]}],{"a":null}],"m":{"x":{"y":[[]]}},"#,
+        r#""dtype":"U8","shape":[1],"data_offsets":[0,1]}}"#
+    );
+    let h = Header::parse(j.as_bytes(), 1).expect("valid");
+    let fields: Vec<&str> = h
+        .notes()
+        .unknown_fields
+        .iter()
+        .map(|(t, f)| {
+            assert_eq!(t, "t");
+            f.as_str()
+        })
+        .collect();
+    assert_eq!(fields, ["n", "b", "i", "u", "f", "s", "l", "m"]);
+    assert_eq!(h.get("t").map(|t| (t.dtype, t.end)), Some((Dtype::U8, 1)));
+    // Each field, known or not, may appear once.
+    let e = parse_err(
+        r#"{"t":{"l":[1],"dtype":"U8","shape":[1],"data_offsets":[0,1],"l":{}}}"#,
+        1,
+    );
+    assert!(
+        matches!(e, Error::DuplicateField { ref tensor, ref field } if tensor == "t" && field == "l"),
+        "{e:?}"
+    );
+    for field in ["dtype", "shape", "data_offsets"] {
+        let j = r#"{"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}"#.replace(
+            "}}",
+            &format!(
+                r#","{field}":{}}}}}"#,
+                match field {
+                    "dtype" => "\"U8\"",
+                    "shape" => "[1]",
+                    _ => "[0,1]",
+                }
+            ),
+        );
+        let e = parse_err(&j, 1);
+        assert!(
+            matches!(e, Error::DuplicateField { field: ref f, .. } if f == field),
+            "{j}: {e:?}"
+        );
+        assert!(e.to_string().contains(field), "{e}");
+    }
+    let e = parse_err(r#"{"t":{"dtype":"U8","shape":[1]}}"#, 1);
+    assert!(
+        matches!(e, Error::MissingField { ref tensor, field: "data_offsets" } if tensor == "t"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn metadata_forms() {
+    let h = Header::parse(br#"{"__metadata__":null}"#, 0).expect("null metadata");
+    assert!(h.notes().metadata_null);
+    assert!(h.metadata().is_none());
+    let h = Header::parse(br#"{"__metadata__":{}}"#, 0).expect("empty metadata");
+    assert!(!h.notes().metadata_null);
+    assert_eq!(h.metadata(), Some(&[][..]));
+    let h = Header::parse(br#"{"__metadata__":{"k":"v\u0000\"w"}}"#, 0).expect("escapes");
+    assert_eq!(
+        h.metadata(),
+        Some(&[("k".to_owned(), "v\u{0}\"w".to_owned())][..])
+    );
+    for (m, what) in [
+        ("[]", "a list"),
+        ("\"s\"", "the string \"s\""),
+        ("true", "the boolean true"),
+        ("2", "the number 2"),
+        ("-2", "the number -2"),
+        ("0.5", "the number 0.5"),
+    ] {
+        let e = parse_err(&format!(r#"{{"__metadata__":{m}}}"#), 0);
+        assert!(
+            matches!(e, Error::MetadataNotMap { ref found } if found == what),
+            "{m}: {e:?}"
+        );
+    }
+    for (v, what) in [
+        ("null", "null"),
+        ("{}", "an object"),
+        ("[\"a\"]", "a list"),
+        ("true", "the boolean true"),
+        ("-3", "the number -3"),
+        ("3", "the number 3"),
+        ("2.5", "the number 2.5"),
+    ] {
+        let e = parse_err(&format!(r#"{{"__metadata__":{{"k":"v","q":{v}}}}}"#), 0);
+        assert!(
+            matches!(e, Error::MetadataValueNotString { ref key, ref found } if key == "q" && found == what),
+            "{v}: {e:?}"
+        );
+    }
+    let e = parse_err(r#"{"__metadata__":{"a":"1","b":"2","a":"3"}}"#, 0);
+    assert!(
+        matches!(e, Error::DuplicateMetadataKey { ref key } if key == "a"),
+        "{e:?}"
+    );
+    let e = parse_err(r#"{"__metadata__":{},"__metadata__":null}"#, 0);
+    assert!(matches!(e, Error::DuplicateMetadata), "{e:?}");
+}
+
+#[test]
+fn framing_errors_carry_their_position() {
+    let e = parse_err("  \t[1]", 0);
+    assert!(
+        matches!(
+            e,
+            Error::HeaderStart {
+                found: b'[',
+                offset: 3
+            }
+        ),
+        "{e:?}"
+    );
+    let e = match Header::parse(b"{\"a\":\"\xc3\"}", 0) {
+        Err(e) => e,
+        Ok(_) => panic!("accepted"),
+    };
+    assert!(matches!(e, Error::HeaderNotUtf8 { offset: 6 }), "{e:?}");
+    let e = parse_err(" \n ", 0);
+    assert!(
+        matches!(e, Error::Json { ref message } if message == "header holds only whitespace"),
+        "{e:?}"
+    );
+    let e = parse_err("{\"a\":}", 0);
+    assert!(matches!(e, Error::Json { .. }), "{e:?}");
+    let h = Header::parse(b"\r\n\t {}", 0).expect("leading whitespace");
+    assert_eq!(h.notes().leading_whitespace, 4);
+}
