@@ -418,4 +418,189 @@ mod tests {
         assert!(convert(Dtype::Bf16, Dtype::F32, &[0, 0x3f], &mut out).is_err());
         assert!(convert(Dtype::I32, Dtype::F32, &[0; 4], &mut out[..4]).is_err());
     }
+
+    /// Sum of `bits[i] * (i + 1)` (wrapping): one number that changes when
+    /// any value or its position changes.
+    fn weighted(bits: impl Iterator<Item = u64>) -> u64 {
+        bits.zip(1u64..)
+            .fold(0u64, |acc, (b, i)| acc.wrapping_add(b.wrapping_mul(i)))
+    }
+
+    /// Every value of every 8-bit kind against ml_dtypes (`float8_e4m3fn`,
+    /// `float8_e5m2`, `float8_e4m3fnuz`, `float8_e5m2fnuz`, `float8_e8m0fnu`
+    /// cast to float32): the NaN codes, and the weighted sum of the other
+    /// values' f32 bit patterns, through the element decoder, its table and
+    /// `convert`.
+    #[test]
+    fn eight_bit_kinds_match_ml_dtypes() {
+        let expected: [(Dtype, &[usize], u64); 5] = [
+            (Dtype::F8E4M3, &[127, 255], 87_460_516_200_448),
+            (
+                Dtype::F8E5M2,
+                &[125, 126, 127, 253, 254, 255],
+                86_142_699_438_080,
+            ),
+            (Dtype::F8E4M3Fnuz, &[128], 87_896_069_505_024),
+            (Dtype::F8E5M2Fnuz, &[128], 88_258_021_163_008),
+            (Dtype::F8E8M0, &[255], 46_364_176_154_624),
+        ];
+        let codes: Vec<u8> = (0..=255).collect();
+        for (dtype, nans, sum) in expected {
+            let mut out = vec![0u8; 256 * 4];
+            convert(dtype, Dtype::F32, &codes, &mut out).expect("convert");
+            let converted: Vec<f32> = out
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            let decoded: Vec<f32> = codes.iter().map(|&b| decode8(dtype, b)).collect();
+            let table = table8(dtype);
+            for values in [&converted[..], &decoded[..], &table[..]] {
+                let nan_codes: Vec<usize> = (0..256).filter(|&i| values[i].is_nan()).collect();
+                assert_eq!(nan_codes, nans, "{dtype}");
+                let bits = values.iter().map(|v| {
+                    if v.is_nan() {
+                        0
+                    } else {
+                        u64::from(v.to_bits())
+                    }
+                });
+                assert_eq!(weighted(bits), sum, "{dtype}");
+            }
+        }
+        // A few values by name (ml_dtypes): smallest subnormal, largest
+        // normal, one, negative zero, infinity.
+        assert_eq!(decode8(Dtype::F8E4M3, 0x01), 2f32.powi(-9));
+        assert_eq!(decode8(Dtype::F8E4M3, 0x38), 1.0);
+        assert_eq!(decode8(Dtype::F8E4M3, 0xfe), -448.0);
+        assert_eq!(decode8(Dtype::F8E4M3, 0x80).to_bits(), 0x8000_0000);
+        assert_eq!(decode8(Dtype::F8E5M2, 0x7b), 57344.0);
+        assert_eq!(decode8(Dtype::F8E5M2, 0xfc), f32::NEG_INFINITY);
+        assert_eq!(decode8(Dtype::F8E5M2Fnuz, 0xff), -57344.0);
+        assert_eq!(decode8(Dtype::F8E4M3Fnuz, 0x7f), 240.0);
+        assert_eq!(decode8(Dtype::F8E8M0, 0x00), 2f32.powi(-127));
+        assert_eq!(decode8(Dtype::F8E8M0, 0xfe), 2f32.powi(127));
+        assert!(decode8(Dtype::F32, 0).is_nan());
+    }
+
+    /// Every F16 value widened, against numpy's float16 -> float32 (NaN
+    /// payloads included): weighted sum of the bit patterns.
+    #[test]
+    fn f16_widening_matches_numpy() {
+        let halves: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
+        let mut wide = vec![0u8; halves.len() * 2];
+        convert(Dtype::F16, Dtype::F32, &halves, &mut wide).expect("convert");
+        let want = 5_905_984_343_024_599_040;
+        let kernel = (0..=u16::MAX).map(|h| u64::from(f16_to_f32(h).to_bits()));
+        assert_eq!(weighted(kernel), want);
+        let converted = wide
+            .chunks_exact(4)
+            .map(|c| u64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+        assert_eq!(weighted(converted), want);
+        // Subnormals by name: the smallest and the largest.
+        assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
+        assert_eq!(f16_to_f32(0x03ff), 1023.0 * 2f32.powi(-24));
+        assert_eq!(f16_to_f32(0x8200), -(2f32.powi(-15)));
+        assert_eq!(f16_to_f32(0x7c01).to_bits(), 0x7f80_2000);
+        assert_eq!(bf16_to_f32(0xc0a0), -5.0);
+    }
+
+    /// 2^20 spread F32 bit patterns narrowed, against numpy (float16) and
+    /// ml_dtypes (bfloat16), NaNs left out (their payloads are checked in
+    /// `nan_payloads_are_kept_where_they_fit`).
+    #[test]
+    fn narrowing_matches_numpy_and_ml_dtypes() {
+        let singles: Vec<f32> = (0u64..1 << 20)
+            .map(|i| f32::from_bits((i.wrapping_mul(0x9E37_79B1).wrapping_add(0x12345)) as u32))
+            .filter(|f| !f.is_nan())
+            .collect();
+        assert_eq!(singles.len(), 1_044_481);
+        let halves = singles.iter().map(|&f| u64::from(f32_to_f16(f)));
+        assert_eq!(weighted(halves), 17_596_869_304_769_817);
+        let brains = singles.iter().map(|&f| u64::from(f32_to_bf16(f)));
+        assert_eq!(weighted(brains), 17_839_040_551_075_935);
+    }
+
+    #[test]
+    fn supported_pairs_and_checks() {
+        use Dtype::*;
+        assert_eq!(
+            conversions(),
+            [
+                (F16, F32),
+                (Bf16, F32),
+                (F32, F16),
+                (F32, Bf16),
+                (F8E4M3, F32),
+                (F8E5M2, F32),
+                (F8E4M3Fnuz, F32),
+                (F8E5M2Fnuz, F32),
+                (F8E8M0, F32),
+            ]
+        );
+        for d in Dtype::ALL {
+            assert!(supported(d, d), "{d}");
+        }
+        assert!(!supported(F32, F64));
+        assert!(!supported(F16, Bf16));
+        assert!(check("t", I64, I64, 16, 16).is_ok());
+        assert!(check("t", Bf16, F32, 6, 12).is_ok());
+        assert!(check("t", F32, F16, 0, 0).is_ok());
+        let e = check("t", Bf16, F32, 6, 8).err();
+        assert!(
+            matches!(e, Some(Error::DestinationSize { ref tensor, what: "the conversion destination", expected: 12, got: 8 }) if tensor == "t"),
+            "{e:?}"
+        );
+        // A partial source element is refused even when the sizes agree.
+        let e = check("t", F32, F16, 6, 2).err();
+        assert!(
+            matches!(
+                e,
+                Some(Error::DestinationSize {
+                    expected: 2,
+                    got: 2,
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        let e = check("t", F32, F64, 8, 16).err();
+        assert!(
+            matches!(e, Some(Error::ConversionNotAllowed { ref tensor, from: F32, to: F64 }) if tensor == "t"),
+            "{e:?}"
+        );
+        // Packed kinds are never converted, not even to themselves.
+        for d in [F4, F6E2M3, F6E3M2] {
+            let e = check("", d, d, 3, 3).err();
+            assert!(
+                matches!(e, Some(Error::ConversionNotAllowed { .. })),
+                "{e:?}"
+            );
+        }
+        let e = convert(F16, Bf16, &[0; 2], &mut [0; 2]).err();
+        assert!(
+            matches!(
+                e,
+                Some(Error::ConversionNotAllowed {
+                    from: F16,
+                    to: Bf16,
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        // Small same-kind copies and each element kernel, through `convert`.
+        let src = [1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
+        let mut dst = [0u8; 16];
+        convert(U64, U64, &src, &mut dst).expect("copy");
+        assert_eq!(dst, src);
+        let mut out = [0u8; 4];
+        convert(F32, Bf16, &1.5f32.to_le_bytes(), &mut out[..2]).expect("bf16");
+        assert_eq!(u16::from_le_bytes([out[0], out[1]]), 0x3fc0);
+        convert(F32, F16, &(-2.0f32).to_le_bytes(), &mut out[..2]).expect("f16");
+        assert_eq!(u16::from_le_bytes([out[0], out[1]]), 0xc000);
+        convert(F16, F32, &0x3c00u16.to_le_bytes(), &mut out).expect("f16 up");
+        assert_eq!(f32::from_le_bytes(out), 1.0);
+        convert(F8E5M2, F32, &[0x3c], &mut out).expect("f8");
+        assert_eq!(f32::from_le_bytes(out), 1.0);
+    }
 }

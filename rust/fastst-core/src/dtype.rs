@@ -273,4 +273,41 @@ mod tests {
         ranks.dedup();
         assert_eq!(ranks.len(), Dtype::ALL.len());
     }
+
+    #[test]
+    fn alignments_bits_and_kinds_of_every_dtype() {
+        // (dtype, bits, alignment in bytes, sub-byte, float)
+        let table = [
+            (Dtype::Bool, 8, 1, false, false),
+            (Dtype::U8, 8, 1, false, false),
+            (Dtype::I8, 8, 1, false, false),
+            (Dtype::U16, 16, 2, false, false),
+            (Dtype::I16, 16, 2, false, false),
+            (Dtype::F16, 16, 2, false, true),
+            (Dtype::Bf16, 16, 2, false, true),
+            (Dtype::U32, 32, 4, false, false),
+            (Dtype::I32, 32, 4, false, false),
+            (Dtype::F32, 32, 4, false, true),
+            (Dtype::C64, 64, 4, false, true),
+            (Dtype::U64, 64, 8, false, false),
+            (Dtype::I64, 64, 8, false, false),
+            (Dtype::F64, 64, 8, false, true),
+            (Dtype::F8E4M3, 8, 1, false, true),
+            (Dtype::F8E5M2, 8, 1, false, true),
+            (Dtype::F8E4M3Fnuz, 8, 1, false, true),
+            (Dtype::F8E5M2Fnuz, 8, 1, false, true),
+            (Dtype::F8E8M0, 8, 1, false, true),
+            (Dtype::F4, 4, 1, true, true),
+            (Dtype::F6E2M3, 6, 1, true, true),
+            (Dtype::F6E3M2, 6, 1, true, true),
+        ];
+        assert_eq!(table.len(), Dtype::ALL.len());
+        for (d, bits, align, sub_byte, float) in table {
+            assert_eq!(d.bits(), bits, "{d}");
+            assert_eq!(d.alignment(), align, "{d}");
+            assert_eq!(d.is_sub_byte(), sub_byte, "{d}");
+            assert_eq!(d.is_float(), float, "{d}");
+            assert_eq!(d.to_string(), d.name());
+        }
+    }
 }

@@ -523,3 +523,78 @@ impl Error {
 
 /// Result alias for the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_tensor_only_when_there_is_one() {
+        let e = Error::DestinationSize {
+            tensor: "w".into(),
+            what: "the destination",
+            expected: 8,
+            got: 4,
+        };
+        assert_eq!(
+            e.to_string(),
+            "tensor \"w\": the destination holds 4 bytes but 8 are needed"
+        );
+        assert_eq!(e.tensor(), Some("w"));
+        let e = Error::ConversionNotAllowed {
+            tensor: String::new(),
+            from: Dtype::F32,
+            to: Dtype::I8,
+        };
+        assert_eq!(e.to_string(), "no conversion from F32 to I8");
+        assert_eq!(e.tensor(), None);
+        let e = Error::OutOfMemory {
+            bytes: 3,
+            tensor: "\"q\"".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "tensor \"\\\"q\\\"\": cannot allocate 3 bytes (out of memory)"
+        );
+        assert_eq!(e.tensor(), Some("\"q\""));
+    }
+
+    #[test]
+    fn each_error_knows_its_tensor_rule_and_family() {
+        let entry = Error::MissingField {
+            tensor: "e".into(),
+            field: "shape",
+        };
+        assert_eq!(entry.tensor(), Some("e"));
+        assert_eq!(entry.rule(), RuleId::MissingField);
+        assert_eq!(entry.kind(), Family::TensorTable);
+        let layout = Error::Hole {
+            tensor: "h".into(),
+            begin: 4,
+            end: 8,
+            expected: 2,
+            gap: 2,
+        };
+        assert_eq!(
+            (layout.tensor(), layout.rule(), layout.kind()),
+            (Some("h"), RuleId::Hole, Family::Layout)
+        );
+        let named = Error::TensorNotFound { name: "n".into() };
+        assert_eq!(
+            (named.tensor(), named.rule(), named.kind()),
+            (Some("n"), RuleId::TensorNotFound, Family::TensorNotFound)
+        );
+        let none = Error::HeaderLengthZero;
+        assert_eq!(
+            (none.tensor(), none.rule(), none.kind()),
+            (None, RuleId::HeaderLengthZero, Family::HeaderFraming)
+        );
+        let io = Error::io("reading", std::io::Error::other("boom"));
+        assert_eq!(
+            (io.tensor(), io.rule(), io.kind()),
+            (None, RuleId::Io, Family::Io)
+        );
+        assert_eq!(io.to_string(), "reading: boom");
+        assert!(matches!(io, Error::Io { ref context, .. } if context == "reading"));
+    }
+}

@@ -566,4 +566,77 @@ mod tests {
         }
         assert_eq!(Severity::from_name("HIGH"), None);
     }
+
+    #[test]
+    fn families_name_their_python_class() {
+        let names: Vec<&str> = Family::ALL.iter().map(|f| f.python_name()).collect();
+        assert_eq!(
+            names,
+            [
+                "HeaderFramingError",
+                "HeaderJsonError",
+                "MetadataError",
+                "TensorTableError",
+                "LayoutError",
+                "TensorNotFoundError",
+                "ClosedFileError",
+                "SerializeError",
+                "UnsupportedDtypeError",
+                "ShardIndexError",
+                "ValueError",
+                "FileAccessError",
+                "MemoryError",
+                "OSError",
+                "DistributedLoadError",
+                "FolderError",
+                "HookError",
+                "SafetensorError",
+                "ProvenanceError",
+                "Finding",
+            ]
+        );
+        for f in Family::ALL {
+            assert_eq!(f.to_string(), f.python_name());
+        }
+        let format: Vec<Family> = Family::ALL.into_iter().filter(|f| f.is_format()).collect();
+        assert_eq!(
+            format,
+            [
+                Family::HeaderFraming,
+                Family::HeaderJson,
+                Family::Metadata,
+                Family::TensorTable,
+                Family::Layout
+            ]
+        );
+    }
+
+    #[test]
+    fn verify_rules_are_the_format_rules_and_findings() {
+        assert!(RuleId::Hole.is_verify_rule());
+        assert!(RuleId::UnknownField.is_verify_rule());
+        assert!(!RuleId::TooManyTensors.is_verify_rule());
+        assert!(!RuleId::TensorNotFound.is_verify_rule());
+        assert!(!RuleId::OutOfMemory.is_verify_rule());
+        for &r in RuleId::ALL {
+            let f = r.family();
+            let expected = (f.is_format() || f == Family::Finding) && r != RuleId::TooManyTensors;
+            assert_eq!(r.is_verify_rule(), expected, "{r}");
+        }
+    }
+
+    #[test]
+    fn rules_display_and_compare_by_id() {
+        assert_eq!(RuleId::Hole.to_string(), "hole");
+        assert_eq!(Severity::Medium.to_string(), "medium");
+        assert!(RuleId::Hole == "hole");
+        assert!(RuleId::Hole != "overlap");
+        assert!(*"hole" == *RuleId::Hole.id());
+        assert!(RuleId::Hole == *"hole");
+        assert!(RuleId::Hole != *"Hole");
+        let names: Vec<&str> = Severity::ALL.iter().map(|s| s.name()).collect();
+        assert_eq!(names, ["info", "low", "medium", "high", "critical"]);
+        assert_eq!(Severity::from_name("low"), Some(Severity::Low));
+        assert_eq!(Severity::from_name(""), None);
+    }
 }

@@ -375,4 +375,212 @@ mod tests {
         assert_eq!(err.rule(), "out-of-memory");
         assert_eq!(zeroed(3, "").unwrap(), vec![0u8; 3]);
     }
+
+    /// A scratch file named for this test and process, removed when dropped.
+    struct Scratch(std::path::PathBuf);
+
+    impl Scratch {
+        fn new(tag: &str, bytes: &[u8]) -> Scratch {
+            let path =
+                std::env::temp_dir().join(format!("fastst-io-{tag}-{}.bin", std::process::id()));
+            std::fs::write(&path, bytes).unwrap();
+            Scratch(path)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    /// The open flags of `file` as the kernel reports them.
+    #[cfg(target_os = "linux")]
+    fn open_flags(file: &File) -> u32 {
+        use std::os::unix::io::AsRawFd;
+        let info =
+            std::fs::read_to_string(format!("/proc/self/fdinfo/{}", file.as_raw_fd())).unwrap();
+        let line = info.lines().find(|l| l.starts_with("flags:")).unwrap();
+        u32::from_str_radix(line["flags:".len()..].trim(), 8).unwrap()
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn stamps_are_the_files_own() {
+        use std::os::unix::fs::MetadataExt;
+        let s = Scratch::new("stamp", &[7u8; 13]);
+        let f = open(&s.0).unwrap();
+        let meta = std::fs::metadata(&s.0).unwrap();
+        let (len, sec, nsec, dev, ino) = sys::fstat_stamp(&f.file).unwrap();
+        assert_eq!((len, sec, nsec), (13, meta.mtime(), meta.mtime_nsec()));
+        assert_eq!((dev, ino), (meta.dev(), meta.ino()));
+        assert_eq!(f.len, 13);
+        assert_eq!(
+            f.stamp,
+            Stamp {
+                len: 13,
+                modified: (sec, nsec),
+                dev,
+                ino
+            }
+        );
+    }
+
+    #[test]
+    fn each_change_is_named() {
+        let at_open = Stamp {
+            len: 10,
+            modified: (5, 6),
+            dev: 1,
+            ino: 2,
+        };
+        let with = |f: &dyn Fn(&mut Stamp)| {
+            let mut s = at_open;
+            f(&mut s);
+            at_open.change(&s)
+        };
+        assert_eq!(with(&|_| {}), None);
+        let other = Some("the open file is no longer the same file".to_owned());
+        assert_eq!(with(&|s| s.dev = 9), other);
+        assert_eq!(with(&|s| s.ino = 9), other);
+        assert_eq!(
+            with(&|s| {
+                s.ino = 9;
+                s.len = 3
+            }),
+            other
+        );
+        assert_eq!(
+            with(&|s| {
+                s.len = 3;
+                s.modified = (0, 0)
+            }),
+            Some("its length changed from 10 to 3 bytes".to_owned())
+        );
+        let modified = Some("it was modified (its modification time changed)".to_owned());
+        assert_eq!(with(&|s| s.modified = (5, 7)), modified);
+        assert_eq!(with(&|s| s.modified = (4, 6)), modified);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn blocking_mode_is_restored_and_nothing_else_changes() {
+        use std::os::unix::fs::OpenOptionsExt;
+        let s = Scratch::new("nonblock", b"abc");
+        let nonblocking = File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&s.0)
+            .unwrap();
+        let before = open_flags(&nonblocking);
+        let nonblock = libc::O_NONBLOCK as u32;
+        assert_eq!(before & nonblock, nonblock);
+        sys::clear_nonblock(&nonblocking).unwrap();
+        assert_eq!(open_flags(&nonblocking), before & !nonblock);
+        let blocking = File::open(&s.0).unwrap();
+        let before = open_flags(&blocking);
+        sys::clear_nonblock(&blocking).unwrap();
+        assert_eq!(open_flags(&blocking), before);
+        // What `open` hands out reads in blocking mode.
+        let f = open(&s.0).unwrap();
+        assert_eq!(open_flags(&f.file) & nonblock, 0);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn unnamed_files_get_their_name_once() {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = std::env::temp_dir();
+        let mut unnamed = File::options()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_TMPFILE)
+            .open(&dir)
+            .unwrap();
+        unnamed.write_all(b"named at last").unwrap();
+        let target = Scratch(dir.join(format!("fastst-io-linked-{}.bin", std::process::id())));
+        let _ = std::fs::remove_file(&target.0);
+        link_unnamed(&unnamed, &target.0).unwrap();
+        assert_eq!(std::fs::read(&target.0).unwrap(), b"named at last");
+        // The name exists now: a second link fails and changes nothing.
+        let err = link_unnamed(&unnamed, &target.0).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::AlreadyExists);
+        let err = link_unnamed(&unnamed, Path::new("a\0b")).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+        assert_eq!(std::fs::read(&target.0).unwrap(), b"named at last");
+    }
+
+    #[test]
+    fn zeroed_buffers_and_their_limits() {
+        assert_eq!(sys::try_zeroed(0), Some(Vec::new()));
+        assert_eq!(sys::try_zeroed(5), Some(vec![0u8; 5]));
+        assert_eq!(sys::try_zeroed(usize::MAX), None);
+        assert_eq!(sys::try_zeroed(isize::MAX as usize), None);
+        let big = sys::try_zeroed(3 << 20).unwrap();
+        assert_eq!(big.len(), 3 << 20);
+        assert!(big.iter().all(|&b| b == 0));
+        assert_eq!(zeroed(0, "t").unwrap(), Vec::<u8>::new());
+        let err = zeroed(u64::MAX, "t").unwrap_err();
+        assert!(
+            matches!(err, Error::OutOfMemory { bytes: u64::MAX, ref tensor } if tensor == "t"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn ranges_are_clipped_to_the_file() {
+        let s = Scratch::new("range", b"0123456789");
+        let f = open(&s.0).unwrap();
+        assert_eq!(f.read_range(2, 3).unwrap(), b"234");
+        assert_eq!(f.read_range(7, 100).unwrap(), b"789");
+        assert_eq!(f.read_range(7, u64::MAX).unwrap(), b"789");
+        assert_eq!(f.read_range(10, 5).unwrap(), b"");
+        assert_eq!(f.read_range(u64::MAX, 5).unwrap(), b"");
+        assert_eq!(f.read_range(0, 0).unwrap(), b"");
+        let mut buf = [0u8; 4];
+        f.read_exact_at(&mut buf, 6).unwrap();
+        assert_eq!(&buf, b"6789");
+        let err = f.read_exact_at(&mut buf, 7).unwrap_err();
+        assert!(
+            err.to_string().contains("cannot read 4 bytes at offset 7"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn headers_at_the_file_boundaries() {
+        // A header that fills the file exactly, and one a byte longer.
+        let s = Scratch::new("hdr", &[3u8, 0, 0, 0, 0, 0, 0, 0, b'{', b'}', b' ']);
+        let f = open(&s.0).unwrap();
+        assert_eq!(f.read_header(3).unwrap(), (3, b"{} ".to_vec()));
+        let s = Scratch::new("hdr-long", &[4u8, 0, 0, 0, 0, 0, 0, 0, b'{', b'}', b' ']);
+        let f = open(&s.0).unwrap();
+        assert_eq!(f.read_header(100).unwrap_err().rule(), "header-past-end");
+        let s = Scratch::new("hdr-8", &[0u8; 8]);
+        let f = open(&s.0).unwrap();
+        assert_eq!(f.read_header(100).unwrap_err().rule(), "header-length-zero");
+        let s = Scratch::new("hdr-7", &[1u8; 7]);
+        let f = open(&s.0).unwrap();
+        let err = f.read_header(100).unwrap_err();
+        assert!(matches!(err, Error::FileTooShort { len: 7 }), "{err:?}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn kinds_of_files_in_words() {
+        let dir = std::fs::metadata(std::env::temp_dir()).unwrap();
+        assert_eq!(file_kind(&dir), "a folder");
+        let null = std::fs::metadata("/dev/null").unwrap();
+        assert_eq!(file_kind(&null), "a character device");
+        let s = Scratch::new("kind", b"");
+        let regular = std::fs::metadata(&s.0).unwrap();
+        assert_eq!(file_kind(&regular), "not a regular file");
+        let err = open(Path::new("/nonexistent/fastst")).unwrap_err();
+        assert!(
+            matches!(err, Error::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+            "{err:?}"
+        );
+        assert_eq!(is_a_directory().raw_os_error(), Some(21));
+    }
 }

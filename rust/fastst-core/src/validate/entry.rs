@@ -189,4 +189,103 @@ mod tests {
             "size-overflow"
         );
     }
+
+    #[test]
+    fn boundaries_of_each_rule() {
+        let limit = SHAPE_ENTRY_LIMIT;
+        assert_eq!(limit, 9_223_372_036_854_775_808);
+        assert_eq!(
+            shape_entry("t", Some(limit - 1), String::new).ok(),
+            Some(limit - 1)
+        );
+        assert_eq!(shape_entry("t", Some(0), String::new).ok(), Some(0));
+        assert!(ordered("t", 5, 5).is_ok());
+        assert!(ordered("t", 0, 1).is_ok());
+        assert_eq!(rule(size("t", Dtype::F32, &[2], 8, 16)), "ok");
+        assert_eq!(rule(size("t", Dtype::U8, &[0], 7, 7)), "ok");
+        assert_eq!(
+            rule(size("t", Dtype::U8, &[3], 7, 9)),
+            "byte-length-mismatch"
+        );
+    }
+
+    #[test]
+    fn errors_carry_the_entry_and_the_values() {
+        let e = ordered("w", 9, 4).err();
+        assert!(
+            matches!(e, Some(Error::OffsetsReversed { ref tensor, begin: 9, end: 4 }) if tensor == "w"),
+            "{e:?}"
+        );
+        let e = size("w", Dtype::F32, &[2, 3], 8, 12).err();
+        assert!(
+            matches!(
+                e,
+                Some(Error::ByteLengthMismatch { ref tensor, begin: 8, end: 12, held: 4, ref shape, dtype: Dtype::F32, needed: 24 })
+                    if tensor == "w" && shape == &[2, 3]
+            ),
+            "{e:?}"
+        );
+        let e = size("w", Dtype::F6E2M3, &[3], 0, 3).err();
+        assert!(
+            matches!(e, Some(Error::SubByteNotWhole { ref tensor, ref shape, dtype: Dtype::F6E2M3, bits: 6 }) if tensor == "w" && shape == &[3]),
+            "{e:?}"
+        );
+        let e = size("w", Dtype::I64, &[1 << 62], 0, 0).err();
+        assert!(
+            matches!(e, Some(Error::SizeOverflow { ref tensor, ref shape, dtype: Dtype::I64 }) if tensor == "w" && shape == &[1 << 62]),
+            "{e:?}"
+        );
+        let e = dtype("w", "F33").err();
+        assert!(
+            matches!(e, Some(Error::UnknownDtype { ref tensor, ref dtype }) if tensor == "w" && dtype == "F33"),
+            "{e:?}"
+        );
+        let e = shape_entry("w", None, || "-1".to_owned()).err();
+        assert!(
+            matches!(e, Some(Error::BadShapeEntry { ref tensor, ref value }) if tensor == "w" && value == "-1"),
+            "{e:?}"
+        );
+        let e = offsets("w", 3, true, [0, 4]).err();
+        assert!(
+            matches!(e, Some(Error::BadOffsets { ref tensor, ref found }) if tensor == "w" && found == "a list of 3 values"),
+            "{e:?}"
+        );
+        let e = offsets("w", 2, false, [0, 4]).err();
+        assert!(
+            matches!(e, Some(Error::BadOffsets { ref found, .. }) if found == "a value that is not a non-negative integer"),
+            "{e:?}"
+        );
+        let e = wrong_type("w", "dtype", "the number 3".to_owned());
+        assert!(
+            matches!(e, Error::WrongFieldType { ref tensor, field: "dtype", expected: "a string", ref found } if tensor == "w" && found == "the number 3"),
+            "{e:?}"
+        );
+        let e = wrong_type("w", "shape", "null".to_owned());
+        assert!(
+            matches!(
+                e,
+                Error::WrongFieldType {
+                    field: "shape",
+                    expected: "a list of non-negative integers",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = not_object("w", "a list".to_owned());
+        assert!(
+            matches!(e, Error::EntryNotObject { ref tensor, ref found } if tensor == "w" && found == "a list"),
+            "{e:?}"
+        );
+        let e = duplicate_field("w", "dtype".to_owned());
+        assert!(
+            matches!(e, Error::DuplicateField { ref tensor, ref field } if tensor == "w" && field == "dtype"),
+            "{e:?}"
+        );
+        let e = missing("w", "shape");
+        assert!(
+            matches!(e, Error::MissingField { ref tensor, field: "shape" } if tensor == "w"),
+            "{e:?}"
+        );
+    }
 }

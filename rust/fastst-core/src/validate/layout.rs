@@ -231,4 +231,158 @@ mod tests {
         let runs: Vec<_> = duplicates(&order, |i| names[i]).collect();
         assert_eq!(runs, [(0, 3)]);
     }
+
+    fn errors(spans: &[(&'static str, u64, u64)], buffer_len: u64) -> Vec<Error> {
+        let mut v: Vec<Span<'static>> = spans
+            .iter()
+            .map(|&(name, begin, end)| Span { name, begin, end })
+            .collect();
+        sort(&mut v);
+        let mut out = Vec::new();
+        let _ = walk(&v, buffer_len, |i| {
+            out.push(i.error());
+            ControlFlow::Continue(())
+        });
+        out
+    }
+
+    #[test]
+    fn issues_carry_the_offsets() {
+        let e = errors(&[("a", 0, 4), ("b", 6, 8)], 8);
+        assert!(
+            matches!(&e[..], [Error::Hole { tensor, begin: 6, end: 8, expected: 4, gap: 2 }] if tensor == "b"),
+            "{e:?}"
+        );
+        let e = errors(&[("a", 0, 6), ("b", 4, 8)], 8);
+        assert!(
+            matches!(&e[..], [Error::Overlap { tensor, begin: 4, end: 8, other, other_end: 6 }] if tensor == "b" && other == "a"),
+            "{e:?}"
+        );
+        let e = errors(&[("a", 0, 3)], 8);
+        assert!(
+            matches!(
+                &e[..],
+                [Error::TrailingBytes {
+                    trailing: 5,
+                    covered: 3,
+                    available: 8
+                }]
+            ),
+            "{e:?}"
+        );
+        let e = errors(&[("a", 0, 4), ("b", 4, 12)], 8);
+        assert!(
+            matches!(&e[..], [Error::DataTooShort { tensor, end: 12, available: 8 }] if tensor == "b"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn the_walk_at_its_boundaries() {
+        // An empty tensor inside another is an overlap, and is never the
+        // "other" tensor of a later overlap.
+        let e = errors(&[("a", 0, 6), ("e", 2, 2), ("b", 4, 8)], 8);
+        let others: Vec<_> = e
+            .iter()
+            .map(|e| match e {
+                Error::Overlap { tensor, other, .. } => format!("{tensor}<{other}"),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(others, ["e<a", "b<a"]);
+        // A tensor beginning exactly at the end of the buffer is past the end,
+        // not also after a hole.
+        assert_eq!(
+            issues(&[("a", 0, 4), ("g", 8, 12)], 8),
+            ["data-too-short", "trailing-bytes"]
+        );
+        // A tensor running past the end still covers the buffer up to it.
+        assert_eq!(issues(&[("a", 0, 4), ("b", 4, 12)], 8), ["data-too-short"]);
+        assert_eq!(
+            issues(&[("a", 0, 4), ("b", 2, 12)], 8),
+            ["data-too-short", "overlap"]
+        );
+        assert!(issues(&[("a", 0, 8)], 8).is_empty());
+        assert_eq!(issues(&[], 3), ["trailing-bytes"]);
+        // The walk stops as soon as the sink breaks.
+        let v = [
+            Span {
+                name: "a",
+                begin: 2,
+                end: 4,
+            },
+            Span {
+                name: "b",
+                begin: 9,
+                end: 12,
+            },
+        ];
+        let mut seen = 0;
+        let flow = walk(&v, 8, |_| {
+            seen += 1;
+            ControlFlow::Break(())
+        });
+        assert_eq!((seen, flow), (1, ControlFlow::Break(())));
+        let flow = walk(&v[..0], 0, |_| ControlFlow::Break(()));
+        assert_eq!(flow, ControlFlow::Continue(()));
+    }
+
+    #[test]
+    fn file_order_is_offsets_then_name() {
+        let mut v = vec![
+            Span {
+                name: "c",
+                begin: 4,
+                end: 8,
+            },
+            Span {
+                name: "b",
+                begin: 4,
+                end: 4,
+            },
+            Span {
+                name: "a",
+                begin: 4,
+                end: 4,
+            },
+            Span {
+                name: "d",
+                begin: 0,
+                end: 4,
+            },
+            Span {
+                name: "e",
+                begin: 4,
+                end: 6,
+            },
+        ];
+        sort(&mut v);
+        let names: Vec<_> = v.iter().map(|s| (s.name, s.begin(), s.end())).collect();
+        assert_eq!(
+            names,
+            [
+                ("d", 0, 4),
+                ("a", 4, 4),
+                ("b", 4, 4),
+                ("e", 4, 6),
+                ("c", 4, 8)
+            ]
+        );
+        let infos = [("x", 3, 5)];
+        for &(name, begin, end) in &infos {
+            let s = Span { name, begin, end };
+            assert_eq!((s.name(), s.begin(), s.end()), ("x", 3, 5));
+        }
+    }
+
+    #[test]
+    fn too_many_tensors_for_the_index() {
+        let n = u32::MAX as usize + 1;
+        let e = name_order(n, |_| "").err();
+        assert!(
+            matches!(e, Some(Error::TooManyTensors { count }) if count == n as u64),
+            "{e:?}"
+        );
+        assert_eq!(name_order(0, |_| "").ok(), Some(vec![]));
+    }
 }

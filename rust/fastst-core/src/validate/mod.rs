@@ -87,3 +87,21 @@ pub(crate) fn strict_table(tensors: &mut [TensorInfo], buffer_len: u64) -> Resul
         None => Ok(by_name),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn values_are_described_the_same_everywhere() {
+        assert_eq!(found::value(&json!(null)), "null");
+        assert_eq!(found::value(&json!(true)), "the boolean true");
+        assert_eq!(found::value(&json!(false)), "the boolean false");
+        assert_eq!(found::value(&json!(-3)), "the number -3");
+        assert_eq!(found::value(&json!(1.5)), "the number 1.5");
+        assert_eq!(found::value(&json!("a\"b")), "the string \"a\\\"b\"");
+        assert_eq!(found::value(&json!([1])), "a list");
+        assert_eq!(found::value(&json!({"a": 1})), "an object");
+    }
+}

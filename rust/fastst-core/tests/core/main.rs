@@ -1,0 +1,8 @@
+//! The core's integration tests, as one test binary (one link per build:
+//! mutation testing rebuilds the tests once per mutant).
+
+mod header_api;
+mod header_rules;
+mod parser_robustness;
+mod read_api;
+mod write_api;
