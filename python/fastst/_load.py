@@ -123,13 +123,15 @@ def load_path(
     backend: str = "mmap",
     copy: bool = False,
     dtype: Any = None,
+    progress: Any = None,
 ) -> Dict[str, Any]:
     """Every tensor of ``filename`` as tensors of ``framework``, in file
     order, on ``device``; ``backend`` is safe_open's, ``copy`` and ``dtype``
-    are :meth:`fastst.safe_open.get_tensor`'s. Returns once every tensor has
+    are :meth:`fastst.safe_open.get_tensor`'s, ``progress`` is
+    :meth:`fastst.safe_open.get_tensors`'. Returns once every tensor has
     landed on its device."""
     with safe_open(filename, framework, device=device, backend=backend) as f:
-        tensors = f.get_tensors(copy=copy, dtype=dtype)
+        tensors = f.get_tensors(copy=copy, dtype=dtype, progress=progress)
         f._settle()
     return tensors
 
@@ -181,7 +183,14 @@ class FrameworkIO:
         backend: str = "mmap",
         copy: bool = False,
         dtype: Any = None,
+        progress: Any = None,
     ) -> Dict[str, Any]:
         return load_path(
-            filename, self.framework, device=device, backend=backend, copy=copy, dtype=dtype
+            filename,
+            self.framework,
+            device=device,
+            backend=backend,
+            copy=copy,
+            dtype=dtype,
+            progress=progress,
         )

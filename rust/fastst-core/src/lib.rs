@@ -11,6 +11,7 @@ pub mod dtype;
 pub mod error;
 pub mod header;
 pub mod inspect;
+pub mod load;
 pub(crate) mod io;
 pub(crate) mod json;
 pub(crate) mod parallel;

@@ -51,3 +51,41 @@ pub(crate) fn map_private(file: &File, offset: u64, len: usize) -> io::Result<Mm
             .map_copy(file)
     }
 }
+
+/// Whether any page of `map[offset..offset + len]` is in the page cache
+/// (`mincore`, which reads nothing and faults nothing in); `None` when the
+/// kernel cannot tell.
+#[cfg(unix)]
+pub(crate) fn any_resident(map: &Mmap, offset: usize, len: usize) -> Option<bool> {
+    const PAGE: usize = 4096;
+    let end = offset.checked_add(len)?;
+    if end > map.len() || len == 0 {
+        return None;
+    }
+    let lo = offset - offset % PAGE;
+    let pages = (end - lo).div_ceil(PAGE);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: `[lo, end)` lies inside the mapping (checked above), so the
+    // pointer arithmetic stays in bounds; `vec` has one byte per 4 KiB of
+    // that range, at least one per page of any page size, which is all
+    // mincore writes; it reads no memory of ours. An address that is not
+    // page-aligned for the kernel (pages over 4 KiB) is refused with
+    // EINVAL, reported as `None`.
+    let r = unsafe {
+        libc::mincore(
+            map.as_ptr().add(lo) as *mut libc::c_void,
+            end - lo,
+            vec.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    Some(vec.iter().any(|&b| b & 1 != 0))
+}
+
+/// Residency is not asked for elsewhere.
+#[cfg(not(unix))]
+pub(crate) fn any_resident(_map: &Mmap, _offset: usize, _len: usize) -> Option<bool> {
+    None
+}

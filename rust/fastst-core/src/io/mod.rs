@@ -2,10 +2,12 @@
 //! point uses, positioned reads, the read of the 8-byte length prefix and
 //! header, and (in [`mmap`], the only module allowed `unsafe`) mappings.
 
+mod direct;
 pub(crate) mod mmap;
 mod sys;
 
-pub(crate) use sys::advise_sequential;
+pub(crate) use direct::{open_direct, DirectFile, ReadBuffer, DIRECT_ALIGN};
+pub(crate) use sys::{advise_sequential, advise_sequential_from};
 #[cfg(target_os = "linux")]
 pub(crate) use sys::link_unnamed;
 

@@ -1,0 +1,474 @@
+//! Whole loads into memory the caller owns: many tensors read (and, where
+//! asked, converted) into destinations allocated beforehand, in one call.
+//!
+//! The tensors are read in file order by a small pool of threads, in large
+//! requests (pieces of a few MiB that may split a tensor; runs of small
+//! tensors that follow each other in the file are read with one request).
+//! Copies land straight in their destination (a positioned read into fresh
+//! memory also faults it in, on the reading thread); conversions read a
+//! piece into a per-thread buffer and convert it there, while it is warm.
+//! Every read is positioned (never through a mapping: a file truncated
+//! underneath gives rule `file-changed`, never SIGBUS), and the file's
+//! stamp is checked before each piece.
+//!
+//! When none of the file's pages are in the page cache, pieces are read
+//! with `O_DIRECT` (Linux) into an aligned per-thread buffer and copied from
+//! there: the page cache is neither filled nor polluted, which on this kind
+//! of machine costs more than the copy. A file system refusing direct I/O
+//! (tmpfs, some FUSE and network file systems), or a read it rejects, falls
+//! back to buffered reads without error.
+//!
+//! Progress is reported from the calling thread, never from the workers:
+//! `report(done, total)` is called at most every [`LoadOptions::report_every`]
+//! source bytes and once at the end. When it returns
+//! [`ControlFlow::Break`], the workers stop before their next piece and the
+//! load ends with [`Outcome::Stopped`]. While a reporter is given, workers
+//! never run more than two report intervals ahead of the last report it
+//! acknowledged, so a reporter that stops the load (or a file changed by
+//! it) takes effect within a bounded amount of work.
+
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::dtype::Dtype;
+use crate::error::{Error, Result};
+use crate::header::TensorInfo;
+use crate::io::{self, DirectFile, DIRECT_ALIGN};
+use crate::read::MappedFile;
+
+/// One tensor to load and where it goes.
+#[derive(Debug)]
+pub struct Destination<'a> {
+    /// The tensor (from the file's header).
+    pub info: &'a TensorInfo,
+    /// The dtype wanted: the tensor's own for a plain copy, another one for a
+    /// conversion (see [`crate::convert::supported`]).
+    pub to: Dtype,
+    /// Exactly the tensor's byte length (copy) or converted length.
+    pub dst: &'a mut [u8],
+}
+
+/// How a load is carried out.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadOptions {
+    /// Reading threads; 0 picks [`DEFAULT_THREADS`].
+    pub threads: usize,
+    /// Bytes per read request; 0 picks [`DEFAULT_PIECE`].
+    pub piece: usize,
+    /// Source bytes between two progress reports; 0 picks
+    /// [`DEFAULT_REPORT_EVERY`].
+    pub report_every: u64,
+    /// Whether `O_DIRECT` may be used when the file is not cached.
+    pub direct: bool,
+}
+
+/// Reading threads of a load: reads wait on the disk, not on a core, so
+/// more threads than cores keep more requests in flight.
+pub const DEFAULT_THREADS: usize = 4;
+
+/// Bytes per read request (8 MiB).
+pub const DEFAULT_PIECE: usize = 8 << 20;
+
+/// Source bytes between two progress reports (64 MiB).
+pub const DEFAULT_REPORT_EVERY: u64 = 64 << 20;
+
+/// Tensors smaller than this are read in runs with their neighbours.
+const SMALL: u64 = 1 << 20;
+
+/// Conversions go through the kernels this many source bytes at a time
+/// (below the kernels' own threading threshold, so they stay on the
+/// reading thread).
+const CONVERT_CHUNK: usize = 512 << 10;
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            threads: 0,
+            piece: 0,
+            report_every: 0,
+            direct: true,
+        }
+    }
+}
+
+/// How a load ended without error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every destination is filled.
+    Done,
+    /// The reporter asked to stop; destinations are partly filled.
+    Stopped,
+}
+
+/// A progress reporter: `(source bytes done, source bytes in all)`.
+pub type Reporter<'r> = &'r mut dyn FnMut(u64, u64) -> ControlFlow<()>;
+
+/// A tensor (or part of one) inside a read request.
+#[derive(Debug)]
+struct Member<'a> {
+    info: &'a TensorInfo,
+    to: Dtype,
+    /// Source bytes.
+    len: usize,
+    dst: &'a mut [u8],
+}
+
+/// One read request: a contiguous range of the file's data section and the
+/// tensors (or parts) it holds, in order.
+#[derive(Debug)]
+struct Part<'a> {
+    /// Start in the data section.
+    begin: u64,
+    /// Source bytes.
+    len: usize,
+    members: Vec<Member<'a>>,
+}
+
+impl Part<'_> {
+    /// True when the part is one plain copy that can be read straight into
+    /// its destination.
+    fn is_direct_copy(&self) -> bool {
+        self.members.len() == 1 && self.members[0].to == self.members[0].info.dtype
+    }
+}
+
+/// Checks every destination before anything is read: its length, and that
+/// the conversion asked for exists.
+fn check(dests: &[Destination<'_>]) -> Result<()> {
+    for d in dests {
+        let len = d.info.byte_len();
+        if d.to == d.info.dtype {
+            if d.dst.len() as u64 != len {
+                return Err(Error::DestinationSize {
+                    tensor: d.info.name.clone(),
+                    what: "the destination",
+                    expected: len,
+                    got: d.dst.len() as u64,
+                });
+            }
+        } else {
+            crate::convert::check(&d.info.name, d.info.dtype, d.to, len, d.dst.len())?;
+        }
+    }
+    Ok(())
+}
+
+/// Splits the destinations (in file order) into read requests of at most
+/// `piece` source bytes.
+fn plan(mut dests: Vec<Destination<'_>>, piece: usize) -> Vec<Part<'_>> {
+    dests.sort_by_key(|d| d.info.begin);
+    let mut parts: Vec<Part<'_>> = Vec::new();
+    let mut run: Option<Part<'_>> = None;
+    for d in dests {
+        let len = d.info.byte_len();
+        if len == 0 {
+            continue;
+        }
+        if len < SMALL {
+            let fits = run.as_ref().is_some_and(|r| {
+                r.begin + r.len as u64 == d.info.begin && r.len + len as usize <= piece
+            });
+            if !fits {
+                parts.extend(run.take());
+            }
+            let r = run.get_or_insert_with(|| Part {
+                begin: d.info.begin,
+                len: 0,
+                members: Vec::new(),
+            });
+            r.len += len as usize;
+            r.members.push(Member {
+                info: d.info,
+                to: d.to,
+                len: len as usize,
+                dst: d.dst,
+            });
+            continue;
+        }
+        parts.extend(run.take());
+        let (fs, ts) = (elem_size(d.info.dtype), elem_size(d.to));
+        // Whole source elements per piece; the destination is split to match.
+        let src_piece = (piece / fs).max(1) * fs;
+        let dst_piece = src_piece / fs * ts;
+        let mut offset = 0u64;
+        for dst in d.dst.chunks_mut(dst_piece) {
+            let n = dst.len() / ts * fs;
+            parts.push(Part {
+                begin: d.info.begin + offset,
+                len: n,
+                members: vec![Member {
+                    info: d.info,
+                    to: d.to,
+                    len: n,
+                    dst,
+                }],
+            });
+            offset += n as u64;
+        }
+    }
+    parts.extend(run);
+    parts
+}
+
+/// Bytes per element, 1 for the sub-byte kinds (only ever copied, as bytes).
+fn elem_size(dtype: Dtype) -> usize {
+    ((dtype.bits() / 8) as usize).max(1)
+}
+
+/// What the workers and the calling thread share.
+struct Shared<'a> {
+    queue: std::vec::IntoIter<Part<'a>>,
+    /// Source bytes handed to workers so far.
+    issued: u64,
+    /// Workers take no new piece once `issued` reaches this.
+    limit: u64,
+    stop: bool,
+    /// The first error, with the position of its piece in file order.
+    error: Option<(u64, Error)>,
+    /// Workers still running.
+    running: usize,
+}
+
+/// Reads (and converts) every destination from `file`.
+///
+/// Fails before reading anything when a destination has the wrong length
+/// (rule `destination-size`) or a conversion does not exist (rule
+/// `conversion-not-allowed`); while reading, with rule `file-changed` when
+/// the file changed since it was opened, and rule `out-of-memory` (naming
+/// the tensor) when a reading buffer cannot be had.
+pub fn load_into(
+    file: &MappedFile,
+    dests: Vec<Destination<'_>>,
+    options: LoadOptions,
+    mut report: Option<Reporter<'_>>,
+) -> Result<Outcome> {
+    check(&dests)?;
+    file.check_unchanged()?;
+    let piece = match options.piece {
+        0 => DEFAULT_PIECE,
+        n => n.max(CONVERT_CHUNK.min(n)),
+    };
+    let every = match options.report_every {
+        0 => DEFAULT_REPORT_EVERY,
+        n => n,
+    };
+    let parts = plan(dests, piece);
+    let total: u64 = parts.iter().map(|p| p.len as u64).sum();
+    let threads = match options.threads {
+        0 => DEFAULT_THREADS,
+        n => n,
+    }
+    .min(parts.len())
+    .max(1);
+    let largest = parts.iter().map(|p| p.len).max().unwrap_or(0);
+    if let Some(first) = parts.first() {
+        io::advise_sequential_from(file.raw(), file.header().data_start() + first.begin);
+    }
+    let direct = if options.direct && total >= SMALL {
+        io::open_direct(file.raw())
+    } else {
+        None
+    };
+    let gate = report.is_some();
+    let shared = Mutex::new(Shared {
+        queue: parts.into_iter(),
+        issued: 0,
+        limit: if gate { 2 * every } else { u64::MAX },
+        stop: false,
+        error: None,
+        running: threads,
+    });
+    let wake_workers = Condvar::new();
+    let done = AtomicU64::new(0);
+    let caller = std::thread::current();
+    let ctx = Worker {
+        file,
+        direct: direct.as_ref(),
+        shared: &shared,
+        wake_workers: &wake_workers,
+        done: &done,
+        caller: &caller,
+        buffer_len: largest.max(CONVERT_CHUNK),
+    };
+    let mut stopped = false;
+    let panicked = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads).map(|_| s.spawn(|| ctx.run())).collect();
+        let mut mark = 0u64;
+        loop {
+            let (running, failed) = {
+                let g = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                (g.running, g.error.is_some() || g.stop)
+            };
+            if running == 0 {
+                break;
+            }
+            let now = done.load(Ordering::Acquire);
+            if !failed && now >= mark + every && now < total {
+                if let Some(r) = report.as_mut() {
+                    mark = now - now % every;
+                    let flow = r(now, total);
+                    let mut g = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                    if flow.is_break() {
+                        g.stop = true;
+                        stopped = true;
+                    } else {
+                        g.limit = now.saturating_add(2 * every);
+                    }
+                    drop(g);
+                    wake_workers.notify_all();
+                    continue;
+                }
+                mark = now - now % every;
+            }
+            std::thread::park_timeout(Duration::from_millis(50));
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().is_err())
+            .fold(false, |a, b| a | b)
+    });
+    let error = shared
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner)
+        .error;
+    if let Some((_, e)) = error {
+        return Err(e);
+    }
+    if panicked {
+        return Err(Error::WorkerFailed {
+            task: "a parallel load",
+        });
+    }
+    if stopped {
+        return Ok(Outcome::Stopped);
+    }
+    if let Some(r) = report.as_mut() {
+        if r(total, total).is_break() {
+            return Ok(Outcome::Stopped);
+        }
+    }
+    Ok(Outcome::Done)
+}
+
+/// One reading thread's view of the load.
+struct Worker<'s, 'a> {
+    file: &'s MappedFile,
+    direct: Option<&'s DirectFile>,
+    shared: &'s Mutex<Shared<'a>>,
+    wake_workers: &'s Condvar,
+    done: &'s AtomicU64,
+    caller: &'s std::thread::Thread,
+    /// Size of the per-thread buffer (the largest request).
+    buffer_len: usize,
+}
+
+impl<'a> Worker<'_, 'a> {
+    fn run(&self) {
+        let mut buffer: Option<io::ReadBuffer> = None;
+        loop {
+            let Some((at, part)) = self.next() else {
+                break;
+            };
+            match self.read(part, &mut buffer) {
+                Ok(n) => {
+                    self.done.fetch_add(n, Ordering::AcqRel);
+                }
+                Err(e) => {
+                    let mut g = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+                    if g.error.as_ref().is_none_or(|(first, _)| at < *first) {
+                        g.error = Some((at, e));
+                    }
+                    g.stop = true;
+                    drop(g);
+                    self.wake_workers.notify_all();
+                }
+            }
+            self.caller.unpark();
+        }
+        let mut g = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        g.running -= 1;
+        drop(g);
+        self.caller.unpark();
+    }
+
+    /// The next request in file order, with its place in the file, or
+    /// `None` when there is none left or the load stops.
+    fn next(&self) -> Option<(u64, Part<'a>)> {
+        let mut g = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if g.stop {
+                return None;
+            }
+            if g.issued < g.limit {
+                let part = g.queue.next()?;
+                g.issued += part.len as u64;
+                return Some((part.begin, part));
+            }
+            g = self
+                .wake_workers
+                .wait(g)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Reads (and converts) one request; returns its source bytes.
+    fn read(&self, mut part: Part<'_>, buffer: &mut Option<io::ReadBuffer>) -> Result<u64> {
+        self.file.check_unchanged()?;
+        let start = self.file.header().data_start() + part.begin;
+        if part.is_direct_copy() && self.direct.is_none() {
+            let m = &mut part.members[0];
+            self.file.read_at(start, m.dst, &m.info.name)?;
+            return Ok(part.len as u64);
+        }
+        let buf = match buffer {
+            Some(b) => b,
+            None => {
+                let name = &part.members[0].info.name;
+                buffer.insert(io::ReadBuffer::new(
+                    self.buffer_len + 2 * DIRECT_ALIGN as usize,
+                    name,
+                )?)
+            }
+        };
+        let src = self.fill(start, part.len, buf, &part.members[0].info.name)?;
+        let mut at = 0usize;
+        for m in &mut part.members {
+            let bytes = &src[at..at + m.len];
+            at += m.len;
+            if m.to == m.info.dtype {
+                m.dst.copy_from_slice(bytes);
+            } else {
+                let ts = elem_size(m.to);
+                let fs = elem_size(m.info.dtype);
+                let per = (CONVERT_CHUNK / fs).max(1);
+                for (s, d) in bytes.chunks(per * fs).zip(m.dst.chunks_mut(per * ts)) {
+                    crate::convert::convert(m.info.dtype, m.to, s, d)?;
+                }
+            }
+        }
+        Ok(part.len as u64)
+    }
+
+    /// Reads `len` bytes at absolute offset `start` into `buf`, directly
+    /// when a direct descriptor is open (falling back to a buffered read
+    /// where the file system refuses it), and returns them.
+    fn fill<'b>(
+        &self,
+        start: u64,
+        len: usize,
+        buf: &'b mut io::ReadBuffer,
+        tensor: &str,
+    ) -> Result<&'b [u8]> {
+        if let Some(direct) = self.direct {
+            if let Some(range) = direct.read(start, len, buf.as_mut_slice()) {
+                let range = range.map_err(|e| self.file.read_failed(e))?;
+                return Ok(&buf.as_slice()[range]);
+            }
+        }
+        let out = &mut buf.as_mut_slice()[..len];
+        self.file.read_at(start, out, tensor)?;
+        Ok(out)
+    }
+}
