@@ -248,7 +248,7 @@ pub fn load_into(
     file.check_unchanged()?;
     let piece = match options.piece {
         0 => DEFAULT_PIECE,
-        n => n.max(CONVERT_CHUNK.min(n)),
+        n => n,
     };
     let every = match options.report_every {
         0 => DEFAULT_REPORT_EVERY,
@@ -271,11 +271,28 @@ pub fn load_into(
     } else {
         None
     };
+    if parts.len() <= 1 {
+        // One request (a single small tensor, most often): no thread.
+        let reader = Reader {
+            file,
+            direct: direct.as_ref(),
+            buffer_len: largest.max(CONVERT_CHUNK),
+        };
+        let mut buffer = None;
+        for part in parts {
+            reader.read(part, &mut buffer)?;
+        }
+        return Ok(finish(report, total));
+    }
     let gate = report.is_some();
     let shared = Mutex::new(Shared {
         queue: parts.into_iter(),
         issued: 0,
-        limit: if gate { 2 * every } else { u64::MAX },
+        limit: if gate {
+            every.saturating_mul(2)
+        } else {
+            u64::MAX
+        },
         stop: false,
         error: None,
         running: threads,
@@ -284,13 +301,15 @@ pub fn load_into(
     let done = AtomicU64::new(0);
     let caller = std::thread::current();
     let ctx = Worker {
-        file,
-        direct: direct.as_ref(),
+        reader: Reader {
+            file,
+            direct: direct.as_ref(),
+            buffer_len: largest.max(CONVERT_CHUNK),
+        },
         shared: &shared,
         wake_workers: &wake_workers,
         done: &done,
         caller: &caller,
-        buffer_len: largest.max(CONVERT_CHUNK),
     };
     let mut stopped = false;
     let panicked = std::thread::scope(|s| {
@@ -314,7 +333,7 @@ pub fn load_into(
                         g.stop = true;
                         stopped = true;
                     } else {
-                        g.limit = now.saturating_add(2 * every);
+                        g.limit = now.saturating_add(every.saturating_mul(2));
                     }
                     drop(g);
                     wake_workers.notify_all();
@@ -344,34 +363,40 @@ pub fn load_into(
     if stopped {
         return Ok(Outcome::Stopped);
     }
-    if let Some(r) = report.as_mut() {
-        if r(total, total).is_break() {
-            return Ok(Outcome::Stopped);
-        }
+    Ok(finish(report, total))
+}
+
+/// The last report of a complete load: the reporter may still stop it (the
+/// destinations are then not handed out).
+fn finish(report: Option<Reporter<'_>>, total: u64) -> Outcome {
+    match report.map(|r| r(total, total)) {
+        Some(ControlFlow::Break(())) => Outcome::Stopped,
+        _ => Outcome::Done,
     }
-    Ok(Outcome::Done)
 }
 
 /// One reading thread's view of the load.
 struct Worker<'s, 'a> {
-    file: &'s MappedFile,
-    direct: Option<&'s DirectFile>,
+    reader: Reader<'s>,
     shared: &'s Mutex<Shared<'a>>,
     wake_workers: &'s Condvar,
     done: &'s AtomicU64,
     caller: &'s std::thread::Thread,
-    /// Size of the per-thread buffer (the largest request).
+}
+
+/// What reading one request needs.
+struct Reader<'s> {
+    file: &'s MappedFile,
+    direct: Option<&'s DirectFile>,
+    /// Size of a per-thread buffer (the largest request).
     buffer_len: usize,
 }
 
 impl<'a> Worker<'_, 'a> {
     fn run(&self) {
         let mut buffer: Option<io::ReadBuffer> = None;
-        loop {
-            let Some((at, part)) = self.next() else {
-                break;
-            };
-            match self.read(part, &mut buffer) {
+        while let Some((at, part)) = self.next() {
+            match self.reader.read(part, &mut buffer) {
                 Ok(n) => {
                     self.done.fetch_add(n, Ordering::AcqRel);
                 }
@@ -413,26 +438,30 @@ impl<'a> Worker<'_, 'a> {
         }
     }
 
+}
+
+impl Reader<'_> {
     /// Reads (and converts) one request; returns its source bytes.
     fn read(&self, mut part: Part<'_>, buffer: &mut Option<io::ReadBuffer>) -> Result<u64> {
         self.file.check_unchanged()?;
         let start = self.file.header().data_start() + part.begin;
-        if part.is_direct_copy() && self.direct.is_none() {
+        let len = part.len;
+        if part.is_direct_copy() {
             let m = &mut part.members[0];
-            self.file.read_at(start, m.dst, &m.info.name)?;
-            return Ok(part.len as u64);
-        }
-        let buf = match buffer {
-            Some(b) => b,
-            None => {
-                let name = &part.members[0].info.name;
-                buffer.insert(io::ReadBuffer::new(
-                    self.buffer_len + 2 * DIRECT_ALIGN as usize,
-                    name,
-                )?)
+            if let Some(direct) = self.direct {
+                let buf = self.buffer(buffer, &m.info.name)?;
+                if let Some(range) = direct.read(start, len, buf.as_mut_slice()) {
+                    let range = range.map_err(|e| self.file.read_failed(e))?;
+                    m.dst.copy_from_slice(&buf.as_slice()[range]);
+                    return Ok(len as u64);
+                }
             }
-        };
-        let src = self.fill(start, part.len, buf, &part.members[0].info.name)?;
+            // Cached (or no direct I/O): straight into the destination.
+            self.file.read_at(start, m.dst, &m.info.name)?;
+            return Ok(len as u64);
+        }
+        let buf = self.buffer(buffer, &part.members[0].info.name)?;
+        let src = self.fill(start, len, buf, &part.members[0].info.name)?;
         let mut at = 0usize;
         for m in &mut part.members {
             let bytes = &src[at..at + m.len];
@@ -440,15 +469,30 @@ impl<'a> Worker<'_, 'a> {
             if m.to == m.info.dtype {
                 m.dst.copy_from_slice(bytes);
             } else {
-                let ts = elem_size(m.to);
-                let fs = elem_size(m.info.dtype);
+                let (fs, ts) = (elem_size(m.info.dtype), elem_size(m.to));
                 let per = (CONVERT_CHUNK / fs).max(1);
                 for (s, d) in bytes.chunks(per * fs).zip(m.dst.chunks_mut(per * ts)) {
                     crate::convert::convert(m.info.dtype, m.to, s, d)?;
                 }
             }
         }
-        Ok(part.len as u64)
+        Ok(len as u64)
+    }
+
+    /// This thread's reading buffer, allocated on first use (rule
+    /// `out-of-memory` naming `tensor` when it cannot be had).
+    fn buffer<'b>(
+        &self,
+        buffer: &'b mut Option<io::ReadBuffer>,
+        tensor: &str,
+    ) -> Result<&'b mut io::ReadBuffer> {
+        match buffer {
+            Some(b) => Ok(b),
+            None => Ok(buffer.insert(io::ReadBuffer::new(
+                self.buffer_len + 2 * DIRECT_ALIGN as usize,
+                tensor,
+            )?)),
+        }
     }
 
     /// Reads `len` bytes at absolute offset `start` into `buf`, directly
@@ -470,5 +514,305 @@ impl<'a> Worker<'_, 'a> {
         let out = &mut buf.as_mut_slice()[..len];
         self.file.read_at(start, out, tensor)?;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::inspect::testfile::build;
+    use crate::read::OpenOptions;
+    use crate::Backend;
+
+    /// Pseudo-random bytes (xorshift), every bit pattern likely.
+    fn noise(n: usize, mut x: u64) -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect()
+    }
+
+    /// A file with tensors of every byte-sized dtype, odd sizes, empty
+    /// tensors and runs of small ones; returns it and its data section.
+    fn sample() -> (crate::inspect::testfile::TempFile, Vec<u8>, Vec<(String, Dtype, u64)>) {
+        let mut entries = Vec::new();
+        let mut specs: Vec<(String, Dtype, u64)> = Vec::new();
+        let kinds = [
+            Dtype::Bf16,
+            Dtype::F16,
+            Dtype::F32,
+            Dtype::U8,
+            Dtype::I64,
+            Dtype::F8E4M3,
+            Dtype::F8E5M2,
+            Dtype::F8E8M0,
+            Dtype::C64,
+            Dtype::Bool,
+        ];
+        let counts = [0u64, 1, 3, 7, 1000, 65_537, 300_001, 700_003];
+        let mut off = 0u64;
+        let mut i = 0;
+        for (k, dt) in kinds.iter().enumerate() {
+            for (c, &n) in counts.iter().enumerate() {
+                if (k + c) % 3 == 2 && n > 1000 || n > 300_001 && k > 2 {
+                    continue;
+                }
+                let len = n * u64::from(dt.bits() / 8);
+                let name = format!("t{i:03}");
+                i += 1;
+                entries.push(format!(
+                    r#""{name}":{{"dtype":"{}","shape":[{n}],"data_offsets":[{off},{}]}}"#,
+                    dt.name(),
+                    off + len
+                ));
+                specs.push((name, *dt, n));
+                off += len;
+            }
+        }
+        let header = format!("{{{}}}", entries.join(","));
+        let data = noise(off as usize, 0x9e37_79b9_7f4a_7c15);
+        (build(&header, &data), data, specs)
+    }
+
+    fn open(path: &std::path::Path, backend: Backend) -> MappedFile {
+        MappedFile::open(
+            path,
+            OpenOptions {
+                backend,
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap()
+    }
+
+    /// What one tensor converted to `to` must be: the kernels over its
+    /// whole bytes.
+    fn expected(data: &[u8], info: &TensorInfo, to: Dtype) -> Vec<u8> {
+        let src = &data[info.begin as usize..info.end as usize];
+        if to == info.dtype {
+            return src.to_vec();
+        }
+        let n = src.len() / (info.dtype.bits() / 8) as usize;
+        let mut out = vec![0u8; n * (to.bits() / 8) as usize];
+        crate::convert::convert(info.dtype, to, src, &mut out).unwrap();
+        out
+    }
+
+    /// The dtype a tensor is loaded as: converted where a conversion
+    /// exists, copied otherwise.
+    fn target(dt: Dtype) -> Dtype {
+        match dt {
+            Dtype::F32 => Dtype::Bf16,
+            d if crate::convert::supported(d, Dtype::F32) => Dtype::F32,
+            d => d,
+        }
+    }
+
+    #[test]
+    fn batch_loads_are_exact_for_every_split_and_thread_count() {
+        let (f, data, specs) = sample();
+        for backend in [Backend::Mmap, Backend::Pread] {
+            let file = open(&f.0, backend);
+            for (threads, piece, direct, convert) in [
+                (1, 4096 + 7, false, false),
+                (3, 65_536, true, true),
+                (8, 1 << 20, true, false),
+                (0, 0, true, true),
+                (2, 4099, false, true),
+            ] {
+                for cold in [false, true] {
+                    if cold {
+                        #[cfg(target_os = "linux")]
+                        crate::io::drop_cached(file.raw());
+                    }
+                    let infos: Vec<&TensorInfo> = specs
+                        .iter()
+                        .map(|(n, _, _)| file.header().require(n).unwrap())
+                        .collect();
+                    let tos: Vec<Dtype> = infos
+                        .iter()
+                        .map(|t| if convert { target(t.dtype) } else { t.dtype })
+                        .collect();
+                    let mut outs: Vec<Vec<u8>> = infos
+                        .iter()
+                        .zip(&tos)
+                        .map(|(t, to)| vec![0xA5u8; expected(&data, t, *to).len()])
+                        .collect();
+                    let dests = infos
+                        .iter()
+                        .zip(&tos)
+                        .zip(outs.iter_mut())
+                        .map(|((info, to), dst)| Destination {
+                            info,
+                            to: *to,
+                            dst,
+                        })
+                        .collect();
+                    let options = LoadOptions {
+                        threads,
+                        piece,
+                        report_every: 0,
+                        direct,
+                    };
+                    assert_eq!(
+                        load_into(&file, dests, options, None).unwrap(),
+                        Outcome::Done
+                    );
+                    for ((info, to), out) in infos.iter().zip(&tos).zip(&outs) {
+                        assert!(
+                            *out == expected(&data, info, *to),
+                            "{backend:?} {threads} {piece} {direct} {convert} {cold}: {}",
+                            info.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Loads every tensor of `file` as its own dtype into fresh buffers.
+    fn load_all(
+        file: &MappedFile,
+        options: LoadOptions,
+        report: Option<Reporter<'_>>,
+    ) -> Result<Outcome> {
+        let infos = file.header().tensors();
+        let mut outs: Vec<Vec<u8>> = infos
+            .iter()
+            .map(|t| vec![0u8; t.byte_len() as usize])
+            .collect();
+        let dests = infos
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(info, dst)| Destination {
+                info,
+                to: info.dtype,
+                dst,
+            })
+            .collect();
+        load_into(file, dests, options, report)
+    }
+
+    fn one_big(n: usize) -> (crate::inspect::testfile::TempFile, Vec<u8>) {
+        let header = format!(r#"{{"w":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}}}}"#);
+        let data = noise(n, 7);
+        (build(&header, &data), data)
+    }
+
+    #[test]
+    fn progress_is_reported_in_steps_and_at_the_end() {
+        let (f, _) = one_big(3 << 20);
+        let file = open(&f.0, Backend::Pread);
+        let mut calls = Vec::new();
+        let mut report = |d: u64, t: u64| {
+            calls.push((d, t));
+            ControlFlow::Continue(())
+        };
+        let options = LoadOptions {
+            threads: 2,
+            piece: 64 << 10,
+            report_every: 1 << 20,
+            direct: false,
+        };
+        let outcome = load_all(&file, options, Some(&mut report)).unwrap();
+        assert_eq!(outcome, Outcome::Done);
+        let total = 3u64 << 20;
+        assert_eq!(calls.last(), Some(&(total, total)));
+        assert!(calls.len() >= 2 && calls.len() <= 4, "{calls:?}");
+        for w in calls.windows(2) {
+            assert!(w[1].0 >= w[0].0 + (1 << 20) || w[1].0 == total, "{calls:?}");
+        }
+        assert!(calls.iter().all(|&(_, t)| t == total));
+    }
+
+    #[test]
+    fn a_reporter_stops_the_load_within_two_intervals() {
+        let (f, _) = one_big(8 << 20);
+        let file = open(&f.0, Backend::Pread);
+        let mut calls = 0;
+        let mut report = |_: u64, _: u64| {
+            calls += 1;
+            ControlFlow::Break(())
+        };
+        let options = LoadOptions {
+            threads: 3,
+            piece: 64 << 10,
+            report_every: 256 << 10,
+            direct: false,
+        };
+        let outcome = load_all(&file, options, Some(&mut report)).unwrap();
+        assert_eq!(outcome, Outcome::Stopped);
+        assert_eq!(calls, 1);
+        // Stopping at the end of a complete load also stops it.
+        let (g, _) = one_big(1000);
+        let small = open(&g.0, Backend::Pread);
+        let mut report = |_: u64, _: u64| ControlFlow::Break(());
+        let outcome = load_all(&small, LoadOptions::default(), Some(&mut report)).unwrap();
+        assert_eq!(outcome, Outcome::Stopped);
+    }
+
+    #[test]
+    fn a_file_truncated_during_a_load_is_reported() {
+        for (backend, direct) in [(Backend::Mmap, true), (Backend::Pread, false)] {
+            let (f, _) = one_big(4 << 20);
+            let file = open(&f.0, backend);
+            let path = f.0.clone();
+            let mut report = |_: u64, _: u64| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_len(100)
+                    .unwrap();
+                ControlFlow::Continue(())
+            };
+            let options = LoadOptions {
+                threads: 2,
+                piece: 64 << 10,
+                report_every: 256 << 10,
+                direct,
+            };
+            let err = load_all(&file, options, Some(&mut report)).unwrap_err();
+            assert_eq!(err.rule(), "file-changed", "{err}");
+        }
+    }
+
+    #[test]
+    fn destinations_are_checked_before_reading() {
+        let (f, _) = one_big(1000);
+        let file = open(&f.0, Backend::Pread);
+        let info = file.header().require("w").unwrap();
+        let mut short = vec![0u8; 999];
+        let err = load_into(
+            &file,
+            vec![Destination {
+                info,
+                to: info.dtype,
+                dst: &mut short,
+            }],
+            LoadOptions::default(),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(err.rule(), "destination-size");
+        let mut wide = vec![0u8; 4000];
+        let err = load_into(
+            &file,
+            vec![Destination {
+                info,
+                to: Dtype::F32,
+                dst: &mut wide,
+            }],
+            LoadOptions::default(),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(err.rule(), "conversion-not-allowed");
+        assert_eq!(err.tensor(), Some("w"));
     }
 }

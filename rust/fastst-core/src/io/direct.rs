@@ -168,3 +168,44 @@ impl ReadBuffer {
         &mut self.0
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn direct_reads_of_unaligned_ranges_are_exact_or_decline() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 253) as u8).collect();
+        let path = std::env::temp_dir().join(format!("fastst-direct-{}.bin", std::process::id()));
+        std::fs::write(&path, &data).unwrap();
+        let file = File::open(&path).unwrap();
+        super::super::drop_cached(&file);
+        let mut buf = ReadBuffer::new(200_000 + 2 * DIRECT_ALIGN as usize, "t").unwrap();
+        if let Some(direct) = open_direct(&file) {
+            for (start, len) in [(0u64, 4096usize), (1, 5), (4095, 2), (12_345, 150_000), (299_000, 1000)] {
+                match direct.read(start, len, buf.as_mut_slice()) {
+                    Some(got) => {
+                        let range = got.unwrap();
+                        assert_eq!(range.len(), len);
+                        assert_eq!(
+                            &buf.as_slice()[range],
+                            &data[start as usize..start as usize + len],
+                            "{start} {len}"
+                        );
+                    }
+                    // Declined: cached (the tail block read above is now
+                    // resident) or refused by the file system.
+                    None => {}
+                }
+            }
+            // Past the end of the file: an error, never a short success.
+            super::super::drop_cached(&file);
+            let past = direct.read(299_000, 2000, buf.as_mut_slice());
+            assert!(!matches!(past, Some(Ok(_))));
+            // A buffer too small is declined.
+            assert!(direct.read(0, 10_000, &mut [0u8; 100]).is_none());
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+}

@@ -145,3 +145,16 @@ pub(crate) fn link_unnamed(file: &File, to: &Path) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Drops `file`'s clean pages from the page cache (tests of reads of files
+/// that are not cached).
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) fn drop_cached(file: &File) {
+    use std::os::unix::io::AsRawFd;
+    let _ = file.sync_all();
+    // SAFETY: posix_fadvise on a descriptor owned by `file`, alive for the
+    // call; integers only.
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+    }
+}
