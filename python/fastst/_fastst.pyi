@@ -147,3 +147,18 @@ def identify(head: bytes, file_len: int) -> Optional[Dict[str, Any]]: ...
 # --- the values of two tensors compared (fastst diff) ---------------------------
 
 def diff_buffers(a: Any, b: Any, dtype: str, threads: int = 0) -> Dict[str, Any]: ...
+
+# --- whole loads into destinations allocated by Python (fastst/_open.py) --------
+
+def load_into(
+    raw: RawFile,
+    names: List[str],
+    outs: List[Any],
+    targets: List[Optional[str]],
+    progress: Optional[Any] = None,
+    bar: bool = False,
+    threads: int = 0,
+    piece: int = 0,
+    report_every: int = 0,
+    direct: bool = True,
+) -> None: ...

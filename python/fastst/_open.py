@@ -242,12 +242,13 @@ class safe_open:  # noqa: N801 - the reference package's name
             if empty is not None:
                 result, out = empty(target, shape, where)
             elif target == src and src in PACKED_BITS:
+                # Unpacked into an array once the bytes are read.
                 out = np.empty(end - begin, dtype=np.uint8)
-                result = (to_numpy(out, src, shape), target, shape)
+                result = (out, target, shape, True)
             else:
                 array = np.empty(shape, dtype=NUMPY_DTYPES[target])  # no zero-fill pass
                 out = array.reshape(-1).view(np.uint8)
-                result = (array, target, shape)
+                result = (array, target, shape, False)
         except MemoryError:
             raise rule_error(
                 "out-of-memory",
@@ -260,7 +261,9 @@ class safe_open:  # noqa: N801 - the reference package's name
     def _finish(self, name: str, made: Any) -> Any:
         """A filled destination as what ``get_tensor`` returns."""
         if isinstance(made, tuple):
-            array, target, shape = made
+            array, target, shape, packed = made
+            if packed:
+                array = to_numpy(array, target, shape)
             return self._hand_out(name, array, target, shape)
         return self._backend.place(made, self._device) if self._backend.place else made
 

@@ -437,7 +437,6 @@ impl<'a> Worker<'_, 'a> {
                 .unwrap_or_else(PoisonError::into_inner);
         }
     }
-
 }
 
 impl Reader<'_> {
@@ -539,7 +538,11 @@ mod tests {
 
     /// A file with tensors of every byte-sized dtype, odd sizes, empty
     /// tensors and runs of small ones; returns it and its data section.
-    fn sample() -> (crate::inspect::testfile::TempFile, Vec<u8>, Vec<(String, Dtype, u64)>) {
+    fn sample() -> (
+        crate::inspect::testfile::TempFile,
+        Vec<u8>,
+        Vec<(String, Dtype, u64)>,
+    ) {
         let mut entries = Vec::new();
         let mut specs: Vec<(String, Dtype, u64)> = Vec::new();
         let kinds = [
@@ -647,11 +650,7 @@ mod tests {
                         .iter()
                         .zip(&tos)
                         .zip(outs.iter_mut())
-                        .map(|((info, to), dst)| Destination {
-                            info,
-                            to: *to,
-                            dst,
-                        })
+                        .map(|((info, to), dst)| Destination { info, to: *to, dst })
                         .collect();
                     let options = LoadOptions {
                         threads,

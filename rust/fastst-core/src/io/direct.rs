@@ -183,7 +183,13 @@ mod tests {
         super::super::drop_cached(&file);
         let mut buf = ReadBuffer::new(200_000 + 2 * DIRECT_ALIGN as usize, "t").unwrap();
         if let Some(direct) = open_direct(&file) {
-            for (start, len) in [(0u64, 4096usize), (1, 5), (4095, 2), (12_345, 150_000), (299_000, 1000)] {
+            for (start, len) in [
+                (0u64, 4096usize),
+                (1, 5),
+                (4095, 2),
+                (12_345, 150_000),
+                (299_000, 1000),
+            ] {
                 match direct.read(start, len, buf.as_mut_slice()) {
                     Some(got) => {
                         let range = got.unwrap();

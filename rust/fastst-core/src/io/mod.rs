@@ -9,9 +9,9 @@ mod sys;
 pub(crate) use direct::{open_direct, DirectFile, ReadBuffer, DIRECT_ALIGN};
 #[cfg(all(test, target_os = "linux"))]
 pub(crate) use sys::drop_cached;
-pub(crate) use sys::{advise_sequential, advise_sequential_from};
 #[cfg(target_os = "linux")]
 pub(crate) use sys::link_unnamed;
+pub(crate) use sys::{advise_sequential, advise_sequential_from};
 
 use std::fs::{File, Metadata};
 use std::path::Path;
