@@ -565,7 +565,7 @@ mod tests {
                 if (k + c) % 3 == 2 && n > 1000 || n > 300_001 && k > 2 {
                     continue;
                 }
-                let len = n * u64::from(dt.bits() / 8);
+                let len = n * (dt.bits() / 8);
                 let name = format!("t{i:03}");
                 i += 1;
                 entries.push(format!(

@@ -65,6 +65,8 @@ pub fn load_into(
     let file_ref = &*file;
     let mut pending: Option<PyErr> = None;
     let pending_ref = &mut pending;
+    // Borrowed, so that no Python object is dropped without the GIL.
+    let progress = progress.as_ref();
     let outcome = py.allow_threads(move || {
         let line = bar.then(|| StderrLine::new(&label));
         let dests = wanted
@@ -80,7 +82,7 @@ pub fn load_into(
                 line.report(done, total);
             }
             Python::with_gil(|py| {
-                let called = py.check_signals().and_then(|()| match &progress {
+                let called = py.check_signals().and_then(|()| match progress {
                     Some(cb) => cb.call1(py, (done, total)).map(drop),
                     None => Ok(()),
                 });
