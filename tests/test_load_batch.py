@@ -256,9 +256,13 @@ def test_progress_reports_bytes_from_the_calling_thread(every_dtype):
             lambda d, t: steps.append((d, t)), False, 2, 1 << 20, 4 << 20,
         )  # fmt: skip
     assert steps[-1] == (total, total)
-    assert 4 <= len(steps) <= 6, steps
-    dones = [d for d, _t in steps]
-    assert dones == sorted(dones)
+    # The reading threads never run more than two steps (plus one request)
+    # ahead of the last report: with 21 MB to read, at least two reports
+    # come before the final one, however late this thread is scheduled.
+    assert 3 <= len(steps) <= 6, steps
+    dones = [0] + [d for d, _t in steps]
+    assert all(0 < b - a <= (8 << 20) + (1 << 20) for a, b in zip(dones, dones[1:])), steps
+    dones = dones[1:]
     # One report per 4 MiB step crossed, at most.
     steps_crossed = [d // (4 << 20) for d in dones[:-1]]
     assert steps_crossed == sorted(set(steps_crossed)) and steps_crossed[0] >= 1
