@@ -28,6 +28,7 @@ ITEM = {
     "F8_E5M2": 1, "F8_E4M3FNUZ": 1, "F8_E5M2FNUZ": 1, "F8_E8M0": 1,
 }  # fmt: skip
 SHAPES = [(), (0,), (3, 5), (1001,), (7, 0, 3), (65_537,)]
+PACKED = ("F4", "F6_E2M3", "F6_E3M2")  # unpacked by numpy: compared as file bytes elsewhere
 
 
 def _bytes(rng: np.random.Generator, dtype: str, n: int) -> bytes:
@@ -360,6 +361,15 @@ def test_loads_from_tmpfs_fall_back_without_error(tmp_path):
         for backend in ("mmap", "pread"):
             owned = fastst.numpy.load_file(path, copy=True, backend=backend)
             assert all(as_bytes(owned[k]) == as_bytes(v) for k, v in views.items())
+            with fastst.safe_open(path, "np", backend=backend) as f:
+                names = f.offset_keys()
+                outs = [np.empty(e - b, np.uint8) for _d, _s, b, e in map(f._raw.info, names)]
+                load_into(f._raw, names, outs, [None] * len(names), direct=True)
+                assert all(
+                    o.tobytes() == as_bytes(views[n])
+                    for n, o in zip(names, outs)
+                    if n not in PACKED
+                )
     finally:
         path.unlink()
 
@@ -375,6 +385,17 @@ def test_cold_loads_read_around_the_page_cache_exactly(every_dtype):
         os.close(fd)
         owned = fastst.numpy.load_file(every_dtype, copy=True, backend=backend)
         assert all(as_bytes(owned[k]) == v for k, v in views.items())
+        # Direct reads forced (by default only files larger than half the
+        # memory available are read around the cache).
+        os.sync()
+        fd = os.open(every_dtype, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+        with fastst.safe_open(every_dtype, "np", backend=backend) as f:
+            names = f.offset_keys()
+            outs = [np.empty(e - b, np.uint8) for _d, _s, b, e in map(f._raw.info, names)]
+            load_into(f._raw, names, outs, [None] * len(names), direct=True, threads=3)
+            assert all(o.tobytes() == views[n] for n, o in zip(names, outs) if n not in PACKED)
 
 
 def test_overlapping_destinations_are_refused(every_dtype):

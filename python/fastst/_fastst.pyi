@@ -160,5 +160,5 @@ def load_into(
     threads: int = 0,
     piece: int = 0,
     report_every: int = 0,
-    direct: bool = True,
+    direct: Optional[bool] = None,
 ) -> None: ...

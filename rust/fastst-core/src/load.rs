@@ -11,10 +11,10 @@
 //! underneath gives rule `file-changed`, never SIGBUS), and the file's
 //! stamp is checked before each piece.
 //!
-//! When none of the file's pages are in the page cache, pieces are read
-//! with `O_DIRECT` (Linux) into an aligned per-thread buffer and copied from
-//! there: the page cache is neither filled nor polluted, which on this kind
-//! of machine costs more than the copy. A file system refusing direct I/O
+//! With [`LoadOptions::direct`], pieces whose pages are not in the page
+//! cache are read with `O_DIRECT` (Linux) into an aligned per-thread buffer
+//! and copied from there: the page cache is neither filled nor polluted
+//! (the glue asks for it only when [`direct_pays`]). A file system refusing direct I/O
 //! (tmpfs, some FUSE and network file systems), or a read it rejects, falls
 //! back to buffered reads without error.
 //!
@@ -91,6 +91,15 @@ impl Default for LoadOptions {
             direct: true,
         }
     }
+}
+
+/// Whether uncached requests of a load of `file` should be read around the
+/// page cache (the default of [`LoadOptions::direct`] the Python glue uses):
+/// only for files larger than half the memory available, which the cache
+/// could not keep anyway; smaller ones are read through it, so that the
+/// next load of the same file finds it cached.
+pub fn direct_pays(file: &MappedFile) -> bool {
+    io::direct_pays(file.file_len())
 }
 
 /// How a load ended without error.

@@ -20,9 +20,11 @@ use crate::file::{writable, RawFile, WritableBytes};
 /// own). `progress(done, total)` is called from this thread, with the GIL,
 /// at most every `report_every` source bytes and at the end; an exception
 /// it raises (or a signal handler's, e.g. KeyboardInterrupt) stops the load
-/// and is raised here. `bar` draws a progress line on stderr.
+/// and is raised here. `bar` draws a progress line on stderr. `direct`
+/// (None: only for files larger than half the memory available) reads
+/// uncached pages around the page cache.
 #[pyfunction]
-#[pyo3(signature = (raw, names, outs, targets, progress = None, bar = false, threads = 0, piece = 0, report_every = 0, direct = true))]
+#[pyo3(signature = (raw, names, outs, targets, progress = None, bar = false, threads = 0, piece = 0, report_every = 0, direct = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn load_into(
     py: Python<'_>,
@@ -35,7 +37,7 @@ pub fn load_into(
     threads: usize,
     piece: usize,
     report_every: u64,
-    direct: bool,
+    direct: Option<bool>,
 ) -> PyResult<()> {
     let raw = raw.get();
     if names.len() != outs.len() || names.len() != targets.len() {
@@ -59,7 +61,7 @@ pub fn load_into(
         threads,
         piece,
         report_every,
-        direct,
+        direct: direct.unwrap_or_else(|| fastst_core::load::direct_pays(&file)),
     };
     let label = raw.display_name().to_owned();
     let file_ref = &*file;

@@ -6,7 +6,7 @@ mod direct;
 pub(crate) mod mmap;
 mod sys;
 
-pub(crate) use direct::{open_direct, DirectFile, ReadBuffer, DIRECT_ALIGN};
+pub(crate) use direct::{direct_pays, open_direct, DirectFile, ReadBuffer, DIRECT_ALIGN};
 #[cfg(all(test, target_os = "linux"))]
 pub(crate) use sys::drop_cached;
 #[cfg(target_os = "linux")]
