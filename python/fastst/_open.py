@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import sys
-from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple, Union, cast
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple, Union, cast
 
 import numpy as np
 
@@ -46,33 +45,6 @@ def _offset_report(
         callback(base + done, grand)
 
     return report
-
-
-try:  # numpy >= 2
-    from numpy._core.multiarray import _set_madvise_hugepage
-except ImportError:  # pragma: no cover - numpy 1.x
-    try:
-        from numpy.core.multiarray import _set_madvise_hugepage
-    except ImportError:
-        _set_madvise_hugepage = None
-
-
-@contextlib.contextmanager
-def _small_pages() -> Iterator[None]:
-    """numpy asks for transparent huge pages on arrays of 4 MiB or more;
-    destinations of an owned load are allocated without that advice: they
-    are written once, front to back, by the reading threads, and first
-    touches of huge pages (zeroing 2 MiB, compacting memory to find it) were
-    25-35% slower than of small pages on the machine measured (README,
-    "Owned loads")."""
-    if _set_madvise_hugepage is None:
-        yield
-        return
-    before = _set_madvise_hugepage(False)
-    try:
-        yield
-    finally:
-        _set_madvise_hugepage(before)
 
 
 def _batches(raw: Any, names: List[str]) -> Optional[List[Tuple[Any, List[str]]]]:
@@ -236,16 +208,15 @@ class safe_open:  # noqa: N801 - the reference package's name
             return out
         made: Dict[str, Any] = {}
         plans = []
-        with _small_pages():
-            for file, members in groups:
-                outs, targets, size = [], [], 0
-                for name in members:
-                    result, out_bytes, target, src, nbytes = self._destination(file, name, dtype)
-                    made[name] = result
-                    outs.append(out_bytes)
-                    targets.append(None if target == src else target)
-                    size += nbytes
-                plans.append((file, members, outs, targets, size))
+        for file, members in groups:
+            outs, targets, size = [], [], 0
+            for name in members:
+                result, out_bytes, target, src, nbytes = self._destination(file, name, dtype)
+                made[name] = result
+                outs.append(out_bytes)
+                targets.append(None if target == src else target)
+                size += nbytes
+            plans.append((file, members, outs, targets, size))
         grand = sum(p[4] for p in plans)
         base = 0
         for file, members, outs, targets, size in plans:
