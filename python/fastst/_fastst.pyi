@@ -174,3 +174,18 @@ class Prefetcher:
     def wait_idle(self, timeout: float) -> Dict[str, Union[int, bool, str]]: ...
 
 def default_prefetch_budget() -> int: ...
+
+# --- whole loads into destinations allocated by Python (fastst/_open.py) --------
+
+def load_into(
+    raw: RawFile,
+    names: List[str],
+    outs: List[Any],
+    targets: List[Optional[str]],
+    progress: Optional[Any] = None,
+    bar: bool = False,
+    threads: int = 0,
+    piece: int = 0,
+    report_every: int = 0,
+    direct: Optional[bool] = None,
+) -> None: ...

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable, Dict, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -103,7 +103,11 @@ class Backend:
     returns part of one with the framework's indexing rules. ``where`` names
     the file and tensor for error messages. ``settle(device)`` returns once
     every tensor handed out for that device has landed there (a no-op where
-    tensors are complete when handed out).
+    tensors are complete when handed out). Owned loads allocate each
+    destination with ``empty(dtype, shape, where)`` -> ``(tensor, its bytes
+    as a writable uint8 numpy array)`` where a framework has its own memory
+    (None: numpy arrays, wrapped by ``tensor``), and hand the filled tensor
+    out through ``place(tensor, device)``.
     """
 
     name: str
@@ -111,6 +115,8 @@ class Backend:
     tensor: Callable[[Buffer, str, Shape, Any, Where], Any]
     index: Callable[[Buffer, str, Shape, Any, Any, Where], Any]
     settle: Callable[[Any], None] = lambda _device: None
+    empty: Optional[Callable[[str, Shape, Where], Tuple[Any, np.ndarray]]] = None
+    place: Optional[Callable[[Any, Any], Any]] = None
 
 
 def numpy_index(buffer: Buffer, dtype: str, shape: Shape, key: Any, where: Where) -> np.ndarray:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import numpy as _np
+
 from . import _frameworks
 from ._errors import SafetensorError
 
@@ -229,6 +231,30 @@ def settle(device: Target) -> None:
     device.synchronize()
 
 
-_frameworks.register(_frameworks.Backend("torch", check_device, tensor, index, settle))
+def empty(dtype: str, shape: Sequence[int], where: _frameworks.Where) -> Tuple[Any, Any]:
+    """An uninitialised CPU tensor for tensor ``where`` of header dtype
+    ``dtype`` and ``shape`` (torch's own memory, filled by an owned load),
+    and its bytes as a writable uint8 numpy array (no copy)."""
+    dims, tdtype = torch_shape(dtype, shape, where), torch_dtype(dtype, where)
+    try:
+        made = torch.empty(dims, dtype=tdtype)
+    except RuntimeError as exc:
+        # torch's CPU allocator reports a failed allocation as RuntimeError.
+        if "allocate" not in str(exc):
+            raise
+        raise MemoryError(str(exc)) from None
+    if made.numel() == 0:
+        return made, _np.empty(0, dtype=_np.uint8)
+    return made, made.reshape(-1).view(torch.uint8).numpy()
+
+
+def place(made: Any, device: Target) -> Any:
+    """A tensor filled by an owned load, on its device."""
+    return device.place(made)
+
+
+_frameworks.register(
+    _frameworks.Backend("torch", check_device, tensor, index, settle, empty=empty, place=place)
+)
 
 __all__: List[str] = ["TORCH_DTYPES", "HEADER_NAMES", "ITEM_SIZES", "check_device", "Target"]

@@ -124,17 +124,19 @@ def load_path(
     backend: str = "mmap",
     copy: bool = False,
     dtype: Any = None,
+    progress: Any = None,
 ) -> Dict[str, Any]:
     """Every tensor of ``filename`` as tensors of ``framework``, in file
     order, on ``device``; ``backend`` is safe_open's, ``copy`` and ``dtype``
-    are :meth:`fastst.safe_open.get_tensor`'s. Returns once every tensor has
+    are :meth:`fastst.safe_open.get_tensor`'s, ``progress`` is
+    :meth:`fastst.safe_open.get_tensors`'. Returns once every tensor has
     landed on its device."""
     # Views are touched after this returns: read the file ahead of that.
     views = not copy and dtype is None and backend == "mmap"
     with safe_open(filename, framework, device=device, backend=backend, prefetch=None) as f:
         if views and f._prefetch is not None and _prefetch.enabled():
             f._prefetch.declare("all", map_cached=_prefetch.map_cached())
-        tensors = f.get_tensors(copy=copy, dtype=dtype)
+        tensors = f.get_tensors(copy=copy, dtype=dtype, progress=progress)
         f._settle()
         if f._prefetch is not None:
             f._prefetch.detach()
@@ -188,7 +190,14 @@ class FrameworkIO:
         backend: str = "mmap",
         copy: bool = False,
         dtype: Any = None,
+        progress: Any = None,
     ) -> Dict[str, Any]:
         return load_path(
-            filename, self.framework, device=device, backend=backend, copy=copy, dtype=dtype
+            filename,
+            self.framework,
+            device=device,
+            backend=backend,
+            copy=copy,
+            dtype=dtype,
+            progress=progress,
         )

@@ -4,18 +4,63 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Any, BinaryIO, Dict, List, Optional, Tuple, Union, cast
+import sys
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple, Union, cast
 
 import numpy as np
 
 from . import _frameworks, _handle, _prefetch
 from ._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
-from ._errors import closed_file_error
-from ._fastst import DEFAULT_HEADER_CAP
+from ._errors import closed_file_error, rule_error
+from ._fastst import DEFAULT_HEADER_CAP, RawFile, load_into
 from ._paths import os_path
-from ._sharded import open_raw
+from ._sharded import ShardedFile, open_raw
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+#: ``progress=`` of a load: None/False (off), True (a line on stderr when it
+#: is a terminal) or a callable taking ``(bytes_done, bytes_total)``.
+Progress = Union[None, bool, Callable[[int, int], Any]]
+
+
+def _progress(progress: Progress) -> Tuple[Optional[Callable[[int, int], Any]], bool]:
+    """``(callback or None, draw a stderr line)`` for a ``progress=`` value."""
+    if progress is None or progress is False:
+        return None, False
+    if progress is True:
+        stream = sys.stderr
+        return None, bool(stream is not None and stream.isatty())
+    if callable(progress):
+        return progress, False
+    raise TypeError(f"progress must be None, a bool or a callable, got {type(progress).__name__}")
+
+
+def _offset_report(
+    callback: Callable[[int, int], Any], base: int, grand: int
+) -> Callable[[int, int], Any]:
+    """A shard's reports as reports on the whole checkpoint. The final call
+    of each shard but the last is not a final call of the whole."""
+
+    def report(done: int, _total: int) -> None:
+        callback(base + done, grand)
+
+    return report
+
+
+def _batches(raw: Any, names: List[str]) -> Optional[List[Tuple[Any, List[str]]]]:
+    """``names`` grouped by the ``RawFile`` holding them, in order (one
+    group for a single file, one per shard for a checkpoint), or None when
+    the tensors cannot be read in batches (a file object without a
+    descriptor)."""
+    if isinstance(raw, RawFile):
+        return [(raw, list(names))]
+    if isinstance(raw, ShardedFile):
+        groups: Dict[int, Tuple[Any, List[str]]] = {}
+        for name in names:
+            shard = raw._shard(name)
+            groups.setdefault(id(shard), (shard, []))[1].append(name)
+        return list(groups.values())
+    return None
 
 
 def _not_found(path: str, exc: FileNotFoundError) -> FileNotFoundError:
@@ -168,15 +213,97 @@ class safe_open:  # noqa: N801 - the reference package's name
         if not copy and dtype is None:
             buffer, src, shape = self._raw.tensor(name)
             return self._backend.tensor(buffer, src, shape, self._device, self._where(name))
-        array, target, shape = self._owned(name, dtype)
-        if self._prefetch is not None:
-            _d, _s, begin, end = self._raw.info(name)
-            self._prefetch.consumed(end - begin)
+        return self._load_owned([name], dtype, None)[name]
+
+    def _hand_out(self, name: str, array: np.ndarray, target: str, shape: Tuple[int, ...]) -> Any:
+        """A filled numpy destination as the framework's tensor."""
         if self._framework == "numpy":
             return array
         return self._backend.tensor(
             array.reshape(-1).view(np.uint8), target, shape, self._device, self._where(name)
         )
+
+    def _load_owned(self, names: List[str], dtype: Any, progress: Progress) -> Dict[str, Any]:
+        """Tensors ``names`` in memory of their own (converted to ``dtype``
+        when given): every destination allocated first, then one batch load
+        per file (the core's ``load_into``), or one tensor at a time where
+        the file is not a ``RawFile`` (a file object without a descriptor)."""
+        callback, bar = _progress(progress)
+        raw = self._raw
+        groups = _batches(raw, names)
+        if groups is None:
+            out: Dict[str, Any] = {}
+            if len(names) > 1:
+                raw.advise_sequential()
+            for name in names:
+                array, target, shape = self._owned(name, dtype)
+                out[name] = self._hand_out(name, array, target, shape)
+            if callback is not None:
+                total = sum(end - begin for _d, _s, begin, end in map(raw.info, names))
+                callback(total, total)
+            return out
+        made: Dict[str, Any] = {}
+        plans = []
+        for file, members in groups:
+            outs, targets, size = [], [], 0
+            for name in members:
+                result, out_bytes, target, src, nbytes = self._destination(file, name, dtype)
+                made[name] = result
+                outs.append(out_bytes)
+                targets.append(None if target == src else target)
+                size += nbytes
+            plans.append((file, members, outs, targets, size))
+        grand = sum(p[4] for p in plans)
+        base = 0
+        for file, members, outs, targets, size in plans:
+            report = callback
+            if callback is not None and len(plans) > 1:
+                report = _offset_report(callback, base, grand)
+            load_into(file, members, outs, targets, report, bar)
+            base += size
+        if self._prefetch is not None:
+            self._prefetch.consumed(grand)
+        return {name: self._finish(name, made[name]) for name in names}
+
+    def _destination(
+        self, file: Any, name: str, dtype: Any
+    ) -> Tuple[Any, np.ndarray, str, str, int]:
+        """Allocates the destination of tensor ``name`` (nothing is read):
+        ``(result, its bytes as a writable uint8 array, target dtype, file
+        dtype, bytes to read)``. A failed allocation is rule
+        ``out-of-memory`` naming the tensor."""
+        src, shape, begin, end = file.info(name)
+        target = src if dtype is None else target_dtype(dtype)
+        where = self._where(name)
+        try:
+            empty = self._backend.empty
+            if empty is not None:
+                result, out = empty(target, shape, where)
+            elif target == src and src in PACKED_BITS:
+                # Unpacked into an array once the bytes are read.
+                out = np.empty(end - begin, dtype=np.uint8)
+                result = (out, target, shape, True)
+            else:
+                array = np.empty(shape, dtype=NUMPY_DTYPES[target])  # no zero-fill pass
+                out = array.reshape(-1).view(np.uint8)
+                result = (array, target, shape, False)
+        except MemoryError:
+            raise rule_error(
+                "out-of-memory",
+                self._raw.name,
+                f"tensor {name!r}: cannot allocate memory for {list(shape)} of {target}",
+                name,
+            ) from None
+        return result, out, target, src, end - begin
+
+    def _finish(self, name: str, made: Any) -> Any:
+        """A filled destination as what ``get_tensor`` returns."""
+        if isinstance(made, tuple):
+            array, target, shape, packed = made
+            if packed:
+                array = to_numpy(array, target, shape)
+            return self._hand_out(name, array, target, shape)
+        return self._backend.place(made, self._device) if self._backend.place else made
 
     def _owned(self, name: str, dtype: Any) -> Tuple[np.ndarray, str, Tuple[int, ...]]:
         """A freshly allocated array holding tensor ``name`` (converted to
@@ -196,14 +323,31 @@ class safe_open:  # noqa: N801 - the reference package's name
             self._raw.convert_into(name, out, target)
         return array, target, shape
 
-    def get_tensors(self, *, copy: bool = False, dtype: Any = None) -> Dict[str, Any]:
+    def get_tensors(
+        self, *, copy: bool = False, dtype: Any = None, progress: Progress = None
+    ) -> Dict[str, Any]:
         """Every tensor, keyed by name, in file order (``copy`` and ``dtype``
-        as for :meth:`get_tensor`)."""
+        as for :meth:`get_tensor`).
+
+        With ``copy=True`` or ``dtype``, every destination is allocated
+        first, then the whole file is read in file order by a few threads in
+        large requests, with the GIL released (see the README, "Owned
+        loads"). ``progress`` is off by default; a callable is called as
+        ``progress(bytes_done, bytes_total)`` (bytes of the file read) from
+        the calling thread, at most every 64 MiB and once at the end; an
+        exception it raises stops the load and propagates, and no tensor is
+        returned. ``progress=True`` draws a progress line on stderr when it
+        is a terminal. Zero-copy views read nothing here: the callback is
+        then called once, at the end.
+        """
+        callback, bar = _progress(progress)
         if not copy and dtype is None:
-            return {name: self.get_tensor(name) for name in self.offset_keys()}
-        # Everything will be read front to back: let the kernel read ahead.
-        self._raw.advise_sequential()
-        return {name: self.get_tensor(name, copy=copy, dtype=dtype) for name in self.offset_keys()}
+            out = {name: self.get_tensor(name) for name in self.offset_keys()}
+            if callback is not None:
+                total = sum(end - begin for _d, _s, begin, end in map(self._raw.info, out))
+                callback(total, total)
+            return out
+        return self._load_owned(self.offset_keys(), dtype, progress)
 
     def _settle(self) -> None:
         """Returns once every tensor handed out has landed on its device

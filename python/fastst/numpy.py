@@ -58,14 +58,20 @@ def load_file(
     backend: str = "mmap",
     dtype: Any = None,
     copy: bool = False,
+    progress: Any = None,
 ) -> Dict[str, np.ndarray]:
     """The arrays of ``filename``, keyed by name, in file order.
 
     ``dtype`` converts each tensor on load and ``copy=True`` asks for owned
     arrays rather than views of the file; both are passed on to
-    :meth:`fastst.safe_open.get_tensor`.
+    :meth:`fastst.safe_open.get_tensor`. Owned loads read the whole file in
+    one batch (several threads, large requests, GIL released).
+    ``progress`` (off by default) is a callable ``(bytes_done,
+    bytes_total)`` called from this thread at most every 64 MiB and at the
+    end (an exception it raises stops the load), or True for a progress line
+    on stderr when it is a terminal; see :meth:`fastst.safe_open.get_tensors`.
     """
-    return _io.load_file(filename, backend=backend, copy=copy, dtype=dtype)
+    return _io.load_file(filename, backend=backend, copy=copy, dtype=dtype, progress=progress)
 
 
 def save_sharded(

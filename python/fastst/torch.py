@@ -236,14 +236,21 @@ def load_file(
     backend: str = "mmap",
     copy: bool = False,
     dtype: Any = None,
+    progress: Any = None,
 ) -> Dict[str, torch.Tensor]:
     """Every tensor of ``filename``, in file order, on ``device`` ("cpu",
     "cuda", "cuda:N", an int N, or a torch.device). CPU tensors share the
     file's pages copy-on-write: no copy until written. ``copy=True`` gives
-    tensors with memory of their own (filled by several threads), ``dtype``
-    (e.g. ``torch.float32``) converts while loading; see
-    :meth:`fastst.safe_open.get_tensor`."""
-    return _io.load_file(filename, device, backend=backend, copy=copy, dtype=dtype)
+    tensors with memory of their own (allocated by torch, then the whole
+    file read in one batch by several threads), ``dtype`` (e.g.
+    ``torch.float32``) converts while loading; see
+    :meth:`fastst.safe_open.get_tensor`. ``progress`` (off by default) is a
+    callable ``(bytes_done, bytes_total)`` called from this thread at most
+    every 64 MiB and at the end (an exception it raises stops the load), or
+    True for a progress line on stderr when it is a terminal."""
+    return _io.load_file(
+        filename, device, backend=backend, copy=copy, dtype=dtype, progress=progress
+    )
 
 
 def load(data: bytes) -> Dict[str, torch.Tensor]:

@@ -13,6 +13,7 @@ pub mod header;
 pub mod inspect;
 pub(crate) mod io;
 pub(crate) mod json;
+pub mod load;
 pub(crate) mod parallel;
 pub mod prefetch;
 pub mod progress;

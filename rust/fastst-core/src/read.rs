@@ -382,6 +382,36 @@ impl MappedFile {
         Ok(())
     }
 
+    /// The open file (for whole loads, [`crate::load`]).
+    pub(crate) fn raw(&self) -> &File {
+        &self.file
+    }
+
+    /// Fills `buf` from absolute file offset `start` with positioned reads;
+    /// a read past the end of a file that shrank is rule `file-changed`.
+    /// `tensor` names the tensor in an out-of-range error.
+    pub(crate) fn read_at(&self, start: u64, buf: &mut [u8], tensor: &str) -> Result<()> {
+        match start.checked_add(buf.len() as u64) {
+            Some(end) if end <= self.file_len => {}
+            _ => {
+                return Err(Error::ReadPastEnd {
+                    tensor: tensor.to_owned(),
+                    offset: start,
+                    len: buf.len() as u64,
+                    tensor_len: self.file_len,
+                })
+            }
+        }
+        read_exact_at(&self.file, buf, start).map_err(|e| self.shrunk(e))
+    }
+
+    /// The error for a failed read of this file: rule `file-changed` when it
+    /// changed since it was opened, the read error otherwise.
+    #[cold]
+    pub(crate) fn read_failed(&self, err: std::io::Error) -> Error {
+        self.shrunk(Error::io("cannot read the file", err))
+    }
+
     /// Tells the kernel the whole file will be read front to back soon
     /// (readahead starts at once). Advice is a hint: failures are ignored.
     pub fn advise_sequential(&self) {

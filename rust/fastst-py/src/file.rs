@@ -24,18 +24,24 @@ pub struct RawFile {
 }
 
 impl RawFile {
+    /// The open file, or the `closed-file` error.
     pub(crate) fn file(&self) -> PyResult<Arc<MappedFile>> {
         let guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         guard.clone().ok_or_else(|| closed(&self.name))
     }
 
-    fn lookup<'a>(&self, file: &'a MappedFile, name: &str) -> PyResult<&'a TensorInfo> {
+    /// The name used in error messages.
+    pub(crate) fn display_name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn lookup<'a>(&self, file: &'a MappedFile, name: &str) -> PyResult<&'a TensorInfo> {
         file.header().require(name).in_file(&self.name)
     }
 }
 
 /// A writable byte view of a Python buffer, usable without the GIL.
-struct WritableBytes {
+pub(crate) struct WritableBytes {
     ptr: *mut u8,
     len: usize,
 }
@@ -46,7 +52,17 @@ struct WritableBytes {
 unsafe impl Send for WritableBytes {}
 
 impl WritableBytes {
-    fn into_slice<'a>(self) -> &'a mut [u8] {
+    /// The start of the bytes.
+    pub(crate) fn addr(&self) -> usize {
+        self.ptr as usize
+    }
+
+    /// The number of bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn into_slice<'a>(self) -> &'a mut [u8] {
         if self.len == 0 {
             return &mut [];
         }
@@ -57,7 +73,7 @@ impl WritableBytes {
     }
 }
 
-fn writable(buf: &PyBuffer<u8>) -> PyResult<WritableBytes> {
+pub(crate) fn writable(buf: &PyBuffer<u8>) -> PyResult<WritableBytes> {
     if buf.readonly() {
         return Err(PyValueError::new_err("destination buffer is read-only"));
     }

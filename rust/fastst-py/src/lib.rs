@@ -10,6 +10,7 @@ mod file;
 mod handle;
 mod identify;
 mod inspect;
+mod load;
 mod prefetch;
 mod write;
 
@@ -22,6 +23,8 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_HEADER_CAP", fastst_core::DEFAULT_HEADER_CAP)?;
     m.add_class::<file::RawFile>()?;
     m.add_class::<buffer::TensorBuffer>()?;
+    // whole loads into destinations allocated by Python
+    m.add_function(wrap_pyfunction!(load::load_into, m)?)?;
     // writer
     m.add_class::<write::PyWritePlan>()?;
     m.add_function(wrap_pyfunction!(write::parse_bytes, m)?)?;

@@ -224,3 +224,16 @@ impl Drop for Region {
         }
     }
 }
+
+/// Whether any page of `map[offset..offset + len]` is in memory
+/// ([`resident_pages`]); `None` when the kernel cannot tell.
+#[cfg(target_os = "linux")]
+pub(crate) fn any_resident(map: &Mmap, offset: usize, len: usize) -> Option<bool> {
+    resident_pages(map, offset, len).map(|(resident, _)| resident > 0)
+}
+
+/// Residency is not asked for elsewhere.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn any_resident(_map: &Mmap, _offset: usize, _len: usize) -> Option<bool> {
+    None
+}

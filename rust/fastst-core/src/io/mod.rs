@@ -2,13 +2,16 @@
 //! point uses, positioned reads, the read of the 8-byte length prefix and
 //! header, and (in [`mmap`], the only module allowed `unsafe`) mappings.
 
+mod direct;
 pub(crate) mod mmap;
 mod sys;
 
-pub(crate) use sys::advise_sequential;
-pub(crate) use sys::advise_willneed;
+pub(crate) use direct::{direct_pays, open_direct, DirectFile, ReadBuffer, DIRECT_ALIGN};
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) use sys::drop_cached;
 #[cfg(target_os = "linux")]
 pub(crate) use sys::link_unnamed;
+pub(crate) use sys::{advise_sequential, advise_sequential_from, advise_willneed};
 pub(crate) use sys::{sync_range, SyncRange};
 
 use std::fs::{File, Metadata};

@@ -48,6 +48,27 @@ pub(crate) fn advise_sequential(file: &File) {
     let _ = file;
 }
 
+/// Tells the kernel that `file` will be read front to back from `offset`
+/// (a larger readahead window), without asking it to read anything yet:
+/// reading a whole large file ahead at once (`WILLNEED`) stalls the reads
+/// that follow. A hint: failures are ignored.
+pub(crate) fn advise_sequential_from(file: &File, offset: u64) {
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+    {
+        use std::os::unix::io::AsRawFd;
+        let Ok(offset) = libc::off_t::try_from(offset) else {
+            return;
+        };
+        // SAFETY: posix_fadvise on a descriptor owned by `file`, alive for
+        // the call; it takes integers only and touches no memory of ours.
+        unsafe {
+            libc::posix_fadvise(file.as_raw_fd(), offset, 0, libc::POSIX_FADV_SEQUENTIAL);
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+    let _ = (file, offset);
+}
+
 /// `(length, modification time in seconds and nanoseconds, device, inode)`
 /// of the open `file`, from one `fstat` (cheaper than the `statx` behind
 /// `File::metadata`, and called before every tensor handed out).
@@ -196,4 +217,17 @@ pub(crate) fn sync_range(file: &File, offset: u64, len: u64, how: SyncRange) -> 
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn sync_range(_file: &File, _offset: u64, _len: u64, _how: SyncRange) -> io::Result<()> {
     Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
+/// Drops `file`'s clean pages from the page cache (tests of reads of files
+/// that are not cached).
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) fn drop_cached(file: &File) {
+    use std::os::unix::io::AsRawFd;
+    let _ = file.sync_all();
+    // SAFETY: posix_fadvise on a descriptor owned by `file`, alive for the
+    // call; integers only.
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+    }
 }

@@ -1,0 +1,233 @@
+//! Reads that bypass the page cache (`O_DIRECT`, Linux) for whole loads of
+//! files that are not cached, and the aligned per-thread buffers they read
+//! into. Everything here falls back rather than fails: a file system that
+//! refuses direct I/O (tmpfs, some FUSE and network file systems), a read it
+//! rejects, or pages already in the cache make the caller read through the
+//! page cache instead.
+
+use std::fs::File;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use memmap2::{Mmap, MmapMut};
+
+use crate::error::{Error, Result};
+
+/// File offsets and lengths of direct reads are multiples of this, and the
+/// buffers they land in are aligned to it (the largest logical block size
+/// in use; page-aligned buffers satisfy every device's memory alignment).
+pub(crate) const DIRECT_ALIGN: u64 = 4096;
+
+/// Whether reading a file of `len` bytes around the page cache pays: only
+/// when it is larger than half the memory available (`MemAvailable`,
+/// Linux), so that the cache could not keep it anyway and filling it would
+/// evict other programs' data. Smaller files are read through the cache,
+/// where the next load finds them.
+pub(crate) fn direct_pays(len: u64) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/meminfo") else {
+        return false;
+    };
+    let available = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match available {
+        Some(kib) => len > kib.saturating_mul(1024) / 2,
+        None => false,
+    }
+}
+
+/// A second descriptor on an open file, opened with `O_DIRECT`, and a
+/// mapping of the file used only to ask which pages are cached.
+#[derive(Debug)]
+pub(crate) struct DirectFile {
+    file: File,
+    map: Mmap,
+    /// Set when the file system rejected a direct read: buffered reads
+    /// from then on.
+    refused: AtomicBool,
+}
+
+/// A direct descriptor on the file `file` is open on, when the file system
+/// allows it and the file is not already cached (`None` otherwise: the
+/// caller reads through the page cache).
+#[cfg(target_os = "linux")]
+pub(crate) fn open_direct(file: &File) -> Option<DirectFile> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    use std::os::unix::io::AsRawFd;
+    // The same open file, reopened through /proc (never by its path, which
+    // may name another file by now).
+    let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let direct = File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECT | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .ok()?;
+    let (a, b) = (file.metadata().ok()?, direct.metadata().ok()?);
+    if (a.dev(), a.ino()) != (b.dev(), b.ino()) || !b.is_file() {
+        return None;
+    }
+    let map = super::mmap::map_read_only(file).ok()?;
+    Some(DirectFile {
+        file: direct,
+        map,
+        refused: AtomicBool::new(false),
+    })
+}
+
+/// Direct I/O is Linux-only here.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn open_direct(_file: &File) -> Option<DirectFile> {
+    None
+}
+
+impl DirectFile {
+    /// Reads the file's bytes `[start, start + len)` into `buf` (aligned to
+    /// [`DIRECT_ALIGN`], at least `len + 2 * DIRECT_ALIGN` long) with direct
+    /// reads of whole aligned blocks, and returns where in `buf` they are.
+    ///
+    /// `None` when the caller should read through the page cache instead:
+    /// some of those pages are cached (they are fresher there and cost
+    /// nothing to copy), the file system rejected direct I/O, or a read
+    /// ended short in the middle of a block. `Some(Err(..))` for a failed
+    /// read (a read past the end of a file that shrank underneath).
+    #[cfg(unix)]
+    pub(crate) fn read(
+        &self,
+        start: u64,
+        len: usize,
+        buf: &mut [u8],
+    ) -> Option<std::io::Result<Range<usize>>> {
+        use std::os::unix::fs::FileExt;
+        if self.refused.load(Ordering::Relaxed) || len == 0 {
+            return None;
+        }
+        let end = start.checked_add(len as u64)?;
+        let lo = start - start % DIRECT_ALIGN;
+        let hi = end.checked_next_multiple_of(DIRECT_ALIGN)?;
+        let want = usize::try_from(hi - lo).ok()?;
+        if want > buf.len() || buf.as_ptr() as usize % DIRECT_ALIGN as usize != 0 {
+            return None;
+        }
+        if self.any_cached(lo, want) {
+            return None;
+        }
+        let lead = (start - lo) as usize;
+        let need = lead + len;
+        let mut got = 0usize;
+        while got < need {
+            match self.file.read_at(&mut buf[got..want], lo + got as u64) {
+                Ok(0) => {
+                    return Some(Err(std::io::ErrorKind::UnexpectedEof.into()));
+                }
+                Ok(n) => {
+                    got += n;
+                    if got < need && got as u64 % DIRECT_ALIGN != 0 {
+                        return None;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    self.refused.store(true, Ordering::Relaxed);
+                    return None;
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(Ok(lead..need))
+    }
+
+    /// Direct reads need Unix.
+    #[cfg(not(unix))]
+    pub(crate) fn read(
+        &self,
+        _start: u64,
+        _len: usize,
+        _buf: &mut [u8],
+    ) -> Option<std::io::Result<Range<usize>>> {
+        None
+    }
+
+    /// True when any page of `[offset, offset + len)` is in the page cache
+    /// (or when that cannot be told).
+    fn any_cached(&self, offset: u64, len: usize) -> bool {
+        let Ok(offset) = usize::try_from(offset) else {
+            return true;
+        };
+        let end = offset.saturating_add(len).min(self.map.len());
+        if end <= offset {
+            return false;
+        }
+        super::mmap::any_resident(&self.map, offset, end - offset).unwrap_or(true)
+    }
+}
+
+/// A page-aligned buffer of one reading thread (anonymous memory).
+#[derive(Debug)]
+pub(crate) struct ReadBuffer(MmapMut);
+
+impl ReadBuffer {
+    /// `len` bytes, or rule `out-of-memory` naming `tensor`.
+    pub(crate) fn new(len: usize, tensor: &str) -> Result<ReadBuffer> {
+        MmapMut::map_anon(len.max(1))
+            .map(ReadBuffer)
+            .map_err(|_| Error::OutOfMemory {
+                bytes: len as u64,
+                tensor: tensor.to_owned(),
+            })
+    }
+
+    /// The bytes.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The bytes, writable.
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn direct_reads_of_unaligned_ranges_are_exact_or_decline() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 253) as u8).collect();
+        let path = std::env::temp_dir().join(format!("fastst-direct-{}.bin", std::process::id()));
+        std::fs::write(&path, &data).unwrap();
+        let file = File::open(&path).unwrap();
+        super::super::drop_cached(&file);
+        let mut buf = ReadBuffer::new(200_000 + 2 * DIRECT_ALIGN as usize, "t").unwrap();
+        if let Some(direct) = open_direct(&file) {
+            for (start, len) in [
+                (0u64, 4096usize),
+                (1, 5),
+                (4095, 2),
+                (12_345, 150_000),
+                (299_000, 1000),
+            ] {
+                // `None`: declined (cached, or refused by the file system).
+                if let Some(got) = direct.read(start, len, buf.as_mut_slice()) {
+                    let range = got.unwrap();
+                    assert_eq!(range.len(), len);
+                    assert_eq!(
+                        &buf.as_slice()[range],
+                        &data[start as usize..start as usize + len],
+                        "{start} {len}"
+                    );
+                }
+            }
+            // Past the end of the file: an error, never a short success.
+            super::super::drop_cached(&file);
+            let past = direct.read(299_000, 2000, buf.as_mut_slice());
+            assert!(!matches!(past, Some(Ok(_))));
+            // A buffer too small is declined.
+            assert!(direct.read(0, 10_000, &mut [0u8; 100]).is_none());
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+}

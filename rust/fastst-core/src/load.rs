@@ -1,0 +1,834 @@
+//! Whole loads into memory the caller owns: many tensors read (and, where
+//! asked, converted) into destinations allocated beforehand, in one call.
+//!
+//! The tensors are read in file order by a small pool of threads, in large
+//! requests (pieces of a few MiB that may split a tensor; runs of small
+//! tensors that follow each other in the file are read with one request).
+//! Copies land straight in their destination (a positioned read into fresh
+//! memory also faults it in, on the reading thread); conversions read a
+//! piece into a per-thread buffer and convert it there, while it is warm.
+//! Every read is positioned (never through a mapping: a file truncated
+//! underneath gives rule `file-changed`, never SIGBUS), and the file's
+//! stamp is checked before each piece.
+//!
+//! With [`LoadOptions::direct`], pieces whose pages are not in the page
+//! cache are read with `O_DIRECT` (Linux) into an aligned per-thread buffer
+//! and copied from there: the page cache is neither filled nor polluted
+//! (the glue asks for it only when [`direct_pays`]). A file system refusing direct I/O
+//! (tmpfs, some FUSE and network file systems), or a read it rejects, falls
+//! back to buffered reads without error.
+//!
+//! Progress is reported from the calling thread, never from the workers:
+//! `report(done, total)` is called at most every [`LoadOptions::report_every`]
+//! source bytes and once at the end. When it returns
+//! [`ControlFlow::Break`], the workers stop before their next piece and the
+//! load ends with [`Outcome::Stopped`]. While a reporter is given, workers
+//! never run more than two report intervals ahead of the last report it
+//! acknowledged, so a reporter that stops the load (or a file changed by
+//! it) takes effect within a bounded amount of work.
+
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::dtype::Dtype;
+use crate::error::{Error, Result};
+use crate::header::TensorInfo;
+use crate::io::{self, DirectFile, DIRECT_ALIGN};
+use crate::read::MappedFile;
+
+/// One tensor to load and where it goes.
+#[derive(Debug)]
+pub struct Destination<'a> {
+    /// The tensor (from the file's header).
+    pub info: &'a TensorInfo,
+    /// The dtype wanted: the tensor's own for a plain copy, another one for a
+    /// conversion (see [`crate::convert::supported`]).
+    pub to: Dtype,
+    /// Exactly the tensor's byte length (copy) or converted length.
+    pub dst: &'a mut [u8],
+}
+
+/// How a load is carried out.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadOptions {
+    /// Reading threads; 0 picks [`DEFAULT_THREADS`].
+    pub threads: usize,
+    /// Bytes per read request; 0 picks [`DEFAULT_PIECE`].
+    pub piece: usize,
+    /// Source bytes between two progress reports; 0 picks
+    /// [`DEFAULT_REPORT_EVERY`].
+    pub report_every: u64,
+    /// Whether `O_DIRECT` may be used when the file is not cached.
+    pub direct: bool,
+}
+
+/// Reading threads of a load: reads wait on the disk, not on a core, so
+/// more threads than cores keep more requests in flight.
+pub const DEFAULT_THREADS: usize = 4;
+
+/// Bytes per read request (8 MiB).
+pub const DEFAULT_PIECE: usize = 8 << 20;
+
+/// Source bytes between two progress reports (64 MiB).
+pub const DEFAULT_REPORT_EVERY: u64 = 64 << 20;
+
+/// Tensors smaller than this are read in runs with their neighbours.
+const SMALL: u64 = 1 << 20;
+
+/// Conversions go through the kernels this many source bytes at a time
+/// (below the kernels' own threading threshold, so they stay on the
+/// reading thread).
+const CONVERT_CHUNK: usize = 512 << 10;
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            threads: 0,
+            piece: 0,
+            report_every: 0,
+            direct: true,
+        }
+    }
+}
+
+/// Whether uncached requests of a load of `file` should be read around the
+/// page cache (the default of [`LoadOptions::direct`] the Python glue uses):
+/// only for files larger than half the memory available, which the cache
+/// could not keep anyway; smaller ones are read through it, so that the
+/// next load of the same file finds it cached.
+pub fn direct_pays(file: &MappedFile) -> bool {
+    io::direct_pays(file.file_len())
+}
+
+/// How a load ended without error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every destination is filled.
+    Done,
+    /// The reporter asked to stop; destinations are partly filled.
+    Stopped,
+}
+
+/// A progress reporter: `(source bytes done, source bytes in all)`.
+pub type Reporter<'r> = &'r mut dyn FnMut(u64, u64) -> ControlFlow<()>;
+
+/// A tensor (or part of one) inside a read request.
+#[derive(Debug)]
+struct Member<'a> {
+    info: &'a TensorInfo,
+    to: Dtype,
+    /// Source bytes.
+    len: usize,
+    dst: &'a mut [u8],
+}
+
+/// One read request: a contiguous range of the file's data section and the
+/// tensors (or parts) it holds, in order.
+#[derive(Debug)]
+struct Part<'a> {
+    /// Start in the data section.
+    begin: u64,
+    /// Source bytes.
+    len: usize,
+    members: Vec<Member<'a>>,
+}
+
+impl Part<'_> {
+    /// True when the part is one plain copy that can be read straight into
+    /// its destination.
+    fn is_direct_copy(&self) -> bool {
+        self.members.len() == 1 && self.members[0].to == self.members[0].info.dtype
+    }
+}
+
+/// Checks every destination before anything is read: its length, and that
+/// the conversion asked for exists.
+fn check(dests: &[Destination<'_>]) -> Result<()> {
+    for d in dests {
+        let len = d.info.byte_len();
+        if d.to == d.info.dtype {
+            if d.dst.len() as u64 != len {
+                return Err(Error::DestinationSize {
+                    tensor: d.info.name.clone(),
+                    what: "the destination",
+                    expected: len,
+                    got: d.dst.len() as u64,
+                });
+            }
+        } else {
+            crate::convert::check(&d.info.name, d.info.dtype, d.to, len, d.dst.len())?;
+        }
+    }
+    Ok(())
+}
+
+/// Splits the destinations (in file order) into read requests of at most
+/// `piece` source bytes.
+fn plan(mut dests: Vec<Destination<'_>>, piece: usize) -> Vec<Part<'_>> {
+    dests.sort_by_key(|d| d.info.begin);
+    let mut parts: Vec<Part<'_>> = Vec::new();
+    let mut run: Option<Part<'_>> = None;
+    for d in dests {
+        let len = d.info.byte_len();
+        if len == 0 {
+            continue;
+        }
+        if len < SMALL {
+            let fits = run.as_ref().is_some_and(|r| {
+                r.begin + r.len as u64 == d.info.begin && r.len + len as usize <= piece
+            });
+            if !fits {
+                parts.extend(run.take());
+            }
+            let r = run.get_or_insert_with(|| Part {
+                begin: d.info.begin,
+                len: 0,
+                members: Vec::new(),
+            });
+            r.len += len as usize;
+            r.members.push(Member {
+                info: d.info,
+                to: d.to,
+                len: len as usize,
+                dst: d.dst,
+            });
+            continue;
+        }
+        parts.extend(run.take());
+        let (fs, ts) = (elem_size(d.info.dtype), elem_size(d.to));
+        // Whole source elements per piece; the destination is split to match.
+        let src_piece = (piece / fs).max(1) * fs;
+        let dst_piece = src_piece / fs * ts;
+        let mut offset = 0u64;
+        for dst in d.dst.chunks_mut(dst_piece) {
+            let n = dst.len() / ts * fs;
+            parts.push(Part {
+                begin: d.info.begin + offset,
+                len: n,
+                members: vec![Member {
+                    info: d.info,
+                    to: d.to,
+                    len: n,
+                    dst,
+                }],
+            });
+            offset += n as u64;
+        }
+    }
+    parts.extend(run);
+    parts
+}
+
+/// Bytes per element, 1 for the sub-byte kinds (only ever copied, as bytes).
+fn elem_size(dtype: Dtype) -> usize {
+    ((dtype.bits() / 8) as usize).max(1)
+}
+
+/// What the workers and the calling thread share.
+struct Shared<'a> {
+    queue: std::vec::IntoIter<Part<'a>>,
+    /// Source bytes handed to workers so far.
+    issued: u64,
+    /// Workers take no new piece once `issued` reaches this.
+    limit: u64,
+    stop: bool,
+    /// The first error, with the position of its piece in file order.
+    error: Option<(u64, Error)>,
+    /// Workers still running.
+    running: usize,
+}
+
+/// Reads (and converts) every destination from `file`.
+///
+/// Fails before reading anything when a destination has the wrong length
+/// (rule `destination-size`) or a conversion does not exist (rule
+/// `conversion-not-allowed`); while reading, with rule `file-changed` when
+/// the file changed since it was opened, and rule `out-of-memory` (naming
+/// the tensor) when a reading buffer cannot be had.
+pub fn load_into(
+    file: &MappedFile,
+    dests: Vec<Destination<'_>>,
+    options: LoadOptions,
+    mut report: Option<Reporter<'_>>,
+) -> Result<Outcome> {
+    check(&dests)?;
+    file.check_unchanged()?;
+    let piece = match options.piece {
+        0 => DEFAULT_PIECE,
+        n => n,
+    };
+    let every = match options.report_every {
+        0 => DEFAULT_REPORT_EVERY,
+        n => n,
+    };
+    let parts = plan(dests, piece);
+    let total: u64 = parts.iter().map(|p| p.len as u64).sum();
+    let threads = match options.threads {
+        0 => DEFAULT_THREADS,
+        n => n,
+    }
+    .min(parts.len())
+    .max(1);
+    let largest = parts.iter().map(|p| p.len).max().unwrap_or(0);
+    if let Some(first) = parts.first() {
+        io::advise_sequential_from(file.raw(), file.header().data_start() + first.begin);
+    }
+    let direct = if options.direct && total >= SMALL {
+        io::open_direct(file.raw())
+    } else {
+        None
+    };
+    if parts.len() <= 1 {
+        // One request (a single small tensor, most often): no thread.
+        let reader = Reader {
+            file,
+            direct: direct.as_ref(),
+            buffer_len: largest.max(CONVERT_CHUNK),
+        };
+        let mut buffer = None;
+        for part in parts {
+            reader.read(part, &mut buffer)?;
+        }
+        return Ok(finish(report, total));
+    }
+    let gate = report.is_some();
+    let shared = Mutex::new(Shared {
+        queue: parts.into_iter(),
+        issued: 0,
+        limit: if gate {
+            every.saturating_mul(2)
+        } else {
+            u64::MAX
+        },
+        stop: false,
+        error: None,
+        running: threads,
+    });
+    let wake_workers = Condvar::new();
+    let done = AtomicU64::new(0);
+    let caller = std::thread::current();
+    let ctx = Worker {
+        reader: Reader {
+            file,
+            direct: direct.as_ref(),
+            buffer_len: largest.max(CONVERT_CHUNK),
+        },
+        shared: &shared,
+        wake_workers: &wake_workers,
+        done: &done,
+        caller: &caller,
+    };
+    let mut stopped = false;
+    let panicked = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads).map(|_| s.spawn(|| ctx.run())).collect();
+        let mut mark = 0u64;
+        loop {
+            let (running, failed) = {
+                let g = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                (g.running, g.error.is_some() || g.stop)
+            };
+            if running == 0 {
+                break;
+            }
+            let now = done.load(Ordering::Acquire);
+            if !failed && now >= mark + every && now < total {
+                if let Some(r) = report.as_mut() {
+                    mark = now - now % every;
+                    let flow = r(now, total);
+                    let mut g = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                    if flow.is_break() {
+                        g.stop = true;
+                        stopped = true;
+                    } else {
+                        g.limit = now.saturating_add(every.saturating_mul(2));
+                    }
+                    drop(g);
+                    wake_workers.notify_all();
+                    continue;
+                }
+                mark = now - now % every;
+            }
+            std::thread::park_timeout(Duration::from_millis(50));
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().is_err())
+            .fold(false, |a, b| a | b)
+    });
+    let error = shared
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner)
+        .error;
+    if let Some((_, e)) = error {
+        return Err(e);
+    }
+    if panicked {
+        return Err(Error::WorkerFailed {
+            task: "a parallel load",
+        });
+    }
+    if stopped {
+        return Ok(Outcome::Stopped);
+    }
+    Ok(finish(report, total))
+}
+
+/// The last report of a complete load: the reporter may still stop it (the
+/// destinations are then not handed out).
+fn finish(report: Option<Reporter<'_>>, total: u64) -> Outcome {
+    match report.map(|r| r(total, total)) {
+        Some(ControlFlow::Break(())) => Outcome::Stopped,
+        _ => Outcome::Done,
+    }
+}
+
+/// One reading thread's view of the load.
+struct Worker<'s, 'a> {
+    reader: Reader<'s>,
+    shared: &'s Mutex<Shared<'a>>,
+    wake_workers: &'s Condvar,
+    done: &'s AtomicU64,
+    caller: &'s std::thread::Thread,
+}
+
+/// What reading one request needs.
+struct Reader<'s> {
+    file: &'s MappedFile,
+    direct: Option<&'s DirectFile>,
+    /// Size of a per-thread buffer (the largest request).
+    buffer_len: usize,
+}
+
+impl<'a> Worker<'_, 'a> {
+    fn run(&self) {
+        let mut buffer: Option<io::ReadBuffer> = None;
+        while let Some((at, part)) = self.next() {
+            match self.reader.read(part, &mut buffer) {
+                Ok(n) => {
+                    self.done.fetch_add(n, Ordering::AcqRel);
+                }
+                Err(e) => {
+                    let mut g = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+                    if g.error.as_ref().is_none_or(|(first, _)| at < *first) {
+                        g.error = Some((at, e));
+                    }
+                    g.stop = true;
+                    drop(g);
+                    self.wake_workers.notify_all();
+                }
+            }
+            self.caller.unpark();
+        }
+        let mut g = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        g.running -= 1;
+        drop(g);
+        self.caller.unpark();
+    }
+
+    /// The next request in file order, with its place in the file, or
+    /// `None` when there is none left or the load stops.
+    fn next(&self) -> Option<(u64, Part<'a>)> {
+        let mut g = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if g.stop {
+                return None;
+            }
+            if g.issued < g.limit {
+                let part = g.queue.next()?;
+                g.issued += part.len as u64;
+                return Some((part.begin, part));
+            }
+            g = self
+                .wake_workers
+                .wait(g)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+impl Reader<'_> {
+    /// Reads (and converts) one request; returns its source bytes.
+    fn read(&self, mut part: Part<'_>, buffer: &mut Option<io::ReadBuffer>) -> Result<u64> {
+        self.file.check_unchanged()?;
+        let start = self.file.header().data_start() + part.begin;
+        let len = part.len;
+        if part.is_direct_copy() {
+            let m = &mut part.members[0];
+            if let Some(direct) = self.direct {
+                let buf = self.buffer(buffer, &m.info.name)?;
+                if let Some(range) = direct.read(start, len, buf.as_mut_slice()) {
+                    let range = range.map_err(|e| self.file.read_failed(e))?;
+                    m.dst.copy_from_slice(&buf.as_slice()[range]);
+                    return Ok(len as u64);
+                }
+            }
+            // Cached (or no direct I/O): straight into the destination.
+            self.file.read_at(start, m.dst, &m.info.name)?;
+            return Ok(len as u64);
+        }
+        let buf = self.buffer(buffer, &part.members[0].info.name)?;
+        let src = self.fill(start, len, buf, &part.members[0].info.name)?;
+        let mut at = 0usize;
+        for m in &mut part.members {
+            let bytes = &src[at..at + m.len];
+            at += m.len;
+            if m.to == m.info.dtype {
+                m.dst.copy_from_slice(bytes);
+            } else {
+                let (fs, ts) = (elem_size(m.info.dtype), elem_size(m.to));
+                let per = (CONVERT_CHUNK / fs).max(1);
+                for (s, d) in bytes.chunks(per * fs).zip(m.dst.chunks_mut(per * ts)) {
+                    crate::convert::convert(m.info.dtype, m.to, s, d)?;
+                }
+            }
+        }
+        Ok(len as u64)
+    }
+
+    /// This thread's reading buffer, allocated on first use (rule
+    /// `out-of-memory` naming `tensor` when it cannot be had).
+    fn buffer<'b>(
+        &self,
+        buffer: &'b mut Option<io::ReadBuffer>,
+        tensor: &str,
+    ) -> Result<&'b mut io::ReadBuffer> {
+        match buffer {
+            Some(b) => Ok(b),
+            None => Ok(buffer.insert(io::ReadBuffer::new(
+                self.buffer_len + 2 * DIRECT_ALIGN as usize,
+                tensor,
+            )?)),
+        }
+    }
+
+    /// Reads `len` bytes at absolute offset `start` into `buf`, directly
+    /// when a direct descriptor is open (falling back to a buffered read
+    /// where the file system refuses it), and returns them.
+    fn fill<'b>(
+        &self,
+        start: u64,
+        len: usize,
+        buf: &'b mut io::ReadBuffer,
+        tensor: &str,
+    ) -> Result<&'b [u8]> {
+        if let Some(direct) = self.direct {
+            if let Some(range) = direct.read(start, len, buf.as_mut_slice()) {
+                let range = range.map_err(|e| self.file.read_failed(e))?;
+                return Ok(&buf.as_slice()[range]);
+            }
+        }
+        let out = &mut buf.as_mut_slice()[..len];
+        self.file.read_at(start, out, tensor)?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::inspect::testfile::build;
+    use crate::read::OpenOptions;
+    use crate::Backend;
+
+    /// Pseudo-random bytes (xorshift), every bit pattern likely.
+    fn noise(n: usize, mut x: u64) -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect()
+    }
+
+    /// A file with tensors of every byte-sized dtype, odd sizes, empty
+    /// tensors and runs of small ones; returns it and its data section.
+    fn sample() -> (
+        crate::inspect::testfile::TempFile,
+        Vec<u8>,
+        Vec<(String, Dtype, u64)>,
+    ) {
+        let mut entries = Vec::new();
+        let mut specs: Vec<(String, Dtype, u64)> = Vec::new();
+        let kinds = [
+            Dtype::Bf16,
+            Dtype::F16,
+            Dtype::F32,
+            Dtype::U8,
+            Dtype::I64,
+            Dtype::F8E4M3,
+            Dtype::F8E5M2,
+            Dtype::F8E8M0,
+            Dtype::C64,
+            Dtype::Bool,
+        ];
+        let counts = [0u64, 1, 3, 7, 1000, 65_537, 300_001, 700_003];
+        let mut off = 0u64;
+        let mut i = 0;
+        for (k, dt) in kinds.iter().enumerate() {
+            for (c, &n) in counts.iter().enumerate() {
+                if (k + c) % 3 == 2 && n > 1000 || n > 300_001 && k > 2 {
+                    continue;
+                }
+                let len = n * (dt.bits() / 8);
+                let name = format!("t{i:03}");
+                i += 1;
+                entries.push(format!(
+                    r#""{name}":{{"dtype":"{}","shape":[{n}],"data_offsets":[{off},{}]}}"#,
+                    dt.name(),
+                    off + len
+                ));
+                specs.push((name, *dt, n));
+                off += len;
+            }
+        }
+        let header = format!("{{{}}}", entries.join(","));
+        let data = noise(off as usize, 0x9e37_79b9_7f4a_7c15);
+        (build(&header, &data), data, specs)
+    }
+
+    fn open(path: &std::path::Path, backend: Backend) -> MappedFile {
+        MappedFile::open(
+            path,
+            OpenOptions {
+                backend,
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap()
+    }
+
+    /// What one tensor converted to `to` must be: the kernels over its
+    /// whole bytes.
+    fn expected(data: &[u8], info: &TensorInfo, to: Dtype) -> Vec<u8> {
+        let src = &data[info.begin as usize..info.end as usize];
+        if to == info.dtype {
+            return src.to_vec();
+        }
+        let n = src.len() / (info.dtype.bits() / 8) as usize;
+        let mut out = vec![0u8; n * (to.bits() / 8) as usize];
+        crate::convert::convert(info.dtype, to, src, &mut out).unwrap();
+        out
+    }
+
+    /// The dtype a tensor is loaded as: converted where a conversion
+    /// exists, copied otherwise.
+    fn target(dt: Dtype) -> Dtype {
+        match dt {
+            Dtype::F32 => Dtype::Bf16,
+            d if crate::convert::supported(d, Dtype::F32) => Dtype::F32,
+            d => d,
+        }
+    }
+
+    #[test]
+    fn batch_loads_are_exact_for_every_split_and_thread_count() {
+        let (f, data, specs) = sample();
+        for backend in [Backend::Mmap, Backend::Pread] {
+            let file = open(&f.0, backend);
+            for (threads, piece, direct, convert) in [
+                (1, 4096 + 7, false, false),
+                (3, 65_536, true, true),
+                (8, 1 << 20, true, false),
+                (0, 0, true, true),
+                (2, 4099, false, true),
+            ] {
+                for cold in [false, true] {
+                    if cold {
+                        #[cfg(target_os = "linux")]
+                        crate::io::drop_cached(file.raw());
+                    }
+                    let infos: Vec<&TensorInfo> = specs
+                        .iter()
+                        .map(|(n, _, _)| file.header().require(n).unwrap())
+                        .collect();
+                    let tos: Vec<Dtype> = infos
+                        .iter()
+                        .map(|t| if convert { target(t.dtype) } else { t.dtype })
+                        .collect();
+                    let mut outs: Vec<Vec<u8>> = infos
+                        .iter()
+                        .zip(&tos)
+                        .map(|(t, to)| vec![0xA5u8; expected(&data, t, *to).len()])
+                        .collect();
+                    let dests = infos
+                        .iter()
+                        .zip(&tos)
+                        .zip(outs.iter_mut())
+                        .map(|((info, to), dst)| Destination { info, to: *to, dst })
+                        .collect();
+                    let options = LoadOptions {
+                        threads,
+                        piece,
+                        report_every: 0,
+                        direct,
+                    };
+                    assert_eq!(
+                        load_into(&file, dests, options, None).unwrap(),
+                        Outcome::Done
+                    );
+                    for ((info, to), out) in infos.iter().zip(&tos).zip(&outs) {
+                        assert!(
+                            *out == expected(&data, info, *to),
+                            "{backend:?} {threads} {piece} {direct} {convert} {cold}: {}",
+                            info.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Loads every tensor of `file` as its own dtype into fresh buffers.
+    fn load_all(
+        file: &MappedFile,
+        options: LoadOptions,
+        report: Option<Reporter<'_>>,
+    ) -> Result<Outcome> {
+        let infos = file.header().tensors();
+        let mut outs: Vec<Vec<u8>> = infos
+            .iter()
+            .map(|t| vec![0u8; t.byte_len() as usize])
+            .collect();
+        let dests = infos
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(info, dst)| Destination {
+                info,
+                to: info.dtype,
+                dst,
+            })
+            .collect();
+        load_into(file, dests, options, report)
+    }
+
+    fn one_big(n: usize) -> (crate::inspect::testfile::TempFile, Vec<u8>) {
+        let header = format!(r#"{{"w":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}}}}"#);
+        let data = noise(n, 7);
+        (build(&header, &data), data)
+    }
+
+    #[test]
+    fn progress_is_reported_in_steps_and_at_the_end() {
+        let (f, _) = one_big(3 << 20);
+        let file = open(&f.0, Backend::Pread);
+        let mut calls = Vec::new();
+        let mut report = |d: u64, t: u64| {
+            calls.push((d, t));
+            ControlFlow::Continue(())
+        };
+        let options = LoadOptions {
+            threads: 2,
+            piece: 64 << 10,
+            report_every: 1 << 20,
+            direct: false,
+        };
+        let outcome = load_all(&file, options, Some(&mut report)).unwrap();
+        assert_eq!(outcome, Outcome::Done);
+        let total = 3u64 << 20;
+        assert_eq!(calls.last(), Some(&(total, total)));
+        // Workers wait two steps (plus one request) ahead of the last report,
+        // so a report comes before the end however late this thread runs.
+        assert!(calls.len() >= 2 && calls.len() <= 4, "{calls:?}");
+        let mut last = 0;
+        for (i, &(d, _)) in calls.iter().enumerate() {
+            assert!(d > last && d - last <= (2 << 20) + (64 << 10), "{calls:?}");
+            // At most one report per step crossed.
+            if i + 1 < calls.len() {
+                assert!(d >> 20 > last >> 20, "{calls:?}");
+            }
+            last = d;
+        }
+        assert!(calls.iter().all(|&(_, t)| t == total));
+    }
+
+    #[test]
+    fn a_reporter_stops_the_load_within_two_intervals() {
+        let (f, _) = one_big(8 << 20);
+        let file = open(&f.0, Backend::Pread);
+        let mut calls = 0;
+        let mut report = |_: u64, _: u64| {
+            calls += 1;
+            ControlFlow::Break(())
+        };
+        let options = LoadOptions {
+            threads: 3,
+            piece: 64 << 10,
+            report_every: 256 << 10,
+            direct: false,
+        };
+        let outcome = load_all(&file, options, Some(&mut report)).unwrap();
+        assert_eq!(outcome, Outcome::Stopped);
+        assert_eq!(calls, 1);
+        // Stopping at the end of a complete load also stops it.
+        let (g, _) = one_big(1000);
+        let small = open(&g.0, Backend::Pread);
+        let mut report = |_: u64, _: u64| ControlFlow::Break(());
+        let outcome = load_all(&small, LoadOptions::default(), Some(&mut report)).unwrap();
+        assert_eq!(outcome, Outcome::Stopped);
+    }
+
+    #[test]
+    fn a_file_truncated_during_a_load_is_reported() {
+        for (backend, direct) in [(Backend::Mmap, true), (Backend::Pread, false)] {
+            let (f, _) = one_big(4 << 20);
+            let file = open(&f.0, backend);
+            let path = f.0.clone();
+            let mut report = |_: u64, _: u64| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_len(100)
+                    .unwrap();
+                ControlFlow::Continue(())
+            };
+            let options = LoadOptions {
+                threads: 2,
+                piece: 64 << 10,
+                report_every: 256 << 10,
+                direct,
+            };
+            let err = load_all(&file, options, Some(&mut report)).unwrap_err();
+            assert_eq!(err.rule(), "file-changed", "{err}");
+        }
+    }
+
+    #[test]
+    fn destinations_are_checked_before_reading() {
+        let (f, _) = one_big(1000);
+        let file = open(&f.0, Backend::Pread);
+        let info = file.header().require("w").unwrap();
+        let mut short = vec![0u8; 999];
+        let err = load_into(
+            &file,
+            vec![Destination {
+                info,
+                to: info.dtype,
+                dst: &mut short,
+            }],
+            LoadOptions::default(),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(err.rule(), "destination-size");
+        let mut wide = vec![0u8; 4000];
+        let err = load_into(
+            &file,
+            vec![Destination {
+                info,
+                to: Dtype::F32,
+                dst: &mut wide,
+            }],
+            LoadOptions::default(),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(err.rule(), "conversion-not-allowed");
+        assert_eq!(err.tensor(), Some("w"));
+    }
+}

@@ -1,0 +1,127 @@
+//! `load_into`: many tensors of one open file read (and converted) into
+//! destinations Python allocated beforehand, in one call, with the GIL
+//! released while bytes move (`fastst_core::load`).
+
+use std::ops::ControlFlow;
+
+use fastst_core::load::{Destination, LoadOptions, Outcome};
+use fastst_core::progress::StderrLine;
+use fastst_core::Dtype;
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::errors::InFile;
+use crate::file::{writable, RawFile, WritableBytes};
+
+/// Reads tensors `names` of `raw` into `outs` (writable C-contiguous byte
+/// buffers, one per name, exactly the tensor's length, or its converted
+/// length where `targets` names another dtype; `None` keeps the tensor's
+/// own). `progress(done, total)` is called from this thread, with the GIL,
+/// at most every `report_every` source bytes and at the end; an exception
+/// it raises (or a signal handler's, e.g. KeyboardInterrupt) stops the load
+/// and is raised here. `bar` draws a progress line on stderr. `direct`
+/// (None: only for files larger than half the memory available) reads
+/// uncached pages around the page cache.
+#[pyfunction]
+#[pyo3(signature = (raw, names, outs, targets, progress = None, bar = false, threads = 0, piece = 0, report_every = 0, direct = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn load_into(
+    py: Python<'_>,
+    raw: &Bound<'_, RawFile>,
+    names: Vec<String>,
+    outs: Vec<PyBuffer<u8>>,
+    targets: Vec<Option<String>>,
+    progress: Option<PyObject>,
+    bar: bool,
+    threads: usize,
+    piece: usize,
+    report_every: u64,
+    direct: Option<bool>,
+) -> PyResult<()> {
+    let raw = raw.get();
+    if names.len() != outs.len() || names.len() != targets.len() {
+        return Err(PyValueError::new_err(
+            "names, outs and targets must have the same length",
+        ));
+    }
+    let file = raw.file()?;
+    let mut wanted = Vec::with_capacity(names.len());
+    for ((name, out), target) in names.iter().zip(&outs).zip(&targets) {
+        let info = raw.lookup(&file, name)?;
+        let to = match target {
+            None => info.dtype,
+            Some(t) => Dtype::from_name(t)
+                .ok_or_else(|| PyValueError::new_err(format!("unknown dtype {t:?}")))?,
+        };
+        wanted.push((info, to, writable(out)?));
+    }
+    check_disjoint(&wanted)?;
+    let options = LoadOptions {
+        threads,
+        piece,
+        report_every,
+        direct: direct.unwrap_or_else(|| fastst_core::load::direct_pays(&file)),
+    };
+    let label = raw.display_name().to_owned();
+    let file_ref = &*file;
+    let mut pending: Option<PyErr> = None;
+    let pending_ref = &mut pending;
+    // Borrowed, so that no Python object is dropped without the GIL.
+    let progress = progress.as_ref();
+    let outcome = py.allow_threads(move || {
+        let line = bar.then(|| StderrLine::new(&label));
+        let dests = wanted
+            .into_iter()
+            .map(|(info, to, bytes)| Destination {
+                info,
+                to,
+                dst: bytes.into_slice(),
+            })
+            .collect();
+        let mut report = |done: u64, total: u64| -> ControlFlow<()> {
+            if let Some(line) = &line {
+                line.report(done, total);
+            }
+            Python::with_gil(|py| {
+                let called = py.check_signals().and_then(|()| match progress {
+                    Some(cb) => cb.call1(py, (done, total)).map(drop),
+                    None => Ok(()),
+                });
+                match called {
+                    Ok(()) => ControlFlow::Continue(()),
+                    Err(e) => {
+                        *pending_ref = Some(e);
+                        ControlFlow::Break(())
+                    }
+                }
+            })
+        };
+        let outcome = fastst_core::load::load_into(file_ref, dests, options, Some(&mut report));
+        if let Some(line) = &line {
+            line.finish();
+        }
+        outcome
+    });
+    match outcome.in_file(raw.display_name())? {
+        Outcome::Done => Ok(()),
+        Outcome::Stopped => Err(pending.unwrap_or_else(|| {
+            pyo3::exceptions::PyKeyboardInterrupt::new_err("the load was stopped")
+        })),
+    }
+}
+
+/// Two destinations sharing memory would be written by two threads at once:
+/// refused before anything is read.
+fn check_disjoint<T, U>(wanted: &[(T, U, WritableBytes)]) -> PyResult<()> {
+    let mut ranges: Vec<(usize, usize)> = wanted
+        .iter()
+        .filter(|(_, _, b)| b.len() > 0)
+        .map(|(_, _, b)| (b.addr(), b.addr() + b.len()))
+        .collect();
+    ranges.sort_unstable();
+    if ranges.windows(2).any(|w| w[1].0 < w[0].1) {
+        return Err(PyValueError::new_err("destination buffers overlap"));
+    }
+    Ok(())
+}
