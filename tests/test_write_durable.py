@@ -160,7 +160,14 @@ def small_filesystem(kind: str, where: Path, size_mb: int) -> Iterator[Path]:
     try:
         yield where
     finally:
-        subprocess.run(["umount", str(where)], check=True)
+        # A busy machine may still hold the new mount for a moment (device
+        # probes of the loop device): retry, then detach it lazily.
+        for _ in range(50):
+            if subprocess.run(["umount", str(where)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        else:
+            subprocess.run(["umount", "-l", str(where)], check=True)
         image.unlink(missing_ok=True)
 
 
