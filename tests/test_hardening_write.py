@@ -81,10 +81,14 @@ while True:
 
 
 def start_saver(target: Path) -> subprocess.Popen:
+    # A test run started in the background (no job control) inherits SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt handler: give
+    # the saver SIGINT's default disposition, as in a terminal.
     proc = subprocess.Popen(
         [sys.executable, "-c", SAVER, str(target)],
         stdout=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
