@@ -151,6 +151,7 @@ def diff_buffers(a: Any, b: Any, dtype: str, threads: int = 0) -> Dict[str, Any]
 
 # --- reading a file's pages ahead of a load (fastst/_prefetch.py) ---------------
 
+@final
 class Prefetcher:
     """Reads planned byte ranges of an open file in the background, never
     more than ``budget`` bytes ahead of what the consumer reported as taken."""
