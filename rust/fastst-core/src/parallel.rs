@@ -82,4 +82,43 @@ mod tests {
         par_chunks(&src, 1, &mut dst, 1, |s, d| d.copy_from_slice(s));
         assert_eq!(src, dst);
     }
+
+    #[test]
+    fn one_thread_per_quarter_of_the_threshold_up_to_the_machine() {
+        let machine = available().clamp(1, MAX_THREADS);
+        // From the threshold on: one thread per PARALLEL_MIN / 4 elements.
+        assert_eq!(threads_for(PARALLEL_MIN), machine.min(4));
+        assert_eq!(threads_for(PARALLEL_MIN + PARALLEL_MIN / 4), machine.min(5));
+        assert_eq!(threads_for(2 * PARALLEL_MIN), machine.min(8));
+        assert_eq!(threads_for(100 * PARALLEL_MIN), machine);
+        if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
+            assert!(
+                threads_for(PARALLEL_MIN) > 1,
+                "the machine's cores are used"
+            );
+        }
+    }
+
+    #[test]
+    fn chunks_are_whole_elements_on_both_sides() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        // 2-byte elements widened to 4 bytes, as F16 -> F32.
+        let n = 2 * PARALLEL_MIN + 3;
+        let src: Vec<u8> = (0..2 * n).map(|i| (i % 251) as u8).collect();
+        let mut dst = vec![0u8; 4 * n];
+        let calls = AtomicUsize::new(0);
+        par_chunks(&src, 2, &mut dst, 4, |s, d| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            assert_eq!(s.len() % 2, 0);
+            assert_eq!(s.len() / 2, d.len() / 4, "matching element counts");
+            for (e, o) in s.chunks(2).zip(d.chunks_mut(4)) {
+                o[..2].copy_from_slice(e);
+            }
+        });
+        assert_eq!(calls.into_inner(), threads_for(n));
+        for (e, o) in src.chunks(2).zip(dst.chunks(4)) {
+            assert_eq!(e, &o[..2]);
+            assert_eq!(&o[2..], &[0, 0]);
+        }
+    }
 }
