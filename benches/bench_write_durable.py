@@ -47,16 +47,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from test_bench_write import llama_like  # noqa: E402
-
-
-def tofile(arrays: List[np.ndarray], path: Path, sync: bool) -> None:
-    with open(path, "wb") as f:
-        for a in arrays:
-            a.tofile(f)
-        if sync:
-            f.flush()
-            os.fsync(f.fileno())
+from test_bench_write import llama_like, tofile  # noqa: E402
 
 
 def main() -> int:

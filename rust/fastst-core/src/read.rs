@@ -481,18 +481,23 @@ mod tests {
         (0..262_148u32).map(|i| (i % 251) as u8).collect()
     }
 
+    /// `path` opened with `backend` and the default header cap.
+    fn open_as(path: &std::path::Path, backend: Backend) -> MappedFile {
+        MappedFile::open(
+            path,
+            OpenOptions {
+                backend,
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap()
+    }
+
     #[test]
     fn every_read_notices_a_truncated_file() {
         for backend in [Backend::Mmap, Backend::Pread] {
             let f = build(HEADER, &data());
-            let file = MappedFile::open(
-                &f.0,
-                OpenOptions {
-                    backend,
-                    ..OpenOptions::default()
-                },
-            )
-            .unwrap();
+            let file = open_as(&f.0, backend);
             let big = file.header().require("big").unwrap().clone();
             let small = file.header().require("s").unwrap().clone();
             assert_eq!(
@@ -542,14 +547,7 @@ mod tests {
             .collect();
         let f = build(&header, &data);
         for backend in [Backend::Mmap, Backend::Pread] {
-            let file = MappedFile::open(
-                &f.0,
-                OpenOptions {
-                    backend,
-                    ..OpenOptions::default()
-                },
-            )
-            .unwrap();
+            let file = open_as(&f.0, backend);
             let half = file.header().require("h").unwrap().clone();
             let wide = file.header().require("w").unwrap().clone();
             let mut out = vec![0u8; w];
