@@ -110,6 +110,41 @@ HF = (
     "import safetensors, safetensors.torch\n"
 )
 
+#: The limit of an owned load measured the same way: the file's data read
+#: into fresh memory by plain threads (what every owned load must at least do).
+LIMIT = NP + (
+    "import json, struct, threading\n"
+    "def read_fresh(path, threads=4, piece=8 << 20):\n"
+    "    with open(path, 'rb') as fh:\n"
+    "        (n,) = struct.unpack('<Q', fh.read(8))\n"
+    "        header = json.loads(fh.read(n))\n"
+    "    header.pop('__metadata__', None)\n"
+    "    base = 8 + n\n"
+    "    size = os.path.getsize(path) - base\n"
+    "    buf = np.empty(size, dtype=np.uint8)\n"
+    "    fd = os.open(path, os.O_RDONLY)\n"
+    "    todo = list(range(0, size, piece))\n"
+    "    lock = threading.Lock()\n"
+    "    def work():\n"
+    "        while True:\n"
+    "            with lock:\n"
+    "                if not todo:\n"
+    "                    return\n"
+    "                at = todo.pop(0)\n"
+    "            view = memoryview(buf[at:at + piece])\n"
+    "            got = 0\n"
+    "            while got < len(view):\n"
+    "                n = os.preadv(fd, [view[got:]], base + at + got)\n"
+    "                if not n:\n"
+    "                    raise EOFError(path)\n"
+    "                got += n\n"
+    "    ts = [threading.Thread(target=work) for _ in range(threads)]\n"
+    "    [t.start() for t in ts]\n"
+    "    [t.join() for t in ts]\n"
+    "    os.close(fd)\n"
+    "    return {k: buf[v['data_offsets'][0]:v['data_offsets'][1]] for k, v in header.items()}\n"
+)
+
 CASES: List[Case] = [
     # --- the reference package -----------------------------------------------------------
     Case(
@@ -205,6 +240,13 @@ CASES: List[Case] = [
         "    out = f.get_tensors(copy=True)",
         reference="ref-pt-pread",
         note="numpy safe_open(backend='pread').get_tensors(copy=True)",
+    ),
+    Case(
+        "fresh-read",
+        "llama-bf16",
+        LIMIT + "np._core.multiarray._set_madvise_hugepage(False)\n",
+        "out = read_fresh(PATH)",
+        note="limit: 4 threads of 8 MiB preadv into one fresh array (no huge pages)",
     ),
     # --- transformers through the drop-in hook (--transformers) ---------------------------
     Case(

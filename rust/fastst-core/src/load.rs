@@ -62,6 +62,27 @@ pub struct LoadOptions {
     pub report_every: u64,
     /// Whether `O_DIRECT` may be used when the file is not cached.
     pub direct: bool,
+    /// Whether destinations may be backed by transparent huge pages.
+    pub huge_pages: HugePages,
+}
+
+/// Whether the destinations of a load may be backed by transparent huge
+/// pages (numpy asks for them on its large arrays; torch does not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum HugePages {
+    /// Measured choice (the default): no huge pages for the destinations of
+    /// conversions, nor for those of copies when most of the file's data is
+    /// not in the page cache; the caller's advice is kept otherwise. On the
+    /// machine this was measured on, a cold 1 GB copy into numpy memory took
+    /// 0.78 s with huge pages and 0.65 s without (`cat`: 0.55 s), a BF16 ->
+    /// F32 conversion 1.80 s and 0.76 s, while repeated copies of a cached
+    /// file were faster with them (see the README, "Owned loads").
+    #[default]
+    Auto,
+    /// Keep whatever the allocator of the destinations asked for.
+    Keep,
+    /// Ask the kernel not to use huge pages for every destination.
+    Avoid,
 }
 
 /// Reading threads of a load: reads wait on the disk, not on a core, so
@@ -89,6 +110,7 @@ impl Default for LoadOptions {
             piece: 0,
             report_every: 0,
             direct: true,
+            huge_pages: HugePages::Auto,
         }
     }
 }
@@ -162,6 +184,45 @@ fn check(dests: &[Destination<'_>]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Destinations smaller than this are left alone: a transparent huge page
+/// (2 MiB on x86-64) cannot fit in them at an aligned address.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Applies the huge-page choice `how` to the destinations (before anything
+/// touches them: the advice only governs pages faulted in later).
+fn advise_destinations(file: &MappedFile, dests: &mut [Destination<'_>], how: HugePages) {
+    let large = |d: &Destination<'_>| d.dst.len() >= HUGE_PAGE;
+    let avoid_copies = match how {
+        HugePages::Keep => return,
+        HugePages::Avoid => true,
+        HugePages::Auto => {
+            dests.iter().any(|d| large(d) && d.to == d.info.dtype) && mostly_uncached(file, dests)
+        }
+    };
+    for d in dests.iter_mut().filter(|d| large(d)) {
+        if avoid_copies || d.to != d.info.dtype {
+            io::advise_no_huge_pages(d.dst);
+        }
+    }
+}
+
+/// Whether fewer than half of the pages of the file's data that `dests`
+/// read are in the page cache (the load will wait on the disk). `false`
+/// when the kernel cannot tell.
+fn mostly_uncached(file: &MappedFile, dests: &[Destination<'_>]) -> bool {
+    let (Some(lo), Some(hi)) = (
+        dests.iter().map(|d| d.info.begin).min(),
+        dests.iter().map(|d| d.info.end).max(),
+    ) else {
+        return false;
+    };
+    let start = file.header().data_start() + lo;
+    match io::cached_pages(file.raw(), start, hi - lo) {
+        Some((cached, pages)) => cached.saturating_mul(2) < pages,
+        None => false,
+    }
 }
 
 /// Splits the destinations (in file order) into read requests of at most
@@ -249,12 +310,13 @@ struct Shared<'a> {
 /// the tensor) when a reading buffer cannot be had.
 pub fn load_into(
     file: &MappedFile,
-    dests: Vec<Destination<'_>>,
+    mut dests: Vec<Destination<'_>>,
     options: LoadOptions,
     mut report: Option<Reporter<'_>>,
 ) -> Result<Outcome> {
     check(&dests)?;
     file.check_unchanged()?;
+    advise_destinations(file, &mut dests, options.huge_pages);
     let piece = match options.piece {
         0 => DEFAULT_PIECE,
         n => n,
@@ -666,6 +728,11 @@ mod tests {
                         piece,
                         report_every: 0,
                         direct,
+                        huge_pages: if convert {
+                            HugePages::Avoid
+                        } else {
+                            HugePages::Auto
+                        },
                     };
                     assert_eq!(
                         load_into(&file, dests, options, None).unwrap(),
@@ -706,6 +773,111 @@ mod tests {
         load_into(file, dests, options, report)
     }
 
+    /// Whether the memory mapping holding `addr` carries `MADV_NOHUGEPAGE`
+    /// ("nh" among its VmFlags in /proc/self/smaps).
+    #[cfg(target_os = "linux")]
+    fn no_huge_pages_at(addr: usize) -> bool {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if let Some((a, b)) = first.split_once('-') {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    inside = a <= addr && addr < b;
+                    continue;
+                }
+            }
+            if inside {
+                if let Some(flags) = line.strip_prefix("VmFlags:") {
+                    return flags.split_whitespace().any(|f| f == "nh");
+                }
+            }
+        }
+        panic!("no mapping holds {addr:#x}");
+    }
+
+    /// Huge pages: `Avoid` advises every large destination, `Keep` none,
+    /// `Auto` conversions always and copies only when the file's data is
+    /// mostly not cached; small destinations are never touched.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn huge_page_advice_follows_the_choice() {
+        let n = 3 << 20; // elements: 6 MiB of BF16, 12 MiB as F32
+        let small = 1024;
+        let header = format!(
+            r#"{{"b":{{"dtype":"BF16","shape":[{n}],"data_offsets":[0,{}]}},"s":{{"dtype":"BF16","shape":[{small}],"data_offsets":[{},{}]}}}}"#,
+            2 * n,
+            2 * n,
+            2 * n + 2 * small
+        );
+        let data = noise(2 * n + 2 * small, 11);
+        let f = build(&header, &data);
+        let file = open(&f.0, Backend::Pread);
+        let b = file.header().require("b").unwrap();
+        let sm = file.header().require("s").unwrap();
+        // Each case: (choice, convert, cold) -> advised?
+        for (how, convert, cold, advised) in [
+            (HugePages::Keep, true, true, false),
+            (HugePages::Avoid, false, false, true),
+            (HugePages::Auto, true, false, true),
+            (HugePages::Auto, false, false, false),
+            (HugePages::Auto, false, true, true),
+        ] {
+            let to = if convert { Dtype::F32 } else { Dtype::Bf16 };
+            let width = if convert { 4 } else { 2 };
+            // Mappings of their own, untouched (the allocator may hand out
+            // memory an earlier case advised).
+            let mut big = memmap2::MmapMut::map_anon(n * width).unwrap();
+            let mut little = memmap2::MmapMut::map_anon(small * width).unwrap();
+            let (big_at, little_at) = (big.as_ptr() as usize, little.as_ptr() as usize);
+            if cold {
+                crate::io::drop_cached(file.raw());
+                if crate::io::cached_pages(file.raw(), 0, file.file_len())
+                    .is_some_and(|(c, p)| c * 2 >= p)
+                {
+                    continue; // a file system that keeps everything cached
+                }
+            } else {
+                let mut warm = vec![0u8; data.len()];
+                file.read_at(file.header().data_start(), &mut warm, "b")
+                    .unwrap();
+            }
+            let dests = vec![
+                Destination {
+                    info: b,
+                    to,
+                    dst: &mut big,
+                },
+                Destination {
+                    info: sm,
+                    to,
+                    dst: &mut little,
+                },
+            ];
+            let options = LoadOptions {
+                huge_pages: how,
+                ..LoadOptions::default()
+            };
+            assert_eq!(
+                load_into(&file, dests, options, None).unwrap(),
+                Outcome::Done
+            );
+            let middle = (big_at + big.len() / 2) / 4096 * 4096;
+            assert_eq!(
+                no_huge_pages_at(middle),
+                advised,
+                "{how:?} {convert} {cold}"
+            );
+            assert!(
+                !no_huge_pages_at(little_at),
+                "{how:?}: a small destination was advised"
+            );
+            assert!(big[..] == expected(&data, b, to)[..]);
+            assert!(little[..] == expected(&data, sm, to)[..]);
+        }
+    }
+
     fn one_big(n: usize) -> (crate::inspect::testfile::TempFile, Vec<u8>) {
         let header = format!(r#"{{"w":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}}}}"#);
         let data = noise(n, 7);
@@ -726,6 +898,7 @@ mod tests {
             piece: 64 << 10,
             report_every: 1 << 20,
             direct: false,
+            huge_pages: HugePages::Keep,
         };
         let outcome = load_all(&file, options, Some(&mut report)).unwrap();
         assert_eq!(outcome, Outcome::Done);
@@ -760,6 +933,7 @@ mod tests {
             piece: 64 << 10,
             report_every: 256 << 10,
             direct: false,
+            huge_pages: HugePages::Keep,
         };
         let outcome = load_all(&file, options, Some(&mut report)).unwrap();
         assert_eq!(outcome, Outcome::Stopped);
@@ -792,6 +966,7 @@ mod tests {
                 piece: 64 << 10,
                 report_every: 256 << 10,
                 direct,
+                huge_pages: HugePages::Keep,
             };
             let err = load_all(&file, options, Some(&mut report)).unwrap_err();
             assert_eq!(err.rule(), "file-changed", "{err}");

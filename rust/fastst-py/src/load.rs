@@ -4,7 +4,7 @@
 
 use std::ops::ControlFlow;
 
-use fastst_core::load::{Destination, LoadOptions, Outcome};
+use fastst_core::load::{Destination, HugePages, LoadOptions, Outcome};
 use fastst_core::progress::StderrLine;
 use fastst_core::Dtype;
 use pyo3::buffer::PyBuffer;
@@ -22,9 +22,11 @@ use crate::file::{writable, RawFile, WritableBytes};
 /// it raises (or a signal handler's, e.g. KeyboardInterrupt) stops the load
 /// and is raised here. `bar` draws a progress line on stderr. `direct`
 /// (None: only for files larger than half the memory available) reads
-/// uncached pages around the page cache.
+/// uncached pages around the page cache. `huge_pages` (None: the measured
+/// choice, `HugePages::Auto`; True: keep the allocator's advice; False:
+/// never) governs transparent huge pages for the destinations.
 #[pyfunction]
-#[pyo3(signature = (raw, names, outs, targets, progress = None, bar = false, threads = 0, piece = 0, report_every = 0, direct = None))]
+#[pyo3(signature = (raw, names, outs, targets, progress = None, bar = false, threads = 0, piece = 0, report_every = 0, direct = None, huge_pages = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn load_into(
     py: Python<'_>,
@@ -38,6 +40,7 @@ pub fn load_into(
     piece: usize,
     report_every: u64,
     direct: Option<bool>,
+    huge_pages: Option<bool>,
 ) -> PyResult<()> {
     let raw = raw.get();
     if names.len() != outs.len() || names.len() != targets.len() {
@@ -62,6 +65,11 @@ pub fn load_into(
         piece,
         report_every,
         direct: direct.unwrap_or_else(|| fastst_core::load::direct_pays(&file)),
+        huge_pages: match huge_pages {
+            None => HugePages::Auto,
+            Some(true) => HugePages::Keep,
+            Some(false) => HugePages::Avoid,
+        },
     };
     let label = raw.display_name().to_owned();
     let file_ref = &*file;

@@ -81,6 +81,60 @@ pub(crate) fn resident_pages(map: &Mmap, offset: usize, len: usize) -> Option<(u
     Some((vec.iter().filter(|&&b| b & 1 != 0).count(), pages))
 }
 
+/// How many of the pages of `file`'s bytes `[offset, offset + len)` are in
+/// the page cache, and how many pages the range spans ([`resident_pages`]
+/// over a read-only mapping that is never touched, so nothing is read);
+/// `None` when the kernel cannot say or the range is not in the file.
+#[cfg(target_os = "linux")]
+pub(crate) fn cached_pages(file: &File, offset: u64, len: u64) -> Option<(usize, usize)> {
+    let map = map_read_only(file).ok()?;
+    resident_pages(
+        &map,
+        usize::try_from(offset).ok()?,
+        usize::try_from(len).ok()?,
+    )
+}
+
+/// Residency is not asked for elsewhere.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn cached_pages(_file: &File, _offset: u64, _len: u64) -> Option<(usize, usize)> {
+    None
+}
+
+/// Asks the kernel not to back the whole pages inside `mem` with
+/// transparent huge pages (`MADV_NOHUGEPAGE`). Pages already in memory
+/// stay as they are; the contents never change. A hint: failures (memory
+/// that is not an anonymous mapping, a kernel without huge pages) are
+/// ignored.
+pub(crate) fn advise_no_huge_pages(mem: &mut [u8]) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let page = page_size();
+        let base = mem.as_mut_ptr() as usize;
+        let Some(end) = base.checked_add(mem.len()) else {
+            return;
+        };
+        let start = base.div_ceil(page) * page;
+        let stop = end / page * page;
+        if stop <= start {
+            return;
+        }
+        // SAFETY: `[start, stop)` is a whole-page span inside `mem`, memory
+        // we hold exclusively for the call; MADV_NOHUGEPAGE only changes how
+        // pages faulted in later are backed, never their contents, so no
+        // other owner of neighbouring memory is affected.
+        unsafe {
+            libc::madvise(
+                start as *mut libc::c_void,
+                stop - start,
+                libc::MADV_NOHUGEPAGE,
+            );
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = mem;
+}
+
 /// The size of a memory page.
 #[cfg(unix)]
 fn page_size() -> usize {

@@ -7,6 +7,7 @@ pub(crate) mod mmap;
 mod sys;
 
 pub(crate) use direct::{direct_pays, open_direct, DirectFile, ReadBuffer, DIRECT_ALIGN};
+pub(crate) use mmap::{advise_no_huge_pages, cached_pages};
 #[cfg(all(test, target_os = "linux"))]
 pub(crate) use sys::drop_cached;
 #[cfg(target_os = "linux")]
