@@ -91,7 +91,7 @@ def run():
             keep.append(a)
             outs.append(a.reshape(-1).view(np.uint8))
         targets = ["F32" if kind == "f32" else None] * len(names)
-        load_into(f._raw, names, outs, targets, None, False, int(threads), int(piece) << 20, 0,
+        load_into(f._raw, names, outs, targets, None, None, int(threads), int(piece) << 20, 0,
                   direct == "1")
     else:
         raise SystemExit("unknown variant " + variant)

@@ -224,6 +224,20 @@ def test_progress_goes_to_stderr(tmp_path: Path, capfd: pytest.CaptureFixture[st
     assert captured.err.endswith("\r\x1b[K")
 
 
+def test_the_progress_line_escapes_a_hostile_file_name(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "p\x1b[2J\x1b]0;owned\x07.safetensors"
+    raw = _save(path)
+    for h in (fi.hash_file(path, progress=True), fi.verify_file(path, progress=True)):
+        assert h["path"] == str(path)
+    assert fi.hash_file(path)["sha256"] == _sha(raw)
+    err = capfd.readouterr().err
+    assert "100.0%" in err
+    assert "p\\u{1b}[2J\\u{1b}]0;owned\\u{7}.safetensors" in err
+    assert err.replace("\r\x1b[K", "").isprintable()
+
+
 def test_check_when_the_data_cannot_be_hashed() -> None:
     (finding,) = fi.check_hashes({"autov3": None}, {"modelspec.hash_sha256": "0x" + "a" * 64})
     assert finding["rule"] == "hash-mismatch" and "cannot be hashed" in finding["message"]

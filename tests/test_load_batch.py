@@ -254,7 +254,7 @@ def test_progress_reports_bytes_from_the_calling_thread(every_dtype):
         steps = []
         load_into(
             f._raw, names, arrays, [None] * len(names),
-            lambda d, t: steps.append((d, t)), False, 2, 1 << 20, 4 << 20,
+            lambda d, t: steps.append((d, t)), None, 2, 1 << 20, 4 << 20,
         )  # fmt: skip
     assert steps[-1] == (total, total)
     # The reading threads never run more than two steps (plus one request)
@@ -294,7 +294,7 @@ def test_an_exception_in_the_callback_stops_the_load(every_dtype):
         arrays = [np.zeros(end - begin, np.uint8) for _d, _s, begin, end in map(f._raw.info, names)]
         with pytest.raises(Stop):
             load_into(
-                f._raw, names, arrays, [None] * len(names), progress, False, 1, 256 << 10, 256 << 10
+                f._raw, names, arrays, [None] * len(names), progress, None, 1, 256 << 10, 256 << 10
             )
     assert not arrays[names.index("big")][-(8 << 20) :].any()
 
@@ -308,6 +308,26 @@ def test_progress_arguments(every_dtype, capfd):
     calls = []
     fastst.numpy.load_file(every_dtype, progress=lambda d, t: calls.append((d, t)))
     assert len(calls) == 1 and calls[0][0] == calls[0][1] > 17 << 20
+
+
+def test_the_progress_line_escapes_a_hostile_file_name(tmp_path, capfd, monkeypatch):
+    # The line is drawn only on a terminal: pretend stderr is one.
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    path = tmp_path / "evil\x1b]0;owned\x07\u202e.safetensors"
+    data, names = sample(["U8", "F32"], big=3 << 20)
+    path.write_bytes(data)
+    monkeypatch.setattr(sys, "stderr", Tty())
+    out = fastst.numpy.load_file(path, copy=True, progress=True)
+    assert sorted(out) == sorted(names)
+    err = capfd.readouterr().err  # the core writes to file descriptor 2
+    assert "100.0%" in err
+    assert "evil\\u{1b}]0;owned\\u{7}\\u{202e}.safetensors" in err
+    # Only the line's own control sequences reach the terminal.
+    assert "\x07" not in err and "\u202e" not in err
+    assert err.replace("\r\x1b[K", "").isprintable()
 
 
 def test_a_file_truncated_during_a_batch_load_is_file_changed(tmp_path):
@@ -330,7 +350,7 @@ def test_a_file_truncated_during_a_batch_load_is_file_changed(tmp_path):
                     arrays,
                     [None] * len(names),
                     shrink,
-                    False,
+                    None,
                     2,
                     64 << 10,
                     256 << 10,

@@ -26,14 +26,27 @@ def _path(path: PathLike) -> str:
     return os.fsdecode(p) if isinstance(p, bytes) else p
 
 
-def _hash_file(path: str, **options: Any) -> Dict[str, Any]:
-    out = dict(_fastst.hash_file(path, **options))
+def _bar(path: str, progress: bool) -> Optional[str]:
+    """The label of the core's progress line (``path`` escaped for the
+    terminal: it names a file that may be hostile), or None for none."""
+    if not progress:
+        return None
+    from .cli.text import escape  # on use: fastst.cli imports this module's callers
+
+    return escape(path)
+
+
+def _hash_file(path: str, progress: bool = False, **options: Any) -> Dict[str, Any]:
+    """The core's hashes of one file, with ``path`` as given (the core
+    spells paths that are not valid UTF-8 lossily)."""
+    out = dict(_fastst.hash_file(path, progress=_bar(path, progress), **options))
     out["path"] = path
     return out
 
 
-def _verify_file(path: str, **options: Any) -> Dict[str, Any]:
-    out = dict(_fastst.verify_file(path, **options))
+def _verify_file(path: str, progress: bool = False, **options: Any) -> Dict[str, Any]:
+    """The core's verification of one file, with ``path`` as given."""
+    out = dict(_fastst.verify_file(path, progress=_bar(path, progress), **options))
     out["path"] = path
     return out
 

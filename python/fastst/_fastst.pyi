@@ -111,14 +111,14 @@ def verify_file(
     values: bool = False,
     header_cap: int = ...,
     threads: int = 0,
-    progress: bool = False,
+    progress: Optional[str] = None,
 ) -> Dict[str, Any]: ...
 def hash_file(
     path: Union[str, os.PathLike[str]],
     tensors: bool = False,
     header_cap: int = ...,
     threads: int = 0,
-    progress: bool = False,
+    progress: Optional[str] = None,
 ) -> Dict[str, Any]: ...
 def inspect_file(
     path: Union[str, os.PathLike[str]], table: bool = False, header_cap: int = ...
@@ -184,9 +184,10 @@ def load_into(
     outs: List[Any],
     targets: List[Optional[str]],
     progress: Optional[Any] = None,
-    bar: bool = False,
+    bar: Optional[str] = None,
     threads: int = 0,
     piece: int = 0,
     report_every: int = 0,
     direct: Optional[bool] = None,
+    huge_pages: Optional[bool] = None,
 ) -> None: ...

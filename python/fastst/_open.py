@@ -35,6 +35,14 @@ def _progress(progress: Progress) -> Tuple[Optional[Callable[[int, int], Any]], 
     raise TypeError(f"progress must be None, a bool or a callable, got {type(progress).__name__}")
 
 
+def _bar_label(name: str) -> str:
+    """The progress line's label: the file's name escaped for the terminal
+    (a hostile name must not act on it)."""
+    from .cli.text import escape  # on use: fastst.cli imports this module
+
+    return escape(name)
+
+
 def _offset_report(
     callback: Callable[[int, int], Any], base: int, grand: int
 ) -> Callable[[int, int], Any]:
@@ -243,6 +251,7 @@ class safe_open:  # noqa: N801 - the reference package's name
                 callback(total, total)
             return out
         made: Dict[str, Any] = {}
+        label = _bar_label(raw.name) if bar else None
         plans = []
         for file, members in groups:
             outs, targets, size = [], [], 0
@@ -259,7 +268,7 @@ class safe_open:  # noqa: N801 - the reference package's name
             report = callback
             if callback is not None and len(plans) > 1:
                 report = _offset_report(callback, base, grand)
-            load_into(file, members, outs, targets, report, bar)
+            load_into(file, members, outs, targets, report, label)
             base += size
         if self._prefetch is not None:
             self._prefetch.consumed(grand)

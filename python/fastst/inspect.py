@@ -33,6 +33,8 @@ import numpy as np
 from . import _fastst, _identify
 from ._card import decode_metadata, metadata_card
 from ._checkpoint import (
+    _hash_file,
+    _verify_file,
     checkpoint_metadata,
     hash_checkpoint,
     inspect_checkpoint,
@@ -124,12 +126,7 @@ def verify_file(
     when the file cannot be read.
     """
     p = _path(path)
-    return _given_path(
-        _fastst.verify_file(
-            p, values=values, header_cap=header_cap, threads=threads, progress=progress
-        ),
-        p,
-    )
+    return _verify_file(p, values=values, header_cap=header_cap, threads=threads, progress=progress)
 
 
 def hash_file(
@@ -152,12 +149,7 @@ def hash_file(
     per-tensor SHA-256 in file order.
     """
     p = _path(path)
-    return _given_path(
-        _fastst.hash_file(
-            p, tensors=tensors, header_cap=header_cap, threads=threads, progress=progress
-        ),
-        p,
-    )
+    return _hash_file(p, tensors=tensors, header_cap=header_cap, threads=threads, progress=progress)
 
 
 _HASH_KEYS: Tuple[Tuple[str, str], ...] = (

@@ -12,20 +12,32 @@ use std::time::{Duration, Instant};
 /// be called from any thread, often (every few MiB).
 pub type Progress<'a> = Option<&'a (dyn Fn(u64, u64) + Sync)>;
 
-/// A progress line on stderr, redrawn at most every 100 ms.
+/// A progress line on stderr (or another sink), redrawn at most every 100 ms.
 pub struct StderrLine {
     label: String,
     started: Instant,
     last: Mutex<Option<Instant>>,
+    out: Mutex<Box<dyn Write + Send>>,
 }
 
+/// The redraw interval of a progress line.
+const REDRAW: Duration = Duration::from_millis(100);
+
 impl StderrLine {
-    /// A line labelled `label` (nothing is drawn until the first report).
+    /// A line on stderr labelled `label`, written as given: a label naming
+    /// a file must be escaped for the terminal first (the Python layer uses
+    /// `fastst.cli.text.escape`). Nothing is drawn until the first report.
     pub fn new(label: &str) -> StderrLine {
+        StderrLine::to(label, Box::new(std::io::stderr()))
+    }
+
+    /// A line written to `out` instead of stderr.
+    pub fn to(label: &str, out: Box<dyn Write + Send>) -> StderrLine {
         StderrLine {
             label: label.to_owned(),
             started: Instant::now(),
             last: Mutex::new(None),
+            out: Mutex::new(out),
         }
     }
 
@@ -35,35 +47,113 @@ impl StderrLine {
         let now = Instant::now();
         {
             let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-            if last.is_some_and(|t| now.duration_since(t) < Duration::from_millis(100))
-                && done < total
-            {
+            if last.is_some_and(|t| now.duration_since(t) < REDRAW) && done < total {
                 return;
             }
             *last = Some(now);
         }
-        let secs = now.duration_since(self.started).as_secs_f64().max(1e-6);
+        let text = self.line(done, total, now.duration_since(self.started));
+        self.write(&text);
+    }
+
+    /// The text that redraws the line: back to the line's start, clear it,
+    /// then `label: percent done/total MiB, rate MiB/s`.
+    fn line(&self, done: u64, total: u64, elapsed: Duration) -> String {
+        let secs = elapsed.as_secs_f64().max(1e-6);
         let mib = |b: u64| b as f64 / f64::from(1 << 20);
         let pct = if total == 0 {
             100.0
         } else {
             100.0 * done as f64 / total as f64
         };
-        // Progress is best effort: a closed stderr must not fail the work.
-        let _ = write!(
-            std::io::stderr(),
+        format!(
             "\r\x1b[K{}: {pct:5.1}% {:.0}/{:.0} MiB, {:.0} MiB/s",
             self.label,
             mib(done),
             mib(total),
             mib(done) / secs
-        );
+        )
+    }
+
+    /// Progress is best effort: a closed stderr must not fail the work.
+    fn write(&self, text: &str) {
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.flush();
     }
 
     /// Clears the line, if one was drawn.
     pub fn finish(&self) {
         if self.last.lock().map(|l| l.is_some()).unwrap_or(true) {
-            let _ = write!(std::io::stderr(), "\r\x1b[K");
+            self.write("\r\x1b[K");
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A sink the test can read back.
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Sink {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    #[test]
+    fn the_line_shows_share_sizes_and_rate() {
+        let line = StderrLine::to("model", Box::new(Sink::default()));
+        let mib = 1 << 20;
+        assert_eq!(
+            line.line(3 * mib, 4 * mib, Duration::from_secs(2)),
+            "\r\x1b[Kmodel:  75.0% 3/4 MiB, 2 MiB/s"
+        );
+        // Nothing to do counts as done; no time elapsed gives a finite rate.
+        assert_eq!(
+            line.line(0, 0, Duration::ZERO),
+            "\r\x1b[Kmodel: 100.0% 0/0 MiB, 0 MiB/s"
+        );
+        assert_eq!(
+            line.line(10 * mib, 40 * mib, Duration::from_millis(500)),
+            "\r\x1b[Kmodel:  25.0% 10/40 MiB, 20 MiB/s"
+        );
+    }
+
+    #[test]
+    fn redraws_are_limited_but_the_last_report_is_always_drawn() {
+        let sink = Sink::default();
+        let line = StderrLine::to("f", Box::new(sink.clone()));
+        line.finish(); // nothing drawn yet: nothing to clear
+        assert_eq!(sink.text(), "");
+        line.report(1, 10);
+        line.report(2, 10); // within 100 ms of the first: skipped
+        let text = sink.text();
+        assert_eq!(text.matches("\r\x1b[K").count(), 1, "{text:?}");
+        assert!(text.contains(" 10.0% "), "{text:?}");
+        line.report(10, 10); // the last one is drawn at once
+        let text = sink.text();
+        assert_eq!(text.matches("\r\x1b[K").count(), 2, "{text:?}");
+        assert!(text.ends_with("f: 100.0% 0/0 MiB, 0 MiB/s"), "{text:?}");
+        std::thread::sleep(REDRAW + Duration::from_millis(20));
+        line.report(5, 10); // after the interval: drawn again
+        assert!(sink.text().ends_with(" 50.0% 0/0 MiB, 0 MiB/s"));
+        line.finish();
+        assert!(sink.text().ends_with("MiB/s\r\x1b[K"));
     }
 }

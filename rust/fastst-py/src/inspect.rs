@@ -30,14 +30,14 @@ fn display(path: &std::path::Path) -> String {
     crate::errors::display_path(path)
 }
 
-/// Runs `work` without the GIL, with a stderr progress line when asked.
+/// Runs `work` without the GIL, with a stderr progress line labelled
+/// `progress` when given (written as given: the caller escapes it).
 fn with_progress<T: Send>(
     py: Python<'_>,
-    label: &str,
-    progress: bool,
+    progress: Option<&str>,
     work: impl FnOnce(inspect::Progress) -> T + Send,
 ) -> T {
-    if progress {
+    if let Some(label) = progress {
         let p = StderrLine::new(label);
         let out = py.allow_threads(|| {
             let report = |done: u64, total: u64| p.report(done, total);
@@ -55,14 +55,14 @@ fn with_progress<T: Send>(
 /// with `rule`, `severity`, `message`, `tensor`, `key`, `offset`, `length`,
 /// `count`). Raises OSError only when the file cannot be read.
 #[pyfunction]
-#[pyo3(signature = (path, values = false, header_cap = DEFAULT_HEADER_CAP, threads = 0, progress = false))]
+#[pyo3(signature = (path, values = false, header_cap = DEFAULT_HEADER_CAP, threads = 0, progress = None))]
 fn verify_file<'py>(
     py: Python<'py>,
     path: PathBuf,
     values: bool,
     header_cap: u64,
     threads: usize,
-    progress: bool,
+    progress: Option<String>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let name = display(&path);
     let options = VerifyOptions {
@@ -70,7 +70,7 @@ fn verify_file<'py>(
         values,
         threads,
     };
-    let report = with_progress(py, &name, progress, |p| {
+    let report = with_progress(py, progress.as_deref(), |p| {
         inspect::verify_path(&path, &options, p)
     })
     .in_file(&name)?;
@@ -95,14 +95,14 @@ fn verify_file<'py>(
 /// SHA-256 in file order, or None) and `header_problem` (a finding dict or
 /// None).
 #[pyfunction]
-#[pyo3(signature = (path, tensors = false, header_cap = DEFAULT_HEADER_CAP, threads = 0, progress = false))]
+#[pyo3(signature = (path, tensors = false, header_cap = DEFAULT_HEADER_CAP, threads = 0, progress = None))]
 fn hash_file<'py>(
     py: Python<'py>,
     path: PathBuf,
     tensors: bool,
     header_cap: u64,
     threads: usize,
-    progress: bool,
+    progress: Option<String>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let name = display(&path);
     let options = HashOptions {
@@ -110,7 +110,7 @@ fn hash_file<'py>(
         threads,
         header_cap,
     };
-    let report = with_progress(py, &name, progress, |p| {
+    let report = with_progress(py, progress.as_deref(), |p| {
         inspect::hash_path(&path, &options, p)
     })
     .in_file(&name)?;

@@ -20,13 +20,14 @@ use crate::file::{writable, RawFile, WritableBytes};
 /// own). `progress(done, total)` is called from this thread, with the GIL,
 /// at most every `report_every` source bytes and at the end; an exception
 /// it raises (or a signal handler's, e.g. KeyboardInterrupt) stops the load
-/// and is raised here. `bar` draws a progress line on stderr. `direct`
+/// and is raised here. `bar`, when given, draws a progress line on stderr
+/// labelled with it (written as given: the caller escapes it). `direct`
 /// (None: only for files larger than half the memory available) reads
 /// uncached pages around the page cache. `huge_pages` (None: the measured
 /// choice, `HugePages::Auto`; True: keep the allocator's advice; False:
 /// never) governs transparent huge pages for the destinations.
 #[pyfunction]
-#[pyo3(signature = (raw, names, outs, targets, progress = None, bar = false, threads = 0, piece = 0, report_every = 0, direct = None, huge_pages = None))]
+#[pyo3(signature = (raw, names, outs, targets, progress = None, bar = None, threads = 0, piece = 0, report_every = 0, direct = None, huge_pages = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn load_into(
     py: Python<'_>,
@@ -35,7 +36,7 @@ pub fn load_into(
     outs: Vec<PyBuffer<u8>>,
     targets: Vec<Option<String>>,
     progress: Option<PyObject>,
-    bar: bool,
+    bar: Option<String>,
     threads: usize,
     piece: usize,
     report_every: u64,
@@ -71,14 +72,13 @@ pub fn load_into(
             Some(false) => HugePages::Avoid,
         },
     };
-    let label = raw.display_name().to_owned();
     let file_ref = &*file;
     let mut pending: Option<PyErr> = None;
     let pending_ref = &mut pending;
     // Borrowed, so that no Python object is dropped without the GIL.
     let progress = progress.as_ref();
     let outcome = py.allow_threads(move || {
-        let line = bar.then(|| StderrLine::new(&label));
+        let line = bar.as_deref().map(StderrLine::new);
         let dests = wanted
             .into_iter()
             .map(|(info, to, bytes)| Destination {
