@@ -1,0 +1,156 @@
+"""fastst's torch paths with CUDA devices, against the reference on the same
+files: loads to ``cuda``/``cuda:0``/``0`` (views, copies, conversions,
+slices), saves of CUDA tensors, and the distributed loader under NCCL in a
+one-rank group. Skipped where torch sees no CUDA device (CI has none); the
+CPU-only behaviour with those device names is checked in test_torch.py."""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+from pathlib import Path
+from typing import Dict
+
+import fastst
+import fastst.torch as ft
+import ml_dtypes
+import numpy as np
+import pytest
+import safetensors
+import safetensors.torch as ref
+import torch
+import torch.distributed as dist
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+KINDS = [
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+    torch.float8_e4m3fn,
+    torch.float8_e5m2,
+]
+
+
+def _bits(t: torch.Tensor) -> bytes:
+    """The tensor's bytes, wherever it lives (bit patterns: NaN payloads count)."""
+    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+
+
+def _tensors() -> Dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(7)
+    out: Dict[str, torch.Tensor] = {}
+    for i, kind in enumerate(KINDS):
+        shape = (37, 65) if i % 2 else (1 << 20,)
+        raw = torch.randint(0, 256, (int(np.prod(shape)) * kind.itemsize,), generator=gen)
+        t = raw.to(torch.uint8).view(kind).reshape(shape)
+        if kind == torch.bool:
+            t = raw[: t.numel()].remainder(2).to(torch.bool).reshape(shape)
+        out[f"t{i}.{str(kind).split('.')[-1]}"] = t
+    out["scalar"] = torch.tensor(3.5)
+    out["empty"] = torch.empty(0, 4)
+    return out
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("cuda") / "model.safetensors"
+    ref.save_file(_tensors(), str(path), metadata={"format": "pt"})
+    return path
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", 0, torch.device("cuda", 0)])
+def test_load_file_matches_the_reference(model: Path, device: object) -> None:
+    ours = ft.load_file(model, device=device)
+    # The reference refuses a torch.device here ("device ... is invalid");
+    # fastst takes it, as torch's own loaders do.
+    theirs = ref.load_file(model, device="cuda:0" if isinstance(device, torch.device) else device)
+    assert list(ours) == list(theirs)
+    for name, t in ours.items():
+        assert t.device == theirs[name].device and t.device.type == "cuda", name
+        assert t.dtype == theirs[name].dtype and t.shape == theirs[name].shape, name
+        assert _bits(t) == _bits(theirs[name]), name
+
+
+def test_safe_open_tensors_and_slices_match_the_reference(model: Path) -> None:
+    with (
+        fastst.safe_open(model, "pt", device="cuda:0") as f,
+        safetensors.safe_open(model, "pt", device="cuda:0") as r,
+    ):
+        assert f.keys() == r.keys()
+        for name in f.keys():
+            a, b = f.get_tensor(name), r.get_tensor(name)
+            assert a.device == b.device and _bits(a) == _bits(b), name
+            if a.dim() >= 1 and a.shape[0] > 3:
+                sa, sb = f.get_slice(name)[1:-2], r.get_slice(name)[1:-2]
+                assert sa.device == sb.device and _bits(sa) == _bits(sb), name
+
+
+def test_owned_and_converted_loads_land_on_the_device(model: Path) -> None:
+    cpu = ft.load_file(model)
+    copies = ft.load_file(model, device="cuda:0", copy=True)
+    for name, t in copies.items():
+        assert t.device.type == "cuda" and _bits(t) == _bits(cpu[name]), name
+    halves = [n for n, t in cpu.items() if t.dtype in (torch.float16, torch.bfloat16)]
+    assert len(halves) == 2
+    with fastst.safe_open(model, "pt", device="cuda:0") as f:
+        for name in halves:
+            t = f.get_tensor(name, dtype=torch.float32)
+            assert t.device.type == "cuda" and t.dtype == torch.float32, name
+            # Widening is exact and keeps NaN payloads (signalling NaNs
+            # too, which torch's own CPU conversion quiets): numpy and
+            # ml_dtypes are the oracle, as for the CPU paths.
+            kind = np.float16 if cpu[name].dtype == torch.float16 else ml_dtypes.bfloat16
+            want = np.frombuffer(_bits(cpu[name]), kind).astype(np.float32)
+            assert _bits(t) == want.tobytes(), name
+        with pytest.raises(ValueError, match="no conversion from I64 to F32"):
+            f.get_tensor("t4.int64", dtype=torch.float32)
+
+
+def test_saving_cuda_tensors_writes_the_reference_bytes(tmp_path: Path) -> None:
+    tensors = {k: v.to("cuda:0") for k, v in _tensors().items()}
+    ours, theirs = tmp_path / "ours.safetensors", tmp_path / "theirs.safetensors"
+    ft.save_file(tensors, ours, metadata={"k": "v"})
+    ref.save_file(tensors, str(theirs), metadata={"k": "v"})
+    assert ours.read_bytes() == theirs.read_bytes()
+    assert ft.save(tensors) == ref.save(tensors)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_distributed_load_under_nccl_in_a_one_rank_group(model: Path) -> None:
+    from fastst.torch import load_distributed
+
+    if not dist.is_nccl_available():
+        pytest.skip("torch without NCCL")
+    dist.init_process_group(
+        "nccl",
+        init_method=f"tcp://127.0.0.1:{_free_port()}",
+        rank=0,
+        world_size=1,
+        timeout=timedelta(seconds=60),
+    )
+    try:
+        for unit in ("chunk", "tensor", "file"):
+            got = load_distributed(model, unit=unit, chunk_size=1 << 20)
+            want = ft.load_file(model)
+            assert list(got) == list(want)
+            for name, t in got.items():
+                assert t.device.type == "cuda", (unit, name)
+                assert _bits(t) == _bits(want[name]), (unit, name)
+        on_cpu = load_distributed(model, device="cpu")
+        assert all(t.device.type == "cpu" for t in on_cpu.values())
+    finally:
+        dist.destroy_process_group()
