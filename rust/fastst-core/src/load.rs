@@ -878,6 +878,201 @@ mod tests {
         }
     }
 
+    /// A file of tensors `(name, dtype, bytes)` laid out back to back.
+    fn layout(tensors: &[(&str, Dtype, usize)]) -> (crate::inspect::testfile::TempFile, Vec<u8>) {
+        let mut entries = Vec::new();
+        let mut off = 0usize;
+        for (name, dt, len) in tensors {
+            let n = len / (dt.bits() / 8) as usize;
+            entries.push(format!(
+                r#""{name}":{{"dtype":"{}","shape":[{n}],"data_offsets":[{off},{}]}}"#,
+                dt.name(),
+                off + len
+            ));
+            off += len;
+        }
+        let data = noise(off, 5);
+        (build(&format!("{{{}}}", entries.join(",")), &data), data)
+    }
+
+    /// The requests `plan` makes for tensors `names` of `file` (converted
+    /// to `to` where given): `(begin, source bytes, members)` each.
+    fn requests(
+        file: &MappedFile,
+        names: &[&str],
+        to: Option<Dtype>,
+        piece: usize,
+    ) -> Vec<(u64, usize, Vec<(String, usize, usize)>)> {
+        let infos: Vec<&TensorInfo> = names
+            .iter()
+            .map(|n| file.header().require(n).unwrap())
+            .collect();
+        let mut outs: Vec<Vec<u8>> = infos
+            .iter()
+            .map(|t| {
+                let to = to.unwrap_or(t.dtype);
+                vec![0u8; t.byte_len() as usize / elem_size(t.dtype) * elem_size(to)]
+            })
+            .collect();
+        let dests = infos
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(info, dst)| Destination {
+                info,
+                to: to.unwrap_or(info.dtype),
+                dst,
+            })
+            .collect();
+        plan(dests, piece)
+            .into_iter()
+            .map(|p| {
+                let members = p
+                    .members
+                    .iter()
+                    .map(|m| (m.info.name.clone(), m.len, m.dst.len()))
+                    .collect();
+                (p.begin, p.len, members)
+            })
+            .collect()
+    }
+
+    fn m(name: &str, len: usize, dst: usize) -> (String, usize, usize) {
+        (name.to_owned(), len, dst)
+    }
+
+    /// Small tensors that follow each other are one request, up to `piece`
+    /// bytes exactly; a gap or a full request starts another; tensors of
+    /// 1 MiB or more are requests of their own, split in whole elements.
+    #[test]
+    fn plan_runs_small_neighbours_and_splits_large_tensors() {
+        let mib = 1 << 20;
+        let (f, _) = layout(&[
+            ("a", Dtype::U8, 100),
+            ("b", Dtype::U8, 200),
+            ("c", Dtype::U8, 700),
+            ("d", Dtype::U8, mib - 1),
+            ("e", Dtype::U8, mib),
+            ("g", Dtype::F16, 3 * mib + 2),
+        ]);
+        let file = open(&f.0, Backend::Pread);
+        // a + b fill a 300-byte request exactly; c does not fit in it.
+        assert_eq!(
+            requests(&file, &["c", "a", "b"], None, 300),
+            vec![
+                (0, 300, vec![m("a", 100, 100), m("b", 200, 200)]),
+                (300, 700, vec![m("c", 700, 700)]),
+            ]
+        );
+        // Without b, a and c are not neighbours.
+        assert_eq!(
+            requests(&file, &["a", "c"], None, 1 << 30),
+            vec![
+                (0, 100, vec![m("a", 100, 100)]),
+                (300, 700, vec![m("c", 700, 700)])
+            ]
+        );
+        // Just under 1 MiB joins the run; exactly 1 MiB is a request of its own.
+        let d = file.header().require("d").unwrap().begin;
+        assert_eq!(
+            requests(&file, &["c", "d", "e"], None, 4 * mib),
+            vec![
+                (
+                    300,
+                    700 + mib - 1,
+                    vec![m("c", 700, 700), m("d", mib - 1, mib - 1)]
+                ),
+                (d + mib as u64 - 1, mib, vec![m("e", mib, mib)]),
+            ]
+        );
+        // A large F16 tensor converted to F32: pieces of whole elements (a
+        // 7-byte piece reads 6 bytes), each destination twice as long.
+        let g = file.header().require("g").unwrap().begin;
+        let parts = requests(&file, &["g"], Some(Dtype::F32), mib + 1);
+        assert_eq!(parts.len(), 4);
+        for (i, (begin, len, members)) in parts.iter().enumerate() {
+            let want = if i < 3 { mib } else { 2 };
+            assert_eq!((*begin, *len), (g + (i * mib) as u64, want), "{i}");
+            assert_eq!(members, &vec![m("g", want, 2 * want)], "{i}");
+        }
+        let odd = requests(&file, &["g"], Some(Dtype::F32), 7);
+        assert_eq!(odd[0], (g, 6, vec![m("g", 6, 12)]));
+        assert_eq!(odd.iter().map(|p| p.1).sum::<usize>(), 3 * mib + 2);
+    }
+
+    /// Huge-page advice for copies looks at the pages of the tensors
+    /// loaded, not at the rest of the file.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn huge_page_advice_looks_at_the_loaded_tensors_pages() {
+        let big = 4 << 20;
+        let (f, data) = layout(&[("a", Dtype::U8, big), ("b", Dtype::U8, big)]);
+        let file = open(&f.0, Backend::Pread);
+        let start = file.header().data_start();
+        for (cached, load, advised) in [("a", "b", true), ("a", "a", false), ("b", "a", true)] {
+            crate::io::drop_cached(file.raw());
+            let info = file.header().require(cached).unwrap();
+            let mut warm = vec![0u8; big];
+            file.read_at(start + info.begin, &mut warm, cached).unwrap();
+            let (c, p) =
+                crate::io::cached_pages(file.raw(), start + info.begin, big as u64).unwrap();
+            if c * 2 < p {
+                return; // a file system that does not keep what was read
+            }
+            let other = file
+                .header()
+                .require(if cached == "a" { "b" } else { "a" })
+                .unwrap();
+            let (c, p) =
+                crate::io::cached_pages(file.raw(), start + other.begin, big as u64).unwrap();
+            if c * 2 >= p {
+                return; // a file system that keeps everything cached
+            }
+            let info = file.header().require(load).unwrap();
+            let mut dst = memmap2::MmapMut::map_anon(big).unwrap();
+            let at = dst.as_ptr() as usize + big / 2;
+            let dests = vec![Destination {
+                info,
+                to: info.dtype,
+                dst: &mut dst,
+            }];
+            assert_eq!(
+                load_into(&file, dests, LoadOptions::default(), None).unwrap(),
+                Outcome::Done
+            );
+            assert_eq!(
+                no_huge_pages_at(at / 4096 * 4096),
+                advised,
+                "{cached} {load}"
+            );
+            assert!(dst[..] == data[info.begin as usize..info.end as usize]);
+        }
+    }
+
+    /// Direct reads are asked for only for files the page cache could not
+    /// keep: larger than half the memory available (a sparse file here).
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn direct_reads_pay_only_for_files_larger_than_half_the_memory() {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+        let total: u64 = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().strip_suffix("kB"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap();
+        let (small, _) = one_big(4096);
+        assert!(!direct_pays(&open(&small.0, Backend::Pread)));
+        let n = total * 1024 + 4096; // above all the memory there is
+        let header = format!(r#"{{"w":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}}}}"#);
+        let f = build(&header, &[]);
+        let file = std::fs::OpenOptions::new().write(true).open(&f.0).unwrap();
+        if file.set_len(8 + header.len() as u64 + n).is_err() {
+            return; // a file system without sparse files of that size
+        }
+        drop(file);
+        assert!(direct_pays(&open(&f.0, Backend::Pread)));
+    }
+
     fn one_big(n: usize) -> (crate::inspect::testfile::TempFile, Vec<u8>) {
         let header = format!(r#"{{"w":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}}}}"#);
         let data = noise(n, 7);
