@@ -895,6 +895,10 @@ mod tests {
         (build(&format!("{{{}}}", entries.join(",")), &data), data)
     }
 
+    /// One planned request: its start, its source bytes, and its members
+    /// as `(tensor, source bytes, destination bytes)`.
+    type Request = (u64, usize, Vec<(String, usize, usize)>);
+
     /// The requests `plan` makes for tensors `names` of `file` (converted
     /// to `to` where given): `(begin, source bytes, members)` each.
     fn requests(
@@ -902,7 +906,7 @@ mod tests {
         names: &[&str],
         to: Option<Dtype>,
         piece: usize,
-    ) -> Vec<(u64, usize, Vec<(String, usize, usize)>)> {
+    ) -> Vec<Request> {
         let infos: Vec<&TensorInfo> = names
             .iter()
             .map(|n| file.header().require(n).unwrap())
