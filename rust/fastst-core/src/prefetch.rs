@@ -99,8 +99,12 @@ impl Default for PrefetchOptions {
 /// Half of the memory the kernel reports as available (`MemAvailable` in
 /// `/proc/meminfo`), or 1 GiB where that cannot be read; at least 64 MiB.
 pub fn default_budget() -> u64 {
-    let available = std::fs::read_to_string("/proc/meminfo")
-        .ok()
+    budget_from(std::fs::read_to_string("/proc/meminfo").ok().as_deref())
+}
+
+/// [`default_budget`] from the text of `/proc/meminfo` (`None`: unreadable).
+fn budget_from(meminfo: Option<&str>) -> u64 {
+    let available = meminfo
         .and_then(|text| {
             text.lines()
                 .find_map(|line| line.strip_prefix("MemAvailable:"))
@@ -572,6 +576,93 @@ mod tests {
             let s = p.wait_idle(Duration::from_secs(60));
             assert!(s.failed && s.stopped && s.workers == 0, "{method:?}: {s:?}");
         }
+    }
+
+    #[test]
+    fn methods_parse_their_own_names() {
+        for m in [Method::Populate, Method::Read, Method::Advise] {
+            assert_eq!(Method::from_name(m.name()), Some(m));
+        }
+        assert_eq!(Method::Populate.name(), "populate");
+        assert_eq!(Method::Read.name(), "read");
+        assert_eq!(Method::Advise.name(), "advise");
+        for bad in ["", "Populate", "readahead", "advise "] {
+            assert_eq!(Method::from_name(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let o = PrefetchOptions::default();
+        assert_eq!((o.chunk, o.threads), (8 << 20, 2));
+        assert_eq!((o.method, o.skip_cached), (Method::Populate, true));
+    }
+
+    #[test]
+    fn the_default_budget_is_half_the_available_memory() {
+        let info =
+            |kib: u64| format!("MemTotal: 99999999 kB\nMemFree: 5 kB\nMemAvailable:   {kib} kB\n");
+        assert_eq!(budget_from(Some(&info(8 << 20))), 4 << 30);
+        assert_eq!(budget_from(Some(&info(3 << 20))), 3 << 29);
+        // Never under 64 MiB.
+        assert_eq!(budget_from(Some(&info(100 << 10))), 64 << 20);
+        assert_eq!(budget_from(Some(&info(0))), 64 << 20);
+        // Unknown: 1 GiB.
+        assert_eq!(budget_from(None), 1 << 30);
+        assert_eq!(budget_from(Some("MemTotal: 1 kB\n")), 1 << 30);
+        assert_eq!(budget_from(Some("MemAvailable: lots kB\n")), 1 << 30);
+        // This machine's: what /proc/meminfo says, read around the call.
+        #[cfg(target_os = "linux")]
+        {
+            let read = || budget_from(std::fs::read_to_string("/proc/meminfo").ok().as_deref());
+            let (before, got, after) = (read(), default_budget(), read());
+            let slack = 256 << 20;
+            assert!(
+                got + slack >= before.min(after) && got <= before.max(after) + slack,
+                "{before} {got} {after}"
+            );
+        }
+    }
+
+    /// Residency is sampled at five pages: the first, the quarters and the
+    /// last; a range is resident only when all five are.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn residency_is_sampled_at_five_pages() {
+        let n = 64 << 20;
+        let (f, _) = file_of(n);
+        let file = MappedFile::open(&f.0, OpenOptions::default()).unwrap();
+        let base = file.header().data_start();
+        let last = n as u64 - 1;
+        assert!(resident(&file, base + 100, 0), "an empty range");
+        let page = 4096u64;
+        let warm = |offsets: &[u64]| {
+            crate::io::drop_cached(file.raw_file());
+            for &o in offsets {
+                let at = (base + o) / page * page;
+                io::advise_willneed(file.raw_file(), at, page).unwrap();
+                let mut buf = vec![0u8; page.min(file.file_len() - at) as usize];
+                io::read_exact_at(file.raw_file(), &mut buf, at).unwrap();
+            }
+        };
+        // Only the first, middle and last pages: the quarters are missing.
+        warm(&[0, last / 2, last]);
+        let map = file.whole_map().unwrap();
+        let probe = |o: u64| {
+            matches!(
+                io::mmap::resident_pages(map, (base + o) as usize, 1),
+                Some((1, 1))
+            )
+        };
+        if !probe(0) || probe(last / 4) || probe(last / 4 * 3) {
+            return; // a file system that caches differently (tmpfs keeps all)
+        }
+        assert!(!resident(&file, base, n as u64));
+        // All five sampled pages cached: taken for resident.
+        warm(&[0, last / 4, last / 2, last / 4 * 3, last]);
+        assert!(resident(&file, base, n as u64));
+        // A range whose own sample misses a page is not.
+        assert!(!resident(&file, base + 8192, n as u64 - 8192));
     }
 
     #[test]
