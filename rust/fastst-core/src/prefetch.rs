@@ -678,6 +678,53 @@ mod tests {
             PrefetchOptions::default(),
         );
         let s = p.status();
-        assert_eq!((s.workers, s.resident, s.done), (0, s.planned, s.planned));
+        let len = file.file_len();
+        assert_eq!((s.workers, s.planned), (0, len));
+        assert_eq!(
+            (s.issued, s.done, s.resident, s.consumed),
+            (len, len, len, 0)
+        );
+        p.consumed(5);
+        assert_eq!(p.status().consumed, 5);
+    }
+
+    /// Dropping the handle stops the threads (they would otherwise wait for
+    /// the consumer forever); a detached prefetcher reads on.
+    #[test]
+    fn dropping_the_handle_stops_the_threads_unless_detached() {
+        let (f, _) = file_of(1 << 20);
+        let file = Arc::new(MappedFile::open(&f.0, OpenOptions::default()).unwrap());
+        let options = PrefetchOptions {
+            budget: 32 << 10,
+            threads: 2,
+            chunk: 8 << 10,
+            method: Method::Read,
+            skip_cached: false,
+        };
+        for detach in [false, true] {
+            let p = Prefetcher::start(Arc::clone(&file), &[(0, 1 << 20)], options);
+            if detach {
+                p.detach();
+            }
+            let shared = Arc::clone(&p.shared);
+            drop(p);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut st = shared.lock();
+            while !settled(&shared, &st) && Instant::now() < deadline {
+                st = shared
+                    .wake
+                    .wait_timeout(st, Duration::from_millis(50))
+                    .unwrap()
+                    .0;
+            }
+            assert_eq!(st.stop, !detach, "detached: {detach}");
+            if detach {
+                // Waits for a consumer that is gone, having read its budget.
+                assert!(settled(&shared, &st));
+                assert_eq!(status_of(&shared, &st).issued, 32 << 10);
+            } else {
+                assert_eq!(st.workers, 0);
+            }
+        }
     }
 }
