@@ -493,6 +493,52 @@ mod tests {
         .unwrap()
     }
 
+    /// Under the mmap back end a large tensor is handed out first as a
+    /// region of the one shared mapping, then (taken already) as a private
+    /// mapping from a 2 MiB-aligned offset; small ones and every tensor
+    /// under the pread back end are copies, and pread has no mapping.
+    #[test]
+    fn handouts_share_then_map_and_pread_copies() {
+        let (pad, big) = (100_000usize, 3 << 20);
+        let header = format!(
+            r#"{{"pad":{{"dtype":"U8","shape":[{pad}],"data_offsets":[0,{pad}]}},"big":{{"dtype":"U8","shape":[{big}],"data_offsets":[{pad},{}]}}}}"#,
+            pad + big
+        );
+        let bytes: Vec<u8> = (0..pad + big).map(|i| (i % 249) as u8).collect();
+        let f = build(&header, &bytes);
+        let file = open_as(&f.0, Backend::Mmap);
+        assert!(file.shared_map().is_some() && file.whole_map().is_some());
+        let info = file.header().require("big").unwrap();
+        let want = &bytes[pad..];
+        let first = file.tensor_data(info).unwrap();
+        assert!(matches!(first, TensorData::Shared(_)));
+        assert!(first.as_slice() == want);
+        let second = file.tensor_data(info).unwrap();
+        let start = file.header().data_start() + pad as u64;
+        match &second {
+            TensorData::Mapped { map, offset, len } => {
+                assert_eq!(*offset as u64, start % (2 << 20));
+                assert_eq!((*len, map.len()), (big, big + *offset));
+            }
+            other => panic!("a second handout is a private mapping, got {other:?}"),
+        }
+        assert!(second.as_slice() == want);
+        let pad_info = file.header().require("pad").unwrap();
+        let small = file.tensor_data(pad_info).unwrap();
+        assert!(
+            matches!(small, TensorData::Shared(_)),
+            "100 000 bytes: over the threshold"
+        );
+        drop((first, second, small));
+
+        let file = open_as(&f.0, Backend::Pread);
+        assert!(file.shared_map().is_none() && file.whole_map().is_none());
+        let info = file.header().require("big").unwrap();
+        let copy = file.tensor_data(info).unwrap();
+        assert!(matches!(copy, TensorData::Owned(_)));
+        assert!(copy.as_slice() == want);
+    }
+
     #[test]
     fn every_read_notices_a_truncated_file() {
         for backend in [Backend::Mmap, Backend::Pread] {
