@@ -539,6 +539,23 @@ mod tests {
         assert!(copy.as_slice() == want);
     }
 
+    /// Empty tensors convert to nothing under both back ends (no thread
+    /// split of zero elements).
+    #[test]
+    fn empty_tensors_convert_to_nothing() {
+        let header = r#"{"e":{"dtype":"BF16","shape":[0,3],"data_offsets":[0,0]},"x":{"dtype":"BF16","shape":[1],"data_offsets":[0,2]}}"#;
+        let f = build(header, &[0x80, 0x3f]);
+        for backend in [Backend::Mmap, Backend::Pread] {
+            let file = open_as(&f.0, backend);
+            let e = file.header().require("e").unwrap();
+            file.convert_tensor_into(e, Dtype::F32, &mut []).unwrap();
+            let x = file.header().require("x").unwrap();
+            let mut out = [0u8; 4];
+            file.convert_tensor_into(x, Dtype::F32, &mut out).unwrap();
+            assert_eq!(f32::from_le_bytes(out), 1.0);
+        }
+    }
+
     #[test]
     fn every_read_notices_a_truncated_file() {
         for backend in [Backend::Mmap, Backend::Pread] {
