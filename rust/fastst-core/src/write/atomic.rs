@@ -43,14 +43,23 @@ fn temp_name() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
-    // A 64-bit mix of the process id, a counter and the clock (splitmix64's
-    // finaliser): names differ between processes, threads and calls.
-    let mut x =
-        nanos ^ (u64::from(std::process::id()) << 32) ^ count.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let x = mix(seed(nanos, std::process::id(), count));
+    format!(".{x:016x}{TEMP_SUFFIX}")
+}
+
+/// The clock, the process id and a counter in one word: each bit of each
+/// changes it (the pid in the high half, the counter spread by an odd
+/// multiplier), so that names differ between processes, threads and calls.
+fn seed(nanos: u64, pid: u32, count: u64) -> u64 {
+    nanos ^ (u64::from(pid) << 32) ^ count.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// splitmix64's finaliser: a bijection of 64-bit words in which every
+/// input bit moves about half of the output bits.
+fn mix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^= x >> 31;
-    format!(".{x:016x}{TEMP_SUFFIX}")
+    x ^ (x >> 31)
 }
 
 /// A new file being written next to its target. [`AtomicFile::commit`]
@@ -541,6 +550,144 @@ mod tests {
         write_file(&p, &[], &dangling, false).expect("write");
         assert!(!dir.join("nowhere").exists());
         assert_eq!(fs::read(&dangling).expect("read"), p.header());
+        fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    /// The name's word: splitmix64's known outputs (the first three of the
+    /// generator seeded with 0), and a seed that every input bit changes.
+    #[test]
+    fn temporary_name_words_mix_every_input() {
+        let golden = 0x9E37_79B9_7F4A_7C15u64;
+        assert_eq!(mix(golden), 0xe220_a839_7b1d_cdaf);
+        assert_eq!(mix(golden.wrapping_mul(2)), 0x6e78_9e6a_a1b9_65f4);
+        assert_eq!(mix(golden.wrapping_mul(3)), 0x06c4_5d18_8009_454f);
+        assert_eq!(seed(5, 7, 0), 5 ^ (7 << 32));
+        assert_eq!(seed(0, 0, 3), golden.wrapping_mul(3));
+        assert_eq!(
+            seed(u64::MAX, u32::MAX, 1),
+            !(u64::from(u32::MAX) << 32) ^ golden
+        );
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for _ in 0..32 {
+            x = mix(x.wrapping_add(golden));
+            let (n, p, c) = (x, (x >> 17) as u32, x.rotate_left(29));
+            let base = seed(n, p, c);
+            for bit in 0..64 {
+                assert_ne!(seed(n ^ (1 << bit), p, c), base, "clock bit {bit}");
+                assert_ne!(seed(n, p, c ^ (1 << bit)), base, "counter bit {bit}");
+            }
+            for bit in 0..32 {
+                assert_ne!(seed(n, p ^ (1 << bit), c), base, "pid bit {bit}");
+            }
+        }
+    }
+
+    /// The temporary file lives in the target's folder ("." for a bare
+    /// name), and a failed rename leaves no temporary file behind.
+    #[test]
+    fn temporary_files_live_beside_the_target_and_never_outlive_a_failure() {
+        let dir = temp_dir("beside");
+        let a = AtomicFile::create(&dir.join("m.safetensors")).expect("create");
+        assert_eq!(a.dir, dir);
+        drop(a);
+        let bare = AtomicFile::create(Path::new("fastst-bare-name.safetensors")).expect("create");
+        assert_eq!(bare.dir, PathBuf::from("."));
+        drop(bare);
+        // The target is a folder that is not empty: the rename fails.
+        let target = dir.join("taken");
+        fs::create_dir(&target).expect("mkdir");
+        fs::write(target.join("inside"), b"x").expect("write");
+        let mut a = AtomicFile::create(&target).expect("create");
+        a.file().expect("file").write_all(b"new").expect("write");
+        let e = a.commit(Some(false)).expect_err("rename over a folder");
+        assert_eq!(e.rule(), "io");
+        assert_eq!(entries(&dir), vec!["taken"]);
+        // A named temporary file dropped uncommitted is removed too.
+        let (file, temp) = open_named(&dir).expect("named");
+        let named = AtomicFile {
+            target: dir.join("n.safetensors"),
+            dir: dir.clone(),
+            temp: temp.clone(),
+            file: Some(file),
+            replaces: false,
+        };
+        assert_eq!(named.temp_path(), Some(temp.as_path()));
+        assert!(temp.exists());
+        drop(named);
+        assert_eq!(entries(&dir), vec!["taken"]);
+        fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    /// Flags of an open descriptor as /proc/self/fdinfo shows them (octal).
+    #[cfg(target_os = "linux")]
+    fn fd_flags(file: &File) -> u32 {
+        use std::os::unix::io::AsRawFd;
+        let info =
+            fs::read_to_string(format!("/proc/self/fdinfo/{}", file.as_raw_fd())).expect("fdinfo");
+        let flags = info
+            .lines()
+            .find_map(|l| l.strip_prefix("flags:"))
+            .expect("flags line");
+        u32::from_str_radix(flags.trim(), 8).expect("octal flags")
+    }
+
+    /// Temporary files are never inherited by programs this process runs.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn temporary_files_close_on_exec() {
+        let dir = temp_dir("cloexec");
+        let (named, path) = open_named(&dir).expect("named");
+        assert_ne!(fd_flags(&named) & libc::O_CLOEXEC as u32, 0);
+        drop(named);
+        fs::remove_file(path).expect("rm");
+        if let Some(unnamed) = open_unnamed(&dir).expect("unnamed") {
+            assert_ne!(fd_flags(&unnamed) & libc::O_CLOEXEC as u32, 0);
+        }
+        fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    /// Only a large regular file with one name, reached without following
+    /// a symbolic link, is held to be let go of in the background.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn only_large_regular_files_are_held() {
+        let dir = temp_dir("hold");
+        let large = dir.join("large");
+        let file = File::create(&large).expect("create");
+        file.set_len(RELEASE_IN_BACKGROUND_AT).expect("sparse");
+        drop(file);
+        let small = dir.join("small");
+        fs::write(&small, vec![1u8; 1 << 20]).expect("write");
+        let held = hold_replaced(&large).expect("a large file is held");
+        assert_ne!(
+            fd_flags(&held) & libc::O_PATH as u32,
+            0,
+            "opened for nothing"
+        );
+        assert_eq!(
+            held.metadata().expect("stat").len(),
+            RELEASE_IN_BACKGROUND_AT
+        );
+        drop(held);
+        assert!(hold_replaced(&small).is_none());
+        let just_under = dir.join("under");
+        File::create(&just_under)
+            .and_then(|f| f.set_len(RELEASE_IN_BACKGROUND_AT - 1))
+            .expect("sparse");
+        assert!(hold_replaced(&just_under).is_none());
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&large, &link).expect("symlink");
+        assert!(
+            hold_replaced(&link).is_none(),
+            "a symbolic link is not followed"
+        );
+        assert!(hold_replaced(&dir).is_none(), "a folder");
+        assert!(hold_replaced(&dir.join("none")).is_none());
+        fs::hard_link(&large, dir.join("second")).expect("link");
+        assert!(
+            hold_replaced(&large).is_none(),
+            "a file with another name stays"
+        );
         fs::remove_dir_all(&dir).expect("cleanup");
     }
 
