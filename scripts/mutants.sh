@@ -7,12 +7,15 @@
 # caught / (caught + missed - equivalent). Exits 1 when a listed module scores under 90% or still
 # has untested mutants. Not part of .ci/run (a full run takes hours); see docs/testing.md.
 #
-# usage: scripts/mutants.sh [-j N] [--shard K/N] [--fresh] [--summary] [MODULE...]
+# usage: scripts/mutants.sh [-j N] [--shard K/N] [--fresh] [--retest-timeouts] [--summary] [MODULE...]
 #   MODULE     top-level modules to test and report (default: all, most important first)
 #   -j N       mutants built and tested at once (default 1; each job needs its own build tree)
 #   --shard K/N  test only the K-th of N slices of the pending mutants (K from 0), e.g. to split a
 #              module over several sessions or machines
-#   --fresh    retest everything (default: resume, skipping mutants already caught or unviable)
+#   --fresh    retest everything (default: resume, skipping mutants already caught, unviable or
+#              timed out)
+#   --retest-timeouts  also test again the mutants that timed out (a busy machine can time out a
+#              mutant that only slows the tests down)
 #   --summary  only print the table from the outcomes already recorded
 #
 # Resumable: outcomes are appended as each mutant finishes, so an interrupted run loses at most the
@@ -34,6 +37,7 @@ priority=(header validate dtype convert json read io write inspect rules error p
 jobs=1
 shard=""
 fresh=0
+retest_timeouts=0
 summary_only=0
 modules=()
 while [ $# -gt 0 ]; do
@@ -41,6 +45,7 @@ while [ $# -gt 0 ]; do
         -j | --jobs) jobs=$2; shift 2 ;;
         --shard) shard=$2; shift 2 ;;
         --fresh) fresh=1; shift ;;
+        --retest-timeouts) retest_timeouts=1; shift ;;
         --summary) summary_only=1; shift ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         -*) echo "mutants.sh: unknown option $1" >&2; exit 2 ;;
@@ -100,8 +105,10 @@ if [ $summary_only -eq 0 ]; then
     done
     [ -n "$shard" ] && args+=(--shard "$shard")
     if [ $fresh -eq 0 ]; then
-        # Resume: cargo-mutants skips the names listed here (caught or unviable before).
-        awk -F'\t' '$1 == "caught" || $1 == "unviable" { print $2 }' "$out/status.tsv" \
+        # Resume: cargo-mutants skips the names listed here (caught, unviable or timed out
+        # before; --retest-timeouts tests timed-out ones again).
+        awk -F'\t' -v again=$retest_timeouts '$1 == "caught" || $1 == "unviable" ||
+            ($1 == "timeout" && !again) { print $2 }' "$out/status.tsv" \
             >"$run/mutants.out/previously_caught.txt"
         args+=(--iterate)
     fi
