@@ -236,6 +236,17 @@ mod tests {
         let n = data.len() as u64;
         assert_eq!(stream(&src, 0, n, None).unwrap(), sha256_of(&data));
         assert_eq!(stream(&src, 5, n, None).unwrap(), sha256_of(&data[5..]));
+        // Progress counts the bytes of the range, block by block, to its end.
+        let seen = std::sync::Mutex::new(Vec::new());
+        let report = |done: u64, total: u64| seen.lock().unwrap().push((done, total));
+        assert_eq!(
+            stream(&src, 5, n, Some(&report)).unwrap(),
+            sha256_of(&data[5..])
+        );
+        assert_eq!(
+            seen.into_inner().unwrap(),
+            vec![(BLOCK as u64, n - 5), (n - 5, n - 5)]
+        );
         // SHA-256 of the empty string.
         assert_eq!(
             sha256_of(b""),

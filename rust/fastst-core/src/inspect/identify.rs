@@ -227,6 +227,8 @@ mod tests {
         assert_eq!(kind(b"\x08\x07\x12\x07pytorch"), Some("onnx"));
         assert_eq!(kind(b"<!DOCTYPE html><html>"), Some("html"));
         assert_eq!(kind(b"\n  <HTML><body>404"), Some("html"));
+        // An HTML page with something before its <html> tag.
+        assert_eq!(kind(b"<?xml version=\"1.0\"?>\n<html><body>"), Some("html"));
         assert_eq!(
             kind(b"version https://git-lfs.github.com/spec/v1\noid sha256:ab"),
             Some("git-lfs-pointer")
