@@ -223,13 +223,15 @@ mod tests {
         assert!(diff_values(Dtype::F32, &[0; 4], &[0; 8], 1).is_none());
         // 64-bit kinds are compared as values too.
         let bytes = |v: &[u64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        let d = diff_values(Dtype::U64, &bytes(&[7, 1 << 40]), &bytes(&[7, 3]), 1).unwrap();
+        let d =
+            diff_values(Dtype::U64, &bytes(&[7, 1 << 40]), &bytes(&[7, 3]), 1).expect("a result");
         assert_eq!(
             (d.differing, d.max_abs),
             (1, Some((1u64 << 40) as f64 - 3.0))
         );
         let floats = |v: &[f64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        let d = diff_values(Dtype::F64, &floats(&[1.5, -2.0]), &floats(&[1.5, 2.0]), 1).unwrap();
+        let d = diff_values(Dtype::F64, &floats(&[1.5, -2.0]), &floats(&[1.5, 2.0]), 1)
+            .expect("a result");
         assert_eq!(
             (d.differing, d.max_abs, d.max_rel),
             (1, Some(4.0), Some(2.0))
