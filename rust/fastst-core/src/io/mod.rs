@@ -301,6 +301,34 @@ mod tests {
         }
     }
 
+    /// A failed open names a FIFO, socket or device as what it is, and
+    /// passes any other failure (of a regular file, a folder, a missing
+    /// path) on as the operating system's error.
+    #[cfg(unix)]
+    #[test]
+    fn failed_opens_keep_the_systems_error_for_files_and_folders() {
+        let dir = std::env::temp_dir().join(format!("fastst-io-refused-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("f.safetensors");
+        std::fs::write(&file, b"x").unwrap();
+        let denied = || std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        for path in [file.as_path(), dir.as_path(), &dir.join("missing")] {
+            match refused_open(path, denied()) {
+                Error::Io { source, .. } => {
+                    assert_eq!(
+                        source.kind(),
+                        std::io::ErrorKind::PermissionDenied,
+                        "{path:?}"
+                    )
+                }
+                other => panic!("{path:?}: {other}"),
+            }
+        }
+        let err = refused_open(Path::new("/dev/null"), denied());
+        assert_eq!(err.rule(), "not-regular-file");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn header_read_checks_the_prefix() {
         let path = std::env::temp_dir().join(format!("fastst-io-{}.bin", std::process::id()));
