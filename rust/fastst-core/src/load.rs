@@ -1052,6 +1052,58 @@ mod tests {
         }
     }
 
+    /// Exactly half of the loaded range cached counts as cached: the
+    /// destinations keep their huge pages.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn half_cached_counts_as_cached() {
+        let big = 4 << 20;
+        let mut header = format!(
+            r#"{{"a":{{"dtype":"U8","shape":[{big}],"data_offsets":[0,{big}]}},"b":{{"dtype":"U8","shape":[{big}],"data_offsets":[{big},{}]}}}}"#,
+            2 * big
+        );
+        // Page-aligned data: the tensors cover whole pages.
+        header.push_str(&" ".repeat(4096 - 8 - header.len()));
+        let data = noise(2 * big, 3);
+        let f = build(&header, &data);
+        let file = open(&f.0, Backend::Pread);
+        assert_eq!(file.header().data_start(), 4096);
+        crate::io::drop_cached(file.raw());
+        crate::io::advise_willneed(file.raw(), 4096, big as u64).unwrap();
+        let pages = (big / 4096) as usize;
+        let a = crate::io::cached_pages(file.raw(), 4096, big as u64);
+        let b = crate::io::cached_pages(file.raw(), 4096 + big as u64, big as u64);
+        if a != Some((pages, pages)) || b != Some((0, pages)) {
+            return; // a file system that caches otherwise (tmpfs keeps all)
+        }
+        let infos = [
+            file.header().require("a").unwrap(),
+            file.header().require("b").unwrap(),
+        ];
+        let mut outs = [
+            memmap2::MmapMut::map_anon(big).unwrap(),
+            memmap2::MmapMut::map_anon(big).unwrap(),
+        ];
+        let at: Vec<usize> = outs.iter().map(|o| o.as_ptr() as usize + big / 2).collect();
+        let dests = infos
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(info, dst)| Destination {
+                info,
+                to: info.dtype,
+                dst: &mut dst[..],
+            })
+            .collect();
+        assert_eq!(
+            load_into(&file, dests, LoadOptions::default(), None).unwrap(),
+            Outcome::Done
+        );
+        for (i, at) in at.iter().enumerate() {
+            assert!(!no_huge_pages_at(at / 4096 * 4096), "destination {i}");
+        }
+        assert!(outs[0][..] == data[..big] && outs[1][..] == data[big..]);
+    }
+
     /// Direct reads are asked for only for files the page cache could not
     /// keep: larger than half the memory available (a sparse file here).
     #[test]
