@@ -8,10 +8,10 @@ mod sys;
 
 pub(crate) use direct::{direct_pays, open_direct, DirectFile, ReadBuffer, DIRECT_ALIGN};
 pub(crate) use mmap::{advise_no_huge_pages, cached_pages};
-#[cfg(all(test, target_os = "linux"))]
-pub(crate) use sys::drop_cached;
 #[cfg(target_os = "linux")]
 pub(crate) use sys::link_unnamed;
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) use sys::{advise_random, drop_cached};
 pub(crate) use sys::{advise_sequential, advise_sequential_from, advise_willneed};
 pub(crate) use sys::{sync_range, SyncRange};
 

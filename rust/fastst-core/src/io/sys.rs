@@ -231,3 +231,15 @@ pub(crate) fn drop_cached(file: &File) {
         libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
     }
 }
+
+/// Turns read-ahead off for `file` (`POSIX_FADV_RANDOM`): reads then bring
+/// exactly the pages they read into the cache.
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) fn advise_random(file: &File) {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: posix_fadvise on a descriptor owned by `file`, alive for the
+    // call; integers only.
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM);
+    }
+}
