@@ -1108,6 +1108,56 @@ mod tests {
         assert!(outs[0][..] == data[..big] && outs[1][..] == data[big..]);
     }
 
+    /// Direct reads (asked for, and the load at least 1 MiB) leave the
+    /// page cache alone; buffered reads fill it.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn direct_loads_bypass_the_page_cache_and_buffered_ones_fill_it() {
+        let n = 8 << 20;
+        let (f, data) = one_big(n);
+        let file = open(&f.0, Backend::Pread);
+        if crate::io::open_direct(file.raw()).is_none() {
+            return; // a file system without O_DIRECT (tmpfs on older kernels)
+        }
+        let start = file.header().data_start();
+        for direct in [true, false] {
+            crate::io::drop_cached(file.raw());
+            let before = crate::io::cached_pages(file.raw(), start, n as u64).unwrap();
+            if before.0 * 4 > before.1 {
+                return; // a file system that keeps everything cached
+            }
+            let info = file.header().require("w").unwrap();
+            let mut dst = vec![0u8; n];
+            let dests = vec![Destination {
+                info,
+                to: info.dtype,
+                dst: &mut dst,
+            }];
+            let options = LoadOptions {
+                direct,
+                huge_pages: HugePages::Keep,
+                ..LoadOptions::default()
+            };
+            assert_eq!(
+                load_into(&file, dests, options, None).unwrap(),
+                Outcome::Done
+            );
+            assert!(dst == data);
+            let (cached, pages) = crate::io::cached_pages(file.raw(), start, n as u64).unwrap();
+            if direct {
+                assert!(
+                    cached * 4 < pages,
+                    "direct: {cached} of {pages} pages cached"
+                );
+            } else {
+                assert!(
+                    cached * 4 > pages * 3,
+                    "buffered: {cached} of {pages} pages cached"
+                );
+            }
+        }
+    }
+
     /// Direct reads are asked for only for files the page cache could not
     /// keep: larger than half the memory available (a sparse file here).
     #[test]
@@ -1190,6 +1240,23 @@ mod tests {
             direct: false,
             huge_pages: HugePages::Keep,
         };
+        let outcome = load_all(&file, options, Some(&mut report)).unwrap();
+        assert_eq!(outcome, Outcome::Stopped);
+        assert_eq!(calls, 1);
+        // Requests as large as a step: the ones in flight when the reporter
+        // says stop end past the next step, and still nothing is reported.
+        let mut calls = 0;
+        let mut report = |_: u64, _: u64| {
+            calls += 1;
+            ControlFlow::Break(())
+        };
+        let options = LoadOptions {
+            piece: 256 << 10,
+            ..options
+        };
+        // From the disk: the requests are still in flight at the report.
+        #[cfg(target_os = "linux")]
+        crate::io::drop_cached(file.raw());
         let outcome = load_all(&file, options, Some(&mut report)).unwrap();
         assert_eq!(outcome, Outcome::Stopped);
         assert_eq!(calls, 1);
