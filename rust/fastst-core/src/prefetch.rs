@@ -638,6 +638,8 @@ mod tests {
         let page = 4096u64;
         let warm = |offsets: &[u64]| {
             crate::io::drop_cached(file.raw_file());
+            // Read-ahead off: each read brings in its own page only.
+            crate::io::advise_random(file.raw_file());
             for &o in offsets {
                 let at = (base + o) / page * page;
                 io::advise_willneed(file.raw_file(), at, page).unwrap();
@@ -655,6 +657,7 @@ mod tests {
             )
         };
         if !probe(0) || probe(last / 4) || probe(last / 4 * 3) {
+            eprintln!("SKIPPED: the page cache did not keep exactly the pages read");
             return; // a file system that caches differently (tmpfs keeps all)
         }
         assert!(!resident(&file, base, n as u64));
