@@ -531,6 +531,68 @@ mod tests {
         }
     }
 
+    /// Chunks found in memory are skipped and counted as resident, only
+    /// when skipping is asked for (and residency can be known: through the
+    /// mapping); every chunk counts as done. Without a mapping (pread back
+    /// end), `Populate` reads instead.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn resident_chunks_are_skipped_only_when_asked() {
+        let n = 1 << 20;
+        let (f, _) = file_of(n);
+        for backend in [crate::Backend::Mmap, crate::Backend::Pread] {
+            for skip_cached in [true, false] {
+                let file = Arc::new(
+                    MappedFile::open(
+                        &f.0,
+                        OpenOptions {
+                            backend,
+                            ..OpenOptions::default()
+                        },
+                    )
+                    .unwrap(),
+                );
+                // Pages still being written back are not dropped: try again.
+                let map = io::mmap::map_read_only(file.raw_file()).unwrap();
+                for _ in 0..100 {
+                    crate::io::drop_cached(file.raw_file());
+                    if io::mmap::resident_pages(&map, 0, map.len()).is_some_and(|r| r.0 == 0) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                crate::io::advise_random(file.raw_file());
+                let half = n as u64 / 2;
+                let mut buf = vec![0u8; half as usize];
+                io::read_exact_at(file.raw_file(), &mut buf, 0).unwrap();
+                let (cached, pages) = io::mmap::resident_pages(&map, 0, map.len()).unwrap();
+                if cached != (half / 4096) as usize {
+                    eprintln!("SKIPPED: {cached} of {pages} pages cached");
+                    return; // a file system that caches otherwise
+                }
+                let options = PrefetchOptions {
+                    budget: 1 << 30,
+                    threads: 2,
+                    chunk: 64 << 10,
+                    method: Method::Populate,
+                    skip_cached,
+                };
+                let p = Prefetcher::start(Arc::clone(&file), &[(0, half * 2)], options);
+                let s = p.wait_idle(Duration::from_secs(60));
+                let what = format!("{backend:?} skip {skip_cached}: {s:?}");
+                assert_eq!(
+                    (s.planned, s.issued, s.done),
+                    (half * 2, half * 2, half * 2),
+                    "{what}"
+                );
+                // Residency is known through the mapping: none under pread.
+                let skips = skip_cached && backend == crate::Backend::Mmap;
+                assert_eq!(s.resident, if skips { half } else { 0 }, "{what}");
+                assert!(!s.failed && !s.stopped && s.workers == 0, "{what}");
+            }
+        }
+    }
+
     #[test]
     fn stop_and_detach_end_the_threads() {
         let (f, _) = file_of(1 << 20);
