@@ -219,17 +219,75 @@ pub(crate) fn sync_range(_file: &File, _offset: u64, _len: u64, _how: SyncRange)
     Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 
-/// Drops `file`'s clean pages from the page cache (tests of reads of files
-/// that are not cached).
+/// Drops `file`'s pages from the page cache (tests of reads of files that
+/// are not cached), waiting (up to a second) until `mincore` sees none of
+/// them: pages still being written back are dropped only once clean. False
+/// where that cannot be had: a file system that keeps its files in memory
+/// (tmpfs, ramfs), or pages that would not go. Checked with its own
+/// mapping and `mincore` call, independent of the code under test.
 #[cfg(all(test, target_os = "linux"))]
-pub(crate) fn drop_cached(file: &File) {
+pub(crate) fn drop_cached(file: &File) -> bool {
     use std::os::unix::io::AsRawFd;
+    let fd = file.as_raw_fd();
     let _ = file.sync_all();
-    // SAFETY: posix_fadvise on a descriptor owned by `file`, alive for the
-    // call; integers only.
-    unsafe {
-        libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+    // SAFETY: statfs is a plain-data struct of integers: all zeroes is a
+    // valid value.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs on a descriptor owned by `file`, alive for the call,
+    // fills the struct it is given.
+    if unsafe { libc::fstatfs(fd, &mut fs) } != 0 {
+        return false;
     }
+    // TMPFS_MAGIC, RAMFS_MAGIC: the page cache is the file.
+    if matches!(fs.f_type as u64, 0x0102_1994 | 0x8584_58f6) {
+        return false;
+    }
+    let len = match file.metadata() {
+        Ok(m) => m.len() as usize,
+        Err(_) => return false,
+    };
+    let advise = || {
+        // SAFETY: posix_fadvise on a descriptor owned by `file`, alive for
+        // the call; integers only.
+        unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
+    };
+    if len == 0 {
+        advise();
+        return true;
+    }
+    // SAFETY: a fresh read-only shared mapping of `len` bytes of the file,
+    // never touched (only asked about with mincore), unmapped below.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return false;
+    }
+    let mut vec = vec![0u8; len.div_ceil(4096)];
+    let mut gone = false;
+    for _ in 0..200 {
+        advise();
+        // SAFETY: `addr` maps `len` bytes; `vec` has a byte for every page
+        // of it (pages are 4 KiB or larger).
+        if unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) } != 0 {
+            break;
+        }
+        if vec.iter().all(|b| b & 1 == 0) {
+            gone = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // SAFETY: the mapping made above, not used after this.
+    unsafe { libc::munmap(addr, len) };
+    gone
 }
 
 /// Turns read-ahead off for `file` (`POSIX_FADV_RANDOM`): reads then bring
