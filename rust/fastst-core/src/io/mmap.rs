@@ -291,3 +291,66 @@ pub(crate) fn any_resident(map: &Mmap, offset: usize, len: usize) -> Option<bool
 pub(crate) fn any_resident(_map: &Mmap, _offset: usize, _len: usize) -> Option<bool> {
     None
 }
+
+#[cfg(all(test, target_os = "linux"))]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Private_Dirty (KiB) of the mapping holding `addr`, from smaps.
+    fn private_dirty_kib(addr: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if let Some((a, b)) = first.split_once('-') {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    inside = a <= addr && addr < b;
+                    continue;
+                }
+            }
+            if inside {
+                if let Some(v) = line.strip_prefix("Private_Dirty:") {
+                    return v.trim().trim_end_matches("kB").trim().parse().unwrap();
+                }
+            }
+        }
+        panic!("no mapping holds {addr:#x}");
+    }
+
+    /// A region dropped while others are alive frees the pages written in
+    /// it (whole pages only), and leaves its neighbours' bytes alone.
+    #[test]
+    fn a_dropped_region_frees_its_written_pages_and_nothing_else() {
+        let n = 12 << 20;
+        let path = std::env::temp_dir().join(format!("fastst-region-{}.bin", std::process::id()));
+        std::fs::write(&path, vec![7u8; n]).unwrap();
+        let file = File::open(&path).unwrap();
+        let map = Arc::new(SharedMap::map(&file).unwrap());
+        // Regions that do not start or end on page boundaries.
+        let (a_at, a_len) = (100, (4 << 20) - 200);
+        let mut a = map.take(a_at, a_len).unwrap();
+        let mut b = map.take(a_at + a_len, 4 << 20).unwrap();
+        let mut c = map.take(a_at + a_len + (4 << 20), 1000).unwrap();
+        a.as_mut_slice().fill(1);
+        b.as_mut_slice().fill(2);
+        c.as_mut_slice().fill(3);
+        let base = map.raw.as_ptr() as usize;
+        let before = private_dirty_kib(base);
+        assert!(before >= 8 << 10, "{before} KiB written");
+        drop(a);
+        let after = private_dirty_kib(base);
+        // The written pages wholly inside a are gone; the two it shares with
+        // its neighbours stay.
+        assert!(before - after >= (4 << 10) - 8, "{before} -> {after} KiB");
+        assert!(before - after <= 4 << 10, "{before} -> {after} KiB");
+        assert!(b.as_slice().iter().all(|&x| x == 2));
+        assert!(c.as_slice().iter().all(|&x| x == 3));
+        // The last region dropped frees nothing itself: the mapping goes.
+        drop(b);
+        drop(c);
+        let _ = std::fs::remove_file(&path);
+    }
+}
