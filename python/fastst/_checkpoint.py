@@ -13,6 +13,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 from . import _fastst
 from ._errors import SafetensorError, rule_error
 from ._fastst import DEFAULT_HEADER_CAP
+from ._paths import progress_label
 from ._sharded import INDEX_SUFFIX, ShardedFile
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -26,27 +27,14 @@ def _path(path: PathLike) -> str:
     return os.fsdecode(p) if isinstance(p, bytes) else p
 
 
-def _bar(path: str, progress: bool) -> Optional[str]:
-    """The label of the core's progress line (``path`` escaped for the
-    terminal: it names a file that may be hostile), or None for none."""
-    if not progress:
-        return None
-    from .cli.text import escape  # on use: fastst.cli imports this module's callers
-
-    return escape(path)
-
-
 def _hash_file(path: str, progress: bool = False, **options: Any) -> Dict[str, Any]:
-    """The core's hashes of one file, with ``path`` as given (the core
-    spells paths that are not valid UTF-8 lossily)."""
-    out = dict(_fastst.hash_file(path, progress=_bar(path, progress), **options))
+    out = dict(_fastst.hash_file(path, progress=progress_label(path, progress), **options))
     out["path"] = path
     return out
 
 
 def _verify_file(path: str, progress: bool = False, **options: Any) -> Dict[str, Any]:
-    """The core's verification of one file, with ``path`` as given."""
-    out = dict(_fastst.verify_file(path, progress=_bar(path, progress), **options))
+    out = dict(_fastst.verify_file(path, progress=progress_label(path, progress), **options))
     out["path"] = path
     return out
 

@@ -13,7 +13,7 @@ from . import _frameworks, _handle, _prefetch
 from ._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
 from ._errors import closed_file_error, rule_error
 from ._fastst import DEFAULT_HEADER_CAP, RawFile, load_into
-from ._paths import os_path
+from ._paths import os_path, progress_label
 from ._sharded import ShardedFile, open_raw
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -33,14 +33,6 @@ def _progress(progress: Progress) -> Tuple[Optional[Callable[[int, int], Any]], 
     if callable(progress):
         return progress, False
     raise TypeError(f"progress must be None, a bool or a callable, got {type(progress).__name__}")
-
-
-def _bar_label(name: str) -> str:
-    """The progress line's label: the file's name escaped for the terminal
-    (a hostile name must not act on it)."""
-    from .cli.text import escape  # on use: fastst.cli imports this module
-
-    return escape(name)
 
 
 def _offset_report(
@@ -251,7 +243,7 @@ class safe_open:  # noqa: N801 - the reference package's name
                 callback(total, total)
             return out
         made: Dict[str, Any] = {}
-        label = _bar_label(raw.name) if bar else None
+        label = progress_label(raw.name, bar)
         plans = []
         for file, members in groups:
             outs, targets, size = [], [], 0

@@ -5,7 +5,7 @@ not valid UTF-8, as Python decodes POSIX file names), ``bytes`` and
 from __future__ import annotations
 
 import os
-from typing import Union
+from typing import Optional, Union
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
@@ -15,6 +15,18 @@ def os_path(path: PathLike) -> str:
     are decoded as Python decodes file names (invalid UTF-8 bytes become
     surrogate escapes), so every name the filesystem holds round-trips."""
     return os.fsdecode(os.fspath(path))
+
+
+def progress_label(path: str, progress: bool) -> Optional[str]:
+    """The label of the core's progress line for ``path`` (None: no line):
+    the name with every character that could act on a terminal escaped
+    (:func:`fastst.cli.text.escape`, the one escaping rule), since a file's
+    name may be hostile."""
+    if not progress:
+        return None
+    from .cli.text import escape  # on use: fastst.cli imports fastst's modules
+
+    return escape(path)
 
 
 def readable(path: str) -> str:
