@@ -713,6 +713,13 @@ mod tests {
         assert!(probe(0) && probe(last / 2) && probe(last));
         assert!(!probe(last / 4) && !probe(last / 4 * 3));
         assert!(!resident(&file, base, n as u64));
+        // Every sampled page but one quarter: not resident.
+        warm(&[0, last / 2, last / 4 * 3, last]);
+        assert!(!resident(&file, base, n as u64));
+        warm(&[0, last / 4, last / 2, last]);
+        assert!(!resident(&file, base, n as u64));
+        warm(&[0, last / 4, last / 4 * 3, last]);
+        assert!(!resident(&file, base, n as u64));
         // All five sampled pages cached: taken for resident.
         warm(&[0, last / 4, last / 2, last / 4 * 3, last]);
         assert!(resident(&file, base, n as u64));

@@ -220,11 +220,12 @@ pub(crate) fn sync_range(_file: &File, _offset: u64, _len: u64, _how: SyncRange)
 }
 
 /// Drops `file`'s pages from the page cache (tests of reads of files that
-/// are not cached), waiting (up to a second) until `mincore` sees none of
-/// them: pages still being written back are dropped only once clean. False
-/// where that cannot be had: a file system that keeps its files in memory
-/// (tmpfs, ramfs), or pages that would not go. Checked with its own
-/// mapping and `mincore` call, independent of the code under test.
+/// are not cached), waiting until `mincore` sees none of them: pages still
+/// being written back are dropped only once clean. False on a file system
+/// that keeps its files in memory (tmpfs, ramfs), where the tests that need
+/// it have nothing to check; anywhere else, pages that will not go within
+/// 20 s fail the test. Checked with its own mapping and `mincore` call,
+/// independent of the code under test.
 #[cfg(all(test, target_os = "linux"))]
 pub(crate) fn drop_cached(file: &File) -> bool {
     use std::os::unix::io::AsRawFd;
@@ -272,7 +273,7 @@ pub(crate) fn drop_cached(file: &File) -> bool {
     }
     let mut vec = vec![0u8; len.div_ceil(4096)];
     let mut gone = false;
-    for _ in 0..200 {
+    for _ in 0..4000 {
         advise();
         // SAFETY: `addr` maps `len` bytes; `vec` has a byte for every page
         // of it (pages are 4 KiB or larger).
@@ -287,7 +288,8 @@ pub(crate) fn drop_cached(file: &File) -> bool {
     }
     // SAFETY: the mapping made above, not used after this.
     unsafe { libc::munmap(addr, len) };
-    gone
+    assert!(gone, "the file's pages did not leave the page cache");
+    true
 }
 
 /// Turns read-ahead off for `file` (`POSIX_FADV_RANDOM`): reads then bring
