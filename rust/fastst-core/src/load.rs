@@ -776,24 +776,9 @@ mod tests {
     /// ("nh" among its VmFlags in /proc/self/smaps).
     #[cfg(target_os = "linux")]
     fn no_huge_pages_at(addr: usize) -> bool {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut inside = false;
-        for line in smaps.lines() {
-            let first = line.split_whitespace().next().unwrap_or("");
-            if let Some((a, b)) = first.split_once('-') {
-                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
-                {
-                    inside = a <= addr && addr < b;
-                    continue;
-                }
-            }
-            if inside {
-                if let Some(flags) = line.strip_prefix("VmFlags:") {
-                    return flags.split_whitespace().any(|f| f == "nh");
-                }
-            }
-        }
-        panic!("no mapping holds {addr:#x}");
+        crate::io::mmap::tests::smaps_field(addr, "VmFlags:")
+            .split_whitespace()
+            .any(|f| f == "nh")
     }
 
     /// Huge pages: `Avoid` advises every large destination, `Keep` none,

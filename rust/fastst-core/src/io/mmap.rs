@@ -294,12 +294,13 @@ pub(crate) fn any_resident(_map: &Mmap, _offset: usize, _len: usize) -> Option<b
 
 #[cfg(all(test, target_os = "linux"))]
 #[allow(clippy::unwrap_used)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::sync::Arc;
 
-    /// Private_Dirty (KiB) of the mapping holding `addr`, from smaps.
-    fn private_dirty_kib(addr: usize) -> u64 {
+    /// The value of `field` (e.g. `"VmFlags:"`) for the mapping holding
+    /// `addr`, from /proc/self/smaps (tests of memory advice).
+    pub(crate) fn smaps_field(addr: usize, field: &str) -> String {
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let mut inside = false;
         for line in smaps.lines() {
@@ -311,13 +312,20 @@ mod tests {
                     continue;
                 }
             }
-            if inside {
-                if let Some(v) = line.strip_prefix("Private_Dirty:") {
-                    return v.trim().trim_end_matches("kB").trim().parse().unwrap();
-                }
+            if let Some(value) = line.strip_prefix(field).filter(|_| inside) {
+                return value.trim().to_owned();
             }
         }
         panic!("no mapping holds {addr:#x}");
+    }
+
+    /// Private_Dirty (KiB) of the mapping holding `addr`.
+    fn private_dirty_kib(addr: usize) -> u64 {
+        smaps_field(addr, "Private_Dirty:")
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .unwrap()
     }
 
     /// A region dropped while others are alive frees the pages written in
