@@ -127,12 +127,14 @@ impl DirectFile {
                         return None;
                     }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    self.refused.store(true, Ordering::Relaxed);
-                    return None;
-                }
-                Err(e) => return Some(Err(e)),
+                Err(e) => match after_error(&e) {
+                    AfterError::Retry => {}
+                    AfterError::Buffered => {
+                        self.refused.store(true, Ordering::Relaxed);
+                        return None;
+                    }
+                    AfterError::Fail => return Some(Err(e)),
+                },
             }
         }
         Some(Ok(lead..need))
@@ -163,6 +165,32 @@ impl DirectFile {
     }
 }
 
+/// What a direct read does after the system failed one of its reads.
+#[cfg(unix)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AfterError {
+    /// Interrupted by a signal before reading anything: read again.
+    Retry,
+    /// `EINVAL`: the file system does not do direct reads of these (its
+    /// blocks are larger, or it has no direct I/O at all): read this and
+    /// every later piece through the page cache.
+    Buffered,
+    /// Anything else is a failed read, reported as it is.
+    Fail,
+}
+
+/// How a direct read treats the error `e` of one of its reads.
+#[cfg(unix)]
+fn after_error(e: &std::io::Error) -> AfterError {
+    if e.kind() == std::io::ErrorKind::Interrupted {
+        AfterError::Retry
+    } else if e.raw_os_error() == Some(libc::EINVAL) {
+        AfterError::Buffered
+    } else {
+        AfterError::Fail
+    }
+}
+
 /// A page-aligned buffer of one reading thread (anonymous memory).
 #[derive(Debug)]
 pub(crate) struct ReadBuffer(MmapMut);
@@ -189,7 +217,10 @@ impl ReadBuffer {
     }
 }
 
-#[cfg(all(test, target_os = "linux"))]
+// Two attributes, not `cfg(all(test, ...))`: cargo-mutants leaves alone
+// only items marked with a plain `#[cfg(test)]` (scripts/mutants.sh).
+#[cfg(test)]
+#[cfg(target_os = "linux")]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
@@ -228,6 +259,103 @@ mod tests {
             // A buffer too small is declined.
             assert!(direct.read(0, 10_000, &mut [0u8; 100]).is_none());
         }
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// A file of `len` patterned bytes under the temp dir, its pages
+    /// dropped from the cache, and a direct descriptor on it. `None` where
+    /// the temp dir's file system keeps files in memory or refuses
+    /// `O_DIRECT` (nothing to check there).
+    fn uncached(name: &str, len: usize) -> Option<(std::path::PathBuf, Vec<u8>, File, DirectFile)> {
+        let data: Vec<u8> = (0..len as u32).map(|i| (i * 13 % 251) as u8).collect();
+        let path = std::env::temp_dir().join(format!("fastst-{name}-{}.bin", std::process::id()));
+        std::fs::write(&path, &data).unwrap();
+        let file = File::open(&path).unwrap();
+        let direct = open_direct(&file);
+        if !super::super::drop_cached(&file) || direct.is_none() {
+            let _ = std::fs::remove_file(&path);
+            return None;
+        }
+        Some((path, data, file, direct.unwrap()))
+    }
+
+    #[test]
+    fn errors_of_direct_reads_retry_fall_back_or_fail() {
+        use std::io::{Error as IoError, ErrorKind};
+        assert_eq!(
+            after_error(&IoError::from(ErrorKind::Interrupted)),
+            AfterError::Retry
+        );
+        assert_eq!(
+            after_error(&IoError::from_raw_os_error(libc::EINTR)),
+            AfterError::Retry
+        );
+        assert_eq!(
+            after_error(&IoError::from_raw_os_error(libc::EINVAL)),
+            AfterError::Buffered
+        );
+        for errno in [libc::EIO, libc::EBADF, libc::ENOMEM, libc::EAGAIN] {
+            assert_eq!(
+                after_error(&IoError::from_raw_os_error(errno)),
+                AfterError::Fail,
+                "{errno}"
+            );
+        }
+        // An error without an errno is no refusal of direct I/O.
+        assert_eq!(
+            after_error(&IoError::from(ErrorKind::InvalidInput)),
+            AfterError::Fail
+        );
+    }
+
+    #[test]
+    fn direct_reads_check_the_buffer_before_reading() {
+        let Some((path, data, _file, direct)) = uncached("direct-buffer", 64 << 10) else {
+            return;
+        };
+        let mut buf = ReadBuffer::new(32 << 10, "t").unwrap();
+        // Exactly the aligned span the read needs: read.
+        let got = direct.read(0, 4096, &mut buf.as_mut_slice()[..4096]);
+        assert_eq!(got.unwrap().unwrap(), 0..4096);
+        assert_eq!(&buf.as_slice()[..4096], &data[..4096]);
+        // One block short: declined, nothing read.
+        assert!(direct
+            .read(4096, 8192, &mut buf.as_mut_slice()[..4096])
+            .is_none());
+        // Long enough but not aligned: declined before the system sees it,
+        // so direct reads stay on for the pieces that follow.
+        assert!(direct
+            .read(8192, 4096, &mut buf.as_mut_slice()[1..])
+            .is_none());
+        assert!(!direct.refused.load(Ordering::Relaxed));
+        let got = direct.read(8192, 100, buf.as_mut_slice()).unwrap().unwrap();
+        assert_eq!(&buf.as_slice()[got], &data[8192..8292]);
+        // Once refused, every later read is declined.
+        direct.refused.store(true, Ordering::Relaxed);
+        assert!(direct.read(0, 4096, buf.as_mut_slice()).is_none());
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn direct_reads_of_a_file_that_shrank() {
+        let Some((path, _data, _file, direct)) = uncached("direct-shrunk", 64 << 10) else {
+            return;
+        };
+        let mut buf = ReadBuffer::new(64 << 10, "t").unwrap();
+        let writer = File::options().write(true).open(&path).unwrap();
+        // Ends on a block boundary inside the range: a short whole-block
+        // read, then nothing: the bytes are missing.
+        writer.set_len(3 * 4096).unwrap();
+        let got = direct.read(2 * 4096 + 10, 4 * 4096, buf.as_mut_slice());
+        assert_eq!(
+            got.unwrap().unwrap_err().kind(),
+            std::io::ErrorKind::UnexpectedEof
+        );
+        // Ends inside a block: the direct read stops short mid-block and
+        // hands the piece to the buffered path.
+        writer.set_len(100).unwrap();
+        assert!(direct.read(0, 8192, buf.as_mut_slice()).is_none());
+        assert!(!direct.refused.load(Ordering::Relaxed));
         let _ = std::fs::remove_file(&path);
     }
 }

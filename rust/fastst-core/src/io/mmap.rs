@@ -292,7 +292,10 @@ pub(crate) fn any_resident(_map: &Mmap, _offset: usize, _len: usize) -> Option<b
     None
 }
 
-#[cfg(all(test, target_os = "linux"))]
+// Two attributes, not `cfg(all(test, ...))`: cargo-mutants leaves alone
+// only items marked with a plain `#[cfg(test)]` (scripts/mutants.sh).
+#[cfg(test)]
+#[cfg(target_os = "linux")]
 #[allow(clippy::unwrap_used)]
 pub(crate) mod tests {
     use super::*;

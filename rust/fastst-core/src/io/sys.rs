@@ -226,7 +226,10 @@ pub(crate) fn sync_range(_file: &File, _offset: u64, _len: u64, _how: SyncRange)
 /// it have nothing to check; anywhere else, pages that will not go within
 /// 20 s fail the test. Checked with its own mapping and `mincore` call,
 /// independent of the code under test.
-#[cfg(all(test, target_os = "linux"))]
+// Two attributes, not `cfg(all(test, ...))`: cargo-mutants leaves alone
+// only items marked with a plain `#[cfg(test)]` (scripts/mutants.sh).
+#[cfg(test)]
+#[cfg(target_os = "linux")]
 pub(crate) fn drop_cached(file: &File) -> bool {
     use std::os::unix::io::AsRawFd;
     let fd = file.as_raw_fd();
@@ -294,12 +297,141 @@ pub(crate) fn drop_cached(file: &File) -> bool {
 
 /// Turns read-ahead off for `file` (`POSIX_FADV_RANDOM`): reads then bring
 /// exactly the pages they read into the cache.
-#[cfg(all(test, target_os = "linux"))]
+// Two attributes, not `cfg(all(test, ...))`: cargo-mutants leaves alone
+// only items marked with a plain `#[cfg(test)]` (scripts/mutants.sh).
+#[cfg(test)]
+#[cfg(target_os = "linux")]
 pub(crate) fn advise_random(file: &File) {
     use std::os::unix::io::AsRawFd;
     // SAFETY: posix_fadvise on a descriptor owned by `file`, alive for the
     // call; integers only.
     unsafe {
         libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM);
+    }
+}
+
+// Two attributes, not `cfg(all(test, ...))`: cargo-mutants leaves alone
+// only items marked with a plain `#[cfg(test)]` (scripts/mutants.sh).
+#[cfg(test)]
+#[cfg(target_os = "linux")]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::io::{Seek, Write};
+
+    fn temp_path(tag: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("fastst-sys-{tag}-{}.bin", std::process::id()))
+    }
+
+    /// `(cached, dirty, under writeback)` pages of the whole `file`, from
+    /// `cachestat` (Linux 6.5); `None` where the kernel lacks it.
+    fn cache_state(file: &File) -> Option<(u64, u64, u64)> {
+        use std::os::unix::io::AsRawFd;
+        #[repr(C)]
+        struct Range {
+            off: u64,
+            len: u64,
+        }
+        #[repr(C)]
+        #[derive(Default)]
+        struct Stat {
+            cache: u64,
+            dirty: u64,
+            writeback: u64,
+            evicted: u64,
+            recently_evicted: u64,
+        }
+        const SYS_CACHESTAT: libc::c_long = 451;
+        let range = Range { off: 0, len: 0 };
+        let mut stat = Stat::default();
+        // SAFETY: cachestat reads `range` and fills `stat`, both live
+        // repr(C) structs of the kernel's layout; the descriptor is
+        // owned by `file`.
+        let r = unsafe {
+            libc::syscall(
+                SYS_CACHESTAT,
+                file.as_raw_fd(),
+                &range as *const Range,
+                &mut stat as *mut Stat,
+                0u32,
+            )
+        };
+        (r == 0).then_some((stat.cache, stat.dirty, stat.writeback))
+    }
+
+    #[test]
+    fn advise_sequential_starts_reading_the_whole_file() {
+        let path = temp_path("advise");
+        std::fs::write(&path, vec![7u8; 4 << 20]).unwrap();
+        let file = File::open(&path).unwrap();
+        if !drop_cached(&file) {
+            let _ = std::fs::remove_file(&path);
+            return;
+        }
+        let Some((0, _, _)) = cache_state(&file) else {
+            let _ = std::fs::remove_file(&path);
+            panic!("cachestat: the dropped file is still cached, or the kernel lacks the call");
+        };
+        advise_sequential(&file);
+        // Nothing of ours reads the file: only the kernel's read-ahead
+        // can bring its pages in.
+        let mut cached = 0;
+        for _ in 0..1000 {
+            cached = cache_state(&file).unwrap().0;
+            if cached == 1024 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(cached, 1024, "4 MiB is 1024 pages");
+    }
+
+    #[test]
+    fn sync_range_waits_until_the_range_is_written() {
+        let path = temp_path("sync");
+        let mut file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        // SAFETY: statfs is plain integers; fstatfs fills it.
+        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: fstatfs on a descriptor owned by `file`, alive for the call.
+        assert_eq!(unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) }, 0);
+        if matches!(fs.f_type as u64, 0x0102_1994 | 0x8584_58f6) {
+            // tmpfs, ramfs: nothing is ever written back.
+            let _ = std::fs::remove_file(&path);
+            return;
+        }
+        // 512 dirty pages (written again while the kernel's own
+        // writeback, started by other programs' writes, cleaned some).
+        let page = vec![1u8; 4096];
+        let mut dirty = 0;
+        for _ in 0..20 {
+            file.seek(std::io::SeekFrom::Start(0)).unwrap();
+            for _ in 0..512 {
+                file.write_all(&page).unwrap();
+            }
+            dirty = cache_state(&file)
+                .expect("cachestat (Linux 6.5 or later)")
+                .1;
+            if dirty == 512 {
+                break;
+            }
+        }
+        assert_eq!(dirty, 512, "freshly written pages are dirty");
+        // The second half only: at most the first stays dirty.
+        sync_range(&file, 1 << 20, 1 << 20, SyncRange::Wait).unwrap();
+        let (_, dirty, writeback) = cache_state(&file).unwrap();
+        assert!(dirty <= 256, "{dirty} pages still dirty");
+        assert_eq!(writeback, 0, "waited for the writeback it started");
+        sync_range(&file, 0, 1 << 20, SyncRange::Wait).unwrap();
+        let (cached, dirty, writeback) = cache_state(&file).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!((dirty, writeback), (0, 0), "{cached} pages cached");
     }
 }
