@@ -378,6 +378,14 @@ mod tests {
         let mut copy = vec![0u8; singles.len()];
         convert(Dtype::F32, Dtype::F32, &singles, &mut copy).expect("copy");
         assert!(copy == singles);
+        // One-byte elements: the fan-out splits on whole elements of the
+        // kind's own size (64 MiB: many elements per chunk at any size
+        // that would be wrong by a factor of 64).
+        let bytes: Vec<u8> = (0..64usize << 20).map(|i| (i % 251) as u8).collect();
+        let mut copy = vec![0u8; bytes.len()];
+        convert(Dtype::U8, Dtype::U8, &bytes, &mut copy).expect("u8 copy");
+        assert!(copy == bytes);
+        drop((bytes, copy));
         let bytes: Vec<u8> = words.iter().map(|w| *w as u8).collect();
         convert(Dtype::F8E4M3, Dtype::F32, &bytes, &mut wide).expect("f8");
         for (i, (&b, d)) in bytes.iter().zip(wide.chunks_exact(4)).enumerate() {
