@@ -252,6 +252,29 @@ mod file_tests {
             read_metadata(&short.0, DEFAULT_HEADER_CAP),
             Err(Error::FileTooShort { .. })
         ));
+        // No metadata: the tensors' entries are not taken for it.
+        let bare = build(
+            r#"{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+            &[0; 4],
+        );
+        assert_eq!(read_metadata(&bare.0, DEFAULT_HEADER_CAP).unwrap(), None);
+        // Two metadata objects: the first counts.
+        let twice = build(
+            r#"{"__metadata__":{"a":"1"},"__metadata__":{"b":"2"}}"#,
+            b"",
+        );
+        assert_eq!(
+            read_metadata(&twice.0, DEFAULT_HEADER_CAP).unwrap(),
+            Some(vec![("a".to_owned(), "1".to_owned())])
+        );
+        // A header that is not an object says what was expected.
+        let list = build("[1, 2]", b"");
+        match read_metadata(&list.0, DEFAULT_HEADER_CAP) {
+            Err(Error::Json { message }) => {
+                assert!(message.contains("expected a JSON object"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
         let past = raw(b"\xff\x00\x00\x00\x00\x00\x00\x00{}");
         assert!(matches!(
             read_metadata(&past.0, DEFAULT_HEADER_CAP),

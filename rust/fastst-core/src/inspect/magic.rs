@@ -99,6 +99,19 @@ mod tests {
     }
 
     #[test]
+    fn names_each_pickle_protocol() {
+        for (proto, name) in [
+            (2u8, "pickle stream (protocol 2)"),
+            (3, "pickle stream (protocol 3)"),
+            (4, "pickle stream (protocol 4)"),
+            (5, "pickle stream (protocol 5)"),
+        ] {
+            assert_eq!(sniff(&[0x80, proto, 0x95, 0]).map(|m| m.name), Some(name));
+        }
+        assert_eq!(sniff(&[0x80, 6, 0x95, 0]), None);
+    }
+
+    #[test]
     fn recognises_archives_and_executables() {
         assert!(sniff(b"PK\x03\x04rest").is_some_and(|m| m.executable));
         assert!(sniff(b"\x7fELF\x02\x01").is_some_and(|m| m.executable));

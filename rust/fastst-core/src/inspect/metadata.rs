@@ -173,4 +173,44 @@ mod tests {
         let thumb = format!("data:image/png;base64,{big}");
         assert!(rules(&[("modelspec.thumbnail", &thumb)]).is_empty());
     }
+
+    #[test]
+    fn hashes_need_both_the_length_and_hex_digits() {
+        let malformed = ["malformed-metadata-value"];
+        // The right length, not hexadecimal.
+        assert_eq!(rules(&[("sshs_model_hash", &"zz".repeat(32))]), malformed);
+        assert_eq!(rules(&[("sshs_legacy_hash", "abcdefgh")]), malformed);
+        // Hexadecimal, the wrong length.
+        assert_eq!(rules(&[("sshs_model_hash", &"ab".repeat(31))]), malformed);
+        assert_eq!(rules(&[("sshs_legacy_hash", "abcdef0")]), malformed);
+        assert!(rules(&[("sshs_legacy_hash", "abcdef01")]).is_empty());
+    }
+
+    #[test]
+    fn json_values_may_be_absent() {
+        for absent in ["", "None", "null"] {
+            assert!(
+                rules(&[("ss_tag_frequency", absent)]).is_empty(),
+                "{absent:?}"
+            );
+        }
+        assert!(rules(&[("ss_tag_frequency", "[1, 2]")]).is_empty());
+    }
+
+    #[test]
+    fn huge_means_above_the_limit() {
+        let at = "a".repeat(HUGE_METADATA_VALUE);
+        assert!(rules(&[("ss_comment", &at)]).is_empty());
+        let image = format!(
+            "data:image/png;base64,{}",
+            "A".repeat(HUGE_METADATA_IMAGE - 22)
+        );
+        assert_eq!(image.len(), HUGE_METADATA_IMAGE);
+        assert!(rules(&[("modelspec.thumbnail", &image)]).is_empty());
+        let over = format!("{image}A");
+        assert_eq!(
+            rules(&[("modelspec.thumbnail", &over)]),
+            ["huge-metadata-value"]
+        );
+    }
 }

@@ -139,6 +139,15 @@ mod tests {
     }
 
     #[test]
+    fn drive_letters_only_with_a_path_after_them() {
+        assert_eq!(rules("C:", Dtype::F32, 4), ["path-like-name"]);
+        assert_eq!(rules("d:/weights", Dtype::F32, 4), ["path-like-name"]);
+        // TensorFlow's output names: `x:0` is no drive.
+        assert!(rules("x:0", Dtype::F32, 4).is_empty());
+        assert!(rules("1:/a", Dtype::F32, 4).is_empty());
+    }
+
+    #[test]
     fn dtype_and_size() {
         assert_eq!(rules("l.weight", Dtype::I8, 4), ["suspicious-weight-dtype"]);
         assert_eq!(rules("l.bias", Dtype::Bool, 4), ["suspicious-weight-dtype"]);
