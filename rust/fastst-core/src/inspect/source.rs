@@ -57,3 +57,33 @@ impl Source {
         Ok(RegionScan { head, nonzero })
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::super::testfile::raw;
+    use super::*;
+
+    #[test]
+    fn scans_count_exactly_the_region_in_blocks() {
+        // 3 MiB: zeros, a 1.5 MiB region of ones from offset 0, then ones
+        // past it that a scan of the region must not count.
+        let region = 3 << 19;
+        let mut bytes = vec![1u8; 3 << 20];
+        bytes[..16].copy_from_slice(b"\x80\x04\x95\0rest of head");
+        bytes[region..region + 10].fill(0);
+        let f = raw(&bytes);
+        let src = Source::open(&f.0).unwrap();
+        let scan = src.scan_region(0, region as u64).unwrap();
+        assert_eq!(scan.head, &bytes[..SNIFF_LEN]);
+        let zeros_in_head = bytes[..16].iter().filter(|&&b| b == 0).count() as u64;
+        assert_eq!(scan.nonzero, region as u64 - zeros_in_head);
+        // From inside the file, clipped at its end.
+        let tail = src.scan_region(region as u64, 1 << 30).unwrap();
+        assert_eq!(tail.nonzero, (bytes.len() - region - 10) as u64);
+        assert_eq!(tail.head, &bytes[region..region + SNIFF_LEN]);
+        // Past the end: nothing.
+        let past = src.scan_region(10 << 20, 5).unwrap();
+        assert_eq!((past.head.len(), past.nonzero), (0, 0));
+    }
+}

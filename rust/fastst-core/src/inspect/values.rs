@@ -183,17 +183,34 @@ mod tests {
             }
         );
         assert_eq!(
-            count_values(Dtype::F8E4M3, &[0x7f, 0xff, 0x7e, 0x78]).nan,
+            count_values(Dtype::F8E4M3, &[0x7f, 0xff, 0x7e, 0x78, 0x00]).nan,
             2
         );
         assert_eq!(count_values(Dtype::F8E4M3Fnuz, &[0x80, 0x00, 0x7f]).nan, 1);
-        assert_eq!(count_values(Dtype::F8E8M0, &[0xff, 0xfe]).nan, 1);
+        assert_eq!(count_values(Dtype::F8E8M0, &[0xff, 0xfe, 0x00]).nan, 1);
     }
 
     #[test]
     fn bools_and_integers() {
         assert_eq!(count_values(Dtype::Bool, &[0, 1, 2, 255]).bad_bool, 2);
         assert!(count_values(Dtype::I32, &[0xff; 8]).is_clean());
+        assert!(ValueCounts::default().is_clean());
+        for counts in [
+            ValueCounts {
+                nan: 1,
+                ..ValueCounts::default()
+            },
+            ValueCounts {
+                inf: 1,
+                ..ValueCounts::default()
+            },
+            ValueCounts {
+                bad_bool: 1,
+                ..ValueCounts::default()
+            },
+        ] {
+            assert!(!counts.is_clean(), "{counts:?}");
+        }
         assert!(!scannable(Dtype::U8));
         assert!(scannable(Dtype::Bool));
     }

@@ -86,6 +86,12 @@ mod findings {
         assert_eq!(hole.offset, Some(8 + header.len() as u64 + 4));
         // The strict verdict is not repeated.
         assert_eq!(got.iter().filter(|r| **r == "hole").count(), 1);
+        assert!(!got.contains(&"leading-whitespace"), "{got:?}");
+        // The same rejected file with its header indented: reported.
+        let f = build(&format!("\n  {header}"), &data);
+        let got = rules(&verify(&f, false));
+        assert!(got.contains(&"leading-whitespace"), "{got:?}");
+        assert!(got.contains(&"hole"), "{got:?}");
     }
 
     #[test]
