@@ -94,6 +94,124 @@ mod findings {
         assert!(got.contains(&"hole"), "{got:?}");
     }
 
+    /// Tensors of four kinds, each at a non-zero offset but the first:
+    /// an I32 (not scanned), an F32 holding one NaN, an I8 `.weight`
+    /// (a dtype finding) and an empty F32 (nothing to scan); then a 2 GiB
+    /// I32 (a `large-tensor` finding, not scanned) at `big_at`, its bytes a sparse tail
+    /// of the file when `sparse`.
+    fn scanned_file(big_at: u64, sparse: bool) -> (crate::inspect::testfile::TempFile, u64) {
+        let big = 1u64 << 31;
+        let header = format!(
+            r#"{{"i":{{"dtype":"I32","shape":[1],"data_offsets":[0,4]}},"a":{{"dtype":"F32","shape":[2],"data_offsets":[4,12]}},"l.weight":{{"dtype":"I8","shape":[1],"data_offsets":[12,13]}},"e":{{"dtype":"F32","shape":[0],"data_offsets":[13,13]}},"big":{{"dtype":"I32","shape":[{}],"data_offsets":[{big_at},{}]}}}}"#,
+            big / 4,
+            big_at + big
+        );
+        let mut data = vec![0x7fu8, 0xc0, 0, 0];
+        data.extend_from_slice(&f32::NAN.to_le_bytes());
+        data.extend_from_slice(&1.0f32.to_le_bytes());
+        data.push(3);
+        let f = build(&header, &data);
+        let data_start = 8 + header.len() as u64;
+        if sparse {
+            let file = std::fs::OpenOptions::new().write(true).open(&f.0).unwrap();
+            file.set_len(data_start + big_at + big).unwrap();
+        }
+        (f, data_start)
+    }
+
+    fn check_scanned(r: &VerifyReport, data_start: u64, big_at: u64) {
+        assert_eq!(r.values_checked, Some(1), "{:?}", rules(r));
+        let nf: Vec<_> = r
+            .findings
+            .iter()
+            .filter(|f| f.rule == "non-finite-values")
+            .collect();
+        assert_eq!(nf.len(), 1, "{:?}", rules(r));
+        assert_eq!(nf[0].tensor.as_deref(), Some("a"));
+        assert_eq!(nf[0].count, Some(1));
+        assert!(rules(r).contains(&"suspicious-weight-dtype"));
+        let large = r
+            .findings
+            .iter()
+            .find(|f| f.rule == "large-tensor")
+            .unwrap();
+        assert_eq!(
+            (large.offset, large.length),
+            (Some(data_start + big_at), Some(1 << 31))
+        );
+    }
+
+    #[test]
+    fn values_and_dtypes_of_accepted_files_are_located() {
+        let (f, data_start) = scanned_file(13, true);
+        let r = verify(&f, true);
+        assert!(r.accepted, "{:?}", rules(&r));
+        check_scanned(&r, data_start, 13);
+    }
+
+    #[test]
+    fn values_and_dtypes_of_rejected_files_are_located() {
+        // The large tensor lies past the end of the buffer (not scanned).
+        let (f, data_start) = scanned_file(100, false);
+        let r = verify(&f, true);
+        assert!(!r.accepted && r.complete);
+        check_scanned(&r, data_start, 100);
+        assert!(rules(&r).contains(&"ghost-tensor"), "{:?}", rules(&r));
+    }
+
+    #[test]
+    fn tensors_partly_past_the_end_are_no_ghosts() {
+        let f = build(
+            r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}"#,
+            &[0u8; 8],
+        );
+        let got = rules(&verify(&f, false));
+        assert!(got.contains(&"data-too-short"), "{got:?}");
+        assert!(!got.contains(&"ghost-tensor"), "{got:?}");
+    }
+
+    #[test]
+    fn metadata_and_names_repeated_in_rejected_files() {
+        // Rejected (a hole); one metadata block, a name given twice.
+        let one = r#"{"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}}"#;
+        let r = verify(&build(one, &[0u8; 12]), false);
+        let got = rules(&r);
+        assert!(got.contains(&"hole"), "{got:?}");
+        assert!(!got.contains(&"duplicate-metadata"), "{got:?}");
+        let dup = r
+            .findings
+            .iter()
+            .find(|f| f.rule == "duplicate-tensor")
+            .unwrap();
+        assert!(
+            dup.message.contains("(2 entries; readers disagree"),
+            "{}",
+            dup.message
+        );
+        let two = one.replacen(r#""a":"#, r#""__metadata__":{"format":"np"},"a":"#, 1);
+        let got = rules(&verify(&build(&two, &[0u8; 12]), false));
+        assert!(got.contains(&"duplicate-metadata"), "{got:?}");
+        // No metadata at all: nothing to report about it.
+        let none = r#"{"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}}"#;
+        let got = rules(&verify(&build(none, &[0u8; 12]), false));
+        assert!(!got.contains(&"duplicate-metadata"), "{got:?}");
+    }
+
+    #[test]
+    fn the_strict_verdict_is_kept_beside_unrelated_findings() {
+        // JSON after the header's object: only the strict reader sees it;
+        // the lenient reading finds an unknown metadata key.
+        let f = build(
+            r#"{"__metadata__":{"mine":"x"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}} {"b":1}"#,
+            &[0u8; 4],
+        );
+        let r = verify(&f, false);
+        let got = rules(&r);
+        assert!(!r.accepted, "{got:?}");
+        assert!(got.contains(&"unknown-metadata-key"), "{got:?}");
+        assert_eq!(got.len(), 2, "{got:?}");
+    }
+
     #[test]
     fn every_table_problem_is_reported() {
         let header = r#"{"__metadata__":{"k":"v","k":"w","n":3},
