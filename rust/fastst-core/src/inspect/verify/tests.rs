@@ -84,6 +84,27 @@ mod findings {
         let hole = r.findings.iter().find(|f| f.rule == "hole").unwrap();
         assert_eq!(hole.count, Some(1));
         assert_eq!(hole.offset, Some(8 + header.len() as u64 + 4));
+        // Every layout finding points at its bytes.
+        let start = 8 + header.len() as u64;
+        let at = |rule: &str| {
+            let f = r.findings.iter().find(|f| f.rule == rule).unwrap();
+            (f.offset.unwrap() - start, f.length.unwrap())
+        };
+        assert_eq!(at("hole"), (4, 4));
+        assert_eq!(at("overlap"), (12, 4));
+        assert_eq!(at("aliased-tensor"), (8, 8));
+        assert_eq!(at("ghost-tensor"), (1000, 4));
+        assert_eq!(at("trailing-bytes"), (16, 19));
+        assert!(
+            hole.message.contains("(4 bytes at file offset"),
+            "{}",
+            hole.message
+        );
+        assert!(
+            hole.message.contains("1 of them non-zero"),
+            "{}",
+            hole.message
+        );
         // The strict verdict is not repeated.
         assert_eq!(got.iter().filter(|r| **r == "hole").count(), 1);
         assert!(!got.contains(&"leading-whitespace"), "{got:?}");
@@ -165,9 +186,66 @@ mod findings {
             r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}"#,
             &[0u8; 8],
         );
-        let got = rules(&verify(&f, false));
+        let r = verify(&f, false);
+        let got = rules(&r);
         assert!(got.contains(&"data-too-short"), "{got:?}");
         assert!(!got.contains(&"ghost-tensor"), "{got:?}");
+        let short = r
+            .findings
+            .iter()
+            .find(|f| f.rule == "data-too-short")
+            .unwrap();
+        assert_eq!(short.length, Some(8));
+        // Nothing at all past the end: an empty tensor lists no bytes there.
+        let f = build(
+            r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"z":{"dtype":"F32","shape":[0],"data_offsets":[100,100]}}"#,
+            &[0u8; 4],
+        );
+        let got = rules(&verify(&f, false));
+        assert!(!got.contains(&"ghost-tensor"), "{got:?}");
+        assert!(!got.is_empty());
+    }
+
+    #[test]
+    fn empty_tensors_at_one_offset_are_not_aliases() {
+        let f = build(
+            r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"x":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},"y":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}}"#,
+            &[0u8; 12],
+        );
+        let r = verify(&f, false);
+        let got = rules(&r);
+        assert!(!got.contains(&"aliased-tensor"), "{got:?}");
+        // The hole after them is reported, zero bytes as such.
+        let hole = r.findings.iter().find(|f| f.rule == "hole").unwrap();
+        assert!(
+            hole.message.contains("all of them zero"),
+            "{}",
+            hole.message
+        );
+    }
+
+    #[test]
+    fn value_scans_report_progress_up_to_the_total() {
+        let data = vec![0u8; 3 << 20];
+        let f = build(
+            r#"{"a":{"dtype":"F32","shape":[786432],"data_offsets":[0,3145728]}}"#,
+            &data,
+        );
+        let last = std::sync::Mutex::new((0u64, 0u64));
+        let report = |done: u64, total: u64| {
+            let mut l = last.lock().unwrap();
+            assert!(
+                done <= total && done >= l.0,
+                "{done} of {total} after {l:?}"
+            );
+            *l = (done, total);
+        };
+        let options = VerifyOptions {
+            values: true,
+            ..VerifyOptions::default()
+        };
+        verify_path(&f.0, &options, Some(&report)).unwrap();
+        assert_eq!(*last.lock().unwrap(), (3 << 20, 3 << 20));
     }
 
     #[test]
