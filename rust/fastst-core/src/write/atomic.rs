@@ -646,6 +646,17 @@ mod tests {
         fs::remove_dir_all(&dir).expect("cleanup");
     }
 
+    /// A file system without unnamed files (procfs answers EOPNOTSUPP)
+    /// means a named temporary file, not a failed save; other errors fail.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn unnamed_files_fall_back_where_the_file_system_has_none() {
+        assert!(open_unnamed(Path::new("/proc")).expect("no error").is_none());
+        let dir = temp_dir("unnamed");
+        assert!(open_unnamed(&dir.join("gone")).is_err());
+        fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
     /// Only a large regular file with one name, reached without following
     /// a symbolic link, is held to be let go of in the background.
     #[test]
