@@ -651,7 +651,9 @@ mod tests {
     #[test]
     #[cfg(target_os = "linux")]
     fn unnamed_files_fall_back_where_the_file_system_has_none() {
-        assert!(open_unnamed(Path::new("/proc")).expect("no error").is_none());
+        assert!(open_unnamed(Path::new("/proc"))
+            .expect("no error")
+            .is_none());
         let dir = temp_dir("unnamed");
         assert!(open_unnamed(&dir.join("gone")).is_err());
         fs::remove_dir_all(&dir).expect("cleanup");
