@@ -531,6 +531,42 @@ mod tests {
         }
     }
 
+    /// `Populate` on a mapped file maps the pages where tensors are handed
+    /// out (the shared mapping), so that their first touches find them
+    /// mapped; `Read` only fills the page cache.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn populate_maps_the_pages_the_tensors_are_read_from() {
+        let n = 1 << 20;
+        let (f, _) = file_of(n);
+        for method in [Method::Populate, Method::Read] {
+            let file = Arc::new(MappedFile::open(&f.0, OpenOptions::default()).unwrap());
+            let map = Arc::clone(file.shared_map().unwrap());
+            let region = map.take(0, map.len()).unwrap();
+            let addr = region.as_slice().as_ptr() as usize;
+            let rss_kib = || {
+                let v = crate::io::mmap::tests::smaps_field(addr, "Rss:");
+                v.trim_end_matches("kB").trim().parse::<u64>().unwrap()
+            };
+            assert_eq!(rss_kib(), 0, "nothing touched yet");
+            let options = PrefetchOptions {
+                budget: 1 << 30,
+                threads: 2,
+                chunk: 64 << 10,
+                method,
+                skip_cached: false,
+            };
+            let p = Prefetcher::start(Arc::clone(&file), &[(0, file.file_len())], options);
+            let s = p.wait_idle(Duration::from_secs(60));
+            assert_eq!(s.done, file.file_len(), "{method:?}");
+            let rss = rss_kib();
+            match method {
+                Method::Populate => assert!(rss >= (n as u64) >> 10, "{rss} KiB"),
+                _ => assert_eq!(rss, 0, "{method:?}"),
+            }
+        }
+    }
+
     /// Chunks found in memory are skipped and counted as resident, only
     /// when skipping is asked for (and residency can be known: through the
     /// mapping); every chunk counts as done. Without a mapping (pread back
