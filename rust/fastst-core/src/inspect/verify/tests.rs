@@ -19,6 +19,12 @@ mod findings {
         report.findings.iter().map(|f| f.rule.id()).collect()
     }
 
+    /// The first finding of `rule` (the test fails when there is none).
+    fn finding<'r>(report: &'r VerifyReport, rule: &str) -> &'r Finding {
+        let found = report.findings.iter().find(|f| f.rule == rule);
+        found.unwrap_or_else(|| panic!("no {rule} in {:?}", rules(report)))
+    }
+
     #[test]
     fn clean_file_has_no_findings() {
         let f = build(
@@ -81,13 +87,13 @@ mod findings {
         }
         assert_eq!(r.findings[0].rule, "hidden-payload");
         assert_eq!(r.findings[0].severity, Severity::Critical);
-        let hole = r.findings.iter().find(|f| f.rule == "hole").unwrap();
+        let hole = finding(&r, "hole");
         assert_eq!(hole.count, Some(1));
         assert_eq!(hole.offset, Some(8 + header.len() as u64 + 4));
         // Every layout finding points at its bytes.
         let start = 8 + header.len() as u64;
         let at = |rule: &str| {
-            let f = r.findings.iter().find(|f| f.rule == rule).unwrap();
+            let f = finding(&r, rule);
             (f.offset.unwrap() - start, f.length.unwrap())
         };
         assert_eq!(at("hole"), (4, 4));
@@ -151,11 +157,7 @@ mod findings {
         assert_eq!(nf[0].tensor.as_deref(), Some("a"));
         assert_eq!(nf[0].count, Some(1));
         assert!(rules(r).contains(&"suspicious-weight-dtype"));
-        let large = r
-            .findings
-            .iter()
-            .find(|f| f.rule == "large-tensor")
-            .unwrap();
+        let large = finding(r, "large-tensor");
         assert_eq!(
             (large.offset, large.length),
             (Some(data_start + big_at), Some(1 << 31))
@@ -190,11 +192,7 @@ mod findings {
         let got = rules(&r);
         assert!(got.contains(&"data-too-short"), "{got:?}");
         assert!(!got.contains(&"ghost-tensor"), "{got:?}");
-        let short = r
-            .findings
-            .iter()
-            .find(|f| f.rule == "data-too-short")
-            .unwrap();
+        let short = finding(&r, "data-too-short");
         assert_eq!(short.length, Some(8));
         // Nothing at all past the end: an empty tensor lists no bytes there.
         let f = build(
@@ -216,7 +214,7 @@ mod findings {
         let got = rules(&r);
         assert!(!got.contains(&"aliased-tensor"), "{got:?}");
         // The hole after them is reported, zero bytes as such.
-        let hole = r.findings.iter().find(|f| f.rule == "hole").unwrap();
+        let hole = finding(&r, "hole");
         assert!(
             hole.message.contains("all of them zero"),
             "{}",
@@ -256,11 +254,7 @@ mod findings {
         let got = rules(&r);
         assert!(got.contains(&"hole"), "{got:?}");
         assert!(!got.contains(&"duplicate-metadata"), "{got:?}");
-        let dup = r
-            .findings
-            .iter()
-            .find(|f| f.rule == "duplicate-tensor")
-            .unwrap();
+        let dup = finding(&r, "duplicate-tensor");
         assert!(
             dup.message.contains("(2 entries; readers disagree"),
             "{}",
@@ -321,11 +315,7 @@ mod findings {
         ] {
             assert!(got.contains(&want), "{want} not in {got:?}");
         }
-        let dup = r
-            .findings
-            .iter()
-            .find(|f| f.rule == "duplicate-tensor")
-            .unwrap();
+        let dup = finding(&r, "duplicate-tensor");
         assert_eq!(dup.tensor.as_deref(), Some("a"));
     }
 
@@ -359,18 +349,10 @@ mod findings {
             &data,
         );
         let r = verify(&f, true);
-        let nf = r
-            .findings
-            .iter()
-            .find(|f| f.rule == "non-finite-values")
-            .unwrap();
+        let nf = finding(&r, "non-finite-values");
         assert_eq!(nf.count, Some(2));
         assert_eq!(nf.tensor.as_deref(), Some("x"));
-        let b = r
-            .findings
-            .iter()
-            .find(|f| f.rule == "invalid-bool")
-            .unwrap();
+        let b = finding(&r, "invalid-bool");
         assert_eq!(b.count, Some(1));
         assert_eq!(r.values_checked, Some(2));
     }
