@@ -19,6 +19,8 @@ pub mod prefetch;
 pub mod progress;
 pub mod read;
 pub mod rules;
+#[cfg(test)]
+pub(crate) mod testfs;
 pub(crate) mod validate;
 pub mod write;
 

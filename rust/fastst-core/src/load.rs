@@ -590,8 +590,8 @@ impl Reader<'_> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::inspect::testfile::build;
     use crate::read::OpenOptions;
+    use crate::testfs::build;
     use crate::Backend;
 
     /// Pseudo-random bytes (xorshift), every bit pattern likely.
@@ -608,11 +608,7 @@ mod tests {
 
     /// A file with tensors of every byte-sized dtype, odd sizes, empty
     /// tensors and runs of small ones; returns it and its data section.
-    fn sample() -> (
-        crate::inspect::testfile::TempFile,
-        Vec<u8>,
-        Vec<(String, Dtype, u64)>,
-    ) {
+    fn sample() -> (crate::testfs::TempFile, Vec<u8>, Vec<(String, Dtype, u64)>) {
         let mut entries = Vec::new();
         let mut specs: Vec<(String, Dtype, u64)> = Vec::new();
         let kinds = [
@@ -861,7 +857,7 @@ mod tests {
     }
 
     /// A file of tensors `(name, dtype, bytes)` laid out back to back.
-    fn layout(tensors: &[(&str, Dtype, usize)]) -> (crate::inspect::testfile::TempFile, Vec<u8>) {
+    fn layout(tensors: &[(&str, Dtype, usize)]) -> (crate::testfs::TempFile, Vec<u8>) {
         let mut entries = Vec::new();
         let mut off = 0usize;
         for (name, dt, len) in tensors {
@@ -1148,7 +1144,7 @@ mod tests {
         assert!(direct_pays(&open(&f.0, Backend::Pread)));
     }
 
-    fn one_big(n: usize) -> (crate::inspect::testfile::TempFile, Vec<u8>) {
+    fn one_big(n: usize) -> (crate::testfs::TempFile, Vec<u8>) {
         let header = format!(r#"{{"w":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}}}}"#);
         let data = noise(n, 7);
         (build(&header, &data), data)

@@ -485,8 +485,8 @@ fn fetch(shared: &Shared, scratch: &mut Vec<u8>, start: u64, len: u64) -> bool {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::inspect::testfile::build;
     use crate::read::OpenOptions;
+    use crate::testfs::build;
 
     #[test]
     fn chunks_cut_merge_and_split() {
@@ -498,7 +498,7 @@ mod tests {
         assert!(chunks(&[(200, 10)], 100, 8).is_empty());
     }
 
-    fn file_of(n: usize) -> (crate::inspect::testfile::TempFile, Vec<u8>) {
+    fn file_of(n: usize) -> (crate::testfs::TempFile, Vec<u8>) {
         let data: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
         let header = format!(r#"{{"t":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}}}}"#);
         (build(&header, &data), data)

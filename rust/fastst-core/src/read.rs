@@ -473,7 +473,7 @@ impl TensorData {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::inspect::testfile::build;
+    use crate::testfs::build;
 
     const HEADER: &str = r#"{"big":{"dtype":"F32","shape":[65536],"data_offsets":[0,262144]},"s":{"dtype":"U8","shape":[4],"data_offsets":[262144,262148]}}"#;
 

@@ -231,7 +231,7 @@ mod tests {
     #[test]
     fn streamed_equals_one_shot() {
         let data: Vec<u8> = (0..(BLOCK + 1000)).map(|i| (i % 251) as u8).collect();
-        let f = super::super::testfile::raw(&data);
+        let f = crate::testfs::raw(&data);
         let src = Source::open(&f.0).unwrap();
         let n = data.len() as u64;
         assert_eq!(stream(&src, 0, n, None).unwrap(), sha256_of(&data));
@@ -258,8 +258,8 @@ mod tests {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod file_tests {
-    use super::super::testfile::{build, raw};
     use super::*;
+    use crate::testfs::{build, raw};
 
     #[test]
     fn hashes_cover_the_right_bytes() {

@@ -220,8 +220,8 @@ mod tests {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod file_tests {
-    use super::super::testfile::{build, raw};
     use super::*;
+    use crate::testfs::{build, raw};
     use crate::DEFAULT_HEADER_CAP;
 
     #[test]

@@ -61,8 +61,8 @@ impl Source {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::super::testfile::raw;
     use super::*;
+    use crate::testfs::raw;
 
     #[test]
     fn scans_count_exactly_the_region_in_blocks() {

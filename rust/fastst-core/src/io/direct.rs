@@ -224,12 +224,12 @@ impl ReadBuffer {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::testfs::TempFile;
 
     #[test]
     fn direct_reads_of_unaligned_ranges_are_exact_or_decline() {
         let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 253) as u8).collect();
-        let path = std::env::temp_dir().join(format!("fastst-direct-{}.bin", std::process::id()));
-        std::fs::write(&path, &data).unwrap();
+        let path = TempFile::with("direct", &data);
         let file = File::open(&path).unwrap();
         super::super::drop_cached(&file);
         let mut buf = ReadBuffer::new(200_000 + 2 * DIRECT_ALIGN as usize, "t").unwrap();
@@ -259,21 +259,18 @@ mod tests {
             // A buffer too small is declined.
             assert!(direct.read(0, 10_000, &mut [0u8; 100]).is_none());
         }
-        let _ = std::fs::remove_file(&path);
     }
 
     /// A file of `len` patterned bytes under the temp dir, its pages
     /// dropped from the cache, and a direct descriptor on it. `None` where
     /// the temp dir's file system keeps files in memory or refuses
     /// `O_DIRECT` (nothing to check there).
-    fn uncached(name: &str, len: usize) -> Option<(std::path::PathBuf, Vec<u8>, File, DirectFile)> {
+    fn uncached(name: &str, len: usize) -> Option<(TempFile, Vec<u8>, File, DirectFile)> {
         let data: Vec<u8> = (0..len as u32).map(|i| (i * 13 % 251) as u8).collect();
-        let path = std::env::temp_dir().join(format!("fastst-{name}-{}.bin", std::process::id()));
-        std::fs::write(&path, &data).unwrap();
+        let path = TempFile::with(name, &data);
         let file = File::open(&path).unwrap();
         let direct = open_direct(&file);
         if !super::super::drop_cached(&file) || direct.is_none() {
-            let _ = std::fs::remove_file(&path);
             return None;
         }
         Some((path, data, file, direct.unwrap()))
@@ -310,7 +307,7 @@ mod tests {
 
     #[test]
     fn direct_reads_check_the_buffer_before_reading() {
-        let Some((path, data, _file, direct)) = uncached("direct-buffer", 64 << 10) else {
+        let Some((_path, data, _file, direct)) = uncached("direct-buffer", 64 << 10) else {
             return;
         };
         let mut buf = ReadBuffer::new(32 << 10, "t").unwrap();
@@ -333,7 +330,6 @@ mod tests {
         // Once refused, every later read is declined.
         direct.refused.store(true, Ordering::Relaxed);
         assert!(direct.read(0, 4096, buf.as_mut_slice()).is_none());
-        let _ = std::fs::remove_file(&path);
     }
 
     #[test]
@@ -356,6 +352,5 @@ mod tests {
         writer.set_len(100).unwrap();
         assert!(direct.read(0, 8192, buf.as_mut_slice()).is_none());
         assert!(!direct.refused.load(Ordering::Relaxed));
-        let _ = std::fs::remove_file(&path);
     }
 }

@@ -336,8 +336,7 @@ pub(crate) mod tests {
     #[test]
     fn a_dropped_region_frees_its_written_pages_and_nothing_else() {
         let n = 12 << 20;
-        let path = std::env::temp_dir().join(format!("fastst-region-{}.bin", std::process::id()));
-        std::fs::write(&path, vec![7u8; n]).unwrap();
+        let path = crate::testfs::TempFile::with("region", &vec![7u8; n]);
         let file = File::open(&path).unwrap();
         let map = Arc::new(SharedMap::map(&file).unwrap());
         // Regions that do not start or end on page boundaries.
@@ -362,6 +361,5 @@ pub(crate) mod tests {
         // The last region dropped frees nothing itself: the mapping goes.
         drop(b);
         drop(c);
-        let _ = std::fs::remove_file(&path);
     }
 }

@@ -289,6 +289,7 @@ pub(crate) fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) ->
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::testfs::{TempDir, TempFile};
 
     #[test]
     fn directories_are_refused_as_is_a_directory() {
@@ -307,12 +308,11 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn failed_opens_keep_the_systems_error_for_files_and_folders() {
-        let dir = std::env::temp_dir().join(format!("fastst-io-refused-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TempDir::new("io-refused");
         let file = dir.join("f.safetensors");
         std::fs::write(&file, b"x").unwrap();
         let denied = || std::io::Error::from(std::io::ErrorKind::PermissionDenied);
-        for path in [file.as_path(), dir.as_path(), &dir.join("missing")] {
+        for path in [file.as_path(), &dir, &dir.join("missing")] {
             match refused_open(path, denied()) {
                 Error::Io { source, .. } => {
                     assert_eq!(
@@ -326,13 +326,11 @@ mod tests {
         }
         let err = refused_open(Path::new("/dev/null"), denied());
         assert_eq!(err.rule(), "not-regular-file");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn header_read_checks_the_prefix() {
-        let path = std::env::temp_dir().join(format!("fastst-io-{}.bin", std::process::id()));
-        std::fs::write(&path, [2u8, 0, 0, 0, 0, 0, 0, 0, b'{', b'}']).unwrap();
+        let path = TempFile::with("io-prefix", &[2u8, 0, 0, 0, 0, 0, 0, 0, b'{', b'}']);
         let f = open(&path).unwrap();
         assert_eq!(f.read_header(100).unwrap(), (2, b"{}".to_vec()));
         assert_eq!(f.read_header(1).unwrap_err().rule(), "header-too-large");
@@ -340,14 +338,12 @@ mod tests {
         std::fs::write(&path, [1u8; 4]).unwrap();
         let f = open(&path).unwrap();
         assert_eq!(f.read_header(100).unwrap_err().rule(), "file-too-short");
-        let _ = std::fs::remove_file(&path);
     }
 
     #[cfg(unix)]
     #[test]
     fn fifos_sockets_and_devices_are_refused_without_blocking() {
-        let dir = std::env::temp_dir().join(format!("fastst-io-nonreg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TempDir::new("io-nonreg");
         let fifo = dir.join("pipe.safetensors");
         let made = std::process::Command::new("mkfifo").arg(&fifo).status();
         assert!(made.unwrap().success());
@@ -364,18 +360,15 @@ mod tests {
             assert_eq!(err.rule(), "not-regular-file", "{path:?}");
             assert!(err.to_string().contains(kind), "{err}");
         }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn changes_after_open_are_noticed() {
-        let path = std::env::temp_dir().join(format!("fastst-io-chg-{}.bin", std::process::id()));
-        std::fs::write(&path, [2u8, 0, 0, 0, 0, 0, 0, 0, b'{', b'}']).unwrap();
+        let path = TempFile::with("io-chg", &[2u8, 0, 0, 0, 0, 0, 0, 0, b'{', b'}']);
         let f = open(&path).unwrap();
         check_unchanged(&f.file, &f.stamp).unwrap();
         // Replaced by a rename: the open descriptor keeps the old file.
-        let other = path.with_extension("new");
-        std::fs::write(&other, [0u8; 3]).unwrap();
+        let other = TempFile::with("io-chg-new", &[0u8; 3]);
         std::fs::rename(&other, &path).unwrap();
         check_unchanged(&f.file, &f.stamp).unwrap();
         let g = open(&path).unwrap();
@@ -395,7 +388,6 @@ mod tests {
             g.read_exact_at(&mut buf, 0).unwrap_err().rule(),
             "file-changed"
         );
-        let _ = std::fs::remove_file(&path);
     }
 
     #[test]
@@ -406,24 +398,6 @@ mod tests {
         let err = zeroed(1 << 62, "").unwrap_err();
         assert_eq!(err.rule(), "out-of-memory");
         assert_eq!(zeroed(3, "").unwrap(), vec![0u8; 3]);
-    }
-
-    /// A scratch file named for this test and process, removed when dropped.
-    struct Scratch(std::path::PathBuf);
-
-    impl Scratch {
-        fn new(tag: &str, bytes: &[u8]) -> Scratch {
-            let path =
-                std::env::temp_dir().join(format!("fastst-io-{tag}-{}.bin", std::process::id()));
-            std::fs::write(&path, bytes).unwrap();
-            Scratch(path)
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
     }
 
     /// The open flags of `file` as the kernel reports them.
@@ -440,7 +414,7 @@ mod tests {
     #[test]
     fn stamps_are_the_files_own() {
         use std::os::unix::fs::MetadataExt;
-        let s = Scratch::new("stamp", &[7u8; 13]);
+        let s = TempFile::with("stamp", &[7u8; 13]);
         let f = open(&s.0).unwrap();
         let meta = std::fs::metadata(&s.0).unwrap();
         let (len, sec, nsec, dev, ino) = sys::fstat_stamp(&f.file).unwrap();
@@ -498,7 +472,7 @@ mod tests {
     #[test]
     fn blocking_mode_is_restored_and_nothing_else_changes() {
         use std::os::unix::fs::OpenOptionsExt;
-        let s = Scratch::new("nonblock", b"abc");
+        let s = TempFile::with("nonblock", b"abc");
         let nonblocking = File::options()
             .read(true)
             .custom_flags(libc::O_NONBLOCK)
@@ -531,8 +505,7 @@ mod tests {
             .open(&dir)
             .unwrap();
         unnamed.write_all(b"named at last").unwrap();
-        let target = Scratch(dir.join(format!("fastst-io-linked-{}.bin", std::process::id())));
-        let _ = std::fs::remove_file(&target.0);
+        let target = TempFile::named("io-linked");
         link_unnamed(&unnamed, &target.0).unwrap();
         assert_eq!(std::fs::read(&target.0).unwrap(), b"named at last");
         // The name exists now: a second link fails and changes nothing.
@@ -562,7 +535,7 @@ mod tests {
 
     #[test]
     fn ranges_are_clipped_to_the_file() {
-        let s = Scratch::new("range", b"0123456789");
+        let s = TempFile::with("range", b"0123456789");
         let f = open(&s.0).unwrap();
         assert_eq!(f.read_range(2, 3).unwrap(), b"234");
         assert_eq!(f.read_range(7, 100).unwrap(), b"789");
@@ -583,16 +556,16 @@ mod tests {
     #[test]
     fn headers_at_the_file_boundaries() {
         // A header that fills the file exactly, and one a byte longer.
-        let s = Scratch::new("hdr", &[3u8, 0, 0, 0, 0, 0, 0, 0, b'{', b'}', b' ']);
+        let s = TempFile::with("hdr", &[3u8, 0, 0, 0, 0, 0, 0, 0, b'{', b'}', b' ']);
         let f = open(&s.0).unwrap();
         assert_eq!(f.read_header(3).unwrap(), (3, b"{} ".to_vec()));
-        let s = Scratch::new("hdr-long", &[4u8, 0, 0, 0, 0, 0, 0, 0, b'{', b'}', b' ']);
+        let s = TempFile::with("hdr-long", &[4u8, 0, 0, 0, 0, 0, 0, 0, b'{', b'}', b' ']);
         let f = open(&s.0).unwrap();
         assert_eq!(f.read_header(100).unwrap_err().rule(), "header-past-end");
-        let s = Scratch::new("hdr-8", &[0u8; 8]);
+        let s = TempFile::with("hdr-8", &[0u8; 8]);
         let f = open(&s.0).unwrap();
         assert_eq!(f.read_header(100).unwrap_err().rule(), "header-length-zero");
-        let s = Scratch::new("hdr-7", &[1u8; 7]);
+        let s = TempFile::with("hdr-7", &[1u8; 7]);
         let f = open(&s.0).unwrap();
         let err = f.read_header(100).unwrap_err();
         assert!(matches!(err, Error::FileTooShort { len: 7 }), "{err:?}");
@@ -605,7 +578,7 @@ mod tests {
         assert_eq!(file_kind(&dir), "a folder");
         let null = std::fs::metadata("/dev/null").unwrap();
         assert_eq!(file_kind(&null), "a character device");
-        let s = Scratch::new("kind", b"");
+        let s = TempFile::with("kind", b"");
         let regular = std::fs::metadata(&s.0).unwrap();
         assert_eq!(file_kind(&regular), "not a regular file");
         let err = open(Path::new("/nonexistent/fastst")).unwrap_err();

@@ -319,10 +319,6 @@ mod tests {
     use super::*;
     use std::io::{Seek, Write};
 
-    fn temp_path(tag: &str) -> std::path::PathBuf {
-        std::env::temp_dir().join(format!("fastst-sys-{tag}-{}.bin", std::process::id()))
-    }
-
     /// `(cached, dirty, under writeback)` pages of the whole `file`, from
     /// `cachestat` (Linux 6.5); `None` where the kernel lacks it.
     fn cache_state(file: &File) -> Option<(u64, u64, u64)> {
@@ -361,15 +357,12 @@ mod tests {
 
     #[test]
     fn advise_sequential_starts_reading_the_whole_file() {
-        let path = temp_path("advise");
-        std::fs::write(&path, vec![7u8; 4 << 20]).unwrap();
+        let path = crate::testfs::TempFile::with("sys-advise", &vec![7u8; 4 << 20]);
         let file = File::open(&path).unwrap();
         if !drop_cached(&file) {
-            let _ = std::fs::remove_file(&path);
             return;
         }
         let Some((0, _, _)) = cache_state(&file) else {
-            let _ = std::fs::remove_file(&path);
             panic!("cachestat: the dropped file is still cached, or the kernel lacks the call");
         };
         advise_sequential(&file);
@@ -383,13 +376,12 @@ mod tests {
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        let _ = std::fs::remove_file(&path);
         assert_eq!(cached, 1024, "4 MiB is 1024 pages");
     }
 
     #[test]
     fn sync_range_waits_until_the_range_is_written() {
-        let path = temp_path("sync");
+        let path = crate::testfs::TempFile::named("sys-sync");
         let mut file = File::options()
             .read(true)
             .write(true)
@@ -404,7 +396,6 @@ mod tests {
         assert_eq!(unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) }, 0);
         if matches!(fs.f_type as u64, 0x0102_1994 | 0x8584_58f6) {
             // tmpfs, ramfs: nothing is ever written back.
-            let _ = std::fs::remove_file(&path);
             return;
         }
         // 512 dirty pages (written again while the kernel's own
@@ -431,7 +422,6 @@ mod tests {
         assert_eq!(writeback, 0, "waited for the writeback it started");
         sync_range(&file, 0, 1 << 20, SyncRange::Wait).unwrap();
         let (cached, dirty, writeback) = cache_state(&file).unwrap();
-        let _ = std::fs::remove_file(&path);
         assert_eq!((dirty, writeback), (0, 0), "{cached} pages cached");
     }
 }

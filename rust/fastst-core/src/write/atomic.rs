@@ -438,14 +438,8 @@ mod tests {
 
     use super::super::plan_for_tests as plan;
 
-    fn temp_dir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "fastst-write-{tag}-{}-{}",
-            std::process::id(),
-            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::create_dir_all(&d).expect("mkdir");
-        d
+    fn temp_dir(tag: &str) -> crate::testfs::TempDir {
+        crate::testfs::TempDir::new(&format!("write-{tag}"))
     }
 
     fn entries(dir: &Path) -> Vec<String> {
@@ -496,7 +490,6 @@ mod tests {
         assert_eq!(&bytes[bytes.len() - 4..], &[1, 2, 3, 4]);
         assert_eq!(bytes, serialize(&p, &[&[1, 2, 3, 4]]).expect("ser"));
         assert_eq!(entries(&dir), vec!["model.safetensors"]);
-        fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     #[cfg(unix)]
@@ -523,7 +516,6 @@ mod tests {
             fs::metadata(&kept).expect("meta").permissions().mode() & 0o777,
             0o640
         );
-        fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     #[cfg(unix)]
@@ -550,7 +542,6 @@ mod tests {
         write_file(&p, &[], &dangling, false).expect("write");
         assert!(!dir.join("nowhere").exists());
         assert_eq!(fs::read(&dangling).expect("read"), p.header());
-        fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     /// The name's word: splitmix64's known outputs (the first three of the
@@ -588,7 +579,7 @@ mod tests {
     fn temporary_files_live_beside_the_target_and_never_outlive_a_failure() {
         let dir = temp_dir("beside");
         let a = AtomicFile::create(&dir.join("m.safetensors")).expect("create");
-        assert_eq!(a.dir, dir);
+        assert_eq!(a.dir, dir.0);
         drop(a);
         let bare = AtomicFile::create(Path::new("fastst-bare-name.safetensors")).expect("create");
         assert_eq!(bare.dir, PathBuf::from("."));
@@ -606,7 +597,7 @@ mod tests {
         let (file, temp) = open_named(&dir).expect("named");
         let named = AtomicFile {
             target: dir.join("n.safetensors"),
-            dir: dir.clone(),
+            dir: dir.0.clone(),
             temp: temp.clone(),
             file: Some(file),
             replaces: false,
@@ -615,7 +606,6 @@ mod tests {
         assert!(temp.exists());
         drop(named);
         assert_eq!(entries(&dir), vec!["taken"]);
-        fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     /// Flags of an open descriptor as /proc/self/fdinfo shows them (octal).
@@ -643,7 +633,6 @@ mod tests {
         if let Some(unnamed) = open_unnamed(&dir).expect("unnamed") {
             assert_ne!(fd_flags(&unnamed) & libc::O_CLOEXEC as u32, 0);
         }
-        fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     /// A file system without unnamed files (procfs answers EOPNOTSUPP)
@@ -656,7 +645,6 @@ mod tests {
             .is_none());
         let dir = temp_dir("unnamed");
         assert!(open_unnamed(&dir.join("gone")).is_err());
-        fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     /// Only a large regular file with one name, reached without following
@@ -701,7 +689,6 @@ mod tests {
             hold_replaced(&large).is_none(),
             "a file with another name stays"
         );
-        fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     #[test]
@@ -723,7 +710,6 @@ mod tests {
             .file_name()
             .is_some_and(|n| n.to_string_lossy().ends_with(TEMP_SUFFIX)));
         fs::remove_file(&path).expect("rm");
-        fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     thread_local! {
@@ -763,7 +749,6 @@ mod tests {
             assert_eq!(linked, dir.join(free));
             fs::remove_file(&linked).expect("rm");
         }
-        fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     #[test]
@@ -773,7 +758,6 @@ mod tests {
         let e = write_file(&p, &[], &dir.join("no/such/dir/x.safetensors"), false)
             .expect_err("must fail");
         assert_eq!(e.rule(), "io");
-        fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     #[test]
@@ -815,7 +799,6 @@ mod tests {
             Err(WriteFailure::Core(e)) => assert_eq!(e.rule(), "data-length"),
             other => panic!("{other:?}"),
         }
-        fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     #[test]
@@ -830,6 +813,5 @@ mod tests {
         replacing.commit(None).expect("commit");
         drop(fresh);
         assert_eq!(entries(&dir), vec!["old.safetensors"]);
-        fs::remove_dir_all(&dir).expect("cleanup");
     }
 }

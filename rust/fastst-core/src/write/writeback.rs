@@ -187,14 +187,10 @@ impl Write for FileSink<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
+    use crate::testfs::TempFile;
 
-    fn temp_file(tag: &str) -> (PathBuf, File) {
-        let path = std::env::temp_dir().join(format!(
-            "fastst-writeback-{tag}-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
+    fn temp_file(tag: &str) -> (TempFile, File) {
+        let path = TempFile::named(&format!("writeback-{tag}"));
         let file = File::options()
             .read(true)
             .write(true)
@@ -238,7 +234,6 @@ mod tests {
                     data,
                     "{total} by {part}"
                 );
-                std::fs::remove_file(&path).expect("rm");
             }
         }
     }
@@ -253,13 +248,11 @@ mod tests {
         sink.write_all(&data[4096..]).expect("rest");
         assert_eq!(std::fs::read(&path).expect("read"), data);
         // Without overlap, one write takes everything.
-        let (path2, file2) = temp_file("plain");
+        let (_path2, file2) = temp_file("plain");
         let mut plain = FileSink::new(&file2, false);
         assert!(!plain.overlapping());
         assert_eq!(plain.write(&data).expect("write"), data.len());
         assert_eq!(plain.on_device(), 0);
-        std::fs::remove_file(&path).expect("rm");
-        std::fs::remove_file(&path2).expect("rm");
     }
 
     #[test]

@@ -144,7 +144,7 @@ pub(super) fn scan_values(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::inspect::testfile::raw;
+    use crate::testfs::raw;
 
     #[test]
     fn a_file_truncated_while_scanned_is_an_error_not_sigbus() {

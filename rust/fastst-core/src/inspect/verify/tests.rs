@@ -5,9 +5,9 @@
 
 mod findings {
     use super::super::*;
-    use crate::inspect::testfile::{build, raw};
+    use crate::testfs::{build, raw};
 
-    fn verify(file: &crate::inspect::testfile::TempFile, values: bool) -> VerifyReport {
+    fn verify(file: &crate::testfs::TempFile, values: bool) -> VerifyReport {
         let options = VerifyOptions {
             values,
             ..VerifyOptions::default()
@@ -126,7 +126,7 @@ mod findings {
     /// (a dtype finding) and an empty F32 (nothing to scan); then a 2 GiB
     /// I32 (a `large-tensor` finding, not scanned) at `big_at`, its bytes a sparse tail
     /// of the file when `sparse`.
-    fn scanned_file(big_at: u64, sparse: bool) -> (crate::inspect::testfile::TempFile, u64) {
+    fn scanned_file(big_at: u64, sparse: bool) -> (crate::testfs::TempFile, u64) {
         let big = 1u64 << 31;
         let header = format!(
             r#"{{"i":{{"dtype":"I32","shape":[1],"data_offsets":[0,4]}},"a":{{"dtype":"F32","shape":[2],"data_offsets":[4,12]}},"l.weight":{{"dtype":"I8","shape":[1],"data_offsets":[12,13]}},"e":{{"dtype":"F32","shape":[0],"data_offsets":[13,13]}},"big":{{"dtype":"I32","shape":[{}],"data_offsets":[{big_at},{}]}}}}"#,
@@ -370,7 +370,7 @@ mod findings {
 
 mod mutation {
     use super::super::*;
-    use crate::inspect::testfile::raw;
+    use crate::testfs::raw;
     use crate::{MappedFile, OpenOptions};
 
     /// xorshift64*: a small deterministic generator for the mutations.
