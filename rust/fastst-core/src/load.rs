@@ -394,9 +394,9 @@ pub fn load_into(
                 break;
             }
             let now = done.load(Ordering::Acquire);
-            if !failed && now >= mark + every && now < total {
-                if let Some(r) = report.as_mut() {
-                    mark = now - now % every;
+            if let Some(r) = report.as_mut() {
+                if !failed && now >= mark + every && now < total {
+                    mark = step_start(now, every);
                     let flow = r(now, total);
                     let mut g = shared.lock().unwrap_or_else(PoisonError::into_inner);
                     if flow.is_break() {
@@ -409,7 +409,6 @@ pub fn load_into(
                     wake_workers.notify_all();
                     continue;
                 }
-                mark = now - now % every;
             }
             std::thread::park_timeout(Duration::from_millis(50));
         }
@@ -584,6 +583,13 @@ impl Reader<'_> {
         self.file.read_at(start, out, tensor)?;
         Ok(out)
     }
+}
+
+/// The start of the reporting step `done` is in (`every` > 0): a load
+/// reports again once a whole step past it is done, so that a report that
+/// came late (the caller ran late) does not push the later ones back.
+fn step_start(done: u64, every: u64) -> u64 {
+    done - done % every
 }
 
 #[cfg(test)]
@@ -1148,6 +1154,16 @@ mod tests {
         let header = format!(r#"{{"w":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}}}}"#);
         let data = noise(n, 7);
         (build(&header, &data), data)
+    }
+
+    #[test]
+    fn reports_are_due_a_step_after_the_step_the_last_one_came_in() {
+        assert_eq!(step_start(0, 100), 0);
+        assert_eq!(step_start(99, 100), 0);
+        assert_eq!(step_start(100, 100), 100);
+        assert_eq!(step_start(250, 100), 200);
+        assert_eq!(step_start(7, 1), 7);
+        assert_eq!(step_start(u64::MAX, 1 << 20), u64::MAX - ((1 << 20) - 1));
     }
 
     #[test]

@@ -504,6 +504,84 @@ mod tests {
         (build(&header, &data), data)
     }
 
+    /// `settled` says no thread reads nor can: true when none is left, or
+    /// when all wait, none is told to stop or detached, and the next chunk
+    /// would pass the budget; false as long as one thread may still read.
+    #[test]
+    fn settled_only_when_every_thread_waits_for_budget_or_none_is_left() {
+        let (f, _) = file_of(1000);
+        let shared = Shared {
+            file: Arc::new(MappedFile::open(&f.0, OpenOptions::default()).unwrap()),
+            method: Method::Read,
+            skip_cached: false,
+            budget: 150,
+            chunks: vec![(0, 100), (100, 100)],
+            planned: 200,
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+        };
+        // Both threads wait, and the second chunk would pass the budget
+        // (100 issued + 100 > 0 consumed + 150).
+        let waiting = State {
+            workers: 2,
+            waiting: 2,
+            next: 1,
+            issued: 100,
+            ..State::default()
+        };
+        assert!(settled(&shared, &waiting));
+        for (what, st) in [
+            (
+                "a thread still reads",
+                State {
+                    waiting: 1,
+                    ..waiting
+                },
+            ),
+            (
+                "told to stop",
+                State {
+                    stop: true,
+                    ..waiting
+                },
+            ),
+            (
+                "detached",
+                State {
+                    detached: true,
+                    ..waiting
+                },
+            ),
+            (
+                "the chunk fits the budget now",
+                State {
+                    consumed: 50,
+                    ..waiting
+                },
+            ),
+            ("nothing left to read", State { next: 2, ..waiting }),
+        ] {
+            assert!(!settled(&shared, &st), "{what}");
+        }
+        // No thread left: settled, whatever else the state says.
+        for st in [
+            State {
+                workers: 0,
+                waiting: 1,
+                ..waiting
+            },
+            State {
+                workers: 0,
+                stop: true,
+                detached: true,
+                next: 5,
+                ..waiting
+            },
+        ] {
+            assert!(settled(&shared, &st));
+        }
+    }
+
     #[test]
     fn the_budget_bounds_the_reads_until_the_consumer_takes_more() {
         for method in [Method::Populate, Method::Read, Method::Advise] {
