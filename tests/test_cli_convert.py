@@ -6,6 +6,7 @@ shared tensors stored once as the hub's converter does, nested state dicts,
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Any, Dict
 
@@ -93,18 +94,21 @@ def test_nested_state_dicts_and_key(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 class _Payload:
+    """Runs ``touch MARKER`` when unpickled by a loader that runs code."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
     def __reduce__(self) -> Any:
-        return (os.system, ("touch /tmp/fastst-convert-pwned",))
+        return (os.system, (f"touch {shlex.quote(str(self.marker))}",))
 
 
 def test_code_in_a_pickle_is_refused_and_never_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    marker = Path("/tmp/fastst-convert-pwned")
-    if marker.exists():
-        marker.unlink()
+    marker = tmp_path / "pwned"
     src = tmp_path / "evil.pt"
-    torch.save({"w": torch.zeros(2), "payload": _Payload()}, src)
+    torch.save({"w": torch.zeros(2), "payload": _Payload(marker)}, src)
     out = tmp_path / "evil.safetensors"
     code, text, err = run(["convert", str(src), str(out)], capsys)
     assert code == 2 and text == "" and err.count("\n") == 1
