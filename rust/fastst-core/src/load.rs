@@ -386,16 +386,16 @@ pub fn load_into(
         let handles: Vec<_> = (0..threads).map(|_| s.spawn(|| ctx.run())).collect();
         let mut mark = 0u64;
         loop {
-            let (running, failed) = {
+            let (running, halted) = {
                 let g = shared.lock().unwrap_or_else(PoisonError::into_inner);
-                (g.running, g.error.is_some() || g.stop)
+                (g.running, g.halted())
             };
             if running == 0 {
                 break;
             }
             let now = done.load(Ordering::Acquire);
             if let Some(r) = report.as_mut() {
-                if !failed && now >= mark + every && now < total {
+                if !halted && report_due(now, mark, every, total) {
                     mark = step_start(now, every);
                     let flow = r(now, total);
                     let mut g = shared.lock().unwrap_or_else(PoisonError::into_inner);
@@ -590,6 +590,21 @@ impl Reader<'_> {
 /// came late (the caller ran late) does not push the later ones back.
 fn step_start(done: u64, every: u64) -> u64 {
     done - done % every
+}
+
+/// Whether a report is due while a load runs: `done` is a whole step past
+/// `mark`, the step start of the last report, and not yet the end (the
+/// end is reported once, by [`finish`], after every worker has stopped).
+fn report_due(done: u64, mark: u64, every: u64, total: u64) -> bool {
+    done >= mark.saturating_add(every) && done < total
+}
+
+impl Shared<'_> {
+    /// True once the load ends early: a read failed, or the reporter said
+    /// stop. Nothing more is reported then.
+    fn halted(&self) -> bool {
+        self.error.is_some() || self.stop
+    }
 }
 
 #[cfg(test)]
@@ -1154,6 +1169,60 @@ mod tests {
         let header = format!(r#"{{"w":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}}}}"#);
         let data = noise(n, 7);
         (build(&header, &data), data)
+    }
+
+    #[test]
+    fn a_report_is_due_each_whole_step_until_the_end() {
+        // Steps of 100 bytes, of 1000.
+        assert!(!report_due(99, 0, 100, 1000));
+        assert!(report_due(100, 0, 100, 1000));
+        assert!(!report_due(199, 100, 100, 1000));
+        assert!(report_due(200, 100, 100, 1000));
+        assert!(report_due(999, 800, 100, 1000));
+        // The end is `finish`'s to report, once.
+        assert!(!report_due(1000, 900, 100, 1000));
+        assert!(!report_due(1000, 0, 100, 1000));
+        // No overflow near the top of the range.
+        assert!(!report_due(u64::MAX - 1, u64::MAX - 10, 100, u64::MAX));
+    }
+
+    #[test]
+    fn a_load_that_failed_or_was_stopped_is_halted() {
+        let shared = |stop, error: Option<(u64, Error)>| Shared {
+            queue: Vec::new().into_iter(),
+            issued: 0,
+            limit: 0,
+            stop,
+            error,
+            running: 1,
+        };
+        assert!(!shared(false, None).halted());
+        assert!(shared(true, None).halted());
+        let failed = Error::WorkerFailed { task: "a test" };
+        assert!(shared(false, Some((0, failed))).halted());
+    }
+
+    /// A load with the default interval (64 MiB) reports a 3 MiB file once,
+    /// at the end.
+    #[test]
+    fn the_default_interval_reports_a_small_load_at_the_end_only() {
+        let (f, _) = one_big(3 << 20);
+        let file = open(&f.0, Backend::Pread);
+        let mut calls = Vec::new();
+        let mut report = |d: u64, t: u64| {
+            calls.push((d, t));
+            ControlFlow::Continue(())
+        };
+        let options = LoadOptions {
+            threads: 2,
+            piece: 64 << 10,
+            report_every: 0,
+            direct: false,
+            huge_pages: HugePages::Keep,
+        };
+        let outcome = load_all(&file, options, Some(&mut report)).unwrap();
+        assert_eq!(outcome, Outcome::Done);
+        assert_eq!(calls, vec![(3 << 20, 3 << 20)]);
     }
 
     #[test]
