@@ -331,6 +331,53 @@ pub(crate) mod tests {
             .unwrap()
     }
 
+    /// Resident memory (KiB) of the mapping holding `addr`.
+    fn rss_kib(addr: usize) -> u64 {
+        smaps_field(addr, "Rss:")
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// `populate_read` maps the pages of the range it is given into a
+    /// read-only mapping no one has touched, not the whole file; the shared
+    /// mapping's does the same for its range. (The kernel may map a little
+    /// more than asked: neighbours of a fault, a huge folio whole.)
+    #[test]
+    fn populate_read_maps_the_pages_of_its_range() {
+        let file = crate::testfs::TempFile::with("populate", &vec![5u8; 16 << 20]);
+        let f = File::open(&file).unwrap();
+        let map = map_read_only(&f).unwrap();
+        let base = map.as_ptr() as usize;
+        assert_eq!(rss_kib(base), 0, "nothing touched yet");
+        populate_read(&map, 4 << 20, 4 << 20).unwrap();
+        let rss = rss_kib(base);
+        assert!((4 << 10..=8 << 10).contains(&rss), "{rss} KiB");
+        let shared = Arc::new(SharedMap::map(&f).unwrap());
+        let base = shared.raw.as_ptr() as usize;
+        assert_eq!(rss_kib(base), 0, "nothing touched yet");
+        shared.populate_read(4 << 20, 4 << 20).unwrap();
+        let rss = rss_kib(base);
+        assert!((4 << 10..=8 << 10).contains(&rss), "{rss} KiB");
+    }
+
+    /// Ranges are taken once each, inside the mapping, and never empty.
+    #[test]
+    fn a_shared_map_hands_out_non_empty_ranges_inside_it_once() {
+        let file = crate::testfs::TempFile::with("take", &[1u8; 10_000]);
+        let map = Arc::new(SharedMap::map(&File::open(&file).unwrap()).unwrap());
+        assert!(map.take(100, 0).is_none(), "empty");
+        assert!(map.take(9_000, 1_001).is_none(), "past the end");
+        assert!(map.take(usize::MAX, 2).is_none(), "overflowing");
+        let first = map.take(100, 50).unwrap();
+        assert_eq!(first.as_slice(), &[1u8; 50]);
+        assert!(map.take(149, 1).is_none(), "overlaps the end of the first");
+        assert!(map.take(50, 51).is_none(), "overlaps its start");
+        assert!(map.take(50, 50).is_some(), "ends where the first starts");
+        assert!(map.take(150, 9_850).is_some(), "from its end to the file's");
+    }
+
     /// A region dropped while others are alive frees the pages written in
     /// it (whole pages only), and leaves its neighbours' bytes alone.
     #[test]
