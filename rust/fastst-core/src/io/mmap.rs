@@ -386,11 +386,14 @@ pub(crate) mod tests {
         let path = crate::testfs::TempFile::with("region", &vec![7u8; n]);
         let file = File::open(&path).unwrap();
         let map = Arc::new(SharedMap::map(&file).unwrap());
-        // Regions that do not start or end on page boundaries.
+        // Regions that do not start or end on page boundaries, with
+        // neighbours on both sides of a sharing its first and last pages.
         let (a_at, a_len) = (100, (4 << 20) - 200);
+        let mut z = map.take(0, a_at).unwrap();
         let mut a = map.take(a_at, a_len).unwrap();
         let mut b = map.take(a_at + a_len, 4 << 20).unwrap();
         let mut c = map.take(a_at + a_len + (4 << 20), 1000).unwrap();
+        z.as_mut_slice().fill(9);
         a.as_mut_slice().fill(1);
         b.as_mut_slice().fill(2);
         c.as_mut_slice().fill(3);
@@ -403,10 +406,10 @@ pub(crate) mod tests {
         // its neighbours stay.
         assert!(before - after >= (4 << 10) - 8, "{before} -> {after} KiB");
         assert!(before - after <= 4 << 10, "{before} -> {after} KiB");
+        assert!(z.as_slice().iter().all(|&x| x == 9));
         assert!(b.as_slice().iter().all(|&x| x == 2));
         assert!(c.as_slice().iter().all(|&x| x == 3));
         // The last region dropped frees nothing itself: the mapping goes.
-        drop(b);
-        drop(c);
+        drop((z, b, c));
     }
 }
