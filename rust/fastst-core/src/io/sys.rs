@@ -379,6 +379,44 @@ mod tests {
         assert_eq!(cached, 1024, "4 MiB is 1024 pages");
     }
 
+    /// `advise_sequential_from` widens the kernel's read-ahead for the
+    /// descriptor: the same front-to-back reads of 1 MiB of a dropped
+    /// 16 MiB file bring more pages in with the hint than without it.
+    #[test]
+    fn advise_sequential_from_widens_read_ahead() {
+        use std::os::unix::fs::FileExt;
+        let path = crate::testfs::TempFile::with("sys-seq-from", &vec![3u8; 16 << 20]);
+        let cached_after_reads = |hint: bool| -> Option<u64> {
+            let file = File::open(&path).unwrap();
+            if !drop_cached(&file) {
+                return None;
+            }
+            assert_eq!(
+                cache_state(&file)
+                    .expect("cachestat (Linux 6.5 or later)")
+                    .0,
+                0
+            );
+            if hint {
+                advise_sequential_from(&file, 4096);
+            }
+            let mut page = [0u8; 4096];
+            for at in (0..1u64 << 20).step_by(4096) {
+                file.read_exact_at(&mut page, at).unwrap();
+            }
+            Some(cache_state(&file).unwrap().0)
+        };
+        let Some(plain) = cached_after_reads(false) else {
+            return; // a file system that keeps its files in memory
+        };
+        let hinted = cached_after_reads(true).unwrap();
+        assert!(plain >= 256, "{plain} pages: at least those read");
+        assert!(
+            hinted > plain,
+            "{hinted} pages with the hint, {plain} without"
+        );
+    }
+
     #[test]
     fn sync_range_waits_until_the_range_is_written() {
         let path = crate::testfs::TempFile::named("sys-sync");
