@@ -11,7 +11,7 @@ pub(crate) use mmap::{advise_no_huge_pages, cached_pages};
 #[cfg(target_os = "linux")]
 pub(crate) use sys::link_unnamed;
 #[cfg(all(test, target_os = "linux"))]
-pub(crate) use sys::{advise_random, drop_cached};
+pub(crate) use sys::{advise_random, drop_cached, tests::cache_state_of};
 pub(crate) use sys::{advise_sequential, advise_sequential_from, advise_willneed};
 pub(crate) use sys::{sync_range, SyncRange};
 

@@ -315,13 +315,19 @@ pub(crate) fn advise_random(file: &File) {
 #[cfg(test)]
 #[cfg(target_os = "linux")]
 #[allow(clippy::unwrap_used)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::io::{Seek, Write};
 
     /// `(cached, dirty, under writeback)` pages of the whole `file`, from
     /// `cachestat` (Linux 6.5); `None` where the kernel lacks it.
     fn cache_state(file: &File) -> Option<(u64, u64, u64)> {
+        cache_state_of(file, 0, 0)
+    }
+
+    /// As `cache_state`, for the pages of `[off, off + len)` (`len` 0: to
+    /// the end of the file).
+    pub(crate) fn cache_state_of(file: &File, off: u64, len: u64) -> Option<(u64, u64, u64)> {
         use std::os::unix::io::AsRawFd;
         #[repr(C)]
         struct Range {
@@ -338,7 +344,7 @@ mod tests {
             recently_evicted: u64,
         }
         const SYS_CACHESTAT: libc::c_long = 451;
-        let range = Range { off: 0, len: 0 };
+        let range = Range { off, len };
         let mut stat = Stat::default();
         // SAFETY: cachestat reads `range` and fills `stat`, both live
         // repr(C) structs of the kernel's layout; the descriptor is

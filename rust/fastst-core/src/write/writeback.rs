@@ -238,6 +238,56 @@ mod tests {
         }
     }
 
+    /// With writeback on, the writer leaves no page more than `lag` windows
+    /// behind it dirty or under writeback: it waited for them.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_writer_waits_for_the_windows_lag_behind_it() {
+        use crate::io::cache_state_of;
+        let (path, file) = temp_file("waits");
+        if !crate::io::drop_cached(&file) {
+            return; // a file system that keeps its files in memory
+        }
+        let w = 64u64 << 10;
+        let mut sink = FileSink::with_window(&file, true, w, 1);
+        for (n, chunk) in pattern(4 << 20).chunks(100_000).enumerate() {
+            sink.write_all(chunk).expect("write");
+            let behind = sink.on_device();
+            assert_eq!(
+                behind,
+                (sink.position() - sink.position() % w).saturating_sub(w)
+            );
+            if behind > 0 {
+                let (_, dirty, writeback) =
+                    cache_state_of(&file, 0, behind).expect("cachestat (Linux 6.5 or later)");
+                assert_eq!(
+                    (dirty, writeback),
+                    (0, 0),
+                    "after write {n}, {behind} bytes behind"
+                );
+            }
+        }
+        drop(path);
+    }
+
+    /// `FileSink::new` hands the device windows of 8 MiB and waits for
+    /// those 8 windows (64 MiB) behind the writer: after 72 MiB, the first
+    /// window is on the device.
+    #[test]
+    fn new_sinks_use_windows_of_8_mib_and_wait_64_mib_behind() {
+        let (_path, file) = temp_file("defaults");
+        let mut sink = FileSink::new(&file, true);
+        let data = pattern(1 << 20);
+        for _ in 0..71 {
+            sink.write_all(&data).expect("write");
+        }
+        assert_eq!(sink.on_device(), 0);
+        sink.write_all(&data).expect("write");
+        if sink.overlapping() {
+            assert_eq!(sink.on_device(), 8 << 20);
+        }
+    }
+
     #[test]
     fn window_is_rounded_to_pages_and_writes_stop_at_boundaries() {
         let (path, file) = temp_file("round");
