@@ -495,7 +495,7 @@ impl<'a> Worker<'_, 'a> {
             if g.stop {
                 return None;
             }
-            if g.issued < g.limit {
+            if g.issued < g.limit || g.queue.len() == 0 {
                 let part = g.queue.next()?;
                 g.issued += part.len as u64;
                 return Some((part.begin, part));
@@ -1169,6 +1169,51 @@ mod tests {
         let header = format!(r#"{{"w":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}}}}"#);
         let data = noise(n, 7);
         (build(&header, &data), data)
+    }
+
+    /// A worker leaves once every request is handed out, even when the
+    /// bytes issued have reached the limit: the caller raises the limit
+    /// only while reports are due, and the last bytes are never due (they
+    /// were a hang when the last report set the limit to the total).
+    #[test]
+    fn a_worker_leaves_when_nothing_is_left_whatever_the_limit() {
+        let (f, _) = one_big(1 << 10);
+        let file = open(&f.0, Backend::Pread);
+        for (queued, issued, limit) in [(0, 3, 3), (0, 5, 3), (0, 0, 0)] {
+            let shared = Mutex::new(Shared {
+                queue: Vec::with_capacity(queued).into_iter(),
+                issued,
+                limit,
+                stop: false,
+                error: None,
+                running: 1,
+            });
+            let (wake_workers, done) = (Condvar::new(), AtomicU64::new(0));
+            let caller = std::thread::current();
+            let worker = Worker {
+                reader: Reader {
+                    file: &file,
+                    direct: None,
+                    buffer_len: 1,
+                },
+                shared: &shared,
+                wake_workers: &wake_workers,
+                done: &done,
+                caller: &caller,
+            };
+            let (tx, rx) = std::sync::mpsc::channel();
+            let waited = std::thread::scope(|s| {
+                s.spawn(|| tx.send(worker.next().is_none()).unwrap());
+                let got = rx.recv_timeout(Duration::from_secs(20));
+                if got.is_err() {
+                    // Let a waiting worker go, so the test fails, not hangs.
+                    shared.lock().unwrap().stop = true;
+                    wake_workers.notify_all();
+                }
+                got
+            });
+            assert_eq!(waited, Ok(true), "issued {issued}, limit {limit}");
+        }
     }
 
     #[test]
