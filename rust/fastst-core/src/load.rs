@@ -1247,10 +1247,9 @@ mod tests {
         assert!(shared(false, Some((0, failed))).halted());
     }
 
-    /// A load with the default interval (64 MiB) reports a 3 MiB file once,
-    /// at the end.
-    #[test]
-    fn the_default_interval_reports_a_small_load_at_the_end_only() {
+    /// The `(done, total)` reports of a complete 3 MiB load in pieces of
+    /// 64 KiB on two threads, reporting every `report_every` bytes.
+    fn reports_of_a_3_mib_load(report_every: u64) -> Vec<(u64, u64)> {
         let (f, _) = one_big(3 << 20);
         let file = open(&f.0, Backend::Pread);
         let mut calls = Vec::new();
@@ -1261,12 +1260,20 @@ mod tests {
         let options = LoadOptions {
             threads: 2,
             piece: 64 << 10,
-            report_every: 0,
+            report_every,
             direct: false,
             huge_pages: HugePages::Keep,
         };
         let outcome = load_all(&file, options, Some(&mut report)).unwrap();
         assert_eq!(outcome, Outcome::Done);
+        calls
+    }
+
+    /// A load with the default interval (64 MiB) reports a 3 MiB file once,
+    /// at the end.
+    #[test]
+    fn the_default_interval_reports_a_small_load_at_the_end_only() {
+        let calls = reports_of_a_3_mib_load(0);
         assert_eq!(calls, vec![(3 << 20, 3 << 20)]);
     }
 
@@ -1282,22 +1289,7 @@ mod tests {
 
     #[test]
     fn progress_is_reported_in_steps_and_at_the_end() {
-        let (f, _) = one_big(3 << 20);
-        let file = open(&f.0, Backend::Pread);
-        let mut calls = Vec::new();
-        let mut report = |d: u64, t: u64| {
-            calls.push((d, t));
-            ControlFlow::Continue(())
-        };
-        let options = LoadOptions {
-            threads: 2,
-            piece: 64 << 10,
-            report_every: 1 << 20,
-            direct: false,
-            huge_pages: HugePages::Keep,
-        };
-        let outcome = load_all(&file, options, Some(&mut report)).unwrap();
-        assert_eq!(outcome, Outcome::Done);
+        let calls = reports_of_a_3_mib_load(1 << 20);
         let total = 3u64 << 20;
         assert_eq!(calls.last(), Some(&(total, total)));
         // Workers wait two steps (plus one request) ahead of the last report,
