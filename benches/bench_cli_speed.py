@@ -2,9 +2,9 @@
 
     python benches/bench_cli_speed.py [--rounds N]
 
-- diff: ``fastst.inspect``'s diff of two ~1 GB checkpoints (the benchmark's
+- diff: ``fastst.tools.inspect``'s diff of two ~1 GB checkpoints (the benchmark's
   Llama-like BF16 file and a copy with one tensor changed) against hashing
-  both files (``fastst.inspect.hash_file`` on each: SHA-256 and the other
+  both files (``fastst.tools.inspect.hash_file`` on each: SHA-256 and the other
   hashes in one pass). Target: diff throughput at least 0.8 of hashing's.
 - convert: ``fastst convert``'s function (PyTorch pickle -> safetensors,
   ``torch.load(weights_only=True)``, shared tensors once, read-back check)
@@ -71,8 +71,8 @@ def main() -> int:
     import safetensors.torch
     import torch
     from fastst import inspect as fi
-    from fastst._convert import convert_pickle
-    from fastst._diff import diff
+    from fastst.tools.convert import convert_pickle
+    from fastst.tools.diff import diff
 
     out_fastst = BENCH_DIR / "bench-convert-fastst.safetensors"
     out_ref = BENCH_DIR / "bench-convert-reference.safetensors"

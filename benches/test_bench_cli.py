@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, List
 
-import fastst.inspect as fi
+import fastst.tools.inspect as fi
 import pytest
 import safetensors
 

@@ -177,7 +177,7 @@ def test_sign_and_verify_vs_model_signing(
 
 
 def test_ten_files_hashed_in_parallel(benchmark: pytest.FixtureRequest, ten_files: Path) -> None:
-    from fastst.provenance.hashing import Piece, hash_pieces, list_model
+    from fastst.tools.provenance.hashing import Piece, hash_pieces, list_model
     from model_signing import hashing as ms_hashing
 
     files, problems = list_model(str(ten_files))

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict
 
-import fastst.inspect as fi
 import fastst.numpy
+import fastst.tools.inspect as fi
 import numpy as np
 import pytest
 from cli_files import run, run_envelope

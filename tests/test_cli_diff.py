@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict
 
-import fastst.inspect as fi
 import fastst.numpy
+import fastst.tools.inspect as fi
 import ml_dtypes
 import numpy as np
 import pytest

@@ -9,7 +9,7 @@ import struct
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-import fastst.inspect as fi
+import fastst.tools.inspect as fi
 import numpy as np
 import pytest
 import safetensors.numpy

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Callable, Dict, Tuple
 
 import fastst
-import fastst.inspect as fi
 import fastst.numpy
+import fastst.tools.inspect as fi
 import numpy as np
 import pytest
 from cli_files import run, run_envelope

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Dict
 
-import fastst.inspect as fi
+import fastst.tools.inspect as fi
 import ml_dtypes
 import numpy as np
 import pytest

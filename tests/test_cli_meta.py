@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Dict
 
-import fastst.inspect as fi
+import fastst.tools.inspect as fi
 import numpy as np
 import pytest
 import safetensors.numpy

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 import fastst
-import fastst.inspect as fi
+import fastst.tools.inspect as fi
 import ml_dtypes
 import numpy as np
 import pytest

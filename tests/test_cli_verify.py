@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple
 
 import fastst
-import fastst.inspect as fi
+import fastst.tools.inspect as fi
 import jsonschema
 import numpy as np
 import pytest

@@ -14,8 +14,8 @@ import textwrap
 from pathlib import Path
 
 import fastst
-import fastst.inspect
 import fastst.numpy as fnp
+import fastst.tools.inspect
 import numpy as np
 import pytest
 
@@ -74,7 +74,7 @@ def test_sockets_and_devices_are_refused(tmp_path: Path, kind: str) -> None:
         with pytest.raises(fastst.FileAccessError):
             fnp.load_file(path)
         with pytest.raises(fastst.FileAccessError):
-            fastst.inspect.hash_file(path)
+            fastst.tools.inspect.hash_file(path)
     finally:
         if kind == "socket":
             server.close()

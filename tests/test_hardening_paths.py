@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import fastst
-import fastst.inspect as fi
 import fastst.numpy as fnp
+import fastst.tools.inspect as fi
 import numpy as np
 import pytest
 

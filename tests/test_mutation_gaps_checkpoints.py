@@ -8,8 +8,8 @@ import json
 import random
 
 import fastst
-import fastst.inspect
 import fastst.numpy
+import fastst.tools.inspect
 import numpy as np
 import pytest
 
@@ -33,7 +33,7 @@ def test_iter_inputs_lists_a_folder_sorted(tmp_path):
     random.Random(3).shuffle(names)
     for name in names:  # created in a shuffled order
         fastst.numpy.save_file({"x": np.zeros(1, np.float32)}, tmp_path / name)
-    got = list(fastst.inspect.iter_inputs([tmp_path]))
+    got = list(fastst.tools.inspect.iter_inputs([tmp_path]))
     assert got == [("file", str(tmp_path / n)) for n in sorted(names)]
 
 
@@ -45,7 +45,7 @@ def test_checkpoint_metadata_rejects_an_index_of_the_wrong_shape(tmp_path):
         index = tmp_path / "model.safetensors.index.json"
         index.write_text(json.dumps(bad))
         with pytest.raises(fastst.SafetensorError) as err:
-            fastst.inspect.checkpoint_metadata(index)
+            fastst.tools.inspect.checkpoint_metadata(index)
         assert err.value.rule == "index-shape"
         assert "weight_map" in str(err.value)
 
@@ -58,13 +58,13 @@ def test_verify_checkpoint_counts_checked_values(tmp_path):
         {"a": "s1.safetensors", "b": "s1.safetensors", "c": "s2.safetensors"},
         {"s1.safetensors": ["a", "b"], "s2.safetensors": ["c"]},
     )
-    report = fastst.inspect.verify_checkpoint(index, values=True)
+    report = fastst.tools.inspect.verify_checkpoint(index, values=True)
     per_shard = [
-        fastst.inspect.verify_file(tmp_path / s, values=True)["values_checked"]
+        fastst.tools.inspect.verify_file(tmp_path / s, values=True)["values_checked"]
         for s in ("s1.safetensors", "s2.safetensors")
     ]
     assert report["values_checked"] == sum(per_shard) == 3  # tensors whose values were read
-    assert fastst.inspect.verify_checkpoint(index)["values_checked"] is None
+    assert fastst.tools.inspect.verify_checkpoint(index)["values_checked"] is None
 
 
 def test_verify_checkpoint_names_the_other_shard_of_a_duplicate(tmp_path):
@@ -75,7 +75,7 @@ def test_verify_checkpoint_names_the_other_shard_of_a_duplicate(tmp_path):
         {"a": "s1.safetensors", "b": "s2.safetensors"},
         {"s1.safetensors": ["a"], "s2.safetensors": ["a", "b"]},
     )
-    report = fastst.inspect.verify_checkpoint(index)
+    report = fastst.tools.inspect.verify_checkpoint(index)
     dups = [f for f in report["findings"] if f["rule"] == "shard-duplicate-tensor"]
     assert dups, report["findings"]
     for finding in dups:

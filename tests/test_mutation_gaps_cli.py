@@ -157,10 +157,10 @@ def test_sarif_artifact_uris_of_absolute_and_relative_paths(tmp_path, capsys, mo
 
 def test_provenance_text_escapes_controls_but_not_spaces():
     """The provenance commands' terminal text goes through the one escaping
-    rule of the command (fastst.cli.text.escape): control, C1, bidi and
+    rule of the command (fastst._text.escape): control, C1, bidi and
     line-breaking characters escaped, everything printable kept as it is, the
     space included (mutant: the control range stretched over the space)."""
-    from fastst.provenance.cli_render import clean
+    from fastst.cli.provenance_render import clean
 
     assert clean("model weights/a b.safetensors") == "model weights/a b.safetensors"
     assert clean("~ é 模型") == "~ é 模型"

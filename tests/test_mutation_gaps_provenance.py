@@ -8,11 +8,12 @@ import fastst
 import fastst.numpy
 import numpy as np
 import pytest
+from fastst.tools import provenance
 
 pytest.importorskip("cryptography")
 from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from fastst.provenance.hashing import read_regular  # noqa: E402
+from fastst.tools.provenance.hashing import read_regular  # noqa: E402
 
 
 @pytest.fixture()
@@ -35,7 +36,7 @@ def signed(tmp_path):
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
-    fastst.sign(model, private)
+    provenance.sign(model, private)
     return model, public
 
 
@@ -53,11 +54,11 @@ def test_verify_with_a_file_that_is_no_key(signed, tmp_path, content):
     certificate is a ProvenanceError naming the file (mutant: the raise
     dropped, so verifying goes on with no key)."""
     model, public = signed
-    assert fastst.verify_signature(model, public_key=public).verified
+    assert provenance.verify_signature(model, public_key=public).verified
     junk = tmp_path / "junk.pem"
     junk.write_bytes(content)
     with pytest.raises(fastst.ProvenanceError, match="not a PEM public key or certificate") as err:
-        fastst.verify_signature(model, public_key=junk)
+        provenance.verify_signature(model, public_key=junk)
     assert err.value.filename == str(junk)
 
 
@@ -81,7 +82,7 @@ def test_a_public_key_file_over_its_limit_is_refused(signed, tmp_path):
     big = tmp_path / "big.pem"
     big.write_bytes(public.read_bytes() + b"\n" * (1 << 20))
     with pytest.raises(fastst.ProvenanceError, match="larger than 1048576 bytes"):
-        fastst.verify_signature(model, public_key=big)
+        provenance.verify_signature(model, public_key=big)
 
 
 def _sharded_folder(folder):
@@ -101,11 +102,11 @@ def test_sbom_counts_every_file_it_describes(tmp_path):
     folder = _sharded_folder(tmp_path / "llm")
     shards = sorted(p.name for p in folder.glob("*.safetensors"))
     assert len(shards) == 2
-    whole = fastst.sbom(folder)
+    whole = provenance.sbom(folder)
     assert (whole.checkpoints, whole.files) == (1, 4)  # 2 shards + index + config.json
-    index = fastst.sbom(folder / "model.safetensors.index.json")
+    index = provenance.sbom(folder / "model.safetensors.index.json")
     assert (index.checkpoints, index.files) == (1, 3)
-    single = fastst.sbom(folder / shards[0])
+    single = provenance.sbom(folder / shards[0])
     assert (single.checkpoints, single.files) == (1, 1)
 
 
@@ -123,7 +124,7 @@ def test_sbom_model_card_trigger_words_only_when_there_are_some(tmp_path):
     fastst.numpy.save_file({"w": np.zeros(2, dtype=np.float32)}, without)
 
     def card_props(path):
-        (component,) = fastst.sbom(path).document["components"]
+        (component,) = provenance.sbom(path).document["components"]
         return {p["name"]: p["value"] for p in component["modelCard"]["properties"]}
 
     assert card_props(with_words)["fastst:trigger_words"] == "catstyle, sks cat"
@@ -139,13 +140,13 @@ def test_sign_keeps_git_files_only_when_asked(signed, tmp_path):
     (model / ".gitattributes").write_text("*.safetensors filter=lfs\n")
     (model / "config.json").write_text("{}")
     private = tmp_path / "private.pem"
-    everything = fastst.sign(model, private, ignore_git_paths=False)
+    everything = provenance.sign(model, private, ignore_git_paths=False)
     assert [f.name for f in everything.files] == [
         ".gitattributes",
         "config.json",
         "model.safetensors",
     ]
-    default = fastst.sign(model, private)
+    default = provenance.sign(model, private)
     assert [f.name for f in default.files] == ["config.json", "model.safetensors"]
 
 
@@ -156,11 +157,11 @@ def test_verify_reports_a_signed_file_that_cannot_be_read(signed, tmp_path, monk
     went unexplained)."""
     import errno
 
-    import fastst.provenance.hashing as hashing
+    import fastst.tools.provenance.hashing as hashing
 
     model, public = signed
     (model / "config.json").write_text('{"hidden_size": 4}')
-    fastst.sign(model, tmp_path / "private.pem")
+    provenance.sign(model, tmp_path / "private.pem")
     real = hashing.hash_range
 
     def failing(path, *args, **kwargs):
@@ -169,7 +170,7 @@ def test_verify_reports_a_signed_file_that_cannot_be_read(signed, tmp_path, monk
         return real(path, *args, **kwargs)
 
     monkeypatch.setattr(hashing, "hash_range", failing)
-    result = fastst.verify_signature(model, public_key=public)
+    result = provenance.verify_signature(model, public_key=public)
     assert not result.verified
     assert [(f.rule, f.message) for f in result.findings] == [
         ("signature-special-file", "config.json: cannot be read: Input/output error")
@@ -264,8 +265,8 @@ def test_signing_certificate_needs_one_of_the_two_usages(tmp_path, usage, extend
     model = tmp_path / "model"
     model.mkdir()
     fastst.numpy.save_file({"w": np.ones(3, dtype=np.float32)}, model / "model.safetensors")
-    fastst.sign(model, files["leaf_key"], certificate=files["leaf"])
-    result = fastst.verify_signature(model, certificate_chain=[files["root"]])
+    provenance.sign(model, files["leaf_key"], certificate=files["leaf"])
+    result = provenance.verify_signature(model, certificate_chain=[files["root"]])
     assert result.verified, result.findings
 
 
@@ -276,7 +277,7 @@ def test_verify_reports_its_own_duration(signed, tmp_path):
 
     model, public = signed
     start = time.perf_counter()
-    ok = fastst.verify_signature(model, public_key=public)
+    ok = provenance.verify_signature(model, public_key=public)
     other = ec.generate_private_key(ec.SECP256R1()).public_key()
     wrong = tmp_path / "other.pem"
     wrong.write_bytes(
@@ -284,7 +285,7 @@ def test_verify_reports_its_own_duration(signed, tmp_path):
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
-    bad = fastst.verify_signature(model, public_key=wrong)
+    bad = provenance.verify_signature(model, public_key=wrong)
     elapsed = time.perf_counter() - start
     assert ok.verified and not bad.verified
     for result in (ok, bad):

@@ -1,4 +1,4 @@
-"""CycloneDX 1.6 ML-BOMs: fastst.sbom and `fastst sbom`, validated against the
+"""CycloneDX 1.6 ML-BOMs: provenance.sbom and `fastst sbom`, validated against the
 CycloneDX 1.6 JSON schema shipped with cyclonedx-python-lib."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import fastst
 import pytest
 from conftest import raw_file
 from fastst.cli import main
-from fastst.provenance import ProvenanceError
-from fastst.provenance.sbom import validate
+from fastst.tools import provenance
+from fastst.tools.provenance import ProvenanceError
+from fastst.tools.provenance.sbom import validate
 
 KOHYA = {
     "ss_output_name": "cat_lora",
@@ -77,7 +78,7 @@ def _sharded(folder: Path) -> Path:
 
 
 def test_single_file_bom_is_valid_cyclonedx_1_6(lora: Path) -> None:
-    result = fastst.sbom(lora)
+    result = provenance.sbom(lora)
     assert validate(result.document) == []
     assert validate(result.text) == []
     doc = result.document
@@ -119,7 +120,7 @@ def test_single_file_bom_is_valid_cyclonedx_1_6(lora: Path) -> None:
 def test_sharded_checkpoint_is_one_component_with_its_shards(tmp_path: Path) -> None:
     folder = _sharded(tmp_path / "llm")
     for target in (folder, folder / "model.safetensors.index.json"):
-        result = fastst.sbom(target)
+        result = provenance.sbom(target)
         assert validate(result.document) == []
         models = [c for c in result.document["components"] if c["type"] == "machine-learning-model"]
         assert len(models) == 1
@@ -152,7 +153,7 @@ def test_folder_with_several_checkpoints(tmp_path: Path, lora: Path) -> None:
         (folder / f"m{i}.safetensors").write_bytes(
             raw_file({"x": ("U8", [i + 1], b"\x07" * (i + 1))})
         )
-    result = fastst.sbom(folder)
+    result = provenance.sbom(folder)
     assert validate(result.document) == []
     names = sorted(c["name"] for c in result.document["components"])
     assert names == ["m0.safetensors", "m1.safetensors", "m2.safetensors"]
@@ -160,10 +161,10 @@ def test_folder_with_several_checkpoints(tmp_path: Path, lora: Path) -> None:
 
 
 def test_validator_is_not_vacuous(lora: Path) -> None:
-    doc = fastst.sbom(lora).document
+    doc = provenance.sbom(lora).document
     doc["components"][0]["type"] = "not-a-type"
     assert validate(doc)
-    doc = fastst.sbom(lora).document
+    doc = provenance.sbom(lora).document
     doc["components"][0]["modelCard"]["modelParameters"]["unknown"] = 1
     assert validate(doc)
 
@@ -177,7 +178,7 @@ def test_hostile_metadata_stays_valid(tmp_path: Path) -> None:
     }
     path = tmp_path / "h.safetensors"
     path.write_bytes(raw_file({"w": ("F32", [1], b"\0" * 4)}, md))
-    result = fastst.sbom(path)
+    result = provenance.sbom(path)
     assert validate(result.document) == []
     assert result.document["components"][0]["name"] == "evil\x1b[2J\u202ename"
     assert "\x1b" not in result.text  # JSON escapes control characters
@@ -187,23 +188,23 @@ def test_bad_inputs_raise_clear_errors(tmp_path: Path) -> None:
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{")
     with pytest.raises(fastst.SafetensorError):
-        fastst.sbom(bad)
+        provenance.sbom(bad)
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(ProvenanceError):
-        fastst.sbom(empty)
+        provenance.sbom(empty)
     with pytest.raises(ProvenanceError):
-        fastst.sbom(tmp_path / "absent")
+        provenance.sbom(tmp_path / "absent")
     folder = _sharded(tmp_path / "broken")
     (folder / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(ProvenanceError) as info:
-        fastst.sbom(folder)
+        provenance.sbom(folder)
     assert info.value.rule == "signature-missing-shard"
     link_dir = tmp_path / "links"
     link_dir.mkdir()
     (link_dir / "a.safetensors").symlink_to(bad)
     with pytest.raises(ProvenanceError) as info:
-        fastst.sbom(link_dir)
+        provenance.sbom(link_dir)
     assert info.value.rule == "signature-symlink"
 
 

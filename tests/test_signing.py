@@ -1,4 +1,4 @@
-"""Model signatures: fastst.sign / fastst.verify_signature and the CLI, tested
+"""Model signatures: provenance.sign / provenance.verify_signature and the CLI, tested
 for interoperability in both directions with the `model_signing` command
 (keys and certificates generated in the test), and against tampering."""
 
@@ -24,8 +24,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from fastst.cli import main
-from fastst.provenance import RULES, ProvenanceError, rules
-from fastst.provenance.hashing import Piece, hash_pieces, list_model, sort_key
+from fastst.tools import provenance
+from fastst.tools.provenance import RULES, ProvenanceError, rules
+from fastst.tools.provenance.hashing import Piece, hash_pieces, list_model, sort_key
 
 OUTPUT_SCHEMA = json.loads(
     Path(fastst.cli.__file__).with_name("output.schema.json").read_text("utf-8")
@@ -213,13 +214,13 @@ def test_rules_have_severities_and_summaries() -> None:
 
 def test_fastst_sign_then_fastst_verify(model: Path, keys: Dict[str, Tuple[Path, Path]]) -> None:
     priv, pub = keys["p256"]
-    signed = fastst.sign(model, priv)
+    signed = provenance.sign(model, priv)
     assert signed.signature == str(model / "model.sig")
     names = [f.name for f in signed.files]
     assert names == sorted(names, key=sort_key)
     assert "model.sig" not in names and ".hidden" in names and "sub/tokenizer.json" in names
     assert signed.findings == ()
-    result = fastst.verify_signature(model, public_key=pub)
+    result = provenance.verify_signature(model, public_key=pub)
     assert result.verified and result.signature_valid, result.findings
     assert result.files_checked == 6
     assert result.signed_model_name == "tiny-model"
@@ -233,7 +234,7 @@ def test_model_signing_signs_fastst_verifies(
     sig = model / "model.sig"
     r = ms("sign", "key", str(model), "--private_key", str(priv), "--signature", str(sig))
     assert r.returncode == 0, r.stderr
-    result = fastst.verify_signature(model, sig, public_key=pub)
+    result = provenance.verify_signature(model, sig, public_key=pub)
     assert result.verified, result.findings
     assert result.method == "key"
     # and a signature kept outside the folder
@@ -241,7 +242,7 @@ def test_model_signing_signs_fastst_verifies(
     outside = tmp_path / "outside.sig"
     r = ms("sign", "key", str(model), "--private_key", str(priv), "--signature", str(outside))
     assert r.returncode == 0, r.stderr
-    assert fastst.verify_signature(model, outside, public_key=pub).verified
+    assert provenance.verify_signature(model, outside, public_key=pub).verified
 
 
 @pytest.mark.parametrize("curve", ["p256", "p384"])
@@ -249,7 +250,7 @@ def test_fastst_signs_model_signing_verifies(
     model: Path, keys: Dict[str, Tuple[Path, Path]], curve: str
 ) -> None:
     priv, pub = keys[curve]
-    signed = fastst.sign(model, priv)
+    signed = provenance.sign(model, priv)
     r = ms("verify", "key", str(model), "--signature", signed.signature, "--public_key", str(pub))
     assert r.returncode == 0, r.stderr + r.stdout
     assert "Verification succeeded" in r.stdout
@@ -264,7 +265,7 @@ def test_single_file_interop_both_ways(
 ) -> None:
     priv, pub = keys["p256"]
     file = model / "model-00001-of-00002.safetensors"
-    signed = fastst.sign(file, priv, signature=tmp_path / "f.sig")
+    signed = provenance.sign(file, priv, signature=tmp_path / "f.sig")
     assert [f.name for f in signed.files] == ["."]
     r = ms(
         "verify", "key", str(file), "--signature", str(tmp_path / "f.sig"), "--public_key", str(pub)
@@ -274,19 +275,21 @@ def test_single_file_interop_both_ways(
         "sign", "key", str(file), "--private_key", str(priv), "--signature", str(tmp_path / "m.sig")
     )
     assert r.returncode == 0, r.stderr
-    assert fastst.verify_signature(file, tmp_path / "m.sig", public_key=pub).verified
+    assert provenance.verify_signature(file, tmp_path / "m.sig", public_key=pub).verified
     # default signature path of a file is FILE.sig
-    assert fastst.sign(file, priv).signature == str(file) + ".sig"
-    assert fastst.verify_signature(file, public_key=pub).verified
+    assert provenance.sign(file, priv).signature == str(file) + ".sig"
+    assert provenance.verify_signature(file, public_key=pub).verified
 
 
 def test_index_file_means_its_folder(model: Path, keys: Dict[str, Tuple[Path, Path]]) -> None:
     priv, pub = keys["p256"]
-    signed = fastst.sign(model / "model.safetensors.index.json", priv)
+    signed = provenance.sign(model / "model.safetensors.index.json", priv)
     assert signed.signature == str(model / "model.sig")
     r = ms("verify", "key", str(model), "--signature", signed.signature, "--public_key", str(pub))
     assert r.returncode == 0, r.stderr
-    assert fastst.verify_signature(model / "model.safetensors.index.json", public_key=pub).verified
+    assert provenance.verify_signature(
+        model / "model.safetensors.index.json", public_key=pub
+    ).verified
 
 
 def test_certificate_chain_interop_both_ways(
@@ -301,21 +304,21 @@ def test_certificate_chain_interop_both_ways(
         "--signature", str(sig),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    result = fastst.verify_signature(model, sig, certificate_chain=[pki["root"]])
+    result = provenance.verify_signature(model, sig, certificate_chain=[pki["root"]])
     assert result.verified, result.findings
     assert result.method == "certificate"
     # fastst signs with the certificate; model_signing checks the chain
     sig2 = tmp_path / "cert2.sig"
-    fastst.sign(
+    provenance.sign(
         model, pki["leaf_key"], signature=sig2, certificate=pki["leaf"],
         certificate_chain=[pki["inter"]],
     )  # fmt: skip
     r = ms("verify", "certificate", str(model), "--signature", str(sig2),
            "--certificate_chain", str(pki["root"]))  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert fastst.verify_signature(model, sig2, certificate_chain=[pki["root"]]).verified
+    assert provenance.verify_signature(model, sig2, certificate_chain=[pki["root"]]).verified
     # an unrelated root: untrusted
-    bad = fastst.verify_signature(model, sig2, certificate_chain=[pki["other_root"]])
+    bad = provenance.verify_signature(model, sig2, certificate_chain=[pki["other_root"]])
     assert not bad.verified and rules_of(bad) == ["signature-untrusted-certificate"]
     # a certificate signature checked with a bare key: one clear finding
     leaf_pub = tmp_path / "leaf.pub"
@@ -324,15 +327,15 @@ def test_certificate_chain_interop_both_ways(
         .public_key()
         .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
-    r2 = fastst.verify_signature(model, sig2, public_key=leaf_pub)
+    r2 = provenance.verify_signature(model, sig2, public_key=leaf_pub)
     assert not r2.verified and rules_of(r2) == ["signature-wrong-key"]
 
 
 def test_certificate_that_may_not_sign(model: Path, pki: Dict[str, Path], tmp_path: Path) -> None:
     sig = tmp_path / "weak.sig"
-    fastst.sign(model, pki["weak_key"], signature=sig, certificate=pki["weak"],
+    provenance.sign(model, pki["weak_key"], signature=sig, certificate=pki["weak"],
                 certificate_chain=[pki["inter"]])  # fmt: skip
-    result = fastst.verify_signature(model, sig, certificate_chain=[pki["root"]])
+    result = provenance.verify_signature(model, sig, certificate_chain=[pki["root"]])
     assert not result.verified
     assert rules_of(result) == ["signature-untrusted-certificate"]
     assert "not for signing" in result.findings[0].message
@@ -340,7 +343,7 @@ def test_certificate_that_may_not_sign(model: Path, pki: Dict[str, Path], tmp_pa
 
 def test_certificate_for_another_key_refused(model: Path, pki: Dict[str, Path], keys: Any) -> None:
     with pytest.raises(ProvenanceError) as info:
-        fastst.sign(model, keys["p256"][0], certificate=pki["leaf"])
+        provenance.sign(model, keys["p256"][0], certificate=pki["leaf"])
     assert info.value.rule == "signature-wrong-key"
 
 
@@ -348,7 +351,7 @@ def test_shards_serialization_verifies_with_model_signing_api(
     model: Path, keys: Dict[str, Tuple[Path, Path]]
 ) -> None:
     priv, pub = keys["p256"]
-    signed = fastst.sign(model, priv, shard_size=40)
+    signed = provenance.sign(model, priv, shard_size=40)
     assert signed.serialization["method"] == "shards"
     assert any(f.name.startswith("model-00001-of-00002.safetensors:40:") for f in signed.files)
     code = (
@@ -361,9 +364,9 @@ def test_shards_serialization_verifies_with_model_signing_api(
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert fastst.verify_signature(model, public_key=pub).verified
+    assert provenance.verify_signature(model, public_key=pub).verified
     (model / "config.json").write_text("{}")
-    result = fastst.verify_signature(model, public_key=pub)
+    result = provenance.verify_signature(model, public_key=pub)
     assert rules_of(result) == ["signature-file-changed"]
     assert result.findings[0].path == "config.json"
 
@@ -373,12 +376,12 @@ def test_git_paths_and_ignored_paths(model: Path, keys: Dict[str, Tuple[Path, Pa
     (model / ".git").mkdir()
     (model / ".git" / "HEAD").write_text("ref: x")
     (model / "notes.txt").write_text("local notes")
-    signed = fastst.sign(model, priv, ignore_paths=[model / "notes.txt"])
+    signed = provenance.sign(model, priv, ignore_paths=[model / "notes.txt"])
     assert ".git/HEAD" not in [f.name for f in signed.files]
     assert "notes.txt" in signed.serialization["ignore_paths"]
     (model / "notes.txt").write_text("changed notes")  # ignored: still verified
     (model / ".git" / "HEAD").write_text("ref: y")
-    assert fastst.verify_signature(model, public_key=pub).verified
+    assert provenance.verify_signature(model, public_key=pub).verified
     r = ms("verify", "key", str(model), "--signature", signed.signature, "--public_key", str(pub))
     assert r.returncode == 0, r.stderr
 
@@ -408,7 +411,7 @@ def test_tampered_tensor_bytes(signed_model: Tuple[Path, Path, Path]) -> None:
     data = bytearray(f.read_bytes())
     data[-1] ^= 0xFF
     f.write_bytes(bytes(data))
-    result = fastst.verify_signature(model, sig, public_key=pub)
+    result = provenance.verify_signature(model, sig, public_key=pub)
     assert not result.verified and result.signature_valid
     assert rules_of(result) == ["signature-file-changed"]
     assert result.findings[0].path == "model-00002-of-00002.safetensors"
@@ -419,7 +422,7 @@ def test_truncated_file(signed_model: Tuple[Path, Path, Path]) -> None:
     model, sig, pub = signed_model
     f = model / "model-00001-of-00002.safetensors"
     f.write_bytes(f.read_bytes()[:-10])
-    result = fastst.verify_signature(model, sig, public_key=pub)
+    result = provenance.verify_signature(model, sig, public_key=pub)
     assert rules_of(result) == ["signature-file-changed"]
     assert "strict reader now rejects it" in result.findings[0].message
 
@@ -428,7 +431,7 @@ def test_added_and_missing_files(signed_model: Tuple[Path, Path, Path]) -> None:
     model, sig, pub = signed_model
     (model / "extra.bin").write_bytes(b"new")
     (model / "sub" / "tokenizer.json").unlink()
-    result = fastst.verify_signature(model, sig, public_key=pub)
+    result = provenance.verify_signature(model, sig, public_key=pub)
     assert not result.verified
     assert sorted((f.rule, f.path) for f in result.findings) == [
         ("signature-file-added", "extra.bin"),
@@ -439,7 +442,7 @@ def test_added_and_missing_files(signed_model: Tuple[Path, Path, Path]) -> None:
 def test_missing_shard_is_reported_with_the_index(signed_model: Tuple[Path, Path, Path]) -> None:
     model, sig, pub = signed_model
     (model / "model-00002-of-00002.safetensors").unlink()
-    result = fastst.verify_signature(model, sig, public_key=pub)
+    result = provenance.verify_signature(model, sig, public_key=pub)
     assert ("signature-file-missing", "model-00002-of-00002.safetensors") in [
         (f.rule, f.path) for f in result.findings
     ]
@@ -450,20 +453,20 @@ def test_index_naming_an_unsigned_shard(model: Path, keys: Dict[str, Tuple[Path,
     index = json.loads((model / "model.safetensors.index.json").read_text())
     index["weight_map"]["c"] = "model-00003-of-00002.safetensors"
     (model / "model.safetensors.index.json").write_text(json.dumps(index))
-    signed = fastst.sign(model, priv)
+    signed = provenance.sign(model, priv)
     assert [f.rule for f in signed.findings] == ["signature-missing-shard"]
-    result = fastst.verify_signature(model, public_key=pub)
+    result = provenance.verify_signature(model, public_key=pub)
     assert rules_of(result) == ["signature-missing-shard"]
     assert not result.verified
 
 
 def test_signing_a_corrupt_safetensors_file_warns(model: Path, keys: Any) -> None:
     (model / "broken.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}")
-    signed = fastst.sign(model, keys["p256"][0])
+    signed = provenance.sign(model, keys["p256"][0])
     assert [(f.rule, f.path) for f in signed.findings] == [
         ("signature-safetensors-rejected", "broken.safetensors")
     ]
-    result = fastst.verify_signature(model, public_key=keys["p256"][1])
+    result = provenance.verify_signature(model, public_key=keys["p256"][1])
     assert rules_of(result) == ["signature-safetensors-rejected"]
 
 
@@ -472,12 +475,12 @@ def test_symlink_inside_the_model(signed_model: Tuple[Path, Path, Path], tmp_pat
     outside = tmp_path / "secret.txt"
     outside.write_text("outside")
     (model / "link.txt").symlink_to(outside)
-    result = fastst.verify_signature(model, sig, public_key=pub)
+    result = provenance.verify_signature(model, sig, public_key=pub)
     assert not result.verified
     assert rules_of(result) == ["signature-symlink"]
     assert result.findings[0].path == "link.txt"
     with pytest.raises(ProvenanceError) as info:
-        fastst.sign(model, pub.with_suffix(".pem"))
+        provenance.sign(model, pub.with_suffix(".pem"))
     assert info.value.rule == "signature-symlink"
     # model_signing refuses the same folder
     r = ms("verify", "key", str(model), "--signature", str(sig), "--public_key", str(pub))
@@ -489,20 +492,20 @@ def test_symlinks_allowed_when_asked(model: Path, keys: Any, tmp_path: Path) -> 
     target = tmp_path / "weights.bin"
     target.write_bytes(b"w" * 100)
     (model / "weights.bin").symlink_to(target)
-    signed = fastst.sign(model, priv, allow_symlinks=True)
+    signed = provenance.sign(model, priv, allow_symlinks=True)
     assert signed.serialization["allow_symlinks"] is True
-    assert fastst.verify_signature(model, public_key=pub, allow_symlinks=True).verified
+    assert provenance.verify_signature(model, public_key=pub, allow_symlinks=True).verified
     r = ms("verify", "key", str(model), "--signature", signed.signature, "--public_key", str(pub),
            "--allow_symlinks")  # fmt: skip
     assert r.returncode == 0, r.stderr
     # without the permission the link is reported, not followed
-    assert rules_of(fastst.verify_signature(model, public_key=pub)) == ["signature-symlink"]
+    assert rules_of(provenance.verify_signature(model, public_key=pub)) == ["signature-symlink"]
 
 
 def test_fifo_inside_the_model(signed_model: Tuple[Path, Path, Path]) -> None:
     model, sig, pub = signed_model
     os.mkfifo(model / "pipe")
-    result = fastst.verify_signature(model, sig, public_key=pub)
+    result = provenance.verify_signature(model, sig, public_key=pub)
     assert rules_of(result) == ["signature-special-file"]
     assert result.findings[0].path == "pipe"
 
@@ -515,42 +518,42 @@ def test_signature_of_another_model(
     other.mkdir()
     (other / "weights.safetensors").write_bytes(raw_file({"z": ("F32", [2], b"\0" * 8)}))
     other_sig = tmp_path / "other.sig"
-    fastst.sign(other, keys["p256"][0], signature=other_sig)
-    result = fastst.verify_signature(model, other_sig, public_key=pub)
+    provenance.sign(other, keys["p256"][0], signature=other_sig)
+    result = provenance.verify_signature(model, other_sig, public_key=pub)
     assert not result.verified
     assert rules_of(result) == ["signature-wrong-model"]
     assert "'other-model'" in result.findings[0].message
     # a single-file signature of another file
     f1 = model / "model-00001-of-00002.safetensors"
     f2 = model / "model-00002-of-00002.safetensors"
-    fastst.sign(f1, keys["p256"][0], signature=tmp_path / "f1.sig")
-    r = fastst.verify_signature(f2, tmp_path / "f1.sig", public_key=pub)
+    provenance.sign(f1, keys["p256"][0], signature=tmp_path / "f1.sig")
+    r = provenance.verify_signature(f2, tmp_path / "f1.sig", public_key=pub)
     assert rules_of(r) == ["signature-wrong-model"]
 
 
 def test_wrong_key(signed_model: Tuple[Path, Path, Path], keys: Any) -> None:
     model, sig, _ = signed_model
-    result = fastst.verify_signature(model, sig, public_key=keys["other"][1])
+    result = provenance.verify_signature(model, sig, public_key=keys["other"][1])
     assert not result.verified and not result.signature_valid
     assert rules_of(result) == ["signature-wrong-key"]
     # no key hint in the bundle: the signature check itself says so
     bundle = json.loads(sig.read_text())
     del bundle["verificationMaterial"]["publicKey"]["hint"]
     sig.write_text(json.dumps(bundle))
-    assert rules_of(fastst.verify_signature(model, sig, public_key=keys["other"][1])) == [
+    assert rules_of(provenance.verify_signature(model, sig, public_key=keys["other"][1])) == [
         "signature-wrong-key"
     ]
-    assert fastst.verify_signature(model, sig, public_key=signed_model[2]).verified
+    assert provenance.verify_signature(model, sig, public_key=signed_model[2]).verified
 
 
 @pytest.mark.parametrize("kind", ["rsa", "ed25519", "k1"])
 def test_wrong_key_type(signed_model: Tuple[Path, Path, Path], keys: Any, kind: str) -> None:
     model, sig, _ = signed_model
-    result = fastst.verify_signature(model, sig, public_key=keys[kind][1])
+    result = provenance.verify_signature(model, sig, public_key=keys[kind][1])
     assert rules_of(result) == ["signature-key-type"]
     assert not result.verified
     with pytest.raises(ProvenanceError) as info:
-        fastst.sign(model, keys[kind][0], signature=model.parent / "x.sig")
+        provenance.sign(model, keys[kind][0], signature=model.parent / "x.sig")
     assert info.value.rule == "signature-key-type"
     assert isinstance(info.value, fastst.SafetensorError)
 
@@ -607,7 +610,7 @@ def _corrupt(sig: Path, how: str) -> None:
 def test_corrupted_bundle(signed_model: Tuple[Path, Path, Path], how: str, rule: str) -> None:
     model, sig, pub = signed_model
     _corrupt(sig, how)
-    result = fastst.verify_signature(model, sig, public_key=pub)
+    result = provenance.verify_signature(model, sig, public_key=pub)
     assert not result.verified
     assert rules_of(result) == [rule]
 
@@ -651,7 +654,7 @@ def test_signed_but_invalid_statement(
     statement = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
     edit(statement)
     _resign(sig, keys["p256"][0], statement)
-    result = fastst.verify_signature(model, sig, public_key=pub)
+    result = provenance.verify_signature(model, sig, public_key=pub)
     assert rules_of(result) == [rule]
     assert not result.verified
 
@@ -669,7 +672,7 @@ def test_hostile_resource_names_are_never_opened(
     root = hashlib.sha256(b"".join(bytes.fromhex(r["digest"]) for r in res)).hexdigest()
     statement["subject"][0]["digest"]["sha256"] = root
     _resign(sig, keys["p256"][0], statement)
-    result = fastst.verify_signature(model, sig, public_key=pub)
+    result = provenance.verify_signature(model, sig, public_key=pub)
     assert [(f.rule, f.path) for f in result.findings] == [
         ("signature-file-missing", "../../etc/passwd")
     ]
@@ -703,7 +706,7 @@ def test_every_field_of_a_bundle_replaced_never_verifies_nor_raises(
                 continue
             node[path[-1]] = value
             bad.write_text(json.dumps(bundle))
-            result = fastst.verify_signature(model, bad, public_key=pub)
+            result = provenance.verify_signature(model, bad, public_key=pub)
             tried += 1
             assert len(result.findings) <= 1, (path, value, result.findings)
             if path[:1] == ("verificationMaterial",) or path[-1] == "keyid":
@@ -727,7 +730,7 @@ def test_resource_names_are_normalised_like_model_signing(
         if r["name"] == "sub/tokenizer.json":
             r["name"] = "sub/../sub/tokenizer.json"  # not collapsed: ".." is a name
     _resign(sig, keys["p256"][0], statement)
-    result = fastst.verify_signature(model, sig, public_key=pub)
+    result = provenance.verify_signature(model, sig, public_key=pub)
     assert sorted((f.rule, f.path) for f in result.findings) == [
         ("signature-file-added", "sub/tokenizer.json"),
         ("signature-file-missing", "sub/../sub/tokenizer.json"),
@@ -768,7 +771,7 @@ def keyless(tmp_path: Path) -> Tuple[Path, Path]:
 def _keyless(model: Path, sig: Path, **kw: Any) -> Any:
     args = dict(trust_root=_sigstore_root(), identity=SIGSTORE_IDENTITY, issuer=SIGSTORE_ISSUER)
     args.update(kw)
-    return fastst.verify_signature(model, sig, **args)
+    return provenance.verify_signature(model, sig, **args)
 
 
 def test_sigstore_keyless_bundle_verifies_offline(keyless: Tuple[Path, Path]) -> None:
@@ -824,7 +827,7 @@ def test_sigstore_mode_on_a_key_signed_bundle(
     with pytest.raises(ProvenanceError):
         _keyless(model, sig, trust_root=bogus)
     with pytest.raises(ProvenanceError):
-        fastst.verify_signature(model, sig, trust_root=_sigstore_root())  # no identity
+        provenance.verify_signature(model, sig, trust_root=_sigstore_root())  # no identity
 
 
 def test_cli_keyless(keyless: Tuple[Path, Path], capsys: Any) -> None:
@@ -840,28 +843,28 @@ def test_cli_keyless(keyless: Tuple[Path, Path], capsys: Any) -> None:
 
 def test_usage_errors(model: Path, keys: Any, tmp_path: Path) -> None:
     with pytest.raises(ProvenanceError):
-        fastst.verify_signature(model)  # no trust given
+        provenance.verify_signature(model)  # no trust given
     with pytest.raises(ProvenanceError):
-        fastst.verify_signature(
+        provenance.verify_signature(
             model, public_key=keys["p256"][1], certificate_chain=[keys["p256"][1]]
         )
     with pytest.raises(ProvenanceError):
-        fastst.verify_signature(tmp_path / "absent", public_key=keys["p256"][1])
+        provenance.verify_signature(tmp_path / "absent", public_key=keys["p256"][1])
     with pytest.raises(ProvenanceError):
-        fastst.sign(model, tmp_path / "absent.pem")
+        provenance.sign(model, tmp_path / "absent.pem")
     fifo = tmp_path / "sig.fifo"
     os.mkfifo(fifo)
     with pytest.raises(ProvenanceError, match="not a regular file"):  # at once, no hang
-        fastst.verify_signature(model, fifo, public_key=keys["p256"][1])
+        provenance.verify_signature(model, fifo, public_key=keys["p256"][1])
     with pytest.raises(ProvenanceError):
-        fastst.verify_signature(model, tmp_path, public_key=keys["p256"][1])
+        provenance.verify_signature(model, tmp_path, public_key=keys["p256"][1])
     with pytest.raises(ProvenanceError):
-        fastst.sign(model, fifo)
+        provenance.sign(model, fifo)
     (tmp_path / "junk.pem").write_text("not a key")
     with pytest.raises(ProvenanceError):
-        fastst.sign(model, tmp_path / "junk.pem")
+        provenance.sign(model, tmp_path / "junk.pem")
     with pytest.raises(ProvenanceError):
-        fastst.verify_signature(model, public_key=tmp_path / "junk.pem")
+        provenance.verify_signature(model, public_key=tmp_path / "junk.pem")
 
 
 def test_encrypted_private_key(model: Path, tmp_path: Path) -> None:
@@ -877,11 +880,11 @@ def test_encrypted_private_key(model: Path, tmp_path: Path) -> None:
     pub = tmp_path / "enc.pub"
     pub.write_bytes(_pem_public(key))
     with pytest.raises(ProvenanceError):
-        fastst.sign(model, priv)
+        provenance.sign(model, priv)
     with pytest.raises(ProvenanceError):
-        fastst.sign(model, priv, password="wrong")
-    fastst.sign(model, priv, password="s3cret")
-    assert fastst.verify_signature(model, public_key=pub).verified
+        provenance.sign(model, priv, password="wrong")
+    provenance.sign(model, priv, password="s3cret")
+    assert provenance.verify_signature(model, public_key=pub).verified
 
 
 # hashing -------------------------------------------------------------------------
@@ -1045,15 +1048,15 @@ def test_import_fastst_does_not_load_signing_libraries() -> None:
         "heavy = [m for m in ('cryptography', 'sigstore', 'sigstore_models', 'OpenSSL', "
         "'cyclonedx', 'model_signing') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
-        "assert callable(fastst.sign) and callable(fastst.verify_signature)\n"
-        "assert callable(fastst.sbom)\n"
+        "assert callable(provenance.sign) and callable(provenance.verify_signature)\n"
+        "assert callable(provenance.sbom)\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
 
 
 def test_missing_extra_is_a_clear_import_error() -> None:
-    from fastst.provenance.findings import MissingExtraError, require
+    from fastst.tools.provenance.findings import MissingExtraError, require
 
     with pytest.raises(MissingExtraError, match=r"fastst\[signing\]") as info:
         require("fastst_no_such_module_for_the_test")
@@ -1065,7 +1068,7 @@ def test_plain_verify_notices_a_file_signature(
     model: Path, keys: Dict[str, Tuple[Path, Path]], capsys: Any
 ) -> None:
     file = model / "model-00001-of-00002.safetensors"
-    fastst.sign(file, keys["p256"][0])
+    provenance.sign(file, keys["p256"][0])
     code, out, _ = run(["verify", str(file), "--json"], capsys)
     assert code == 0
     assert [s["path"] for s in json.loads(out)["signatures"]] == [str(file) + ".sig"]

@@ -9,7 +9,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-import fastst.inspect as fi
+import fastst.tools.inspect as fi
 import jsonschema
 import numpy as np
 import pytest

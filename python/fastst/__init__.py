@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ._errors import (
     ClosedFileError,
     DropinWarning,
@@ -56,9 +54,6 @@ __all__ = [
     "FileAccessError",
     "ProvenanceError",
     "MissingExtraError",
-    "sign",
-    "verify_signature",
-    "sbom",
     "FolderError",
     "HookError",
     "DropinWarning",
@@ -67,18 +62,3 @@ __all__ = [
     "installed",
     "_safe_open_handle",
 ]
-
-#: Provenance entry points, imported on first use (fastst.provenance).
-_LAZY = {"sign", "verify_signature", "sbom"}
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .provenance import sign, verify_signature
-    from .provenance.sbom import sbom
-
-
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        from . import provenance
-
-        return getattr(provenance, name)
-    raise AttributeError(f"module 'fastst' has no attribute {name!r}")

@@ -42,7 +42,7 @@ _FRAMING = frozenset(
 
 def identify(path: str) -> Optional[Dict[str, Any]]:
     """What ``path`` is when it is not a safetensors file, else None (see
-    :func:`fastst.inspect.identify`). Raises :class:`OSError` when ``path``
+    :func:`fastst.tools.inspect.identify`). Raises :class:`OSError` when ``path``
     cannot be examined."""
     st = os.stat(path)
     for test, kind, description in _SPECIAL:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from typing import Optional, Union
 
+from ._text import escape
+
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 
@@ -20,13 +22,9 @@ def os_path(path: PathLike) -> str:
 def progress_label(path: str, progress: bool) -> Optional[str]:
     """The label of the core's progress line for ``path`` (None: no line):
     the name with every character that could act on a terminal escaped
-    (:func:`fastst.cli.text.escape`, the one escaping rule), since a file's
+    (:func:`fastst._text.escape`, the one escaping rule), since a file's
     name may be hostile."""
-    if not progress:
-        return None
-    from .cli.text import escape  # on use: fastst.cli imports fastst's modules
-
-    return escape(path)
+    return escape(path) if progress else None
 
 
 def readable(path: str) -> str:

@@ -15,7 +15,7 @@ unpickler.
 ``convert`` the conversion, ``text`` escapes and measures untrusted text,
 ``render`` is where text goes (width, colour, numbers), ``report`` lays out
 each subcommand's text, ``sarif`` builds the SARIF log; the facts
-themselves come from :mod:`fastst.inspect`.
+themselves come from :mod:`fastst.tools.inspect`.
 """
 
 from __future__ import annotations

@@ -15,13 +15,13 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import numpy as np
 
-from .. import inspect as fi
-from .._diff import diff
 from .._errors import SafetensorError
 from .._identify import NOT_FILES
-from .._stale_temp import stale_temp_files
 from .._update import update_metadata
-from ..provenance import cli as prov
+from ..tools import inspect as fi
+from ..tools.diff import diff
+from ..tools.stale_temp import stale_temp_files
+from . import provenance as prov
 from . import render, report
 from .parser import build_parser, check_conflicts
 from .sarif import sarif_log
@@ -43,7 +43,7 @@ _READ_ERRORS = (OSError, SafetensorError, ValueError, KeyError, MemoryError)
 
 
 def _inputs(out: render.Out, paths: Sequence[str]) -> Iterator[Tuple[str, str]]:
-    """``(kind, path)`` for each input (see :func:`fastst.inspect.iter_inputs`);
+    """``(kind, path)`` for each input (see :func:`fastst.tools.inspect.iter_inputs`);
     a folder without any is an error."""
     for path in paths:
         found = False
@@ -217,7 +217,7 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
 def _stale_temp_notes(paths: Sequence[str]) -> List[Dict[str, Any]]:
     """Temporary files an interrupted save left in the folders verified (and
     beside the files verified), as notices shaped like
-    :func:`fastst.provenance.cli.unchecked_signatures`: ``rule``
+    :func:`fastst.cli.provenance.unchecked_signatures`: ``rule``
     (``stale-temp-file``), ``severity``, ``path`` and ``message``. They are
     reported, not counted against ``--fail-on``: they are not part of any
     input."""
@@ -235,7 +235,7 @@ def _stale_temp_notes(paths: Sequence[str]) -> List[Dict[str, Any]]:
 
 
 def _add_foreign(result: Dict[str, Any], found: Dict[str, Any]) -> None:
-    """Makes sure a file :func:`fastst.inspect.identify` recognised carries a
+    """Makes sure a file :func:`fastst.tools.inspect.identify` recognised carries a
     ``foreign-content`` finding saying what it is (the core's own finding
     covers executable formats; text, HTML, ONNX... are added here)."""
     message = fi.not_safetensors_message(found)

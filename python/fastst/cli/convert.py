@@ -1,5 +1,5 @@
 """``fastst convert IN OUT``: a PyTorch checkpoint to safetensors, loaded only
-with torch's restricted unpickler (see :mod:`fastst._convert`)."""
+with torch's restricted unpickler (see :mod:`fastst.tools.convert`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import argparse
 import os
 from typing import Any, Callable, Dict
 
-from .._convert import convert_pickle
 from .._sharded import parse_size
+from ..tools.convert import convert_pickle
 from . import render
 from .report import print_converted
 

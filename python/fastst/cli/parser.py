@@ -7,9 +7,9 @@ import argparse
 import sys
 from typing import Any
 
-from .. import inspect as fi
 from .._fastst import DEFAULT_HEADER_CAP, __version__
-from ..provenance import cli as prov
+from ..tools import inspect as fi
+from . import provenance as prov
 from . import render
 
 EXIT_USAGE = 2

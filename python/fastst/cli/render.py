@@ -4,7 +4,7 @@ plural formatting (the reports themselves are in :mod:`.report`; ``--json``
 and SARIF output are built elsewhere).
 
 Every line goes through :meth:`Out.print`, which escapes what a file controls
-(:func:`fastst.cli.text.escape`): one item per line always holds and no byte
+(:func:`fastst._text.escape`): one item per line always holds and no byte
 from a file reaches the terminal raw. Colour is added after escaping, only
 on a terminal, never with ``NO_COLOR`` or ``--color never``.
 """

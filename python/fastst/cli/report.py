@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .. import inspect as fi
+from ..tools import inspect as fi
 from .render import Out, count_text, plural, shape_text, size_text
 from .text import display_width, escape, fit, json_text, pad, wrap
 
@@ -32,8 +32,8 @@ def print_inspect(
     args: Any,
 ) -> None:
     """The ``inspect`` report of one file or checkpoint (``info`` from
-    :func:`fastst.inspect.inspect_file` or
-    :func:`fastst.inspect.inspect_checkpoint`, its table already filtered
+    :func:`fastst.tools.inspect.inspect_file` or
+    :func:`fastst.tools.inspect.inspect_checkpoint`, its table already filtered
     and sorted; ``shown``: the values asked for with ``--tensor``)."""
     out.print(("bold", info["path"]))
     shards = info.get("shards")

@@ -8,8 +8,8 @@ import pathlib
 import urllib.parse
 from typing import Any, Dict, List, Sequence, Tuple
 
-from .. import inspect as fi
 from .._fastst import __version__
+from ..tools import inspect as fi
 
 SARIF_SCHEMA = (
     "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -35,7 +35,7 @@ def _artifact_uri(path: str) -> str:
 def sarif_log(
     reports: Sequence[Dict[str, Any]], errors: Sequence[Tuple[str, str]] = ()
 ) -> Dict[str, Any]:
-    """A SARIF 2.1.0 log of verify reports (from :func:`fastst.inspect.verify_file`)
+    """A SARIF 2.1.0 log of verify reports (from :func:`fastst.tools.inspect.verify_file`)
     and of files that could not be read."""
     catalogue = fi.rules()
     index = {r["id"]: i for i, r in enumerate(catalogue)}

@@ -23,7 +23,7 @@ _STALE_TEMP = re.compile(r"\.[0-9a-f]{16}\.fastst-tmp")
 
 def stale_temp_files(paths: Iterable[PathLike]) -> List[str]:
     """Temporary files an interrupted fastst save left behind: those under
-    each folder in ``paths`` (recursively, as :func:`fastst.inspect.iter_inputs` scans it)
+    each folder in ``paths`` (recursively, as :func:`fastst.tools.inspect.iter_inputs` scans it)
     and those in the folder of each other path given, once each, sorted
     within a folder. Symbolic links and non-files are not listed."""
     found: List[str] = []

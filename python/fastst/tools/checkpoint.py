@@ -1,5 +1,5 @@
 """Sharded checkpoints (an ``*.index.json`` and its shards, or the folder
-holding it) as wholes, for :mod:`fastst.inspect` and the ``fastst`` command:
+holding it) as wholes, for :mod:`fastst.tools.inspect` and the ``fastst`` command:
 which inputs are checkpoints, their totals, per-shard hashes and one digest,
 and the index verified against its shards (leniently, as findings)."""
 
@@ -10,11 +10,11 @@ import json
 import os
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
-from . import _fastst
-from ._errors import SafetensorError, rule_error
-from ._fastst import DEFAULT_HEADER_CAP
-from ._paths import progress_label
-from ._sharded import INDEX_SUFFIX, ShardedFile
+from .. import _fastst
+from .._errors import SafetensorError, rule_error
+from .._fastst import DEFAULT_HEADER_CAP
+from .._paths import progress_label
+from .._sharded import INDEX_SUFFIX, ShardedFile
 
 PathLike = Union[str, "os.PathLike[str]"]
 Finding = Dict[str, Any]
@@ -195,7 +195,7 @@ def hash_checkpoint(
     """Per-shard hashes of a sharded checkpoint and one digest for it all.
 
     ``{"path", "kind": "checkpoint", "checkpoint_sha256", "index_sha256",
-    "shards", "tensors"}``: ``shards`` holds :func:`fastst.inspect.hash_file`'s result for
+    "shards", "tensors"}``: ``shards`` holds :func:`fastst.tools.inspect.hash_file`'s result for
     each shard plus its ``file`` name; ``checkpoint_sha256`` is the SHA-256
     of the listing ``sha256sum`` would print for the index file and every
     shard (``<hex>  <file name>\\n`` per file, sorted by name), so it
@@ -236,7 +236,7 @@ def checkpoint_metadata(
     index_path: PathLike, *, header_cap: int = DEFAULT_HEADER_CAP
 ) -> Tuple[Optional[Dict[str, str]], Dict[str, Any]]:
     """The first shard's ``__metadata__`` (read leniently, as
-    :func:`fastst.inspect.read_metadata`) and the index's own ``metadata`` object."""
+    :func:`fastst.tools.inspect.read_metadata`) and the index's own ``metadata`` object."""
     path = _path(index_path)
     index = _load_index(path)
     if isinstance(index, str):
@@ -320,13 +320,13 @@ def verify_checkpoint(
     progress: bool = False,
 ) -> Dict[str, Any]:
     """Verifies a sharded checkpoint as a whole: the index, every shard
-    (:func:`fastst.inspect.verify_file`, each finding tagged with its ``shard``) and the
+    (:func:`fastst.tools.inspect.verify_file`, each finding tagged with its ``shard``) and the
     index against the shards: ``index-json``, ``index-shape``,
     ``shard-path``, ``shard-missing``, ``shard-lacks-tensor``,
     ``shard-extra-tensor``, ``shard-duplicate-tensor`` and
     ``index-total-size`` findings.
 
-    Returns the keys of :func:`fastst.inspect.verify_file` (``file_len`` and ``tensors``
+    Returns the keys of :func:`fastst.tools.inspect.verify_file` (``file_len`` and ``tensors``
     summed, ``header_len`` None) plus ``kind`` (``"checkpoint"``) and
     ``shards`` (``file``, ``accepted``, ``complete``, ``findings`` count
     each); ``accepted`` says whether ``safe_open`` accepts the checkpoint.

@@ -17,10 +17,10 @@ import os
 import pickle
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from . import _fastst
-from ._fastst import DEFAULT_HEADER_CAP
-from ._identify import NOT_FILES, identify, not_safetensors_message
-from ._sharded import open_raw
+from .. import _fastst
+from .._fastst import DEFAULT_HEADER_CAP
+from .._identify import NOT_FILES, identify, not_safetensors_message
+from .._sharded import open_raw
 
 __all__ = ["convert_pickle", "STATE_DICT_KEYS", "DTYPES"]
 
@@ -53,7 +53,7 @@ def _check_written(path: str, tensors: Dict[str, Any], torch: Any) -> None:
     be written: the same names, dtypes and shapes, and the same bytes (NaN
     payloads and signed zeros included), compared by the core on several
     threads without the GIL."""
-    from ._fw_torch import HEADER_NAMES
+    from .._fw_torch import HEADER_NAMES
 
     raw = open_raw(path, "mmap", DEFAULT_HEADER_CAP)
     try:
@@ -143,7 +143,7 @@ def convert_pickle(
 
     import fastst.torch as ft
 
-    from .torch import _remove_duplicate_names
+    from ..torch import _remove_duplicate_names
 
     src = os.fsdecode(os.fspath(source))
     dst = os.fsdecode(os.fspath(output))

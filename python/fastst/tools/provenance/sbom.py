@@ -5,7 +5,7 @@
 ``cyclonedx-python-lib``: one ``machine-learning-model`` component per
 checkpoint (a single file, or an index with its shards as nested ``file``
 components), each with the SHA-256 of every file, the model card facts
-fastst reads from the metadata (:func:`fastst.inspect.metadata_card`:
+fastst reads from the metadata (:func:`fastst.tools.inspect.metadata_card`:
 name, description, author, trigger words, base model, architecture,
 source and CivitAI ids, licence), tensor and parameter counts, dtypes and
 the AutoV2/AutoV3 hashes. Other files of a folder (configs, tokenizers)
@@ -139,8 +139,8 @@ def sbom(
     cdx_contact = require("cyclonedx.model.contact")
     cdx_license = require("cyclonedx.model.license")
     cdx_output = require("cyclonedx.output.json")
+    from ..._fastst import __version__
     from .. import inspect as fi
-    from .._fastst import __version__
 
     model_s = _fspath(model)
     root = model_s

@@ -1,6 +1,6 @@
 """Verifying a model against its signature: the bundle's authenticity
-(:mod:`fastst.provenance.trust`), its statement
-(:mod:`fastst.provenance.statement`), then every file of the model hashed
+(:mod:`fastst.tools.provenance.trust`), its statement
+(:mod:`fastst.tools.provenance.statement`), then every file of the model hashed
 and compared, with safetensors-aware checks; every problem is a finding."""
 
 from __future__ import annotations

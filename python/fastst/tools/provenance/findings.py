@@ -2,7 +2,7 @@
 
 Every problem a signature check can find is a :class:`Finding` with a stable
 rule id from :data:`RULES` (``signature-*``) and a severity from
-:data:`fastst.inspect.SEVERITIES`. Problems that stop the work before there
+:data:`fastst.tools.inspect.SEVERITIES`. Problems that stop the work before there
 is anything to judge (a key that cannot be read, a model path that does not
 exist) are raised as :class:`ProvenanceError`, rooted at
 :class:`fastst.SafetensorError`.
@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import _fastst
-from .._errors import MissingExtraError, ProvenanceError  # noqa: F401 (re-exported)
+from ... import _fastst
+from ..._errors import MissingExtraError, ProvenanceError  # noqa: F401 (re-exported)
 
 #: ``rule id -> (severity, one-line summary)``: the provenance family of the
 #: core's rule catalogue (``_fastst.rule_catalogue()``), its one home.

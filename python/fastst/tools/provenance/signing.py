@@ -8,19 +8,19 @@ every file of the model with its digest (serialization ``files``; ``shards``
 is read too) and the subject carries a SHA-256 over those digests in order.
 
 fastst lists and hashes the model itself (in parallel, see
-:mod:`fastst.provenance.hashing`), adds safetensors-aware checks, and leaves
+:mod:`fastst.tools.provenance.hashing`), adds safetensors-aware checks, and leaves
 the cryptography to the field's libraries: ``cryptography`` (ECDSA, keys,
 X.509), ``pyOpenSSL`` (certificate chains, as ``model_signing`` does),
 ``sigstore-models`` (the bundle) and ``sigstore`` (keyless bundles). They are
 the ``fastst[signing]`` extra and are imported only when used.
 
 This module signs (:func:`sign`); the other jobs have their own modules:
-:mod:`~fastst.provenance.keys` (keys and certificates),
-:mod:`~fastst.provenance.model` (what is signed),
-:mod:`~fastst.provenance.bundle` (the Sigstore bundle),
-:mod:`~fastst.provenance.statement` (the in-toto statement),
-:mod:`~fastst.provenance.trust` (a bundle's authenticity) and
-:mod:`~fastst.provenance.verifying` (:func:`verify_signature`). Their
+:mod:`~fastst.tools.provenance.keys` (keys and certificates),
+:mod:`~fastst.tools.provenance.model` (what is signed),
+:mod:`~fastst.tools.provenance.bundle` (the Sigstore bundle),
+:mod:`~fastst.tools.provenance.statement` (the in-toto statement),
+:mod:`~fastst.tools.provenance.trust` (a bundle's authenticity) and
+:mod:`~fastst.tools.provenance.verifying` (:func:`verify_signature`). Their
 public names are importable from here too.
 """
 

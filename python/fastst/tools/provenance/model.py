@@ -58,7 +58,7 @@ def _safetensors_checks(files: Sequence[ModelFile], names: Optional[set] = None)
     ``.safetensors`` file must be accepted by the strict reader (header and
     layout, without reading tensor data), and every shard a
     ``*.safetensors.index.json`` names must be among the (signed) files."""
-    from .. import _fastst
+    from ... import _fastst
 
     found: List[Finding] = []
     present = {f.name for f in files} if names is None else names
@@ -91,7 +91,7 @@ def _safetensors_checks(files: Sequence[ModelFile], names: Optional[set] = None)
 
 
 def _reader_problem(_fastst: Any, path: str) -> Optional[str]:
-    from .._errors import SafetensorError
+    from ..._errors import SafetensorError
 
     try:
         _fastst.inspect_file(path, table=False)

@@ -1,5 +1,5 @@
 """Comparing two files or checkpoints tensor by tensor: what ``fastst diff``
-and :func:`fastst.inspect.diff` report. The values are compared by the core
+and :func:`fastst.tools.inspect.diff` report. The values are compared by the core
 (``diff_buffers``: bytes first, then element by element where they differ,
 on several threads, without the GIL) straight from the mapped files."""
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Union
 
-from . import _fastst
-from ._fastst import DEFAULT_HEADER_CAP
-from ._sharded import open_raw
+from .. import _fastst
+from .._fastst import DEFAULT_HEADER_CAP
+from .._sharded import open_raw
 
 __all__ = ["diff"]
 

@@ -6,7 +6,7 @@ The main ``fastst`` parser calls :func:`add_sign_parser`,
 ``run_*`` handlers take the parsed arguments and an output object with
 ``print(text)`` (stdout) and ``stderr``, and return the exit code: 0 clean,
 1 findings at or above ``--fail-on``, 2 an error. What they print is
-shaped in :mod:`fastst.provenance.cli_render`. Only the standard library
+shaped in :mod:`fastst.cli.provenance_render`. Only the standard library
 is imported here; the signing libraries load when a command runs.
 """
 
@@ -16,8 +16,7 @@ import argparse
 import os
 from typing import Any, Dict, List, Sequence
 
-from ..cli.render import envelope
-from .cli_render import (
+from .provenance_render import (
     _print_findings,
     _print_verify,
     _rank,
@@ -26,6 +25,7 @@ from .cli_render import (
     print_unchecked,
     sarif_log,
 )
+from .render import envelope
 
 __all__ = [
     "EXIT_OK",
@@ -165,8 +165,8 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
 
 def run_sign(args: argparse.Namespace, out: Any) -> int:
     """Handler of ``fastst sign``."""
-    from .findings import ProvenanceError
-    from .signing import sign
+    from ..tools.provenance.findings import ProvenanceError
+    from ..tools.provenance.signing import sign
 
     password = None
     try:
@@ -235,7 +235,7 @@ def add_sbom_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run_sbom(args: argparse.Namespace, out: Any) -> int:
     """Handler of ``fastst sbom``."""
     from .._errors import SafetensorError
-    from .sbom import sbom
+    from ..tools.provenance.sbom import sbom
 
     try:
         result = sbom(args.model, output=args.output, threads=args.threads)
@@ -315,8 +315,8 @@ def _fail_on(args: argparse.Namespace) -> str:
 def run_verify_signature(args: argparse.Namespace, out: Any) -> int:
     """``fastst verify MODEL --signature SIG (--public-key KEY |
     --certificate-chain PEM | --trust-root JSON --identity I --issuer O)``."""
-    from .findings import ProvenanceError
-    from .verifying import verify_signature
+    from ..tools.provenance.findings import ProvenanceError
+    from ..tools.provenance.verifying import verify_signature
 
     fmt = "json" if getattr(args, "json", False) else getattr(args, "format", "text")
     files = list(getattr(args, "files", None) or [getattr(args, "model", None)])
@@ -366,8 +366,8 @@ def unchecked_signatures(paths: Sequence[str]) -> List[Dict[str, Any]]:
     next to single files, as ``FILE.sig``) that plain ``fastst verify`` does
     not check: dicts with ``rule`` (``signature-not-checked``), ``severity``,
     ``path``, ``model``, ``checked`` (False) and ``message``."""
-    from .bundle import find_signature_files
-    from .findings import RULES
+    from ..tools.provenance.bundle import find_signature_files
+    from ..tools.provenance.findings import RULES
 
     notes = []
     for p in paths:

@@ -1,7 +1,7 @@
 """Provenance: model signatures (OpenSSF model signing format) and
 CycloneDX 1.6 ML-BOMs.
 
-``fastst.sign``, ``fastst.verify_signature`` and ``fastst.sbom`` are the
+``sign``, ``verify_signature`` and ``sbom`` are the
 public entry points; the cryptography and bundle libraries come with the
 ``fastst[signing]`` extra and are imported only when used.
 """

@@ -194,7 +194,7 @@ def _compare(
         f = by_file.get(fname)
         detail = ""
         if f is not None and (fname.endswith(".safetensors") or f.path.endswith(".safetensors")):
-            from .. import _fastst
+            from ... import _fastst
 
             problem = _reader_problem(_fastst, f.path)
             detail = (

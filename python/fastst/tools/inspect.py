@@ -30,9 +30,13 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _fastst, _identify
-from ._card import decode_metadata, metadata_card
-from ._checkpoint import (
+from .. import _fastst, _identify
+from .._dtypes import NARROW_FLOATS
+from .._fastst import DEFAULT_HEADER_CAP
+from .._identify import not_safetensors_message
+from .._open import safe_open
+from .card import decode_metadata, metadata_card
+from .checkpoint import (
     _hash_file,
     _verify_file,
     checkpoint_metadata,
@@ -41,11 +45,7 @@ from ._checkpoint import (
     iter_inputs,
     verify_checkpoint,
 )
-from ._diff import diff
-from ._dtypes import NARROW_FLOATS
-from ._fastst import DEFAULT_HEADER_CAP
-from ._identify import not_safetensors_message
-from ._open import safe_open
+from .diff import diff
 
 PathLike = Union[str, "os.PathLike[str]"]
 Finding = Dict[str, Any]

@@ -18,11 +18,11 @@ _SARIF_SCHEMA = (
 
 
 def clean(text: str) -> str:
-    """``text`` safe for a terminal: :func:`fastst.cli.text.escape`, the one
+    """``text`` safe for a terminal: :func:`fastst._text.escape`, the one
     escaping rule of every command's text output, so one item stays on one
     line and cannot rewrite the screen."""
     # Imported on use: fastst.cli's package imports this module's callers.
-    from ..cli.text import escape
+    from .text import escape
 
     return escape(text)
 
@@ -71,7 +71,7 @@ def _uri(path: str) -> str:
 def sarif_log(result: Optional[Dict[str, Any]], model: str, error: Optional[str]) -> Dict[str, Any]:
     """A SARIF 2.1.0 log of one signature check (:meth:`VerifyResult.to_dict`)."""
     from .._fastst import __version__
-    from .findings import RULES
+    from ..tools.provenance.findings import RULES
 
     ids = list(RULES)
     rules = [
