@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from fastst import _distributed as D
+from fastst._distributed import replicated, tensor_parallel  # noqa: F401 (D.replicated, D.tensor_parallel)
 from fastst._sharded import find_index
 from fastst.torch import (
     DistributedLoadError,
@@ -215,7 +216,7 @@ def _tp(path: str, plan: Any, **options: Any) -> Callable[[int, int], Dict[str, 
         want: Dict[str, torch.Tensor] = {}
         with fastst.safe_open(path if not os.path.isdir(path) else path, "pt") as f:
             for e in entries:
-                index = D.tp_index(e, D._spec_for(plan, e.name, e.shape, "replicate"), r, w)
+                index = D.tp_index(e, D.tensor_parallel._spec_for(plan, e.name, e.shape, "replicate"), r, w)
                 if index is not None:
                     want[e.name] = f.get_slice(e.name)[index]
         handle.close()
@@ -248,7 +249,7 @@ def _inject_read_failure(rank_to_fail: int, path: str) -> Callable[[int, int], D
     network file system would), after the ranks agreed."""
 
     def run(rank: int, world: int) -> Dict[str, Any]:
-        original = D._Reader.read
+        original = D.replicated._Reader.read
         calls = [0]
 
         def failing(self: Any, jobs: Any) -> None:
@@ -257,11 +258,11 @@ def _inject_read_failure(rank_to_fail: int, path: str) -> Callable[[int, int], D
                 raise OSError(5, "Input/output error (injected)")
             original(self, jobs)
 
-        D._Reader.read = failing  # type: ignore[method-assign]
+        D.replicated._Reader.read = failing  # type: ignore[method-assign]
         try:
             return _fails(lambda: load_distributed(path, budget=world * 2 * 8192, chunk_size=4096))
         finally:
-            D._Reader.read = original  # type: ignore[method-assign]
+            D.replicated._Reader.read = original  # type: ignore[method-assign]
 
     return run
 
@@ -271,12 +272,12 @@ def _direct(run: Callable[[int, int], Dict[str, Any]]) -> Callable[[int, int], D
     destination tensors (the path large tensors take under gloo)."""
 
     def patched(rank: int, world: int) -> Dict[str, Any]:
-        saved = D._DIRECT_MIN
-        D._DIRECT_MIN = 1000
+        saved = D.replicated._DIRECT_MIN
+        D.replicated._DIRECT_MIN = 1000
         try:
             return run(rank, world)
         finally:
-            D._DIRECT_MIN = saved
+            D.replicated._DIRECT_MIN = saved
 
     return patched
 
@@ -570,3 +571,14 @@ def test_split_parts_put_together_are_the_tensor(
     ]
     assert [p.shape[dim] for p in parts] == [t.shape[dim] for t in whole.tensor_split(3, dim)]
     assert torch.equal(torch.cat(parts, dim), whole)
+
+
+def test_a_status_record_round_trips_through_its_bytes() -> None:
+    ok = D.Status(None, bytes(range(32)), bytes(range(32, 64)))
+    assert len(ok.to_bytes()) == D.Status.SIZE
+    assert D.Status.from_bytes(ok.to_bytes()) == ok
+    failed = D.Status("OSError: gone \u00e9")
+    assert D.Status.from_bytes(failed.to_bytes()) == failed
+    long = D.Status.from_bytes(D.Status("x" * 5000).to_bytes())
+    assert long.failure is not None and long.failure.endswith("...")
+    assert len(long.failure.encode()) <= D.Status.SIZE - 3
