@@ -216,7 +216,8 @@ def _tp(path: str, plan: Any, **options: Any) -> Callable[[int, int], Dict[str, 
         want: Dict[str, torch.Tensor] = {}
         with fastst.safe_open(path if not os.path.isdir(path) else path, "pt") as f:
             for e in entries:
-                index = D.tp_index(e, D.tensor_parallel._spec_for(plan, e.name, e.shape, "replicate"), r, w)
+                spec = D.tensor_parallel._spec_for(plan, e.name, e.shape, "replicate")
+                index = D.tp_index(e, spec, r, w)
                 if index is not None:
                     want[e.name] = f.get_slice(e.name)[index]
         handle.close()

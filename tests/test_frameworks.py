@@ -360,3 +360,40 @@ def test_slices_match_reference(tmp_path: Path, framework: str) -> None:
         # numpy's rules: negative steps are allowed outside torch.
         reversed_part = f.get_slice("x")[::-1, :, ::2]
         assert to_bytes(reversed_part) == np.ascontiguousarray(values[::-1, :, ::2]).tobytes()
+
+
+def _tf_make() -> Dict[str, Any]:
+    return {"w": tf.reshape(tf.range(6, dtype=tf.bfloat16), (2, 3))}
+
+
+def _paddle_make() -> Dict[str, Any]:
+    return {"w": paddle.arange(6, dtype="float32").astype("bfloat16").reshape([2, 3])}
+
+
+FRAMEWORK_MODULES = {
+    "flax": (fastst.flax, lambda: {"w": jnp.arange(6, dtype=jnp.bfloat16).reshape(2, 3)},
+             lambda t: np.asarray(t.astype(jnp.float32))),
+    "tensorflow": (fastst.tensorflow, _tf_make, lambda t: tf.cast(t, tf.float32).numpy()),
+    "paddle": (fastst.paddle, _paddle_make, lambda t: t.astype("float32").numpy()),
+    "mlx": (fastst.mlx, lambda: {"w": mx.arange(6, dtype=mx.bfloat16).reshape(2, 3)},
+            lambda t: np.array(t.astype(mx.float32))),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(FRAMEWORK_MODULES))
+def test_every_framework_module_takes_the_uniform_options(name: str, tmp_path: Path) -> None:
+    module, make, as_f32 = FRAMEWORK_MODULES[name]
+    path = tmp_path / "m.safetensors"
+    module.save_file(make(), path, durable=True)
+    expected = np.arange(6, dtype=np.float32).reshape(2, 3)
+    seen: List[Tuple[int, int]] = []
+    for options in (
+        {"copy": True},
+        {"backend": "pread"},
+        {"dtype": np.float32},
+        {"dtype": "F32", "copy": True, "progress": lambda done, total: seen.append((done, total))},
+    ):
+        got = module.load_file(path, **options)["w"]
+        assert np.array_equal(as_f32(got), expected), options
+        assert ("float32" in str(got.dtype)) == ("dtype" in options), options
+    assert seen and seen[-1][0] == seen[-1][1] == 12
