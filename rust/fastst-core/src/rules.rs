@@ -103,7 +103,8 @@ pub enum Family {
     /// Loading one checkpoint across the ranks of a `torch.distributed`
     /// group failed (every rank raises it).
     DistributedLoad,
-    /// A model folder given as a file holds several checkpoints.
+    /// A model folder cannot be used as asked: given as a file, it holds
+    /// several checkpoints; scanned, it nests folders too deep to enter.
     Folder,
     /// The drop-in hook cannot serve `safetensors` (the reference is
     /// already imported).
@@ -354,6 +355,8 @@ catalogue! {
         "the index is not an object whose weight_map maps tensor names to file names";
     ShardPath = "shard-path", ShardIndex, High,
         "the index names a shard outside its own folder";
+    IndexOverCap = "index-over-cap", ShardIndex, High,
+        "the index file is larger than the cap on index files (FASTST_INDEX_CAP, 64 MiB by default)";
     ShardMissing = "shard-missing", ShardIndex, High,
         "a shard the index lists does not exist";
     ShardLacksTensor = "shard-lacks-tensor", ShardIndex, High,
@@ -376,6 +379,8 @@ catalogue! {
     // --- drop-in use (model folders, the `safetensors` hook) ----------------
     FolderAmbiguous = "folder-ambiguous", Folder, High,
         "a model folder holds several checkpoints, so which one to open is unclear";
+    FolderTooDeep = "folder-too-deep", Folder, Medium,
+        "a folder scan met folders nested deeper than it enters (256 levels) and left them unexamined";
     HookAfterReference = "hook-after-reference", Hook, High,
         "the drop-in hook is turned on after the reference package was imported";
     SliceOutOfRange = "slice-out-of-range", ReferenceSlice, High,
