@@ -307,6 +307,19 @@ catalogue! {
         "a destination buffer's size differs from the bytes to read or convert";
     ConversionNotAllowed = "conversion-not-allowed", Usage, High,
         "no dtype conversion exists between the tensor's dtype and the one asked for";
+    // converting a pickle checkpoint (`fastst convert`): refused before torch reads it
+    ConvertTorchVersion = "convert-torch-version", Usage, High,
+        "convert needs torch 2.6 or newer: older torch.load(weights_only=True) runs TorchScript code";
+    ConvertTorchscript = "convert-torchscript", Usage, High,
+        "the checkpoint is a TorchScript archive, which holds code";
+    ConvertZipLayout = "convert-zip-layout", Usage, High,
+        "the checkpoint's zip holds members torch.save does not write, or holds them otherwise";
+    ConvertPickleRefused = "convert-pickle-refused", Usage, High,
+        "the checkpoint's pickle uses a global or opcode a state dict does not need, or is malformed";
+    ConvertPickleSize = "convert-pickle-size", Usage, High,
+        "the checkpoint's pickle is larger, or more compressed, than convert's limits";
+    ConvertStorageSize = "convert-storage-size", Usage, High,
+        "a storage the pickle declares differs from the bytes the checkpoint holds for it";
     NotRegularFile = "not-regular-file", FileAccess, High,
         "the path names a FIFO, socket or device, not a regular file (refused without blocking)";
     FileChanged = "file-changed", FileAccess, High,
