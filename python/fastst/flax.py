@@ -41,9 +41,12 @@ def save_file(
     tensors: Dict[str, Array],
     filename: PathLike,
     metadata: Optional[Dict[str, str]] = None,
+    *,
+    durable: Optional[bool] = None,
 ) -> None:
-    """Writes ``tensors`` and optional string ``metadata`` to ``filename``."""
-    _io.save_file(tensors, filename, metadata)
+    """Writes ``tensors`` and optional string ``metadata`` to ``filename``,
+    atomically; ``durable`` as :func:`fastst.numpy.save_file`'s."""
+    _io.save_file(tensors, filename, metadata, durable=durable)
 
 
 def load(data: bytes) -> Dict[str, Array]:
@@ -51,6 +54,15 @@ def load(data: bytes) -> Dict[str, Array]:
     return _io.load(data)
 
 
-def load_file(filename: PathLike, *, backend: str = "mmap") -> Dict[str, Array]:
-    """Every tensor of ``filename``, in file order, as jax arrays."""
-    return _io.load_file(filename, backend=backend)
+def load_file(
+    filename: PathLike,
+    *,
+    backend: str = "mmap",
+    copy: bool = False,
+    dtype: Any = None,
+    progress: Any = None,
+) -> Dict[str, Array]:
+    """Every tensor of ``filename``, in file order, as jax arrays.
+    ``backend``, ``copy``, ``dtype`` and ``progress`` as
+    :func:`fastst.numpy.load_file`'s."""
+    return _io.load_file(filename, backend=backend, copy=copy, dtype=dtype, progress=progress)

@@ -82,9 +82,12 @@ def save_file(
     tensors: Dict[str, paddle.Tensor],
     filename: PathLike,
     metadata: Optional[Dict[str, str]] = None,
+    *,
+    durable: Optional[bool] = None,
 ) -> None:
-    """Writes ``tensors`` and optional string ``metadata`` to ``filename``."""
-    _io.save_file(tensors, filename, metadata)
+    """Writes ``tensors`` and optional string ``metadata`` to ``filename``,
+    atomically; ``durable`` as :func:`fastst.numpy.save_file`'s."""
+    _io.save_file(tensors, filename, metadata, durable=durable)
 
 
 def load(data: bytes, device: str = "cpu") -> Dict[str, paddle.Tensor]:
@@ -93,8 +96,17 @@ def load(data: bytes, device: str = "cpu") -> Dict[str, paddle.Tensor]:
 
 
 def load_file(
-    filename: PathLike, device: str = "cpu", *, backend: str = "mmap"
+    filename: PathLike,
+    device: str = "cpu",
+    *,
+    backend: str = "mmap",
+    copy: bool = False,
+    dtype: Any = None,
+    progress: Any = None,
 ) -> Dict[str, paddle.Tensor]:
     """Every tensor of ``filename``, in file order, on ``device`` (a paddle
-    place such as ``"cpu"`` or ``"gpu:0"``)."""
-    return _io.load_file(filename, device, backend=backend)
+    place such as ``"cpu"`` or ``"gpu:0"``). ``backend``, ``copy``, ``dtype``
+    and ``progress`` as :func:`fastst.numpy.load_file`'s."""
+    return _io.load_file(
+        filename, device, backend=backend, copy=copy, dtype=dtype, progress=progress
+    )

@@ -39,9 +39,12 @@ def save_file(
     tensors: Dict[str, tf.Tensor],
     filename: PathLike,
     metadata: Optional[Dict[str, str]] = None,
+    *,
+    durable: Optional[bool] = None,
 ) -> None:
-    """Writes ``tensors`` and optional string ``metadata`` to ``filename``."""
-    _io.save_file(tensors, filename, metadata)
+    """Writes ``tensors`` and optional string ``metadata`` to ``filename``,
+    atomically; ``durable`` as :func:`fastst.numpy.save_file`'s."""
+    _io.save_file(tensors, filename, metadata, durable=durable)
 
 
 def load(data: bytes) -> Dict[str, tf.Tensor]:
@@ -49,6 +52,15 @@ def load(data: bytes) -> Dict[str, tf.Tensor]:
     return _io.load(data)
 
 
-def load_file(filename: PathLike, *, backend: str = "mmap") -> Dict[str, tf.Tensor]:
-    """Every tensor of ``filename``, in file order, as ``tf.Tensor``."""
-    return _io.load_file(filename, backend=backend)
+def load_file(
+    filename: PathLike,
+    *,
+    backend: str = "mmap",
+    copy: bool = False,
+    dtype: Any = None,
+    progress: Any = None,
+) -> Dict[str, tf.Tensor]:
+    """Every tensor of ``filename``, in file order, as TensorFlow tensors.
+    ``backend``, ``copy``, ``dtype`` and ``progress`` as
+    :func:`fastst.numpy.load_file`'s."""
+    return _io.load_file(filename, backend=backend, copy=copy, dtype=dtype, progress=progress)
