@@ -4,9 +4,12 @@ runs in a fresh interpreter: the hook changes process-wide import state."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+from typing import Optional, Tuple
 
 import fastst
 import pytest
@@ -217,3 +220,173 @@ def test_framework_modules_resolve(name: str) -> None:
         )
     )
     assert out.strip() == f"fastst.{name}"
+
+
+# --- the start-up switch: the .pth file and _fastst_boot --------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+PTH = ROOT / "python" / "fastst-as-safetensors.pth"
+VAR = "FASTST_AS_SAFETENSORS"
+FASTST_MODULES = "sorted(m for m in sys.modules if m.split('.')[0] in ('fastst', 'numpy'))"
+
+
+def start_up(tmp_path: Path, value: Optional[str], *extra: Path) -> Tuple[dict, Path]:
+    """An environment whose interpreters process a copy of fastst's .pth
+    file at start-up, as a wheel install does (the editable install has
+    none): a sitecustomize adds a site folder holding it. ``extra`` folders
+    come first on the path. Returns the environment and the site folder."""
+    site_dir = tmp_path / "site"
+    custom = tmp_path / "custom"
+    for folder in (site_dir, custom):
+        folder.mkdir(exist_ok=True)
+    shutil.copy(PTH, site_dir / PTH.name)
+    (custom / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(site_dir)!r})\n")
+    env = dict(os.environ)
+    env.pop(VAR, None)
+    if value is not None:
+        env[VAR] = value
+    env["PYTHONPATH"] = os.pathsep.join([*map(str, extra), str(custom)])
+    return env, site_dir
+
+
+def python(env: dict, *args: str, cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "false", "off", "no", "", " ", "FALSE", "garbage", "2"])
+def test_other_values_import_nothing_at_start_up(tmp_path: Path, value: str) -> None:
+    env, _ = start_up(tmp_path, value)
+    result = python(env, "-X", "importtime", "-c", "pass")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines and all(line.startswith("import time:") for line in lines), result.stderr
+    assert "sitecustomize" in result.stderr  # the .pth file was read
+    assert "fastst" not in result.stderr
+    code = f"import sys, warnings; print({FASTST_MODULES}); import safetensors; print(safetensors)"
+    out = check(python(env, "-W", "ignore", "-c", code))
+    assert out.startswith("[]") and "__fastst_version__" not in out and "fastst" not in out
+
+
+@pytest.mark.parametrize("value", ["1", "true", "YES", " On "])
+def test_true_values_load_fastst_only_when_safetensors_is_imported(
+    tmp_path: Path, value: str
+) -> None:
+    env, _ = start_up(tmp_path, value)
+    listing = "import sys; print(sorted(sys.modules))"
+    off = set(eval(check(python(start_up(tmp_path, None)[0], "-c", listing))))
+    on = set(eval(check(python(env, "-c", listing))))
+    assert on - off == {"_fastst_boot"}  # a stdlib-only module that imports nothing
+    code = f"""
+        import sys, warnings
+        print({FASTST_MODULES})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import safetensors
+        print(hasattr(safetensors, "__fastst_version__"), len(caught), "fastst" in sys.modules)
+        """
+    result = python(env, "-c", textwrap.dedent(code))
+    assert result.stdout.split("\n")[:2] == ["[]", "True 1 True"], result.stdout + result.stderr
+
+
+def test_a_waiting_switch_counts_as_installed_and_uninstall_turns_it_off(tmp_path: Path) -> None:
+    env, _ = start_up(tmp_path, "1")
+    code = """
+        import fastst
+        print(fastst.installed())
+        fastst.uninstall()
+        import safetensors
+        print(fastst.installed(), hasattr(safetensors, "__fastst_version__"))
+        """
+    assert check(python(env, "-c", textwrap.dedent(code))).split() == ["True", "False", "False"]
+
+
+def test_a_broken_install_never_breaks_start_up(tmp_path: Path) -> None:
+    shadow = tmp_path / "shadow"
+    (shadow / "fastst").mkdir(parents=True)
+    (shadow / "fastst" / "__init__.py").write_text("raise RuntimeError('broken fastst')\n")
+    env, _ = start_up(tmp_path, "1", shadow)
+    started = python(env, "-c", "pass")
+    assert (started.returncode, started.stdout, started.stderr) == (0, "", "")
+    code = "import safetensors; print(hasattr(safetensors, '__fastst_version__'))"
+    used = python(env, "-c", code)
+    assert used.returncode == 0 and used.stdout.strip() == "False"
+    assert used.stderr.splitlines() == [
+        f"fastst: {VAR} is set but fastst could not be loaded (RuntimeError); "
+        "'safetensors' is the reference package"
+    ]
+    # The start-up module itself broken: one short line, no traceback.
+    (shadow / "_fastst_boot.py").write_text("raise RuntimeError('broken boot')\n")
+    started = python(env, "-c", "pass")
+    assert started.returncode == 0
+    assert started.stderr == f"fastst: {VAR} is set but ignored (RuntimeError)\n"
+
+
+SPAWNING = """
+import multiprocessing
+import sys
+
+
+def served(_):
+    import safetensors
+    return hasattr(safetensors, "__fastst_version__")
+
+
+if __name__ == "__main__":
+    for method in ("spawn", "forkserver"):
+        with multiprocessing.get_context(method).Pool(1) as pool:
+            print(method, pool.map(served, [0]))
+"""
+
+
+def test_run_reaches_spawned_children(tmp_path: Path) -> None:
+    env, _ = start_up(tmp_path, None)
+    script = tmp_path / "spawning.py"
+    script.write_text(SPAWNING)
+    command = os.path.join(os.path.dirname(sys.executable), "fastst")
+    for argv in ([sys.executable, "-m", "fastst", "run"], [command, "run"]):
+        result = subprocess.run(
+            [*argv, str(script)], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split("\n")[:2] == ["spawn [True]", "forkserver [True]"], argv
+
+
+def test_a_reference_imported_before_the_switch_names_its_importer(tmp_path: Path) -> None:
+    env, site_dir = start_up(tmp_path, "1")
+    # A start-up file read before fastst's imports the reference.
+    (site_dir / "aaa-early.pth").write_text("import early_loader\n")
+    (site_dir / "early_loader.py").write_text("import safetensors\n")
+    code = "import safetensors; print(hasattr(safetensors, '__fastst_version__'))"
+    result = python(env, "-c", code)
+    assert result.returncode == 0 and result.stdout.strip() == "False"
+    [line] = result.stderr.splitlines()
+    assert "imported by module 'early_loader' during start-up" in line
+    assert f"set {VAR}" not in line and "python -m fastst run" not in line
+    # python -m fastst run: the same start-up import, named; nothing run.
+    env.pop(VAR)
+    script = tmp_path / "script.py"
+    script.write_text("print('ran')\n")
+    result = python(env, "-m", "fastst", "run", str(script))
+    assert result.returncode == 2 and result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("fastst run: cannot serve 'safetensors' with fastst")
+    assert "imported by module 'early_loader'" in line and "python -m fastst run" not in line
+
+
+def test_a_late_install_names_the_module_that_imported_the_reference(tmp_path: Path) -> None:
+    (tmp_path / "model_loader.py").write_text("from safetensors import safe_open\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    env.pop(VAR, None)
+    code = """
+        import sys, {first}
+        import fastst
+        try:
+            fastst.install()
+        except fastst.HookError as exc:
+            print(exc)
+        """
+    for first, named in (("model_loader", "model_loader"), ("safetensors", "__main__")):
+        out = check(python(env, "-c", textwrap.dedent(code.format(first=first))))
+        assert f"imported by module {named!r}); install the hook before" in out, out

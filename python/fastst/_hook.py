@@ -23,13 +23,18 @@ fastst's.
 
 Zero-code switches (no change to the calling program):
 
-- ``FASTST_AS_SAFETENSORS=1 python script.py``: a ``.pth`` file installed
-  with the wheel calls :func:`install_from_environment` at start-up, which
-  installs the hook and warns (:class:`fastst.DropinWarning`) the first time
-  ``safetensors`` is imported through it, so that a forgotten variable is
-  seen;
+- ``FASTST_AS_SAFETENSORS=1 python script.py`` (``1``, ``true``, ``yes`` or
+  ``on``, any case; every other value leaves it off and imports nothing): a
+  ``.pth`` file installed with the wheel imports the small stdlib-only
+  ``_fastst_boot`` module at start-up, whose finder loads fastst only when
+  ``safetensors`` is first imported; then :func:`take_over` installs the
+  hook and warns (:class:`fastst.DropinWarning`), so that a forgotten
+  variable is seen;
 - ``python -m fastst run script.py [args]`` / ``python -m fastst run -m
-  module [args]``: runs a script or module with the hook installed.
+  module [args]`` (or ``fastst run ...``): runs a script or module with the
+  hook installed, and sets ``FASTST_AS_SAFETENSORS=1`` for the processes it
+  starts, so that ``spawn``/``forkserver`` children (multiprocessing pools,
+  DataLoader workers) get fastst too through the ``.pth`` file.
 """
 
 from __future__ import annotations
@@ -43,7 +48,9 @@ import sys
 import threading
 import warnings
 from types import ModuleType
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
+
+import _fastst_boot as _boot
 
 from ._errors import DropinWarning, HookError, rule_error
 
@@ -64,7 +71,7 @@ SUBMODULES: Dict[str, str] = {
 FACADE = "fastst._as_safetensors"
 
 #: Environment variable read at start-up by the ``.pth`` file.
-ENV_VAR = "FASTST_AS_SAFETENSORS"
+ENV_VAR = _boot.ENV_VAR
 
 _lock = threading.RLock()
 
@@ -164,8 +171,41 @@ def _foreign() -> List[str]:
 
 
 def installed() -> bool:
-    """True while the hook is installed (``import safetensors`` gives fastst)."""
-    return _finder is not None and _finder in sys.meta_path
+    """True while the hook is installed (``import safetensors`` gives fastst),
+    the start-up finder of ``FASTST_AS_SAFETENSORS`` waiting included."""
+    return (_finder is not None and _finder in sys.meta_path) or _boot.pending()
+
+
+def _refusal(foreign: List[str], advice: str) -> BaseException:
+    """The HookError for ``safetensors`` modules already imported that are
+    not fastst's, naming where they come from and who imported them."""
+    where = getattr(sys.modules[foreign[0]], "__file__", None) or "?"
+    by = _boot.imported_by()
+    return rule_error(
+        "hook-after-reference",
+        "",
+        f"cannot serve {ALIAS!r} with fastst: the reference package is already imported "
+        f"({', '.join(foreign)} from {where}{', imported ' + by if by else ''}); {advice}",
+    )
+
+
+def _advice() -> str:
+    """What to do about a reference imported too early, as far as the
+    variable and the start-up file tell."""
+    if not _boot.enabled():
+        return (
+            f"install the hook before anything imports {ALIAS} (call fastst.install() first, "
+            f"set {ENV_VAR}=1, or run the program with 'python -m fastst run')"
+        )
+    if _boot.started:
+        return (
+            f"{ENV_VAR} is set, but {ALIAS} was imported during start-up, before fastst's .pth ran"
+        )
+    return (
+        f"{ENV_VAR} is set, but fastst's .pth file did not run in this interpreter (editable "
+        "installs and 'python -S' lack it): call fastst.install() before anything imports "
+        f"{ALIAS}, or run the program with 'python -m fastst run'"
+    )
 
 
 class _Installation:
@@ -203,16 +243,7 @@ def install(*, announce: bool = False) -> _Installation:
             return _Installation(owner=False)
         foreign = _foreign()
         if foreign:
-            first = sys.modules[foreign[0]]
-            where = getattr(first, "__file__", None) or "?"
-            raise rule_error(
-                "hook-after-reference",
-                "",
-                f"cannot serve {ALIAS!r} with fastst: the reference package is already imported "
-                f"({', '.join(foreign)} from {where}); install the hook before anything imports "
-                f"{ALIAS} (call fastst.install() first, set {ENV_VAR}=1, or run the program with "
-                "'python -m fastst run')",
-            )
+            raise _refusal(foreign, _advice())
         finder = _Finder(announce)
         sys.meta_path.insert(0, finder)
         _finder = finder
@@ -226,6 +257,7 @@ def uninstall() -> None:
     :data:`sys.modules` it made. Does nothing when not installed."""
     global _finder
     with _lock:
+        _boot.stop()
         finder, _finder = _finder, None
         if finder is not None and finder in sys.meta_path:
             sys.meta_path.remove(finder)
@@ -234,21 +266,33 @@ def uninstall() -> None:
                 del sys.modules[name]
 
 
-def _enabled(value: Optional[str]) -> bool:
-    return value is not None and value.strip().lower() not in ("", "0", "false", "no", "off")
-
-
 def install_from_environment() -> None:
-    """Called at interpreter start-up by the ``fastst-dropin.pth`` file:
-    installs the hook (announcing it) when ``FASTST_AS_SAFETENSORS`` is set
-    to a true value. An error is reported on stderr, never raised: a
-    ``.pth`` file must not stop the interpreter from starting."""
-    if not _enabled(os.environ.get(ENV_VAR)):
-        return
+    """Installs the hook, announcing it, when ``FASTST_AS_SAFETENSORS`` holds
+    a true value (``1``, ``true``, ``yes``, ``on``, any case). An error is
+    reported on stderr, never raised."""
+    if _boot.enabled():
+        _install_announced()
+
+
+def _install_announced() -> bool:
     try:
         install(announce=True)
-    except HookError as exc:  # pragma: no cover - the reference imported by a .pth
+    except HookError as exc:
         sys.stderr.write(f"fastst: {exc}\n")
+        return False
+    return True
+
+
+def take_over(
+    fullname: str, path: Any = None, target: Any = None
+) -> Optional[importlib.machinery.ModuleSpec]:
+    """Called by the start-up finder (``_fastst_boot``) when ``safetensors``
+    is first imported with ``FASTST_AS_SAFETENSORS`` set: installs the hook,
+    announcing it, and answers that import (``None``, so the reference is
+    imported, when the hook cannot be installed)."""
+    if not _install_announced() or _finder is None:
+        return None
+    return _finder.find_spec(fullname, path, target)
 
 
 def run(argv: Sequence[str]) -> int:
@@ -261,7 +305,15 @@ def run(argv: Sequence[str]) -> int:
     if not args or args[0] in ("-h", "--help"):
         sys.stderr.write(usage + "\n")
         return 0 if args else 2
+    foreign = _foreign()
+    if foreign:
+        refusal = _refusal(foreign, "it was imported during start-up, before the program ran")
+        sys.stderr.write(f"fastst run: {refusal}\n")
+        return 2
     install()
+    # Children started with spawn/forkserver are new interpreters: the
+    # variable has the .pth file turn the hook on in them too.
+    os.environ[ENV_VAR] = "1"
     if args[0] == "-m":
         if len(args) < 2:
             sys.stderr.write(usage + "\n")
@@ -275,4 +327,12 @@ def run(argv: Sequence[str]) -> int:
     return 0
 
 
-__all__ = ["install", "uninstall", "installed", "install_from_environment", "run", "DropinWarning"]
+__all__ = [
+    "install",
+    "uninstall",
+    "installed",
+    "install_from_environment",
+    "take_over",
+    "run",
+    "DropinWarning",
+]

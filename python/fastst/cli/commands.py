@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from .._errors import SafetensorError
+from .._hook import run as run_with_hook
 from .._identify import NOT_FILES
 from .._update import update_metadata
 from ..tools import inspect as fi
@@ -445,6 +446,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line; returns the exit code."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"]:  # `fastst run ...` is `python -m fastst run ...`
+        return run_with_hook(argv[1:])
     if not argv:
         # Bare `fastst`: the help, as a usage error (exit 2).
         parser.print_help(sys.stdout)
