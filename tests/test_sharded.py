@@ -4,8 +4,10 @@ and opening the index (or its folder) as one logical file."""
 from __future__ import annotations
 
 import json
+import os
 
 import fastst
+import fastst.numpy
 import numpy as np
 import pytest
 import torch
@@ -109,7 +111,7 @@ def test_index_disagreeing_with_shards_names_the_shard(tensors, tmp_path) -> Non
 def test_malformed_index(tmp_path) -> None:
     path = tmp_path / "model.safetensors.index.json"
     path.write_text("{not json")
-    with pytest.raises(fastst.ShardIndexError, match="not valid JSON"):
+    with pytest.raises(fastst.ShardIndexError, match="not valid UTF-8 JSON"):
         fastst.safe_open(path, "np")
     path.write_text(json.dumps({"weight_map": []}))
     with pytest.raises(fastst.ShardIndexError, match="weight_map"):
@@ -137,3 +139,111 @@ def test_sizes_parse() -> None:
     for bad in ("lots", "-1", 0, True, 1.5):
         with pytest.raises((ValueError, TypeError)):
             parse_size(bad)
+
+
+# What an index may name: files inside the checkpoint only ------------------
+
+#: Shard names leading outside the checkpoint's folder, to a file there:
+#: "/abs" stands for that file's absolute path, "link" for a symbolic link
+#: to it beside the index, "dirlink/x.safetensors" for a link to its folder.
+OUTSIDE = ["../x.safetensors", "/abs", "sub/../../x.safetensors", "link", "dirlink/x.safetensors"]
+#: Names that are not plain relative names at all.
+MALFORMED = ["sub\\x.safetensors", "x\0.safetensors"]
+#: Names of files inside the folder, which must be accepted.
+INSIDE = ["..x.safetensors", "sub/shard.safetensors"]
+SECRET = {"secret": "do-not-print"}
+
+
+def checkpoint_naming(tmp_path, shard):
+    """``tmp_path/ckpt/model.safetensors.index.json`` placing tensor "w" in
+    the shard named ``shard``: a file made inside the folder for the names
+    of INSIDE (and the backslash one), else ``tmp_path/x.safetensors``
+    (metadata SECRET), outside it."""
+    folder = tmp_path / "ckpt"
+    (folder / "sub").mkdir(parents=True)
+    w = {"w": np.arange(4, dtype=np.float32)}
+    fastst.numpy.save_file(w, tmp_path / "x.safetensors", metadata=SECRET)
+    if shard == "/abs":
+        shard = str(tmp_path / "x.safetensors")
+    elif shard == "link":
+        shard = "link.safetensors"
+        os.symlink(tmp_path / "x.safetensors", folder / shard)
+    elif shard.startswith("dirlink/"):
+        os.symlink(tmp_path, folder / "dirlink")
+    elif "\0" not in shard and ".." not in shard.split("/"):
+        fastst.numpy.save_file(w, folder / shard, metadata={"format": "np"})
+    return index_with(folder, {"w": shard})
+
+
+@pytest.mark.parametrize("shard", OUTSIDE + MALFORMED)
+def test_shards_outside_the_folder_are_refused(tmp_path, shard) -> None:
+    index = checkpoint_naming(tmp_path, shard)
+    for where in (index, index.parent):
+        with pytest.raises(fastst.ShardIndexError) as info:
+            fastst.safe_open(where, "np")
+        assert info.value.rule == "shard-path" and info.value.tensor == "w"
+        assert "do-not-print" not in str(info.value)
+    with pytest.raises(fastst.ShardIndexError):
+        fastst.numpy.load_file(index)
+
+
+@pytest.mark.parametrize("shard", INSIDE)
+def test_shard_names_inside_the_folder_are_accepted(tmp_path, shard) -> None:
+    index = checkpoint_naming(tmp_path, shard)
+    for where in (index, index.parent):
+        with fastst.safe_open(where, "np") as f:
+            assert f.metadata() == {"format": "np"}
+            np.testing.assert_array_equal(f.get_tensor("w"), np.arange(4, dtype=np.float32))
+
+
+def test_shards_linked_into_the_hugging_face_cache_are_accepted(tmp_path) -> None:
+    # The cache's snapshots link every file to ../../blobs/<hash> of the same
+    # repository; a link to another repository's blobs leads outside.
+    repo = tmp_path / "hub" / "models--org--name"
+    snapshot = repo / "snapshots" / "0123abcd"
+    for folder in (repo / "blobs", snapshot, tmp_path / "hub" / "models--other" / "blobs"):
+        folder.mkdir(parents=True)
+    w = {"w": np.ones(2, np.float32)}
+    fastst.numpy.save_file(w, repo / "blobs" / "aa11")
+    os.symlink("../../blobs/aa11", snapshot / "model.safetensors")
+    index = index_with(snapshot, {"w": "model.safetensors"})
+    with fastst.safe_open(snapshot, "np") as f:
+        assert f.keys() == ["w"]
+    (snapshot / "model.safetensors").unlink()
+    fastst.numpy.save_file(w, tmp_path / "hub" / "models--other" / "blobs" / "bb22")
+    os.symlink("../../../models--other/blobs/bb22", snapshot / "model.safetensors")
+    with pytest.raises(fastst.ShardIndexError) as info:
+        fastst.safe_open(index, "np")
+    assert info.value.rule == "shard-path"
+
+
+# Index files are read up to a cap --------------------------------------------
+
+
+def test_an_index_over_the_cap_is_refused_unread(tmp_path, monkeypatch) -> None:
+    import tracemalloc
+
+    huge = tmp_path / "model.safetensors.index.json"
+    with open(huge, "wb") as fh:
+        fh.truncate(1 << 30)  # sparse: costs no disk
+    tracemalloc.start()
+    try:
+        with pytest.raises(fastst.ShardIndexError) as info:
+            fastst.safe_open(tmp_path, "np")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    assert info.value.rule == "index-over-cap"
+    assert "67,108,864 bytes" in str(info.value) and "FASTST_INDEX_CAP" in str(info.value)
+    # The one knob: the environment variable, bytes or a size.
+    huge.unlink()
+    save_sharded({"w": np.zeros(4, np.float32)}, tmp_path, max_shard_size=1024)
+    monkeypatch.setenv("FASTST_INDEX_CAP", "64")
+    with pytest.raises(fastst.ShardIndexError, match="more than 64 bytes"):
+        fastst.safe_open(tmp_path, "np")
+    monkeypatch.setenv("FASTST_INDEX_CAP", "1M")
+    fastst.safe_open(tmp_path, "np").close()
+    monkeypatch.setenv("FASTST_INDEX_CAP", "lots")
+    with pytest.raises(ValueError, match="FASTST_INDEX_CAP"):
+        fastst.safe_open(tmp_path, "np")

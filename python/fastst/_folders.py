@@ -10,9 +10,23 @@ A folder is accepted when it holds exactly one checkpoint, either
   ``diffusion_pytorch_model.safetensors``, ``adapter_model.safetensors``...).
 
 Anything else is refused with a :class:`fastst.FolderError` that lists what
-was found (several candidates), or an ``IsADirectoryError`` (none). Files
+was found (several candidates), or an ``IsADirectoryError`` (none); an index
+that cannot be read raises its error (:func:`read_index`). Files
 inside sub-folders are not looked at (a diffusers pipeline folder holds one
 model per sub-folder: open the sub-folder).
+
+Every reader of an index goes through the two rules here:
+
+- :func:`read_index` reads an index file: a regular file (opened without
+  blocking) of at most :func:`index_cap` bytes, ``FASTST_INDEX_CAP`` (bytes,
+  or with K/M/G) or 64 MiB (rule ``index-over-cap``; real indexes hold a
+  few MB).
+- :func:`shard_problem` says whether a ``weight_map`` entry names a file
+  inside the checkpoint (rule ``shard-path``): a relative name, ``/``
+  between folders, with no ``..`` component, NUL or backslash, whose real
+  path (symbolic links resolved) is inside the index's folder, or in the
+  ``blobs`` folder of the Hugging Face cache repository whose
+  ``snapshots`` hold the index (the cache's own links).
 """
 
 from __future__ import annotations
@@ -20,26 +34,148 @@ from __future__ import annotations
 import errno
 import json
 import os
-from typing import List, Set
+import stat
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ._errors import rule_error
+from ._paths import readable
+from ._prefetch import parse_size
 
 INDEX_SUFFIX = ".safetensors.index.json"
 WEIGHTS_SUFFIX = ".safetensors"
 
 
-def _shards_named_by(index_path: str) -> Set[str]:
-    """The shard file names an index lists (empty when it cannot be read:
-    opening it later reports why)."""
+#: The environment variable that sets the cap on index files, in bytes or
+#: as a size such as ``"256MiB"``.
+INDEX_CAP_ENV = "FASTST_INDEX_CAP"
+DEFAULT_INDEX_CAP = 64 << 20
+
+
+def index_cap() -> int:
+    """The most bytes an index file may hold: ``FASTST_INDEX_CAP`` when
+    set, else 64 MiB."""
+    text = os.environ.get(INDEX_CAP_ENV, "").strip()
+    if not text:
+        return DEFAULT_INDEX_CAP
     try:
-        with open(index_path, "rb") as fh:
-            index = json.loads(fh.read().decode("utf-8"))
-    except (OSError, ValueError):
-        return set()
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict):
-        return set()
-    return {shard for shard in weight_map.values() if isinstance(shard, str)}
+        return parse_size(text)
+    except ValueError:
+        raise ValueError(f"{INDEX_CAP_ENV}={text!r} is not a size (bytes, or with K/M/G)") from None
+
+
+def _nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
+
+
+def read_index(path: str) -> Tuple[bytes, Dict[str, Any]]:
+    """The bytes of the index file ``path`` and its JSON object, whose
+    ``weight_map`` is an object. Raises ``FileAccessError`` (rule
+    ``not-regular-file``) for a FIFO, socket or device, without blocking;
+    ``ShardIndexError`` for a file above :func:`index_cap` (read no
+    further), text that is not UTF-8 JSON, or another shape."""
+    name = readable(path)
+    cap = index_cap()
+    with open(path, "rb", opener=_nonblocking) as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise rule_error("not-regular-file", name, "the index is not a regular file")
+        raw = fh.read(cap + 1) if st.st_size <= cap else b""
+        if st.st_size > cap or len(raw) > cap:
+            raise rule_error(
+                "index-over-cap",
+                name,
+                f"the index holds more than {cap:,} bytes, the cap on index files; "
+                f"set {INDEX_CAP_ENV} to a larger size (e.g. 256MiB) to read it",
+            )
+    try:
+        index = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise rule_error("index-json", name, f"index is not valid UTF-8 JSON: {exc}") from None
+    if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
+        raise rule_error("index-shape", name, 'index must be an object with a "weight_map" object')
+    return raw, index
+
+
+def _cache_blobs(folder: str) -> Optional[str]:
+    """The ``blobs`` folder of the Hugging Face cache repository whose
+    ``snapshots/<revision>`` holds the real folder ``folder``, if any."""
+    parts = folder.split(os.sep)
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i] == "snapshots":
+            return os.sep.join(parts[:i] + ["blobs"])
+    return None
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path != folder and os.path.commonpath([path, folder]) == folder
+
+
+def _outside_by_name(shard: str) -> bool:
+    return os.path.isabs(shard) or ".." in shard.split("/")
+
+
+def _name_problem(shard: Any) -> Optional[Tuple[str, str]]:
+    if not isinstance(shard, str) or not shard:
+        return "index-shape", "shard must be a file name"
+    if "\0" in shard or "\\" in shard:
+        return "shard-path", f"shard {shard!r} holds a NUL or a backslash"
+    if _outside_by_name(shard):
+        return "shard-path", f"shard {shard!r} is outside the index's folder"
+    return None
+
+
+def shard_file(folder: str, shard: Any) -> Optional[str]:
+    """The file the ``weight_map`` entry ``shard`` of an index in ``folder``
+    names (normalized), or None when the name leads outside or is not a
+    name; symbolic links are not looked at (which files an index claims)."""
+    if not isinstance(shard, str) or not shard or _outside_by_name(shard):
+        return None
+    return os.path.normpath(os.path.join(folder, shard))
+
+
+def shard_problem(folder: str, shard: Any) -> Optional[Tuple[str, str]]:
+    """``(rule, why)`` when the ``weight_map`` entry ``shard`` of an index
+    in ``folder`` does not name a file inside the checkpoint, else None:
+    ``index-shape`` when it is not a non-empty string, ``shard-path`` when
+    it is absolute, holds a ``..`` component, a NUL or a backslash, or
+    leads outside ``folder`` through a symbolic link (see the module's
+    documentation). A shard that does not exist is not a problem here."""
+    problem = _name_problem(shard)
+    if problem:
+        return problem
+    root = os.path.realpath(folder)
+    real = os.path.realpath(os.path.join(root, shard))
+    if not _inside(real, root) and os.path.dirname(real) != _cache_blobs(root):
+        shown = readable(real)
+        return "shard-path", (
+            f"shard {shard!r} is outside the index's folder (a symbolic link leads to {shown!r})"
+        )
+    return None
+
+
+def index_shards(name: str, folder: str, weight_map: Dict[Any, Any]) -> Dict[str, List[str]]:
+    """Each shard the ``weight_map`` of the index ``name`` (in ``folder``)
+    names, in order, with the tensors it places there; raises the
+    ``ShardIndexError`` of the first entry :func:`shard_problem` refuses."""
+    shards: Dict[str, List[str]] = {}
+    for tensor, shard in weight_map.items():
+        if not (isinstance(shard, str) and shard in shards):
+            problem = shard_problem(folder, shard)
+            if problem:
+                raise rule_error(problem[0], name, f"tensor {tensor!r}: {problem[1]}", tensor)
+            shards[shard] = []
+        shards[shard].append(tensor)
+    return shards
+
+
+def claimed_shards(index_path: str) -> Set[str]:
+    """The files (normalized paths) the index ``index_path`` claims as its
+    shards, by name (:func:`shard_file`): a folder scan does not list them
+    on their own. Raises :func:`read_index`'s errors."""
+    index = read_index(index_path)[1]
+    folder = os.path.dirname(index_path)
+    named = (shard_file(folder, s) for s in index["weight_map"].values())
+    return {path for path in named if path}
 
 
 def checkpoint_in(folder: str) -> str:
@@ -56,8 +192,10 @@ def checkpoint_in(folder: str) -> str:
     weights = [e for e in entries if e.endswith(WEIGHTS_SUFFIX) and is_file(e)]
     shards: Set[str] = set()
     for index in indexes:
-        shards |= _shards_named_by(os.path.join(folder, index))
-    candidates: List[str] = indexes + [w for w in weights if w not in shards]
+        shards |= claimed_shards(os.path.join(folder, index))
+    candidates: List[str] = indexes + [
+        w for w in weights if os.path.normpath(os.path.join(folder, w)) not in shards
+    ]
     if len(candidates) == 1:
         return os.path.join(folder, candidates[0])
     if not candidates:

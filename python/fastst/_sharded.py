@@ -4,6 +4,10 @@ holding it) opened as one logical file.
 The index is the Hugging Face layout: ``{"metadata": {...}, "weight_map":
 {tensor name: shard file name}}`` with shard files beside the index. Opening
 validates that the index and the shards agree, naming the shard at fault.
+
+The index is read by :func:`fastst._folders.read_index` and its entries
+judged by :func:`fastst._folders.shard_problem`, the rules every reader
+of an index follows.
 """
 
 from __future__ import annotations
@@ -14,12 +18,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ._errors import SafetensorError, ShardIndexError, closed_file_error, rule_error
 from ._fastst import RawFile
+from ._folders import INDEX_SUFFIX, checkpoint_in, index_shards, read_index
 from ._identify import explain
 from ._paths import readable
 
 __all__ = ["ShardIndexError", "ShardedFile", "open_raw", "write_sharded", "parse_size"]
-
-INDEX_SUFFIX = ".safetensors.index.json"
 
 
 def find_index(path: str) -> Optional[str]:
@@ -43,42 +46,24 @@ def find_index(path: str) -> Optional[str]:
 class ShardedFile:
     """The ``RawFile`` interface over several shards."""
 
-    def __init__(self, index_path: str, backend: str, header_cap: int) -> None:
+    def __init__(
+        self,
+        index_path: str,
+        backend: str,
+        header_cap: int,
+        index: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        """``index``: the index's object when the caller has read it
+        (:func:`read_index`), else it is read here."""
         self.name = readable(index_path)
         folder = os.path.dirname(os.path.abspath(index_path))
-        try:
-            with open(index_path, "rb") as fh:
-                index = json.loads(fh.read().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise rule_error("index-json", self.name, f"index is not valid JSON: {exc}") from None
-        if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
-            raise rule_error(
-                "index-shape", self.name, 'index must be an object with a "weight_map" object'
-            )
+        if index is None:
+            index = read_index(index_path)[1]
         meta = index.get("metadata", {})
         self._index_metadata: Dict[str, Any] = meta if isinstance(meta, dict) else {}
         weight_map: Dict[str, str] = index["weight_map"]
-        shard_names: List[str] = []
-        expected: Dict[str, List[str]] = {}
-        for tensor, shard in weight_map.items():
-            if not isinstance(shard, str) or not shard:
-                raise rule_error(
-                    "index-shape",
-                    self.name,
-                    f"tensor {tensor!r}: shard must be a file name",
-                    tensor,
-                )
-            if os.path.isabs(shard) or os.path.normpath(shard).startswith(".."):
-                raise rule_error(
-                    "shard-path",
-                    self.name,
-                    f"tensor {tensor!r}: shard {shard!r} is outside the index's folder",
-                    tensor,
-                )
-            if shard not in expected:
-                expected[shard] = []
-                shard_names.append(shard)
-            expected[shard].append(tensor)
+        expected = index_shards(self.name, folder, weight_map)
+        shard_names = list(expected)
         self._shards: Dict[str, RawFile] = {}
         try:
             for shard in shard_names:
@@ -204,8 +189,6 @@ def open_raw(path: str, backend: str, header_cap: int) -> Any:
     """A ``RawFile`` for a plain file, a ``ShardedFile`` for an index; a
     folder opens the one checkpoint it holds (see ``fastst._folders``)."""
     if os.path.isdir(path):
-        from ._folders import checkpoint_in
-
         path = checkpoint_in(path)
     index = find_index(path)
     if index is None:
