@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict
 
@@ -14,6 +17,7 @@ import fastst.tools.inspect as fi
 import numpy as np
 import pytest
 from cli_files import run, run_envelope
+from test_sharded import INSIDE, MALFORMED, OUTSIDE, checkpoint_naming
 
 
 def _tensors() -> Dict[str, np.ndarray]:
@@ -231,3 +235,96 @@ def test_sarif_points_at_the_shard(tmp_path: Path, capsys: pytest.CaptureFixture
     where = result["locations"][0]["physicalLocation"]["artifactLocation"]
     assert where["uri"] == uris[where["index"]] and where["uri"].endswith(shard.name)
     assert result["properties"]["shard"] == shard.name and code == 1
+
+
+# One rule for what an index may name, in every command ---------------------
+
+
+@pytest.mark.parametrize("shard", OUTSIDE + MALFORMED)
+def test_every_command_refuses_a_shard_outside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], shard: str
+) -> None:
+    index = checkpoint_naming(tmp_path, shard)
+    for command in ("inspect", "hash", "meta"):
+        for target in (index, index.parent):
+            code, doc, err = run_envelope([command, "--json", str(target)], capsys)
+            assert code == 2 and doc["results"] == [], (command, doc)
+            assert [e["rule"] for e in doc["errors"]] == ["shard-path"] and err.count("\n") == 1
+            assert "do-not-print" not in json.dumps(doc) + err
+    code, out, _ = run(["meta", str(index)], capsys)
+    assert code == 2 and "do-not-print" not in out
+    code, report = _verify(capsys, index)
+    assert code == 1 and not report["accepted"] and not report["complete"]
+    assert [(f["rule"], f["tensor"]) for f in report["findings"]] == [("shard-path", "w")]
+    code, doc, _ = run_envelope(["diff", "--json", str(index), str(index)], capsys)
+    assert code == 2 and [e["rule"] for e in doc["errors"]] == ["shard-path"]
+    with pytest.raises(fastst.ShardIndexError) as info:
+        fi.checkpoint_metadata(index)
+    assert info.value.rule == "shard-path"
+
+
+@pytest.mark.parametrize("shard", INSIDE)
+def test_every_command_accepts_a_shard_inside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], shard: str
+) -> None:
+    index = checkpoint_naming(tmp_path, shard)
+    for target in (index, index.parent):
+        assert list(fi.iter_inputs([target])) == [("checkpoint", str(index))]
+        code, doc, _ = run_envelope(["inspect", "--json", str(target)], capsys)
+        assert code == 0 and [s["file"] for s in doc["results"][0]["shards"]] == [shard]
+        code, doc, _ = run_envelope(["hash", "--json", "--check", str(target)], capsys)
+        assert code == 0 and doc["results"][0]["shards"][0]["file"] == shard
+        code, doc, _ = run_envelope(["meta", "--json", str(target)], capsys)
+        assert code == 0 and doc["results"][0]["metadata"] == {"format": "np"}
+        code, report = _verify(capsys, index)
+        assert code == 0 and report["accepted"] and report["findings"] == []
+    code, doc, _ = run_envelope(["diff", "--json", str(index), str(index)], capsys)
+    assert code == 0
+
+
+def test_an_index_naming_outside_files_hides_none(tmp_path: Path) -> None:
+    # A folder scan lists every file an index does not claim as its own: an
+    # index naming a file of another folder leaves that file listed.
+    index = _checkpoint(tmp_path / "a")
+    other = tmp_path / "b" / "x.safetensors"
+    other.parent.mkdir()
+    fastst.numpy.save_file({"x": np.zeros(1, np.float32)}, other)
+    bad = _index(index)
+    bad["weight_map"]["x"] = "../b/x.safetensors"
+    _rewrite(index, bad)
+    assert list(fi.iter_inputs([tmp_path])) == [("checkpoint", str(index)), ("file", str(other))]
+
+
+# Index files are read up to a cap ------------------------------------------
+
+
+def test_every_command_refuses_an_index_over_the_cap(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    index = tmp_path / "model.safetensors.index.json"
+    with open(index, "wb") as fh:
+        fh.truncate(1 << 30)  # sparse: costs no disk
+    for command in ("inspect", "hash", "meta"):
+        for target in (index, tmp_path):
+            code, doc, err = run_envelope([command, "--json", str(target)], capsys)
+            assert code == 2 and [e["rule"] for e in doc["errors"]] == ["index-over-cap"]
+            assert err.count("\n") == 1 and "FASTST_INDEX_CAP" in err
+    code, report = _verify(capsys, index)
+    assert code == 1 and [f["rule"] for f in report["findings"]] == ["index-over-cap"]
+    assert "FASTST_INDEX_CAP" in report["findings"][0]["message"]
+    code, doc, _ = run_envelope(["diff", "--json", str(index), str(index)], capsys)
+    assert code == 2 and [e["rule"] for e in doc["errors"]] == ["index-over-cap"]
+
+
+def test_an_index_that_is_a_fifo_never_hangs(tmp_path: Path) -> None:
+    fifo = tmp_path / "model.safetensors.index.json"
+    os.mkfifo(fifo)
+    for command in ("inspect", "verify", "hash", "meta"):
+        result = subprocess.run(
+            [sys.executable, "-m", "fastst", command, str(fifo)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 2 and "not a regular file" in result.stderr, command
+        assert result.stderr.count("\n") == 1

@@ -1,14 +1,21 @@
 """`fastst convert IN OUT`: PyTorch checkpoints to safetensors with torch's
 restricted unpickler only: code in a pickle is refused (and never runs),
 shared tensors stored once as the hub's converter does, nested state dicts,
---dtype, --max-shard-size, a bit-for-bit check of what was written."""
+--dtype, --max-shard-size, a bit-for-bit check of what was written. Before
+torch sees a checkpoint: TorchScript archives, zips other than torch.save's,
+pickles naming anything a state dict does not need, storages that disagree
+with the file, oversized or over-compressed pickles and torch older than 2.6
+are refused, and torch.load is never called for them."""
 
 from __future__ import annotations
 
 import os
 import shlex
+import tracemalloc
+import warnings
+import zipfile
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import fastst.numpy
 import pytest
@@ -17,6 +24,7 @@ from cli_files import run, run_envelope
 torch = pytest.importorskip("torch")
 
 import fastst.torch as ft  # noqa: E402
+from fastst.tools.convert import convert_pickle  # noqa: E402
 
 
 def _state() -> Dict[str, Any]:
@@ -112,7 +120,7 @@ def test_code_in_a_pickle_is_refused_and_never_runs(
     out = tmp_path / "evil.safetensors"
     code, text, err = run(["convert", str(src), str(out)], capsys)
     assert code == 2 and text == "" and err.count("\n") == 1
-    assert "refused by torch's restricted unpickler" in err and "GLOBAL" in err
+    assert "GLOBAL posix.system" in err and "[convert-pickle-refused]" in err
     assert not marker.exists() and not out.exists()
 
 
@@ -154,3 +162,268 @@ def test_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         ["convert", "--json", str(tmp_path / "missing.pt"), str(tmp_path / "q")], capsys
     )
     assert code == 2 and doc["results"] == [] and len(doc["errors"]) == 1
+
+
+# refused before torch sees the checkpoint --------------------------------------
+
+
+def _refused(src: Path, monkeypatch: pytest.MonkeyPatch, rule: str, **options: Any) -> str:
+    """Converts ``src`` with torch.load forbidden: checks that it is refused
+    under ``rule``, naming the file and the rule, with nothing written;
+    returns the message."""
+
+    def no_load(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("torch.load was called")
+
+    monkeypatch.setattr(torch, "load", no_load)
+    out = src.with_name("out.safetensors")
+    with pytest.raises(ValueError) as info:
+        convert_pickle(src, out, **options)
+    message = str(info.value)
+    assert getattr(info.value, "rule", None) == rule, message
+    assert message.startswith(f"{src}: ") and message.endswith(f"[{rule}]")
+    assert not out.exists()
+    return message
+
+
+class _Scripted(torch.nn.Module):
+    """Creates the file ``marker`` when torch.jit.load restores it (its
+    TorchScript ``__setstate__`` runs then)."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self.marker = marker
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    @torch.jit.export
+    def __getstate__(self) -> Tuple[str, bool]:
+        return (self.marker, self.training)
+
+    @torch.jit.export
+    def __setstate__(self, state: Tuple[str, bool]) -> None:
+        self.marker = state[0]
+        self.training = torch.from_file(self.marker, True, 1).numel() == 1
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # torch.jit is deprecated
+def test_torchscript_archive_is_refused_before_torch_loads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    marker = tmp_path / "pwned"
+    src = tmp_path / "model.pt"
+    torch.jit.save(torch.jit.script(_Scripted(str(marker))), str(src))
+    message = _refused(src, monkeypatch, "convert-torchscript")
+    assert "TorchScript archive" in message and not marker.exists()
+    code, doc, err = run_envelope(["convert", "--json", str(src), str(tmp_path / "o")], capsys)
+    assert code == 2 and doc["errors"][0]["rule"] == "convert-torchscript" and not marker.exists()
+    monkeypatch.undo()
+    torch.jit.load(str(src))  # what torch.load(weights_only=True) did before torch 2.6
+    assert marker.exists()
+
+
+def test_old_torch_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = tmp_path / "model.pt"
+    torch.save({"w": torch.ones(2)}, src)
+    monkeypatch.setattr(torch, "__version__", "2.5.1")
+    message = _refused(src, monkeypatch, "convert-torch-version")
+    assert "torch 2.6 or newer, not 2.5.1" in message
+
+
+def test_forbidden_global_in_a_legacy_pickle_never_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "pwned"
+    src = tmp_path / "evil.bin"
+    state = {"w": torch.zeros(2), "payload": _Payload(marker)}
+    torch.save(state, src, _use_new_zipfile_serialization=False)
+    message = _refused(src, monkeypatch, "convert-pickle-refused")
+    assert "GLOBAL posix.system" in message and not marker.exists()
+
+
+Member = Tuple[str, bytes, int]
+STORED, DEFLATED = zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED
+
+
+def _rezip(src: Path, dst: Path, edit: Callable[[str, List[Member]], List[Member]]) -> None:
+    """Writes to ``dst`` the members of the zip ``src`` as ``edit(folder,
+    [(name, bytes, compression)...])`` returns them."""
+    with zipfile.ZipFile(src) as zin:
+        members = [(i.filename, zin.read(i), STORED) for i in zin.infolist()]
+    with zipfile.ZipFile(dst, "w") as zout, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # duplicate names
+        for name, data, method in edit(members[0][0].split("/")[0], members):
+            zout.writestr(name, data, compress_type=method)
+
+
+def _changed(suffix: str, data: Optional[bytes] = None, method: int = STORED) -> Any:
+    """An edit replacing the member whose name ends with ``suffix``."""
+    return lambda root, members: [
+        (n, d if data is None else data, method) if n.endswith(suffix) else (n, d, m)
+        for n, d, m in members
+    ]
+
+
+ZIP_EDITS = {
+    "extra member": (
+        lambda root, m: m + [(f"{root}/payload.py", b"import os", STORED)],
+        "convert-zip-layout",
+        "not one torch.save writes",
+    ),
+    "member outside the folder": (
+        lambda root, m: m + [("../payload", b"", STORED)],
+        "convert-zip-layout",
+        "outside the archive's one folder",
+    ),
+    "pickle twice": (
+        lambda root, m: m + [(f"{root}/data.pkl", b".", STORED)],
+        "convert-zip-layout",
+        "appears twice",
+    ),
+    "storage no tensor uses": (
+        lambda root, m: m + [(f"{root}/data/99", b"x", STORED)],
+        "convert-zip-layout",
+        "data/99 belongs to no storage",
+    ),
+    "large record": (_changed("/version", b"3" * 2000), "convert-zip-layout", "holds 2,000 bytes"),
+    "compressed storage": (
+        _changed("/data/0", method=DEFLATED),
+        "convert-zip-layout",
+        "compressed",
+    ),
+    "storage of another size": (
+        _changed("/data/0", bytes(12)),
+        "convert-storage-size",
+        "declared as 2 elements of 4 bytes, but the file holds 12 bytes",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ZIP_EDITS))
+def test_zips_other_than_torch_saves_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    edit, rule, words = ZIP_EDITS[case]
+    src = tmp_path / "model.pt"
+    torch.save({"w": torch.ones(2)}, src)
+    plain = tmp_path / "plain.pt"
+    _rezip(src, plain, lambda root, members: members)  # the same members convert
+    convert_pickle(plain, tmp_path / "plain.safetensors")
+    assert torch.equal(ft.load_file(tmp_path / "plain.safetensors")["w"], torch.ones(2))
+    edited = tmp_path / "edited.pt"
+    _rezip(src, edited, edit)
+    assert words in _refused(edited, monkeypatch, rule)
+
+
+def test_legacy_storages_must_fill_the_file_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "model.bin"
+    torch.save({"w": torch.ones(4)}, src, _use_new_zipfile_serialization=False)
+    whole = src.read_bytes()
+    src.write_bytes(whole[:-4])  # a storage declared larger than the file holds
+    assert "declared as 4 elements of 4 bytes" in _refused(src, monkeypatch, "convert-storage-size")
+    src.write_bytes(whole + b"hidden")
+    assert "6 bytes follow the last storage" in _refused(src, monkeypatch, "convert-storage-size")
+
+
+def test_a_zip_bomb_pickle_is_refused_without_inflating_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "bomb.pt"
+    member = zipfile.ZipInfo("bomb/data.pkl")
+    member.compress_type = DEFLATED
+    with zipfile.ZipFile(src, "w") as zout:
+        with zout.open(member, "w") as pickled:
+            for _ in range(100):
+                pickled.write(bytes(1 << 20))
+        zout.writestr("bomb/version", b"3\n")
+    assert src.stat().st_size < 1 << 20
+    tracemalloc.start()
+    try:
+        message = _refused(src, monkeypatch, "convert-pickle-size")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "104,857,600 bytes from" in message and "limit of 100:1" in message
+    assert peak < 8 << 20
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_pickles_above_the_limit_are_refused(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    legacy: bool,
+) -> None:
+    src = tmp_path / "model.pt"
+    state = {f"layer.{i}.weight": torch.ones(1) for i in range(100)}
+    torch.save(state, src, _use_new_zipfile_serialization=not legacy)
+    out = tmp_path / "model.safetensors"
+    code, _, err = run(["convert", "--max-pickle-size", "1KiB", str(src), str(out)], capsys)
+    assert code == 2 and "1,024 bytes" in err and "--max-pickle-size" in err
+    assert "[convert-pickle-size]" in err and not out.exists()
+    code, _, err = run(["convert", "--max-pickle-size", "1MiB", str(src), str(out)], capsys)
+    assert code == 0, err
+    _refused(src, monkeypatch, "convert-pickle-size", max_pickle_bytes=1024)
+
+
+def test_state_dicts_torch_saves_convert(tmp_path: Path) -> None:
+    # A module's state dict (an OrderedDict with _metadata), Parameters, and
+    # dtypes stored through untyped storages (which torch's legacy loader
+    # cannot read back).
+    module = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.LayerNorm(2))
+    params = {"p": torch.nn.Parameter(torch.ones(2)), "q": torch.nn.Parameter(torch.zeros(1))}
+    new = {
+        "f8": torch.full((4,), 0.5).to(torch.float8_e4m3fn),
+        "u16": torch.tensor([1, 2, 65535], dtype=torch.uint16),
+    }
+    for legacy in (False, True):
+        for name, saved in (("module", module.state_dict()), ("params", params), ("new", new)):
+            if legacy and name == "new":
+                continue
+            src = tmp_path / f"{name}{legacy}.pt"
+            torch.save(saved, src, _use_new_zipfile_serialization=not legacy)
+            out = src.with_suffix(".safetensors")
+            convert_pickle(src, out)
+            loaded = ft.load_file(out)
+            assert loaded.keys() == saved.keys()
+            assert all(_same(loaded[k], saved[k].detach()) for k in loaded)
+
+
+def test_an_output_symlink_is_replaced_not_followed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "model.pt"
+    torch.save({"w": torch.ones(2)}, src)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    out = tmp_path / "out.safetensors"
+    out.symlink_to(victim)
+    code, _, err = run(["convert", str(src), str(out)], capsys)
+    assert code == 2 and "--force" in err
+    code, _, err = run(["convert", "--force", str(src), str(out)], capsys)
+    assert code == 0, err
+    assert not out.is_symlink() and victim.read_text() == "precious"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="Linux's /proc/self/fd")
+def test_torch_reads_the_file_that_was_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "model.pt"
+    torch.save({"w": torch.ones(2)}, src)
+    other = tmp_path / "other.pt"
+    torch.save({"w": torch.zeros(2)}, other)
+    load = torch.load
+
+    def swap_then_load(*args: Any, **kwargs: Any) -> Any:
+        if other.exists():
+            os.replace(other, src)  # the name now holds a file that was never checked
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", swap_then_load)
+    out = tmp_path / "out.safetensors"
+    convert_pickle(src, out)
+    assert not other.exists() and torch.equal(ft.load_file(out)["w"], torch.ones(2))

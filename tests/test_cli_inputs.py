@@ -6,13 +6,14 @@ exit code, no traceback, no hang."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import struct
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Iterator, Tuple
 
 import fastst
 import fastst.numpy
@@ -199,3 +200,86 @@ def test_truncated_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     path.write_bytes(struct.pack("<Q", 1000) + b'{"w":')
     code, _, err = run(["inspect", str(path)], capsys)
     assert code == 2 and "header" in err
+
+
+# Folders nested deeper than a scan enters -----------------------------------
+
+LEVELS = 1200  # past Python's recursion limit; 2 characters a level, far from PATH_MAX
+
+
+@pytest.fixture
+def deep_tree(tmp_path: Path) -> Iterator[Tuple[Path, Path]]:
+    """``tmp_path/tree`` holding ``top.safetensors`` and, 1,200 folders down,
+    ``deep.safetensors`` and a stale temporary file; removed level by level
+    (a recursive removal would fail as the walks did)."""
+    root = deepest = tmp_path / "tree"
+    root.mkdir()
+    for _ in range(LEVELS):  # os.makedirs recurses too
+        deepest = deepest / "d"
+        deepest.mkdir()
+    for folder in (root, deepest):
+        name = "top" if folder == root else "deep"
+        fastst.numpy.save_file({"w": np.zeros(2, np.float32)}, folder / f"{name}.safetensors")
+    (deepest / ".0123456789abcdef.fastst-tmp").write_bytes(b"")
+    yield root, deepest
+    for path in deepest.iterdir():
+        path.unlink()
+    while deepest != root:
+        os.rmdir(deepest)
+        deepest = deepest.parent
+
+
+def test_deep_folders_are_one_error_line(
+    deep_tree: Tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, _ = deep_tree
+    too_deep = str(root.joinpath(*["d"] * 257))
+    for command in ("inspect", "hash", "meta"):
+        code, doc, err = run_envelope([command, "--json", str(root)], capsys)
+        assert code == 2 and [r["path"] for r in doc["results"]] == [str(root / "top.safetensors")]
+        (error,) = doc["errors"]
+        assert error["rule"] == "folder-too-deep" and error["path"] == too_deep
+        assert err.count("\n") == 1 and "more than 256 levels deep" in err
+    assert list(fi.iter_inputs([root]))[-1] == ("too-deep", too_deep)
+    found = []
+    with pytest.raises(fastst.FolderError) as info:
+        found.extend(fi.iter_safetensors([root]))
+    assert found == [str(root / "top.safetensors")] and info.value.rule == "folder-too-deep"
+
+
+def test_deep_folders_are_a_verify_finding(
+    deep_tree: Tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, _ = deep_tree
+    code, doc, _ = run_envelope(["verify", "--json", str(root)], capsys)
+    top, folder = doc["results"]
+    assert top["path"] == str(root / "top.safetensors") and top["findings"] == []
+    assert folder["kind"] == "folder" and folder["path"] == str(root.joinpath(*["d"] * 257))
+    assert [(f["rule"], f["severity"]) for f in folder["findings"]] == [
+        ("folder-too-deep", "medium")
+    ]
+    assert code == 1 and folder["fails"] and doc["errors"] == [] and doc["stale_temp_files"] == []
+    code, _, _ = run_envelope(["verify", "--json", "--fail-on", "high", str(root)], capsys)
+    assert code == 2  # not failing, but inconclusive
+    code, out, err = run(["verify", str(root)], capsys)
+    assert code == 1 and "folder-too-deep" in out and "not scanned" in out and err == ""
+    code, out, _ = run(["verify", "--format", "sarif", str(root)], capsys)
+    assert [r["ruleId"] for r in json.loads(out)["runs"][0]["results"]] == ["folder-too-deep"]
+
+
+def test_paths_past_path_max_are_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 17 folders of 250 characters: fewer levels than the limit, but a path
+    # longer than the system takes; created relative to each parent.
+    fastst.numpy.save_file({"w": np.zeros(2, np.float32)}, tmp_path / "top.safetensors")
+    fd = os.open(tmp_path, os.O_RDONLY)
+    for _ in range(17):
+        os.mkdir("x" * 250, dir_fd=fd)
+        inner = os.open("x" * 250, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+    code, doc, _ = run_envelope(["verify", "--json", str(tmp_path)], capsys)
+    assert [r["kind"] for r in doc["results"]] == ["file", "folder"] and code == 1
+    assert doc["results"][1]["findings"][0]["rule"] == "folder-too-deep"

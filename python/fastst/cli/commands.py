@@ -22,6 +22,7 @@ from .._update import update_metadata
 from ..tools import inspect as fi
 from ..tools.diff import diff
 from ..tools.stale_temp import stale_temp_files
+from ..tools.walk import TOO_DEEP, too_deep_report
 from . import provenance as prov
 from . import render, report
 from .parser import build_parser, check_conflicts
@@ -43,15 +44,21 @@ _READ_ERRORS = (OSError, SafetensorError, ValueError, KeyError, MemoryError)
 # inputs --------------------------------------------------------------------
 
 
-def _inputs(out: render.Out, paths: Sequence[str]) -> Iterator[Tuple[str, str]]:
+def _inputs(
+    out: render.Out, paths: Sequence[str], too_deep: bool = False
+) -> Iterator[Tuple[str, str]]:
     """``(kind, path)`` for each input (see :func:`fastst.tools.inspect.iter_inputs`);
-    a folder without any is an error."""
+    a folder without any is an error, and so is a folder nested too deep to
+    scan unless ``too_deep`` asks for its ``("too-deep", folder)`` item."""
     for path in paths:
         found = False
         try:
-            for item in fi.iter_inputs([path]):
+            for kind, item in fi.iter_inputs([path]):
                 found = True
-                yield item
+                if kind == "too-deep" and not too_deep:
+                    out.error(item, TOO_DEEP, rule="folder-too-deep")
+                    continue
+                yield kind, item
         except OSError as exc:  # pragma: no cover - os.walk reports through onerror
             out.error(path, exc)
             found = True
@@ -164,9 +171,11 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
     options = dict(
         values=args.values, header_cap=args.header_cap, threads=args.threads, progress=progress
     )
-    for kind, path in _inputs(out, args.files):
+    for kind, path in _inputs(out, args.files, too_deep=True):
         try:
-            if kind == "checkpoint":
+            if kind == "too-deep":
+                result = too_deep_report(path)
+            elif kind == "checkpoint":
                 result = fi.verify_checkpoint(path, **options)
             else:
                 found = fi.identify(path)
@@ -407,7 +416,7 @@ def _cmd_diff(args: argparse.Namespace, out: render.Out) -> int:
         except _READ_ERRORS as exc:
             message = render.one_line(exc)
             where = getattr(exc, "filename", None) or args.a
-            out.error(str(where), message)
+            out.error(str(where), message, rule=getattr(exc, "rule", None))
     if args.json:
         results = []
         if result is not None:

@@ -8,7 +8,7 @@ import os
 from typing import Any, Callable, Dict
 
 from .._sharded import parse_size
-from ..tools.convert import convert_pickle
+from ..tools.convert import MAX_PICKLE_BYTES, convert_pickle
 from . import render
 from .report import print_converted
 
@@ -32,12 +32,16 @@ def run(
 
         try:
             shard_size = parse_size(args.max_shard_size) if args.max_shard_size else None
+            pickle_size = (
+                parse_size(args.max_pickle_size) if args.max_pickle_size else MAX_PICKLE_BYTES
+            )
             result = convert_pickle(
                 args.source,
                 target,
                 key=args.key,
                 dtype=args.dtype,
                 max_shard_size=shard_size,
+                max_pickle_bytes=pickle_size,
                 progress=tell,
             )
         except ImportError as exc:

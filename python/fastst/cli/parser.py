@@ -190,6 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-shard-size", metavar="SIZE", help="write shards of at most SIZE (e.g. 5GB) into OUT"
     )
+    p.add_argument(
+        "--max-pickle-size",
+        metavar="SIZE",
+        help="refuse a checkpoint whose pickle is larger than SIZE (default 256MiB)",
+    )
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
 
     p = sub.add_parser("meta", help="metadata card and raw metadata; --set/--unset edit it")

@@ -166,7 +166,9 @@ def print_verify(out: Out, report: Dict[str, Any]) -> None:
     one line per finding, most severe first."""
     findings = report["findings"]
     verdict = "accepted by the reader" if report["accepted"] else "REJECTED by the reader"
-    if not report["complete"]:
+    if report["kind"] == "folder":
+        verdict = "not scanned"
+    elif not report["complete"]:
         verdict += "; header unreadable, tensors not examined"
     if report.get("values_checked") is not None:
         verdict += f"; values of {plural(report['values_checked'], 'tensor')} checked"

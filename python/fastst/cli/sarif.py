@@ -103,7 +103,7 @@ def sarif_log(
             "message": {"text": f"{r['path']}: header unreadable, tensors not examined"},
         }
         for r in reports
-        if not r["complete"]
+        if not r["complete"] and r.get("kind") != "folder"
     ]
     return {
         "$schema": SARIF_SCHEMA,

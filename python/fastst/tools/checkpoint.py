@@ -8,13 +8,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
 from .. import _fastst
-from .._errors import SafetensorError, rule_error
+from .._errors import SafetensorError, ShardIndexError
 from .._fastst import DEFAULT_HEADER_CAP
-from .._paths import progress_label
-from .._sharded import INDEX_SUFFIX, ShardedFile
+from .._folders import INDEX_SUFFIX, claimed_shards, index_shards, read_index, shard_problem
+from .._paths import progress_label, readable
+from .._sharded import ShardedFile
+from .walk import walk
 
 PathLike = Union[str, "os.PathLike[str]"]
 Finding = Dict[str, Any]
@@ -49,61 +51,48 @@ def _read_metadata(path: str, header_cap: int) -> Optional[Dict[str, str]]:
     return out
 
 
-def _referenced_shards(index_path: str) -> List[str]:
-    try:
-        with open(index_path, "rb") as fh:
-            index = json.loads(fh.read(64 << 20).decode("utf-8"))
-        weight_map = index["weight_map"]
-        return [v for v in weight_map.values() if isinstance(v, str)]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return []
-
-
 def iter_inputs(paths: Iterable[PathLike]) -> Iterator[Tuple[str, str]]:
     """``(kind, path)`` for each input: ``("checkpoint", index)`` for an
     ``*.index.json`` file and for each index found in a folder (the shards
     it names are then not listed on their own), ``("file", path)`` for
     every other ``*.safetensors`` file under a folder (recursively, sorted)
     and for every other path given (missing ones included, so that opening
-    them reports the error)."""
+    them reports the error), and ``("too-deep", folder)`` after the rest of
+    a folder for the first folder under it nested too deep to scan
+    (:func:`fastst.tools.walk.walk`)."""
     for raw in paths:
         path = _path(raw)
         if not os.path.isdir(path):
             kind = "checkpoint" if path.endswith(".index.json") else "file"
             yield kind, path
             continue
-        for root, dirs, files in os.walk(path):
-            dirs.sort()
-            files.sort()
-            taken = set()
+        too_deep: List[str] = []
+        taken: Set[str] = set()  # an index may claim shards in sub-folders
+        for root, files in walk(path, too_deep):
             for name in files:
                 if name.endswith(INDEX_SUFFIX):
                     index = os.path.join(root, name)
                     yield "checkpoint", index
-                    for shard in _referenced_shards(index):
-                        taken.add(os.path.normpath(os.path.join(root, shard)))
+                    try:
+                        taken |= claimed_shards(index)
+                    except (OSError, ValueError, SafetensorError):
+                        pass  # opening the checkpoint reports why
             for name in files:
                 full = os.path.join(root, name)
                 if name.lower().endswith(".safetensors") and os.path.normpath(full) not in taken:
                     yield "file", full
+        for folder in too_deep:
+            yield "too-deep", folder
 
 
-def _strict_index(
-    index_path: str, header_cap: int
-) -> Tuple[List[str], Dict[str, str], Dict[str, Any]]:
-    """Shard names (sorted), the weight map and the
-    index's metadata, after the reader checked the index against its shards
-    (raising its errors, with their rule ids, when they disagree)."""
-    ShardedFile(index_path, "mmap", header_cap).close()
-    with open(index_path, "rb") as fh:
-        index = json.loads(fh.read().decode("utf-8"))
-    weight_map: Dict[str, str] = index["weight_map"]
+def _strict_index(index_path: str, header_cap: int) -> Tuple[List[str], Dict[str, Any], bytes]:
+    """Shard names (sorted), the index's metadata and its bytes, after the
+    reader checked the index against its shards (raising its errors, with
+    their rule ids, when they disagree)."""
+    raw, index = read_index(index_path)
+    ShardedFile(index_path, "mmap", header_cap, index).close()
     meta = index.get("metadata")
-    return (
-        sorted(set(weight_map.values())),
-        weight_map,
-        meta if isinstance(meta, dict) else {},
-    )
+    return sorted(set(index["weight_map"].values())), meta if isinstance(meta, dict) else {}, raw
 
 
 def _merge_by_dtype(parts: List[List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
@@ -132,7 +121,7 @@ def inspect_checkpoint(
     are None. Raises the reader's errors when the index and shards disagree.
     """
     path = _path(index_path)
-    names, _weights, index_meta = _strict_index(path, header_cap)
+    names, index_meta, _raw = _strict_index(path, header_cap)
     folder = os.path.dirname(os.path.abspath(path))
     shards = []
     table: List[Tuple[str, str, List[int], int, int, str]] = []
@@ -203,10 +192,9 @@ def hash_checkpoint(
     ``tensors`` (with ``tensors=True``) maps every tensor to its SHA-256.
     """
     path = _path(index_path)
-    names, _weights, _meta = _strict_index(path, header_cap)
+    names, _meta, raw = _strict_index(path, header_cap)
     folder = os.path.dirname(os.path.abspath(path))
-    with open(path, "rb") as fh:
-        index_sha = hashlib.sha256(fh.read()).hexdigest()
+    index_sha = hashlib.sha256(raw).hexdigest()
     shards = []
     per_tensor: Optional[Dict[str, str]] = {} if tensors else None
     for name in names:
@@ -238,35 +226,14 @@ def checkpoint_metadata(
     """The first shard's ``__metadata__`` (read leniently, as
     :func:`fastst.tools.inspect.read_metadata`) and the index's own ``metadata`` object."""
     path = _path(index_path)
-    index = _load_index(path)
-    if isinstance(index, str):
-        raise rule_error("index-json", path, index)
-    shape = _index_shape_problem(index)
-    if shape:
-        raise rule_error("index-shape", path, shape)
+    index = read_index(path)[1]
     folder = os.path.dirname(os.path.abspath(path))
-    names = sorted(set(index["weight_map"].values()))
+    names = sorted(index_shards(readable(path), folder, index["weight_map"]))
     meta = index.get("metadata")
     index_meta = meta if isinstance(meta, dict) else {}
     if not names:
         return None, index_meta
     return _read_metadata(os.path.join(folder, names[0]), header_cap), index_meta
-
-
-def _load_index(path: str) -> Any:
-    """The parsed index, or a string saying why it is not JSON."""
-    with open(path, "rb") as fh:
-        raw = fh.read()
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        return f"index is not valid UTF-8 JSON: {exc}"
-
-
-def _index_shape_problem(index: Any) -> Optional[str]:
-    if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
-        return 'index must be an object with a "weight_map" object'
-    return None
 
 
 def _severity(rule: str) -> str:
@@ -333,7 +300,6 @@ def verify_checkpoint(
     """
     path = _path(index_path)
     findings: List[Finding] = []
-    index = _load_index(path)
     report: Dict[str, Any] = {
         "path": path,
         "kind": "checkpoint",
@@ -346,35 +312,21 @@ def verify_checkpoint(
         "findings": findings,
         "shards": [],
     }
-    if isinstance(index, str):
-        findings.append(_cfinding("index-json", index))
-        return report
-    shape = _index_shape_problem(index)
-    if shape:
-        findings.append(_cfinding("index-shape", shape))
+    try:
+        index = read_index(path)[1]
+    except ShardIndexError as exc:
+        text, name = str(exc), f"{exc.filename}: "
+        findings.append(_cfinding(str(exc.rule), text.removeprefix(name)))
         return report
     folder = os.path.dirname(os.path.abspath(path))
     placed: Dict[str, List[str]] = {}
     complete = True
     for tensor, shard in index["weight_map"].items():
-        if not isinstance(shard, str) or not shard:
-            findings.append(
-                _cfinding(
-                    "index-shape",
-                    f"tensor {_q(tensor)}: shard must be a file name",
-                    tensor=tensor,
-                )
-            )
-            complete = False
-            continue
-        if os.path.isabs(shard) or os.path.normpath(shard).startswith(".."):
-            findings.append(
-                _cfinding(
-                    "shard-path",
-                    f"tensor {_q(tensor)}: shard {_q(shard)} is outside the index's folder",
-                    tensor=tensor,
-                )
-            )
+        known = isinstance(shard, str) and shard in placed
+        problem = None if known else shard_problem(folder, shard)
+        if problem:
+            message = f"tensor {_q(tensor)}: {problem[1]}"
+            findings.append(_cfinding(problem[0], message, tensor=tensor))
             complete = False
             continue
         placed.setdefault(shard, []).append(tensor)
@@ -481,7 +433,7 @@ def verify_checkpoint(
             )
     report["complete"] = complete
     try:
-        ShardedFile(path, "mmap", header_cap).close()
+        ShardedFile(path, "mmap", header_cap, index).close()
         report["accepted"] = True
     except (OSError, ValueError, KeyError, SafetensorError):
         report["accepted"] = False

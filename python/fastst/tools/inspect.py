@@ -32,9 +32,11 @@ import numpy as np
 
 from .. import _fastst, _identify
 from .._dtypes import NARROW_FLOATS
+from .._errors import rule_error
 from .._fastst import DEFAULT_HEADER_CAP
 from .._identify import not_safetensors_message
 from .._open import safe_open
+from .._paths import readable
 from .card import decode_metadata, metadata_card
 from .checkpoint import (
     _hash_file,
@@ -46,6 +48,7 @@ from .checkpoint import (
     verify_checkpoint,
 )
 from .diff import diff
+from .walk import TOO_DEEP, walk
 
 PathLike = Union[str, "os.PathLike[str]"]
 Finding = Dict[str, Any]
@@ -256,17 +259,22 @@ def read_metadata(
 def iter_safetensors(paths: Iterable[PathLike]) -> Iterator[str]:
     """Each path given, with folders replaced by the ``*.safetensors`` files
     under them (recursively, sorted). Paths that do not exist are yielded
-    as given, so that opening them reports the error."""
+    as given, so that opening them reports the error. A folder nested too
+    deep to scan (:func:`fastst.tools.walk.walk`) raises
+    :class:`fastst.FolderError` (rule ``folder-too-deep``) once the rest is
+    yielded."""
     for raw in paths:
         path = _path(raw)
-        if os.path.isdir(path):
-            for root, dirs, files in os.walk(path):
-                dirs.sort()
-                for name in sorted(files):
-                    if name.lower().endswith(".safetensors"):
-                        yield os.path.join(root, name)
-        else:
+        if not os.path.isdir(path):
             yield path
+            continue
+        too_deep: List[str] = []
+        for root, files in walk(path, too_deep):
+            for name in files:
+                if name.lower().endswith(".safetensors"):
+                    yield os.path.join(root, name)
+        if too_deep:
+            raise rule_error("folder-too-deep", readable(too_deep[0]), TOO_DEEP)
 
 
 # what a file is -------------------------------------------------------------

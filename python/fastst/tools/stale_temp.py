@@ -7,6 +7,8 @@ import os
 import re
 from typing import Iterable, List, Union
 
+from .walk import walk
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 
@@ -23,7 +25,8 @@ _STALE_TEMP = re.compile(r"\.[0-9a-f]{16}\.fastst-tmp")
 
 def stale_temp_files(paths: Iterable[PathLike]) -> List[str]:
     """Temporary files an interrupted fastst save left behind: those under
-    each folder in ``paths`` (recursively, as :func:`fastst.tools.inspect.iter_inputs` scans it)
+    each folder in ``paths`` (recursively, as :func:`fastst.tools.inspect.iter_inputs` scans it:
+    folders nested too deep are left out, and the scan of the inputs reports them)
     and those in the folder of each other path given, once each, sorted
     within a folder. Symbolic links and non-files are not listed."""
     found: List[str] = []
@@ -43,8 +46,7 @@ def stale_temp_files(paths: Iterable[PathLike]) -> List[str]:
     for raw in paths:
         path = _path(raw)
         if os.path.isdir(path):
-            for root, dirs, files in os.walk(path):
-                dirs.sort()
+            for root, files in walk(path, []):
                 scan(root, files)
         else:
             folder = os.path.dirname(path) or "."
