@@ -276,6 +276,11 @@ ZIP_EDITS = {
         "convert-zip-layout",
         "outside the archive's one folder",
     ),
+    "absolute member names": (
+        lambda root, m: [("/" + n.split("/", 1)[1], d, c) for n, d, c in m],
+        "convert-zip-layout",
+        "outside the archive's one folder",
+    ),
     "pickle twice": (
         lambda root, m: m + [(f"{root}/data.pkl", b".", STORED)],
         "convert-zip-layout",

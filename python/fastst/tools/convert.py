@@ -21,7 +21,6 @@ meant to be written.
 from __future__ import annotations
 
 import io
-import json
 import os
 import pickle
 import pickletools
@@ -35,9 +34,11 @@ from typing import IO, Any, Callable, Dict, List, Optional, Tuple, Union
 from .. import _fastst
 from .._errors import rule_error
 from .._fastst import DEFAULT_HEADER_CAP
+from .._folders import read_index
 from .._identify import NOT_FILES, identify, not_safetensors_message
 from .._paths import readable
 from .._sharded import open_raw
+from . import results
 
 __all__ = ["convert_pickle", "STATE_DICT_KEYS", "DTYPES", "MAX_PICKLE_BYTES"]
 
@@ -266,7 +267,7 @@ def _scan_zip(fh: IO[bytes], size: int, where: str, cap: int) -> None:
         members: Dict[str, zipfile.ZipInfo] = {}
         for info, (head, slash, rest) in zip(infos, parts):
             problem = None
-            if head != root or not slash or head in (".", "..") or "\\" in info.filename:
+            if head != root or not slash or head in ("", ".", "..") or "\\" in info.filename:
                 problem = "lies outside the archive's one folder"
             elif (
                 rest not in _RECORDS and rest != "data.pkl" and not _STORAGE_MEMBER.fullmatch(rest)
@@ -481,7 +482,7 @@ def convert_pickle(
     max_shard_size: Optional[Union[int, str]] = None,
     max_pickle_bytes: int = MAX_PICKLE_BYTES,
     progress: Optional[Callable[[str], None]] = None,
-) -> Dict[str, Any]:
+) -> results.ConvertReport:
     """Converts the PyTorch checkpoint ``source`` to ``output``.
 
     ``key``: the entry (dotted for nested dicts) holding the state dict;
@@ -580,8 +581,7 @@ def convert_pickle(
     if max_shard_size is not None:
         written = ft.save_sharded(tensors, dst, max_shard_size=max_shard_size, metadata=metadata)
         folder = os.path.dirname(written)
-        with open(written, "rb") as fh:
-            shards = sorted(set(json.load(fh)["weight_map"].values()))
+        shards = sorted(set(read_index(written)[1]["weight_map"].values()))
         files = [written] + [os.path.join(folder, s) for s in shards]
         check_path = written
     else:
