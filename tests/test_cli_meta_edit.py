@@ -4,11 +4,18 @@ header deterministic, the atomic writer, usage errors."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
+import shutil
+import stat
 import struct
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Iterator
 
 import fastst
 import fastst.tools.inspect as fi
@@ -158,3 +165,146 @@ def test_meta_edit_refuses_foreign_and_many_outputs(
     html.write_text("<html>denied</html>")
     code, _, err = run(["meta", "--set", "k=v", "--in-place", str(html)], capsys)
     assert code == 2 and "HTML page" in err and html.read_text() == "<html>denied</html>"
+
+
+# --- in place: who may read the file does not change ------------------------------------------
+
+as_root = pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0, reason="giving files away needs root"
+)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_in_place_through_a_symlink_edits_the_file_it_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshot"
+    blobs.mkdir()
+    snapshot.mkdir()
+    private = _save(blobs / "private.safetensors", {"a": "1"})
+    private.chmod(0o600)
+    link = snapshot / "model.safetensors"
+    link.symlink_to(Path("..") / "blobs" / "private.safetensors")
+    result = fastst.update_metadata(link, {"k": "v"})
+    assert link.is_symlink() and os.readlink(link) == os.path.join("..", "blobs", private.name)
+    assert result["path"] == str(private)
+    assert _header(private)["__metadata__"] == {"a": "1", "k": "v"}
+    assert _mode(private) == 0o600
+    assert sorted(os.listdir(blobs)) == [private.name] and os.listdir(snapshot) == [link.name]
+    code, out, _ = run(["meta", "--set", "k=w", "--in-place", str(link)], capsys)
+    assert code == 0 and f"wrote {private}" in out
+    assert link.is_symlink() and _header(link)["__metadata__"]["k"] == "w"
+    assert _mode(private) == 0o600
+
+
+@as_root
+def test_in_place_keeps_owner_group_and_permissions(tmp_path: Path) -> None:
+    path = _save(tmp_path / "m.safetensors", {"a": "1"})
+    os.chown(path, 1234, 1234)
+    for mode, kept in ((0o640, 0o640), (0o444, 0o444), (0o6750, 0o750)):
+        path.chmod(mode)
+        fastst.update_metadata(path, {"mode": oct(mode)})
+        info = path.stat()
+        # setuid and setgid are dropped, as the system drops them from a
+        # written file; a read-only file stays read-only (root may write it).
+        assert (info.st_uid, info.st_gid, _mode(path)) == (1234, 1234, kept)
+        assert _header(path)["__metadata__"]["mode"] == oct(mode)
+
+
+EDIT = """
+import sys, fastst
+try:
+    fastst.update_metadata(sys.argv[-1], {"k": "v"})
+    print("edited")
+except PermissionError as exc:
+    print("refused", exc.errno, exc)
+"""
+
+
+def _as(uid: int, code: str, *args: str) -> subprocess.CompletedProcess:
+    """Runs ``code`` as user and group ``uid`` (no other groups), switched to
+    after importing fastst: the interpreter lives in a folder only root
+    may enter here."""
+    imports = "import locale, os, fastst, fastst.cli\n"
+    drop = imports + "os.setgroups([]); os.setgid({0}); os.setuid({0})\n"
+    return subprocess.run(
+        [sys.executable, "-c", drop.format(uid) + code, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+CLI = "import sys, fastst.cli\nsys.exit(fastst.cli.main(sys.argv[1:]))"
+
+
+@pytest.fixture
+def shared_folder() -> Iterator[Path]:
+    """A folder every user may write in (outside pytest's private tmp)."""
+    base = Path(tempfile.mkdtemp())
+    base.chmod(0o755)
+    folder = base / "shared"
+    folder.mkdir()
+    folder.chmod(0o777)
+    yield folder
+    shutil.rmtree(base)
+
+
+@as_root
+def test_in_place_refuses_what_the_user_may_not_write_or_give_away(
+    shared_folder: Path,
+) -> None:
+    # Another user's file, writable by this one, in a folder both may write
+    # in: the new file could not keep its owner, so nothing is written.
+    theirs = _save(shared_folder / "theirs.safetensors", {"a": "1"})
+    os.chown(theirs, 1234, 1234)
+    theirs.chmod(0o666)
+    before = theirs.read_bytes()
+    result = _as(1235, EDIT, str(theirs))
+    assert result.stdout.startswith(f"refused {errno.EPERM} "), result.stdout + result.stderr
+    assert "owner and group 1234:1234" in result.stdout
+    assert theirs.read_bytes() == before and theirs.stat().st_uid == 1234
+    cli = _as(1235, CLI, "meta", "--set", "k=v", "--in-place", str(theirs))
+    assert cli.returncode == 2 and "owner and group" in cli.stderr
+    # The user's own read-only file: refused too (a file the user may write
+    # and keep is edited).
+    mine = _save(shared_folder / "mine.safetensors", {"a": "1"})
+    os.chown(mine, 1235, 1235)
+    mine.chmod(0o444)
+    result = _as(1235, EDIT, str(mine))
+    assert result.stdout.startswith(f"refused {errno.EACCES} "), result.stdout + result.stderr
+    assert _header(mine)["__metadata__"] == {"a": "1"}
+    mine.chmod(0o640)
+    assert _as(1235, EDIT, str(mine)).stdout == "edited\n"
+    assert (mine.stat().st_uid, _mode(mine)) == (1235, 0o640)
+    assert sorted(p.name for p in shared_folder.iterdir()) == [mine.name, theirs.name]
+
+
+def _user_namespaces() -> bool:
+    try:
+        return subprocess.run(["unshare", "-r", "true"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+@as_root
+@pytest.mark.skipif(not _user_namespaces(), reason="needs unshare(1) and user namespaces")
+def test_in_place_refuses_an_owner_root_cannot_give(tmp_path: Path) -> None:
+    # Root of a user namespace where uid 1234 is not mapped cannot give a
+    # file to it: found by trying on a scratch file, before writing.
+    path = _save(tmp_path / "m.safetensors", {"a": "1"})
+    os.chown(path, 1234, 1234)
+    path.chmod(0o666)  # writable by the namespace's root
+    before = path.read_bytes()
+    result = subprocess.run(
+        ["unshare", "-r", sys.executable, "-c", EDIT, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.stdout.startswith(f"refused {errno.EPERM} "), result.stdout + result.stderr
+    assert path.read_bytes() == before and path.stat().st_uid == 1234
+    assert os.listdir(tmp_path) == [path.name]

@@ -1,5 +1,6 @@
 """Saving safely in hostile folders: a symbolic link at the target is
-replaced, never followed; temporary files are exclusive, short-named and
+replaced, never followed; a replaced file's owner, group and permission
+bits are kept; temporary files are exclusive, short-named and
 unnamed while written (a killed process leaves nothing); every name the
 filesystem accepts can be saved; a SIGINT during a save leaves the old file
 or the complete new one."""
@@ -44,6 +45,19 @@ def test_a_planted_symlink_is_replaced_and_its_target_untouched(tmp_path: Path) 
     fnp.save_file(T, dangling)
     assert listing(elsewhere) == []
     assert not dangling.is_symlink()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving files away needs root")
+def test_saving_over_a_file_keeps_its_owner_group_and_permission_bits(tmp_path: Path) -> None:
+    # Replacing keeps who may read the file; setuid, setgid and sticky are
+    # dropped, as the system drops them from a file that is written.
+    path = tmp_path / "model.safetensors"
+    fnp.save_file(T, path)
+    os.chown(path, 1234, 1234)
+    path.chmod(0o7640)
+    fnp.save_file(T, path)
+    info = path.stat()
+    assert (info.st_uid, info.st_gid, info.st_mode & 0o7777) == (1234, 1234, 0o640)
 
 
 def test_the_sharded_index_is_written_without_following_a_link(tmp_path: Path) -> None:

@@ -4,11 +4,18 @@
 The tensors are copied byte for byte from the old file into a new one
 written by the atomic writer (temporary file, rename), and the copy is
 checked: every tensor's SHA-256 after writing equals its SHA-256 before.
+Edited in place, the file keeps who may read it: a symbolic link is
+followed (the file it names is rewritten in its own folder), and the new
+file gets the old one's owner, group and permission bits (the writer's
+rule for every file it replaces); an edit that could not keep the owner and
+group is refused before anything is written.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import tempfile
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from . import _fastst
@@ -44,6 +51,48 @@ def _check(updates: Mapping[str, str], remove: Iterable[str]) -> Tuple[Dict[str,
     return dict(updates), removed
 
 
+def _may_give(folder: str, owner: os.stat_result) -> bool:
+    """Whether this process may give a new file in ``folder`` the owner and
+    group of ``owner``: tried on a scratch file (unnamed where the system
+    allows), so that what rules forbid it (not root, no CAP_CHOWN, a user
+    namespace, NFS root squashing) is found before anything is written."""
+    if not hasattr(os, "fchown"):  # pragma: no cover - no owners to keep
+        return True
+    name = None
+    try:
+        fd = os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o600)
+    except (AttributeError, OSError):
+        fd, name = tempfile.mkstemp(dir=folder)
+    try:
+        os.fchown(fd, owner.st_uid, owner.st_gid)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+        if name is not None:
+            os.unlink(name)
+
+
+def _in_place(path: str) -> str:
+    """The file an in-place edit rewrites: ``path``, or the file a symbolic
+    link there names (rewritten in its own folder; the link stays). Raises
+    PermissionError, before anything is written, for a file this process
+    may not write, or whose owner and group the new file could not keep."""
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    old = os.stat(target)
+    if not os.access(target, os.W_OK):
+        raise PermissionError(errno.EACCES, "editing in place needs write permission", target)
+    if not _may_give(os.path.dirname(target) or ".", old):
+        raise PermissionError(
+            errno.EPERM,
+            f"editing in place would not keep the owner and group {old.st_uid}:{old.st_gid} "
+            "(write the result elsewhere: output=, --output)",
+            target,
+        )
+    return target
+
+
 def update_metadata(
     path: PathLike,
     updates: Optional[Mapping[str, str]] = None,
@@ -55,6 +104,13 @@ def update_metadata(
     """Sets the ``__metadata__`` keys of ``updates`` and removes those of
     ``remove`` in the file ``path`` (or writes the result to ``output``,
     leaving ``path`` alone).
+
+    In place, a symbolic link is followed: the file it names is rewritten in
+    its own folder and keeps its owner, group and permission bits (setuid,
+    setgid and sticky dropped); ACLs, extended attributes and other hard
+    links do not carry over (a new file replaces the old one). A file the
+    process may not write, or whose owner and group it could not keep, is
+    refused with PermissionError before anything is written.
 
     The new header is laid out as the writer lays out every header (keys
     sorted), so the same edit of the same file always gives the same bytes.
@@ -71,6 +127,8 @@ def update_metadata(
     which case only the tensors' order changed).
     """
     source = _path(path)
+    if output is None:
+        source = _in_place(source)
     target = source if output is None else _path(output)
     changes, removed = _check(updates or {}, remove)
     before = _fastst.hash_file(source, tensors=True, header_cap=header_cap)

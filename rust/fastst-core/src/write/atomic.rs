@@ -67,9 +67,9 @@ fn mix(mut x: u64) -> u64 {
 /// target is never seen half-written and no temporary file is left behind.
 ///
 /// The temporary file is created with the default mode (0o666 less the
-/// umask), or with the permissions of the regular file it replaces. When the
-/// target is a symbolic link, the link itself is replaced; the file it
-/// points to is left alone.
+/// umask), or with the owner, group and permissions of the regular file it
+/// replaces (see [`keep_owner_and_mode`]). When the target is a symbolic
+/// link, the link itself is replaced; the file it points to is left alone.
 #[derive(Debug)]
 pub struct AtomicFile {
     target: PathBuf,
@@ -100,12 +100,9 @@ impl AtomicFile {
             _ => PathBuf::from("."),
         };
         // The last component is not followed: a symbolic link is what gets
-        // replaced, and only a regular file lends its permissions.
+        // replaced, and only a regular file lends its owner and permissions.
         let existing = fs::symlink_metadata(&target).ok();
-        let keep_mode = existing
-            .as_ref()
-            .filter(|m| m.file_type().is_file())
-            .map(|m| m.permissions());
+        let replaced = existing.clone().filter(|m| m.file_type().is_file());
         let (file, temp) = match open_unnamed(&dir)? {
             Some(file) => (file, PathBuf::new()),
             None => open_named(&dir)?,
@@ -117,13 +114,9 @@ impl AtomicFile {
             file: Some(file),
             replaces: existing.is_some(),
         };
-        if let Some(perm) = keep_mode {
-            if let Some(f) = &atomic.file {
-                // fchmod on the open descriptor: no path is followed.
-                f.set_permissions(perm).map_err(|e| {
-                    Error::io("copying the permissions of the file being replaced", e)
-                })?;
-            }
+        if let (Some(old), Some(f)) = (&replaced, &atomic.file) {
+            keep_owner_and_mode(f, old)
+                .map_err(|e| Error::io("copying the permissions of the file being replaced", e))?;
         }
         Ok(atomic)
     }
@@ -207,6 +200,25 @@ impl AtomicFile {
         release_in_background(replaced);
         Ok(())
     }
+}
+
+/// Gives the new file the owner, group and permission bits of the regular
+/// file it replaces, through the open descriptor (no path is followed). The
+/// owner and the group are each kept where the process may set them (root
+/// may; others only a group they belong to), else left as created; the
+/// setuid, setgid and sticky bits are dropped, as the system drops them
+/// from a file that is written.
+#[cfg(unix)]
+fn keep_owner_and_mode(file: &File, old: &fs::Metadata) -> io::Result<()> {
+    use std::os::unix::fs::{fchown, MetadataExt, PermissionsExt};
+    let _ = fchown(file, None, Some(old.gid()));
+    let _ = fchown(file, Some(old.uid()), None);
+    file.set_permissions(fs::Permissions::from_mode(old.mode() & 0o777))
+}
+
+#[cfg(not(unix))]
+fn keep_owner_and_mode(file: &File, old: &fs::Metadata) -> io::Result<()> {
+    file.set_permissions(old.permissions())
 }
 
 impl Drop for AtomicFile {
@@ -516,6 +528,18 @@ mod tests {
             fs::metadata(&kept).expect("meta").permissions().mode() & 0o777,
             0o640
         );
+
+        // setuid, setgid and sticky are dropped; the owner and group are kept
+        // where the process may give them (root).
+        use std::os::unix::fs::MetadataExt;
+        fs::set_permissions(&kept, fs::Permissions::from_mode(0o7640)).expect("chmod");
+        let given = std::os::unix::fs::chown(&kept, Some(1234), Some(1234)).is_ok();
+        write_file(&p, &[], &kept, false).expect("write");
+        let meta = fs::metadata(&kept).expect("meta");
+        assert_eq!(meta.mode() & 0o7777, 0o640);
+        if given {
+            assert_eq!((meta.uid(), meta.gid()), (1234, 1234));
+        }
     }
 
     #[cfg(unix)]
