@@ -1,6 +1,7 @@
 """``python -m fastst``: the ``fastst`` command; ``python -m fastst run
-(script.py | -m module) [args...]`` runs a program with ``import
-safetensors`` served by fastst (see ``fastst.install``)."""
+(script.py | -m module) [args...]`` (or ``fastst run ...``) runs a program
+with ``import safetensors`` served by fastst, in the processes it starts too
+(see ``fastst._hook.run``)."""
 
 import sys
 
