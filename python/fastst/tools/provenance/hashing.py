@@ -1,4 +1,6 @@
-"""Listing a model's files and hashing them in parallel.
+"""Listing a model's files and hashing them in parallel, and the one home
+of the path rules of the format (:func:`ignore_parts`,
+:func:`resource_key`), which follow ``model_signing`` exactly.
 
 The OpenSSF model signing format (``files`` serialization) records the
 digest of every whole file, so one file is one sequential stream; fastst
@@ -18,8 +20,19 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import os
+import pathlib
 import stat
-from typing import Callable, Dict, Iterable, List, Optional, Protocol, Sequence, Tuple
+from typing import (
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+)
 
 from .findings import Finding, ProvenanceError, finding
 
@@ -71,20 +84,66 @@ class ModelFile:
     size: int
 
 
-def _under(name: str, ignored: Iterable[str]) -> bool:
-    return any(name == p or name.startswith(p + "/") for p in ignored)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+#: Deepest folder listed below a model's root; a deeper one is a problem of
+#: the listing (a finding), never a crash.
+MAX_DEPTH = 256
+
+
+def ignore_parts(root: str, entry: str) -> Optional[Tuple[str, ...]]:
+    """The path components, relative to the model ``root``, that the ignore
+    path ``entry`` leaves out, read as ``model_signing`` reads ignore paths
+    (signed ones and given ones alike): ``entry`` is joined to ``root`` as a
+    pure POSIX path (``./``, repeated and trailing slashes dropped; ``..``,
+    case and backslashes kept as they are) and counts only if the result is
+    still under ``root``; so an absolute entry counts only when it names a
+    path under an absolute ``root``, and an entry with a ``..`` component
+    never matches a file. ``()`` leaves out the whole model; None: nothing."""
+    base = pathlib.PurePosixPath(root)
+    try:
+        return (base / entry).relative_to(base).parts
+    except ValueError:
+        return None
+
+
+def resource_key(name: str, shards: bool = False) -> str:
+    """A resource name of a signed statement as ``model_signing`` reads it:
+    the path as a pure POSIX path (as :func:`ignore_parts`; ``""`` is
+    ``.``), and for the ``shards`` serialization ``path:start:end`` split at
+    every ``:`` into exactly three parts with integer offsets. Raises
+    ValueError for a shard name that is not."""
+    if not shards:
+        return str(pathlib.PurePosixPath(name))
+    parts = name.split(":")
+    if len(parts) != 3:
+        raise ValueError(f"shard name {name!r} is not PATH:START:END")
+    return f"{pathlib.PurePosixPath(parts[0])}:{int(parts[1])}:{int(parts[2])}"
+
+
+def _under(parts: Tuple[str, ...], ignored: Iterable[Tuple[str, ...]]) -> bool:
+    return any(parts[: len(p)] == p for p in ignored)
 
 
 def list_model(
-    root: str, *, ignore: Sequence[str] = (), allow_symlinks: bool = False
+    root: str,
+    *,
+    ignore: Sequence[str] = (),
+    allow_symlinks: bool = False,
+    max_depth: int = MAX_DEPTH,
 ) -> Tuple[List[ModelFile], List[Finding]]:
     """The regular files of the model at ``root`` (a file or a folder) and
     the problems met: ``signature-symlink`` for a symbolic link (unless
-    ``allow_symlinks``, then the link is followed), ``signature-special-file``
-    for anything else that is not a file or a folder or cannot be read.
-    ``ignore`` holds POSIX paths relative to ``root``; a folder ignores
-    everything under it.
+    ``allow_symlinks``: then a link to a file is read as that file, and a
+    link to a folder is left out, as ``model_signing`` does),
+    ``signature-special-file`` for anything else that is not a file or a
+    folder, cannot be read, or lies in a folder more than ``max_depth``
+    levels below ``root``. ``ignore`` holds ignore paths read by
+    :func:`ignore_parts`; a folder ignores everything under it. Folders are
+    walked without recursion.
     """
+    ignored = [p for p in (ignore_parts(root, e) for e in ignore) if p is not None]
     problems: List[Finding] = []
     try:
         st = os.lstat(root)
@@ -102,7 +161,7 @@ def list_model(
             )
         st = os.stat(root)
     if stat.S_ISREG(st.st_mode):
-        return [ModelFile(".", root, st.st_size)], problems
+        return ([] if _under((), ignored) else [ModelFile(".", root, st.st_size)]), problems
     if not stat.S_ISDIR(st.st_mode):
         raise ProvenanceError(
             f"{root}: the model is neither a regular file nor a folder",
@@ -110,12 +169,20 @@ def list_model(
             filename=root,
         )
     files: List[ModelFile] = []
-    seen = {(st.st_dev, st.st_ino)}
+    # One open folder per level: its descriptor (what the next level is
+    # opened and examined through, so a level costs the same at any depth),
+    # its path, its name in the manifest and its sorted entries not yet seen.
+    stack: List[Tuple[int, str, str, Iterator[os.DirEntry]]] = []
 
-    def walk(folder: str, prefix: str) -> None:
+    def enter(name: str, dir_fd: Optional[int], path: str, prefix: str) -> None:
+        fd = -1
         try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            fd = os.open(name, _DIR_FLAGS | (_NOFOLLOW if dir_fd is not None else 0), dir_fd=dir_fd)
+            with os.scandir(fd) as it:
+                listing = sorted(it, key=lambda e: e.name)
         except OSError as exc:
+            if fd >= 0:
+                os.close(fd)
             problems.append(
                 finding(
                     "signature-special-file",
@@ -124,25 +191,36 @@ def list_model(
                 )
             )
             return
-        for entry in entries:
-            name = f"{prefix}{entry.name}"
-            if _under(name, ignore):
+        stack.append((fd, path, prefix, iter(listing)))
+
+    try:
+        enter(root, None, root, "")
+        while stack:
+            fd, folder, prefix, it = stack[-1]
+            entry = next(it, None)
+            if entry is None:
+                os.close(stack.pop()[0])
                 continue
+            name = f"{prefix}{entry.name}"
+            if _under(tuple(name.split("/")), ignored):
+                continue
+            path = os.path.join(folder, entry.name)
             try:
                 est = entry.stat(follow_symlinks=False)
-                if stat.S_ISLNK(est.st_mode):
-                    if not allow_symlinks:
-                        target = os.readlink(entry.path)
-                        problems.append(
-                            finding(
-                                "signature-symlink",
-                                f"{name} is a symbolic link (to {target!r}); the model signing "
-                                "format refuses links unless signed with symbolic links allowed",
-                                name,
-                            )
+                link = stat.S_ISLNK(est.st_mode)
+                if link and not allow_symlinks:
+                    target = os.readlink(entry.name, dir_fd=fd)
+                    problems.append(
+                        finding(
+                            "signature-symlink",
+                            f"{name} is a symbolic link (to {target!r}); the model signing "
+                            "format refuses links unless signed with symbolic links allowed",
+                            name,
                         )
-                        continue
-                    est = os.stat(entry.path)
+                    )
+                    continue
+                if link:
+                    est = os.stat(entry.name, dir_fd=fd)
             except OSError as exc:
                 problems.append(
                     finding(
@@ -153,20 +231,21 @@ def list_model(
                 )
                 continue
             if stat.S_ISDIR(est.st_mode):
-                key = (est.st_dev, est.st_ino)
-                if key in seen:
+                if link:  # model_signing does not descend into linked folders
+                    continue
+                if len(stack) > max_depth:
                     problems.append(
                         finding(
-                            "signature-symlink",
-                            f"{name}: symbolic links form a loop back to a folder already listed",
+                            "signature-special-file",
+                            f"{name}: folder nested more than {max_depth} levels deep; "
+                            "not examined",
                             name,
                         )
                     )
                     continue
-                seen.add(key)
-                walk(entry.path, name + "/")
+                enter(entry.name, fd, path, name + "/")
             elif stat.S_ISREG(est.st_mode):
-                files.append(ModelFile(name, entry.path, est.st_size))
+                files.append(ModelFile(name, path, est.st_size))
             else:
                 problems.append(
                     finding(
@@ -175,8 +254,9 @@ def list_model(
                         name,
                     )
                 )
-
-    walk(root, "")
+    finally:
+        for fd, *_ in stack:
+            os.close(fd)
     return files, problems
 
 

@@ -9,7 +9,7 @@ import os
 import posixpath
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from .findings import Finding, finding
+from .findings import Finding, ProvenanceError, finding
 from .hashing import ModelFile, Piece, read_regular, shards_of
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -24,13 +24,33 @@ def _fspath(path: PathLike) -> str:
 
 
 def _inside(model: str, path: str) -> Optional[str]:
-    """``path`` relative to the folder ``model`` (POSIX), or None if outside."""
+    """``path`` relative to the folder ``model`` (POSIX), both resolved as
+    ``model_signing`` resolves the ignore paths it is given (symbolic links
+    followed), or None if it is not inside (or is the folder itself)."""
     if not os.path.isdir(model):
         return None
-    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(model))
+    rel = os.path.relpath(os.path.realpath(path), os.path.realpath(model))
     if rel == os.curdir or rel == os.pardir or rel.startswith(os.pardir + os.sep):
         return None
     return rel.replace(os.sep, "/")
+
+
+def given_ignores(root: str, paths: Sequence[PathLike]) -> List[str]:
+    """The ignore paths a caller gave (relative to the current folder) as
+    paths relative to the model folder ``root``. One that is not inside the
+    folder raises :class:`ProvenanceError`: leaving it out would do nothing
+    (or, for the folder itself, leave out the whole model), never what was
+    asked."""
+    found = []
+    for p in paths:
+        rel = _inside(root, _fspath(p))
+        if rel is None:
+            raise ProvenanceError(
+                f"{_fspath(p)}: an ignore path must lie inside the model folder {root}",
+                filename=_fspath(p),
+            )
+        found.append(rel)
+    return found
 
 
 def _model_root(model: str) -> str:

@@ -32,7 +32,7 @@ import json
 import os
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from .bundle import (
     BUNDLE_MEDIA_TYPE,
@@ -56,6 +56,7 @@ from .model import (
     _pieces,
     _safetensors_checks,
     default_signature_path,
+    given_ignores,
 )
 from .statement import PREDICATE_TYPE, PREDICATE_TYPE_V01, STATEMENT_TYPE, _statement
 from .verifying import VerifyResult, verify_signature
@@ -162,8 +163,10 @@ def sign(
     ``shard_size`` selects the ``shards`` serialization (files cut into
     pieces of that many bytes, hashed in parallel even for one big file).
 
-    Raises :class:`ProvenanceError` when the key cannot be used or the model
-    holds a symbolic link (unless ``allow_symlinks``) or a special file.
+    Raises :class:`ProvenanceError` when the key cannot be used, the model
+    holds a symbolic link (unless ``allow_symlinks``), a special file or a
+    folder nested too deep, an ignore path is not inside the model folder,
+    or a ``certificate_chain`` comes without a ``certificate``.
     The result's ``findings`` list safetensors-aware warnings (a file the
     strict reader rejects, an index naming a missing shard).
     """
@@ -174,6 +177,8 @@ def sign(
     hash_alg = _ec_hash(key.public_key())
     ec = require("cryptography.hazmat.primitives.asymmetric.ec")
 
+    if certificate is None and certificate_chain:
+        raise ProvenanceError("a certificate chain goes with a signing certificate; none given")
     if certificate is not None:
         method = "certificate"
         material = _certificate_material(key, _fspath(certificate), certificate_chain)
@@ -182,16 +187,11 @@ def sign(
         material = {"publicKey": {"hint": key_hint(key.public_key())}, "tlogEntries": []}
 
     sig_path = _fspath(signature) if signature is not None else default_signature_path(model_s)
-    ignored: List[str] = []
     rel_sig = _inside(root, sig_path)
-    if rel_sig:
-        ignored.append(rel_sig)
-    for p in ignore_paths:
-        rel = _inside(root, _fspath(p))
-        if rel and rel not in ignored:
-            ignored.append(rel)
+    ignored = ([rel_sig] if rel_sig else []) + given_ignores(root, ignore_paths)
     if ignore_git_paths and os.path.isdir(root):
-        ignored.extend(g for g in GIT_PATHS if g not in ignored)
+        ignored.extend(GIT_PATHS)
+    ignored = list(dict.fromkeys(ignored))  # normalised relative paths: equal ones are one
 
     files, problems = list_model(root, ignore=ignored, allow_symlinks=allow_symlinks)
     if problems:
@@ -216,6 +216,12 @@ def sign(
         }
     if ignored:
         serialization["ignore_paths"] = ignored
+    colon = [f.name for f in files if ":" in f.name] if shard_size is not None else []
+    if colon:  # model_signing reads shard names PATH:START:END, split at every ':'
+        raise ProvenanceError(
+            f"{root}: cannot sign with shards: {colon[0]!r} has a ':' in its name",
+            filename=root,
+        )
     pieces = _pieces(files, serialization)
     digests, errors = hash_pieces(
         pieces,

@@ -7,12 +7,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import pathlib
 from typing import Any, Dict, List, Sequence, Tuple
 
 from .bundle import PAYLOAD_TYPE, _bad, _obj
 from .findings import Finding, finding
-from .hashing import ModelFile, sort_key
+from .hashing import ModelFile, resource_key, sort_key
 from .model import _model_name, _reader_problem
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -76,24 +75,24 @@ def _parse_statement(ptype: str, payload: bytes) -> _Manifest:
     ptype_ = st.get("predicateType")
     items: Dict[str, Tuple[str, str]] = {}
 
-    def add(name: Any, algorithm: Any, digest: Any) -> None:
+    def add(name: Any, algorithm: Any, digest: Any, shards: bool) -> None:
         if not isinstance(name, str) or not isinstance(algorithm, str):
             raise _bad("signature-malformed", "a resource has no name or algorithm")
         if not isinstance(digest, str) or not digest or len(digest) % 2:
             raise _bad("signature-malformed", f"resource {name!r} has no hex digest")
         try:
             bytes.fromhex(digest)
-        except ValueError:
-            raise _bad("signature-malformed", f"resource {name!r} has no hex digest") from None
-        key = str(pathlib.PurePosixPath(name))  # model_signing's normalisation
-        if key in items:
-            raise _bad("signature-malformed", f"resource {name!r} is listed twice")
+            key = resource_key(name, shards)
+        except ValueError as exc:
+            raise _bad("signature-malformed", f"resource {name!r}: {exc}") from None
+        # a name listed twice: the last entry counts, as in model_signing
         items[key] = (algorithm, digest.lower())
 
     if ptype_ == PREDICATE_TYPE_V01:
         for s in subjects:
             s = _obj(s, "a subject")
-            add(s.get("name"), "sha256", _obj(s.get("digest"), "a subject digest").get("sha256"))
+            digest = _obj(s.get("digest"), "a subject digest").get("sha256")
+            add(s.get("name"), "sha256", digest, False)
         ser = {"method": "files", "hash_type": "sha256", "allow_symlinks": False}
         return _Manifest("compat-undefined-not-present", ser, items)
     if ptype_ != PREDICATE_TYPE:
@@ -108,22 +107,6 @@ def _parse_statement(ptype: str, payload: bytes) -> _Manifest:
     root = _obj(subject.get("digest"), "the subject digest").get("sha256")
     predicate = _obj(st.get("predicate"), "the predicate")
     ser = _obj(predicate.get("serialization"), "predicate.serialization")
-    resources = predicate.get("resources")
-    if not isinstance(resources, list):
-        raise _bad("signature-malformed", "predicate.resources is missing")
-    ordered = []
-    for r in resources:
-        r = _obj(r, "a resource")
-        add(r.get("name"), r.get("algorithm"), r.get("digest"))
-        ordered.append(r["digest"])
-    h = hashlib.sha256()
-    for digest in ordered:
-        h.update(bytes.fromhex(digest))
-    if not isinstance(root, str) or h.hexdigest() != root.lower():
-        raise _bad(
-            "signature-malformed",
-            "the statement is inconsistent: the subject digest does not match its resources",
-        )
     method = ser.get("method")
     if method not in ("files", "shards"):
         raise _bad("signature-unsupported", f"serialization method {method!r} is not supported")
@@ -136,6 +119,22 @@ def _parse_statement(ptype: str, payload: bytes) -> _Manifest:
     ignore = ser.get("ignore_paths", [])
     if not isinstance(ignore, list) or not all(isinstance(p, str) for p in ignore):
         raise _bad("signature-malformed", "serialization.ignore_paths is not a list of paths")
+    resources = predicate.get("resources")
+    if not isinstance(resources, list):
+        raise _bad("signature-malformed", "predicate.resources is missing")
+    ordered = []
+    for r in resources:
+        r = _obj(r, "a resource")
+        add(r.get("name"), r.get("algorithm"), r.get("digest"), method == "shards")
+        ordered.append(r["digest"])
+    h = hashlib.sha256()
+    for digest in ordered:
+        h.update(bytes.fromhex(digest))
+    if not isinstance(root, str) or h.hexdigest() != root.lower():
+        raise _bad(
+            "signature-malformed",
+            "the statement is inconsistent: the subject digest does not match its resources",
+        )
     return _Manifest(str(name) if isinstance(name, str) else "", ser, items)
 
 

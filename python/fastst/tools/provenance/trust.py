@@ -167,9 +167,7 @@ def _verify_certificate(bundle: Dict[str, Any], chain_paths: Sequence[str]) -> T
     return ptype, payload
 
 
-def _verify_sigstore(
-    path: str, trust_root: str, identity: Optional[str], issuer: Optional[str]
-) -> Tuple[str, bytes]:
+def _verify_sigstore(path: str, trust_root: str, identity: str, issuer: str) -> Tuple[str, bytes]:
     """Keyless (Sigstore) bundles, verified offline against ``trust_root``
     (a ``TrustedRoot`` or ``ClientTrustConfig`` JSON file) by sigstore-python:
     certificate chain to the Fulcio roots, SCTs, transparency log inclusion
@@ -178,10 +176,6 @@ def _verify_sigstore(
     verify = require("sigstore.verify")
     policy_mod = require("sigstore.verify.policy")
     errors = require("sigstore.errors")
-    if not identity or not issuer:
-        raise ProvenanceError(
-            "verifying a Sigstore bundle needs the expected identity and OIDC issuer"
-        )
     raw = _read_small(trust_root, "trust root", 16 << 20)
     # The parsers below (pydantic models) raise many kinds of errors on
     # hostile input; any of them means "not a trust root" / "not a bundle".

@@ -21,6 +21,7 @@ from .model import (
     _pieces,
     _safetensors_checks,
     default_signature_path,
+    given_ignores,
 )
 from .statement import _compare, _file_of, _parse_statement, _resource_algorithm
 from .trust import _verify_certificate, _verify_key, _verify_sigstore
@@ -74,8 +75,11 @@ def verify_signature(
 
     Never raises for what a signature or model holds: every problem is a
     :class:`Finding` (``signature-*`` rule ids) and ``verified`` is False.
-    Raises :class:`ProvenanceError` only when the check cannot start (no
-    key given, unreadable key, model path that does not exist).
+    Raises :class:`ProvenanceError` only when the check cannot start or an
+    argument would go unused: no kind of trust or more than one, a trust
+    root without both ``identity`` and ``issuer`` or those two without a
+    trust root, an ignore path outside the model folder, an unreadable key,
+    a model path that does not exist.
     """
     t0 = time.perf_counter()
     model_s = _fspath(model)
@@ -87,8 +91,17 @@ def verify_signature(
             "give exactly one of: a public key, a certificate chain, a Sigstore trust root"
         )
     method = "key" if kinds[0] else "certificate" if kinds[1] else "sigstore"
+    if method == "sigstore" and (not identity or not issuer):
+        raise ProvenanceError(
+            "verifying a Sigstore bundle needs the expected identity and OIDC issuer"
+        )
+    if method != "sigstore" and (identity is not None or issuer is not None):
+        raise ProvenanceError(
+            "an expected identity and issuer apply to Sigstore bundles (a trust root) only"
+        )
     if not os.path.lexists(root):
         raise ProvenanceError(f"{root}: no such file or folder", filename=root)
+    given = given_ignores(root, ignore_paths)
 
     def result(findings: List[Finding], **kw: Any) -> VerifyResult:
         order = ("critical", "high", "medium", "low", "info")
@@ -112,7 +125,9 @@ def verify_signature(
         # Exactly one kind of trust was given (checked above), so these
         # tests pick the same branch as ``method``.
         if trust_root is not None:  # method == "sigstore"
-            ptype, payload = _verify_sigstore(sig_path, _fspath(trust_root), identity, issuer)
+            ptype, payload = _verify_sigstore(
+                sig_path, _fspath(trust_root), identity or "", issuer or ""
+            )
         else:
             bundle = _read_bundle(sig_path)
             if public_key is not None:  # method == "key"
@@ -157,16 +172,14 @@ def verify_signature(
                 signed_model_name=manifest.model_name,
                 serialization=ser,
             )
-    ignored: List[str] = [p.strip("/") for p in ser.get("ignore_paths", []) if p.strip("/")]
+    # what model_signing leaves out: the signed ignore paths, git files, the
+    # signature and the caller's paths, each read by hashing.ignore_parts
+    ignored: List[str] = list(ser.get("ignore_paths", [])) + given
     if ignore_git_paths:
         ignored.extend(GIT_PATHS)
     rel_sig = _inside(root, sig_path)
     if rel_sig:
         ignored.append(rel_sig)
-    for p in ignore_paths:
-        rel = _inside(root, _fspath(p))
-        if rel:
-            ignored.append(rel)
     try:
         files, problems = list_model(root, ignore=ignored, allow_symlinks=allow_symlinks)
     except ProvenanceError as exc:
