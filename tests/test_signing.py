@@ -1073,3 +1073,212 @@ def test_plain_verify_notices_a_file_signature(
     code, out, _ = run(["verify", str(file), "--json"], capsys)
     assert code == 0
     assert [s["path"] for s in json.loads(out)["signatures"]] == [str(file) + ".sig"]
+
+
+# every signature option of `fastst verify`, alone and together ----------------------------
+
+#: kind of signature, options (placeholders filled in by the test), and the
+#: exit codes for the model as signed, with a signed file changed, and with
+#: an unsigned file added. 0 only where a signature was verified or no
+#: signature option was given (then the signature file is only noticed).
+VERIFY_OPTIONS = [
+    ("none", "key", "", (0, 0, 0)),
+    # a signature option without a kind of trust: a usage error, never the plain check
+    ("signature", "key", "--signature {sig}", (2, 2, 2)),
+    ("identity", "key", "--identity {id}", (2, 2, 2)),
+    ("issuer", "key", "--issuer {iss}", (2, 2, 2)),
+    ("identity-issuer", "key", "--identity {id} --issuer {iss}", (2, 2, 2)),
+    (
+        "signature-identity-issuer",
+        "key",
+        "--signature {sig} --identity {id} --issuer {iss}",
+        (2, 2, 2),
+    ),  # fmt: skip
+    ("ignore-path", "key", "--ignore-path {model}/config.json", (2, 2, 2)),
+    ("no-ignore-git-paths", "key", "--no-ignore-git-paths", (2, 2, 2)),
+    ("allow-symlinks", "key", "--allow-symlinks", (2, 2, 2)),
+    # one kind of trust: checked
+    ("public-key", "key", "--public-key {pub}", (0, 1, 1)),
+    ("signature-public-key", "key", "--signature {sig} --public-key {pub}", (0, 1, 1)),
+    ("other-public-key", "key", "--public-key {other}", (1, 1, 1)),
+    ("certificate-chain", "cert", "--signature {sig} --certificate-chain {root}", (0, 1, 1)),
+    ("certificate-chain-on-a-key-signature", "key", "--certificate-chain {root}", (1, 1, 1)),
+    (
+        "trust-root",
+        "keyless",
+        "--signature {sig} --trust-root {trust} --identity {id} --issuer {iss}",
+        (0, 1, 1),
+    ),  # fmt: skip
+    (
+        "trust-root-other-identity",
+        "keyless",
+        "--signature {sig} --trust-root {trust} --identity mallory@example.com --issuer {iss}",
+        (1, 1, 1),
+    ),  # fmt: skip
+    # more than one kind of trust
+    ("key-and-chain", "key", "--public-key {pub} --certificate-chain {root}", (2, 2, 2)),
+    (
+        "key-and-trust-root",
+        "key",
+        "--public-key {pub} --trust-root {trust} --identity {id} --issuer {iss}",
+        (2, 2, 2),
+    ),  # fmt: skip
+    (
+        "chain-and-trust-root",
+        "cert",
+        "--certificate-chain {root} --trust-root {trust} --identity {id} --issuer {iss}",
+        (2, 2, 2),
+    ),  # fmt: skip
+    (
+        "all-three",
+        "key",
+        "--public-key {pub} --certificate-chain {root} --trust-root {trust} "
+        "--identity {id} --issuer {iss}",
+        (2, 2, 2),
+    ),  # fmt: skip
+    # identity and issuer belong to a trust root, and a trust root needs both
+    ("key-identity", "key", "--public-key {pub} --identity {id}", (2, 2, 2)),
+    ("key-issuer", "key", "--public-key {pub} --issuer {iss}", (2, 2, 2)),
+    (
+        "chain-identity-issuer",
+        "cert",
+        "--signature {sig} --certificate-chain {root} --identity {id} --issuer {iss}",
+        (2, 2, 2),
+    ),  # fmt: skip
+    ("trust-root-alone", "keyless", "--signature {sig} --trust-root {trust}", (2, 2, 2)),
+    (
+        "trust-root-identity",
+        "keyless",
+        "--signature {sig} --trust-root {trust} --identity {id}",
+        (2, 2, 2),
+    ),  # fmt: skip
+    (
+        "trust-root-issuer",
+        "keyless",
+        "--signature {sig} --trust-root {trust} --issuer {iss}",
+        (2, 2, 2),
+    ),  # fmt: skip
+    # empty values are given values
+    ("empty-public-key", "key", "--public-key {empty}", (2, 2, 2)),
+    ("empty-signature", "key", "--signature {empty} --public-key {pub}", (2, 2, 2)),
+    (
+        "empty-trust-root",
+        "keyless",
+        "--signature {sig} --trust-root {empty} --identity {id} --issuer {iss}",
+        (2, 2, 2),
+    ),  # fmt: skip
+    (
+        "empty-identity",
+        "keyless",
+        "--signature {sig} --trust-root {trust} --identity {empty} --issuer {iss}",
+        (2, 2, 2),
+    ),  # fmt: skip
+    # the model options: leaving out a signed file makes it missing
+    (
+        "key-ignore-signed-file",
+        "key",
+        "--public-key {pub} --ignore-path {model}/config.json",
+        (1, 1, 1),
+    ),  # fmt: skip
+    ("key-ignore-outside", "key", "--public-key {pub} --ignore-path {outside}", (2, 2, 2)),
+    ("key-ignore-the-model", "key", "--public-key {pub} --ignore-path {model}", (2, 2, 2)),
+    ("key-no-ignore-git-paths", "key", "--public-key {pub} --no-ignore-git-paths", (0, 1, 1)),
+    ("key-allow-symlinks", "key", "--public-key {pub} --allow-symlinks", (0, 1, 1)),
+    # options of the plain check that a signature check would drop
+    ("key-values", "key", "--public-key {pub} --values", (2, 2, 2)),
+    ("key-header-cap", "key", "--public-key {pub} --header-cap 1000", (2, 2, 2)),
+    ("key-two-models", "key", "--public-key {pub} {model}", (2, 2, 2)),
+    # output and threshold: "not verified" stays 1
+    ("key-fail-on-critical", "key", "--public-key {pub} --fail-on critical", (0, 1, 1)),
+    ("key-fail-on-info", "key", "--public-key {pub} --fail-on info", (0, 1, 1)),
+    ("key-json", "key", "--public-key {pub} --json", (0, 1, 1)),
+    ("key-sarif", "key", "--public-key {pub} --format sarif", (0, 1, 1)),
+]
+
+
+@pytest.mark.parametrize(
+    "kind, options, expected", [r[1:] for r in VERIFY_OPTIONS], ids=[r[0] for r in VERIFY_OPTIONS]
+)
+def test_verify_exit_code_for_every_option_combination(
+    model: Path, keys: Any, pki: Dict[str, Path], tmp_path: Path, capsys: Any,
+    kind: str, options: str, expected: Tuple[int, int, int],
+) -> None:  # fmt: skip
+    import shutil
+
+    priv, pub = keys["p256"]
+    sig = model / "model.sig"
+    changed, added = "config.json", "extra.txt"
+    if kind == "key":
+        provenance.sign(model, priv)
+    elif kind == "cert":
+        sig = tmp_path / "cert.sig"
+        provenance.sign(model, pki["leaf_key"], signature=sig, certificate=pki["leaf"],
+                        certificate_chain=[pki["inter"]])  # fmt: skip
+    else:
+        model = tmp_path / "v1.0.0-sigstore"
+        shutil.copytree(SIGSTORE_DATA / "v1.0.0-sigstore", model)
+        sig = tmp_path / "keyless.sig"
+        shutil.copyfile(SIGSTORE_DATA / "v1.0.0-sigstore.sig", sig)
+        changed, added = "signme-2", "extra"
+    values = dict(
+        model=model, sig=sig, pub=pub, other=keys["other"][1], root=pki["root"],
+        trust=_sigstore_root(), id=SIGSTORE_IDENTITY, iss=SIGSTORE_ISSUER, empty="",
+        outside=tmp_path / "elsewhere.txt",
+    )  # fmt: skip
+    argv = ["verify", str(model)] + [o.format(**values) for o in options.split()]
+    original = (model / changed).read_bytes()
+    codes = [main(argv)]
+    (model / changed).write_bytes(original + b" ")
+    codes.append(main(argv))
+    (model / changed).write_bytes(original)
+    (model / added).write_text("unsigned")
+    codes.append(main(argv))
+    capsys.readouterr()
+    assert tuple(codes) == expected
+
+
+def test_a_signature_fastst_cannot_check_is_inconclusive(
+    signed_model: Tuple[Path, Path, Path], keys: Any, capsys: Any
+) -> None:
+    """A signature fastst cannot judge (a hash it cannot compute) exits 2,
+    like any inconclusive verification, not 1 and never 0."""
+    model, sig, pub = signed_model
+    bundle = json.loads(sig.read_text())
+    statement = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
+    statement["predicate"]["serialization"]["hash_type"] = "md5"
+    for r in statement["predicate"]["resources"]:
+        r["algorithm"] = "md5"
+    _resign(sig, keys["p256"][0], statement)
+    assert rules_of(provenance.verify_signature(model, sig, public_key=pub)) == [
+        "signature-unsupported"
+    ]
+    code, out, _ = run(["verify", str(model), "--signature", str(sig), "--public-key", str(pub)],
+                       capsys)  # fmt: skip
+    assert code == 2 and "signature-unsupported" in out
+
+
+def test_verify_signature_refuses_what_it_would_not_check(
+    model: Path, keys: Any, pki: Dict[str, Path], tmp_path: Path
+) -> None:
+    """No argument of verify_signature is silently unused: an identity or
+    issuer without a trust root (or a trust root without both), a given
+    ignore path outside the model, are errors; so is a certificate chain
+    without a certificate when signing."""
+    priv, pub = keys["p256"]
+    provenance.sign(model, priv)
+    assert provenance.verify_signature(model, public_key=pub).verified
+    for kw in (
+        dict(public_key=pub, identity="someone"),
+        dict(public_key=pub, issuer="https://issuer"),
+        dict(public_key=pub, identity="", issuer=""),
+        dict(certificate_chain=[pki["root"]], identity="someone", issuer="https://issuer"),
+        dict(trust_root=_sigstore_root(), identity="someone"),
+        dict(trust_root=_sigstore_root(), issuer="https://issuer"),
+        dict(trust_root=_sigstore_root(), identity="", issuer="https://issuer"),
+        dict(public_key=pub, ignore_paths=[tmp_path / "elsewhere.txt"]),
+        dict(public_key=pub, ignore_paths=[model]),
+    ):
+        with pytest.raises(ProvenanceError):
+            provenance.verify_signature(model, **kw)
+    with pytest.raises(ProvenanceError, match="certificate chain"):
+        provenance.sign(model, priv, certificate_chain=[pki["inter"]])

@@ -235,6 +235,9 @@ def check_conflicts(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         if args.json and args.format not in (None, "json"):
             _usage_error(parser, f"--json conflicts with --format {args.format}")
         args.format = "json" if args.json else (args.format or "text")
+        problem = prov.signature_usage_error(args)
+        if problem:
+            _usage_error(parser, problem)
     if args.command == "meta":
         if args.raw and args.json:
             _usage_error(parser, "--raw shapes the text output only; it conflicts with --json")

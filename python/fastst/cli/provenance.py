@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from .._fastst import DEFAULT_HEADER_CAP
 from .provenance_render import (
     _print_findings,
     _print_verify,
@@ -38,7 +39,10 @@ __all__ = [
     "add_sbom_parser",
     "run_sbom",
     "add_verify_signature_args",
+    "SIGNATURE_OPTIONS",
+    "signature_options",
     "wants_signature_check",
+    "signature_usage_error",
     "run_verify_signature",
     "sarif_log",
     "unchecked_signatures",
@@ -151,7 +155,8 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--allow-symlinks",
         action="store_true",
-        help="follow symbolic links inside the model instead of refusing them",
+        help="read links to files inside the model as files instead of refusing them "
+        "(links to folders are left out, as model_signing does)",
     )
     if not any(a.dest == "threads" for a in p._actions):
         p.add_argument(
@@ -294,18 +299,74 @@ def add_verify_signature_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--allow-symlinks",
         action="store_true",
-        help="follow symbolic links inside the model instead of reporting them",
+        help="read links to files inside the model as files instead of reporting them "
+        "(links to folders are left out, as model_signing does)",
     )
+
+
+#: The signature options of ``fastst verify``: destination -> (flag, value
+#: when not given).
+SIGNATURE_OPTIONS: Dict[str, Tuple[str, Any]] = {
+    "signature": ("--signature", None),
+    "public_key": ("--public-key", None),
+    "certificate_chain": ("--certificate-chain", []),
+    "trust_root": ("--trust-root", None),
+    "identity": ("--identity", None),
+    "issuer": ("--issuer", None),
+    "ignore_path": ("--ignore-path", []),
+    "ignore_git_paths": ("--no-ignore-git-paths", True),
+    "allow_symlinks": ("--allow-symlinks", False),
+}
+
+#: Findings that mean the signature could not be judged (exit 2, not 1).
+INCONCLUSIVE = frozenset({"signature-unsupported"})
+
+
+def signature_options(args: argparse.Namespace) -> List[str]:
+    """The signature options given to ``fastst verify`` (an empty string is
+    given too)."""
+    return [
+        flag
+        for dest, (flag, unset) in SIGNATURE_OPTIONS.items()
+        if getattr(args, dest, unset) != unset
+    ]
 
 
 def wants_signature_check(args: argparse.Namespace) -> bool:
-    """Whether ``fastst verify`` was asked to check a signature."""
-    return bool(
-        getattr(args, "signature", None)
-        or getattr(args, "public_key", None)
-        or getattr(args, "certificate_chain", None)
-        or getattr(args, "trust_root", None)
-    )
+    """Whether ``fastst verify`` was given any signature option: then it
+    checks a signature or fails, never falls back to the plain check."""
+    return bool(signature_options(args))
+
+
+def signature_usage_error(args: argparse.Namespace) -> Optional[str]:
+    """Why the signature options of ``fastst verify`` cannot all be honoured
+    (a usage error), or None: exactly one kind of trust, ``--identity`` and
+    ``--issuer`` with ``--trust-root`` and only there, one MODEL, and no
+    option of the plain check that a signature check would drop."""
+    given = signature_options(args)
+    if not given:
+        return None
+    trust = [f for f in ("--public-key", "--certificate-chain", "--trust-root") if f in given]
+    who = [f for f in ("--identity", "--issuer") if f in given]
+    if not trust:
+        return (
+            f"{', '.join(given)}: a signature check needs --public-key, --certificate-chain "
+            "or --trust-root"
+        )
+    if len(trust) > 1:
+        return f"{' and '.join(trust)} conflict: give one kind of trust"
+    if trust == ["--trust-root"] and len(who) != 2:
+        return "--trust-root needs --identity and --issuer"
+    if trust != ["--trust-root"] and who:
+        verb = "apply" if len(who) > 1 else "applies"
+        return f"{' and '.join(who)} {verb} to --trust-root (Sigstore bundles) only"
+    if len(getattr(args, "files", None) or []) != 1:
+        return "checking a signature takes exactly one MODEL (file, folder or index)"
+    if getattr(args, "values", False):
+        return "--values belongs to the plain check; a signature check does not scan values"
+    if getattr(args, "header_cap", DEFAULT_HEADER_CAP) != DEFAULT_HEADER_CAP:
+        return "--header-cap belongs to the plain check; a signature check uses the default"
+    return None
 
 
 def _fail_on(args: argparse.Namespace) -> str:
@@ -355,7 +416,12 @@ def run_verify_signature(args: argparse.Namespace, out: Any) -> int:
         _print_verify(out, data)
     if error or data is None:  # no result means the check could not run
         return EXIT_ERROR
-    return EXIT_FINDINGS if fails or not data["verified"] else EXIT_OK
+    if data["verified"]:
+        return EXIT_FINDINGS if fails else EXIT_OK
+    judged = [f for f in data["findings"] if f["severity"] != "info"]
+    if judged and all(f["rule"] in INCONCLUSIVE for f in judged):
+        return EXIT_ERROR
+    return EXIT_FINDINGS
 
 
 # plain `fastst verify FOLDER`: notice signature files ----------------------------------
