@@ -16,6 +16,8 @@ outputs with the documented ones.
   appended after the last tensor;
 - llama/: a small sharded checkpoint (two shards and an index);
 - model.bin: a PyTorch checkpoint with tied weights (needs torch);
+- downloaded-model/: a model folder holding a pytorch_model.bin (a zip with
+  a pickle) beside its model.safetensors;
 - page.safetensors: an HTML error page saved under a model's name.
 """
 
@@ -25,6 +27,7 @@ import json
 import pickle
 import struct
 import sys
+import zipfile
 from pathlib import Path
 from typing import Dict
 
@@ -141,6 +144,10 @@ def main(folder: Path) -> None:
     fastst.numpy.save_sharded(
         llama, folder / "llama", max_shard_size=80_000, metadata={"format": "pt"}
     )
+    (folder / "downloaded-model").mkdir()
+    fastst.numpy.save_file(llama, folder / "downloaded-model" / "model.safetensors")
+    with zipfile.ZipFile(folder / "downloaded-model" / "pytorch_model.bin", "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps({}, protocol=2))
     (folder / "page.safetensors").write_text(
         "<!DOCTYPE html>\n<html><head><title>403 Forbidden</title></head>"
         "<body>Access denied</body></html>\n"

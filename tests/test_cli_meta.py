@@ -279,3 +279,86 @@ def test_decode_metadata_leaves_non_json_alone() -> None:
     assert decoded == {"a": "{bad", "b": [1, 2], "c": "12", "d": {"k": 1}}
     deep = "[" * 100_000 + "]" * 100_000
     assert fi.decode_metadata({"x": deep})["x"] == deep
+
+
+# Hostile metadata: a card with notes, never a traceback -------------------
+
+HUGE = "9" * 5000  # past Python's 4300-digit int conversion limit
+
+#: The three shapes that used to end `fastst meta` with a traceback.
+HOSTILE = {
+    "non_finite": {
+        "ss_tag_frequency": '{"10_sks": {"sks": 1e400, "dog": NaN, "grass": -Infinity, "sun": 3}}'
+    },
+    "huge_ints": {
+        "ss_tag_frequency": json.dumps({HUGE + "_x": {"a": 1}}).replace('"a": 1', f'"a": {HUGE}'),
+        "ssmd_source": "https://civitai.com/models/" + HUGE,
+    },
+    "wrong_kinds": {
+        "ss_datasets": '[{"subsets": {"class_tokens": "x"}}, {"subsets": 5}, 7]',
+        "ss_network_module": "lycoris.kohya",
+        "ss_network_args": '{"algo": {"nested": [1]}}',
+        "sd_merge_models": '{"m": {"name": ["not", "a", "string"]}}',
+    },
+}
+
+
+def _strict(text: str) -> object:
+    def refuse(name: str) -> object:
+        raise AssertionError(f"{name} in the output")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_hostile_metadata_gives_cards_with_notes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = [str(_save(tmp_path / f"{name}.safetensors", md)) for name, md in HOSTILE.items()]
+    good = str(_save(tmp_path / "z_good.safetensors", addnet_metadata()))
+    # Every file is reported, the good one after the hostile ones.
+    code, out, err = run(["meta", *paths, good], capsys)
+    assert code == 0 and err == ""
+    for path in paths + [good]:
+        assert f"{path}\n" in out
+    assert "  title             Sks Dog" in out
+    assert "  not understood    ss_tag_frequency: tag counts that are not whole counts" in out
+    code, out, err = run(["meta", "--json", *paths, good], capsys)
+    assert code == 0 and err == ""
+    doc = _strict(out)
+    non_finite, huge, kinds, clean = (r["card"] for r in doc["results"])  # type: ignore[index]
+    assert non_finite["top_tags"] == [["sun", 3]]
+    assert non_finite["dreambooth_tokens"] == [{"token": "sks", "repeats": 10}]
+    assert non_finite["notes"] == [
+        "ss_tag_frequency: tag counts that are not whole counts; left out"
+    ]
+    # The numbers JSON cannot hold are shown as their text.
+    raw = doc["results"][0]["metadata"]["ss_tag_frequency"]["10_sks"]  # type: ignore[index]
+    assert raw == {"sks": "1e400", "dog": "NaN", "grass": "-Infinity", "sun": 3}
+    assert huge["civitai_model_id"] is None and huge["dreambooth_tokens"] == []
+    assert any(n.startswith("civitai: a model id of more than 18 digits") for n in huge["notes"])
+    assert kinds["network"]["type"] == "LyCORIS"
+    assert kinds["merged_from"] == "m"
+    assert "ss_datasets: a dataset without a list of subsets; left out" in kinds["notes"]
+    assert "ss_network_args: algo is not a string; left out" in kinds["notes"]
+    assert clean["notes"] == []
+
+
+def test_checkpoint_index_metadata_stays_strict_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shard = "model-00001-of-00001.safetensors"
+    _save(tmp_path / shard, {})
+    index = tmp_path / "model.safetensors.index.json"
+    weights = json.dumps({"lora_unet_down.lora_down.weight": shard})
+    index.write_text(
+        '{"metadata": {"total_size": 1e400, "x": [NaN]}, "weight_map": ' + weights + "}"
+    )
+    code, out, _err = run(["meta", "--json", str(index)], capsys)
+    assert code == 0
+    (entry,) = _strict(out)["results"]  # type: ignore[index]
+    assert entry["index_metadata"] == {"total_size": "Infinity", "x": ["NaN"]}
+    # An index nested past the parser's stack is an error about that input.
+    index.write_text('{"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    code, out, err = run(["meta", str(index)], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "model.safetensors.index.json: index is not valid UTF-8 JSON" in err

@@ -528,3 +528,111 @@ def test_mutated_files_never_crash_and_agree_with_the_reader(
         # declares beyond its end.
         if f["offset"] is not None and f["rule"] not in PAST_END:
             assert f["offset"] + (f["length"] or 0) <= report["file_len"], f
+
+
+# Folders: files that hold pickles; truncated downloads ---------------------
+
+PICKLE = b"\x80\x02}q\x00X\x01\x00\x00\x00aq\x01K\x01s."  # pickle.dumps({"a": 1}, 2)
+
+
+def _zip(path: Path, *members: str) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        for name in members:
+            z.writestr(name, PICKLE if name.endswith(".pkl") else b"x")
+    return path
+
+
+def test_folder_scan_reports_files_holding_pickles(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _clean(tmp_path / "model.safetensors")
+    _zip(tmp_path / "pytorch_model.bin", "archive/data.pkl", "archive/version")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "legacy.pt").write_bytes(PICKLE)
+    (tmp_path / "weights.dat").write_bytes(PICKLE)  # by content, not by name
+    _zip(tmp_path / "bundle.zip", "README", "model/data.pkl")  # not the first member
+    _zip(tmp_path / "images.zip", "a.png")  # a zip without pickles
+    (tmp_path / "config.json").write_text("{}")
+    code, doc = run_json(["verify", "--json", str(tmp_path)], capsys)
+    assert code == 1
+    by_name = {Path(r["path"]).name: r for r in doc}
+    pickles = {"pytorch_model.bin", "legacy.pt", "weights.dat", "bundle.zip"}
+    assert set(by_name) == {"model.safetensors"} | pickles
+    assert by_name["model.safetensors"]["findings"] == []
+    for name in pickles:
+        report = by_name[name]
+        (finding,) = report["findings"]
+        assert finding["rule"] == "foreign-content" and finding["severity"] == "critical"
+        assert "loading it can run code" in finding["message"]
+        target = report["path"].rsplit(".", 1)[0] + ".safetensors"
+        assert f"`fastst convert {report['path']} {target}`" in finding["message"]
+        assert report["fails"] and not report["accepted"]
+    assert "PyTorch checkpoint (zip with pickles)" in str(by_name["pytorch_model.bin"])
+    code, out, err = run(["verify", str(tmp_path)], capsys)
+    assert code == 1 and err == ""
+    assert "5 inputs verified: 4 with findings at or above low" in out
+    assert "CRITICAL foreign-content  this is a raw pickle stream" in out
+
+
+def test_folder_holding_only_a_pickle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _zip(tmp_path / "model.ckpt", "archive/data.pkl")
+    for threshold in ("low", "critical"):
+        code, doc = run_json(["verify", "--json", "--fail-on", threshold, str(tmp_path)], capsys)
+        assert code == 1 and [Path(r["path"]).name for r in doc] == ["model.ckpt"]
+    # Named directly: the same one finding.
+    code, doc = run_json(["verify", "--json", str(tmp_path / "model.ckpt")], capsys)
+    assert code == 1 and [f["rule"] for f in doc[0]["findings"]] == ["foreign-content"]
+
+
+def _many_tensors(path: Path, n: int = 40) -> bytes:
+    safetensors.numpy.save_file(
+        {f"layer.{i:02}.weight": np.full(1000, i, np.float32) for i in range(n)}, str(path)
+    )
+    return path.read_bytes()
+
+
+def test_truncated_download_is_one_plain_finding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "cut.safetensors"
+    whole = _many_tensors(path)
+    path.write_bytes(whole[:50_000])
+    code, doc = run_json(["verify", "--json", str(path)], capsys)
+    assert code == 1
+    (finding,) = doc[0]["findings"]
+    assert finding["rule"] == "data-too-short" and finding["severity"] == "high"
+    assert finding["message"] == f"truncated: 50,000 of {len(whole):,} bytes present; re-download"
+    assert finding["offset"] == 50_000 and finding["length"] == len(whole) - 50_000
+    header_len = struct.unpack("<Q", whole[:8])[0]
+    assert finding["count"] == 40 - (50_000 - 8 - header_len) // 4000  # tensors cut off
+    code, out, _err = run(["verify", str(path)], capsys)
+    assert code == 1 and out.count("\n") == 2
+    assert f"HIGH     data-too-short  truncated: 50,000 of {len(whole):,} bytes" in out
+    # Cut at a tensor's end: only whole tensors are missing, the same one finding.
+    path.write_bytes(whole[: 8 + header_len + 4000])
+    (finding,) = fi.verify_file(path)["findings"]
+    assert finding["rule"] == "ghost-tensor" and finding["count"] == 39
+    assert finding["message"].startswith(f"truncated: {8 + header_len + 4000:,} of")
+
+
+def test_truncated_shard_is_one_plain_finding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    weight_map = {}
+    for k, name in enumerate(names):
+        safetensors.numpy.save_file(
+            {f"s{k}.{i}": np.zeros(500, np.float32) for i in range(20)}, str(tmp_path / name)
+        )
+        weight_map.update({f"s{k}.{i}": name for i in range(20)})
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    shard = tmp_path / names[1]
+    whole = shard.read_bytes()
+    shard.write_bytes(whole[:10_000])
+    code, doc = run_json(["verify", "--json", str(tmp_path)], capsys)
+    assert code == 1
+    (finding,) = doc[0]["findings"]
+    assert finding["shard"] == names[1] and finding["rule"] == "data-too-short"
+    assert finding["message"] == f"truncated: 10,000 of {len(whole):,} bytes present; re-download"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zipfile
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -15,6 +16,9 @@ from fastst.cli import main
 from fastst.tools import provenance
 from fastst.tools.provenance import ProvenanceError
 from fastst.tools.provenance.sbom import validate
+from hypothesis import HealthCheck, given, settings
+from test_card import metadata
+from test_cli_meta import HOSTILE
 
 KOHYA = {
     "ss_output_name": "cat_lora",
@@ -233,3 +237,60 @@ def test_cli_sbom_errors_exit_2(tmp_path: Path, capsys: Any) -> None:
     bad.write_bytes(b"\x00" * 4)
     code, out, err = run(["sbom", str(bad)], capsys)
     assert code == 2 and "bad.safetensors" in err
+
+
+# Hostile metadata and files that hold pickles ------------------------------
+
+
+def _bom_of(tmp_path: Path, md: Dict[str, str], name: str = "m.safetensors") -> Any:
+    path = tmp_path / name
+    path.write_bytes(raw_file({"w": ("F32", [1], b"\0" * 4)}, md))
+    return provenance.sbom(path).document
+
+
+def test_hostile_metadata_cases_give_valid_boms(tmp_path: Path, capsys: Any) -> None:
+    for name, md in HOSTILE.items():
+        doc = _bom_of(tmp_path, md, f"{name}.safetensors")
+        assert validate(doc) == []
+        code, out, err = run(["sbom", str(tmp_path / f"{name}.safetensors")], capsys)
+        assert code == 0 and err == "", err
+        json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in the BOM"))
+    props = _props(_bom_of(tmp_path, HOSTILE["wrong_kinds"])["components"][0])
+    assert props["fastst:network"] == '{"type":"LyCORIS","module":"lycoris.kohya",' + (
+        '"dim":null,"alpha":null,"args":{"algo":{"nested":[1]}}}'
+    )
+
+
+def _storable(md: Dict[str, str]) -> bool:  # a header is UTF-8: no lone surrogates
+    return not any("\ud800" <= c <= "\udfff" for t in [*md, *md.values()] for c in t)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(metadata.filter(_storable))
+def test_any_metadata_gives_a_valid_bom(tmp_path: Path, md: Dict[str, str]) -> None:
+    assert validate(_bom_of(tmp_path, md)) == []
+
+
+PICKLE = b"\x80\x02}q\x00X\x01\x00\x00\x00aq\x01K\x01s."  # pickle.dumps({"a": 1}, 2)
+
+
+def test_files_holding_pickles_are_marked(tmp_path: Path) -> None:
+    model = _sharded(tmp_path / "model")
+    with zipfile.ZipFile(model / "pytorch_model.bin", "w") as z:
+        z.writestr("archive/data.pkl", PICKLE)
+    (model / "legacy.weights").write_bytes(PICKLE)
+    with zipfile.ZipFile(model / "images.zip", "w") as z:
+        z.writestr("a.png", b"x")
+    doc = provenance.sbom(model).document
+    assert validate(doc) == []
+    marks = {c["name"]: _props(c).get("fastst:pickle") for c in doc["components"]}
+    assert marks["pytorch_model.bin"] == (
+        "a PyTorch checkpoint (zip with pickles): loading it can run code; "
+        "convert it with fastst convert"
+    )
+    assert (marks["legacy.weights"] or "").startswith("a raw pickle stream (protocol 2)")
+    assert marks["images.zip"] is None and marks["config.json"] is None

@@ -20,6 +20,7 @@ from .._hook import run as run_with_hook
 from .._identify import NOT_FILES
 from .._update import update_metadata
 from ..tools import inspect as fi
+from ..tools.card import strict_json
 from ..tools.diff import diff
 from ..tools.stale_temp import stale_temp_files
 from ..tools.walk import TOO_DEEP, too_deep_report
@@ -45,11 +46,13 @@ _READ_ERRORS = (OSError, SafetensorError, ValueError, KeyError, MemoryError)
 
 
 def _inputs(
-    out: render.Out, paths: Sequence[str], too_deep: bool = False
+    out: render.Out, paths: Sequence[str], too_deep: bool = False, pickles: bool = False
 ) -> Iterator[Tuple[str, str]]:
     """``(kind, path)`` for each input (see :func:`fastst.tools.inspect.iter_inputs`);
     a folder without any is an error, and so is a folder nested too deep to
-    scan unless ``too_deep`` asks for its ``("too-deep", folder)`` item."""
+    scan unless ``too_deep`` asks for its ``("too-deep", folder)`` item.
+    ``pickles`` adds ``("file", path)`` for each file under a folder that
+    holds pickles (:func:`fastst.tools.inspect.pickle_files`)."""
     for path in paths:
         found = False
         try:
@@ -59,6 +62,9 @@ def _inputs(
                     out.error(item, TOO_DEEP, rule="folder-too-deep")
                     continue
                 yield kind, item
+            for item in fi.pickle_files(path) if pickles and os.path.isdir(path) else ():
+                found = True
+                yield "file", item
         except OSError as exc:  # pragma: no cover - os.walk reports through onerror
             out.error(path, exc)
             found = True
@@ -171,7 +177,7 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
     options = dict(
         values=args.values, header_cap=args.header_cap, threads=args.threads, progress=progress
     )
-    for kind, path in _inputs(out, args.files, too_deep=True):
+    for kind, path in _inputs(out, args.files, too_deep=True, pickles=True):
         try:
             if kind == "too-deep":
                 result = too_deep_report(path)
@@ -343,7 +349,7 @@ def _cmd_meta(args: argparse.Namespace, out: render.Out) -> int:
         if args.json:
             entry = {"path": path, "kind": kind, "card": card, "metadata": decoded}
             if index_metadata is not None:
-                entry["index_metadata"] = index_metadata
+                entry["index_metadata"] = strict_json(index_metadata)
             results.append(entry)
         else:
             report.print_meta(out, path, metadata, card, decoded, args.raw)

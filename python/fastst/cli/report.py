@@ -324,6 +324,8 @@ def print_meta(
             line("cover images", f"{card['cover_images']:,}")
         for key, value in card["embedded_hashes"].items():
             line(key, value)
+        for note in card["notes"]:
+            line("not understood", note)
         out.blank()
     out.print("  raw metadata:")
     for key, value in sorted(decoded.items()):

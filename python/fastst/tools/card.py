@@ -5,18 +5,52 @@ the metadata map; :mod:`fastst.tools.inspect` exports :func:`metadata_card` and
 :func:`decode_metadata`.
 
 Metadata is foreign text: JSON found inside values is parsed with
-:mod:`json`, never evaluated.
+:mod:`json`, never evaluated. Both functions are total: any ``str -> str``
+map gives a result (the card lists in ``notes`` what it could not use), and
+both results are strict JSON (no NaN or infinities, bounded nesting).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import re
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-__all__ = ["metadata_card", "decode_metadata"]
+__all__ = ["metadata_card", "decode_metadata", "strict_json"]
+
+#: Deepest nesting of a decoded value (kohya's go 4 deep); deeper ones stay
+#: text, so that whatever prints or serializes them has stack to spare.
+MAX_DEPTH = 100
+
+#: Counts and repeats are whole numbers below this; others are left out.
+_COUNT_LIMIT = 2**63
+
+
+def _float(text: str) -> Union[float, str]:
+    f = float(text)
+    return f if math.isfinite(f) else text
+
+
+def _int(text: str) -> Union[int, str]:
+    try:
+        return int(text)
+    except ValueError:  # past Python's limit on digits
+        return text
+
+
+def _too_deep(value: Any) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > MAX_DEPTH:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _maybe_json(value: str) -> Any:
@@ -24,15 +58,35 @@ def _maybe_json(value: str) -> Any:
     if not text or text[0] not in "{[":
         return value
     try:
-        return json.loads(text)
+        decoded = json.loads(text, parse_float=_float, parse_int=_int, parse_constant=str)
     except (ValueError, RecursionError):
         return value
+    return value if _too_deep(decoded) else decoded
+
+
+def strict_json(value: Any, depth: int = 0) -> Any:
+    """``value`` (parsed JSON, e.g. an index's ``metadata``) as strict JSON
+    can hold it: NaN and infinities become the text JSON5 spells them with
+    (``"NaN"``, ``"Infinity"``), objects and lists nested more than
+    :data:`MAX_DEPTH` deep a note saying so."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return json.dumps(value)
+    if not isinstance(value, (dict, list)):
+        return value
+    if depth >= MAX_DEPTH:
+        return f"(nested more than {MAX_DEPTH} deep; left out)"
+    if isinstance(value, dict):
+        return {k: strict_json(v, depth + 1) for k, v in value.items()}
+    return [strict_json(v, depth + 1) for v in value]
 
 
 def decode_metadata(metadata: Optional[Dict[str, str]]) -> Dict[str, Any]:
     """``metadata`` with values that hold a JSON object or list (kohya's
-    ``ss_tag_frequency``, ``ss_dataset_dirs``...) decoded; other values,
-    and values that are not valid JSON, stay strings."""
+    ``ss_tag_frequency``, ``ss_dataset_dirs``...) decoded, as strict JSON:
+    numbers it cannot hold (NaN, infinities, ``1e400``, integers of more
+    digits than Python converts) are kept as their text. Other values stay
+    strings, and so do values that are not valid JSON or are nested more
+    than :data:`MAX_DEPTH` deep."""
     return {k: _maybe_json(v) for k, v in (metadata or {}).items()}
 
 
@@ -51,32 +105,82 @@ _NETWORK_TYPES = {
 }
 
 
-def _first(metadata: Dict[str, str], *keys: str) -> Optional[str]:
-    for key in keys:
-        value = metadata.get(key)
-        if value is not None and value.strip() and value.strip() not in ("None", "null"):
-            return value.strip()
-    return None
+class _Reader:
+    """The metadata, its decoded values and the notes on what the card
+    could not use (one per key and problem, in the order met)."""
+
+    def __init__(self, metadata: Dict[str, str]) -> None:
+        self.md = metadata
+        self.decoded = decode_metadata(metadata)
+        self.notes: List[str] = []
+
+    def note(self, key: str, problem: str) -> None:
+        text = f"{key}: {problem}"
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def item(self, *keys: str) -> Optional[Tuple[str, str]]:
+        """The first of ``keys`` with a value (not blank, "None" or "null")
+        and that value, stripped."""
+        for key in keys:
+            value = self.md.get(key, "").strip()
+            if value and value not in ("None", "null"):
+                return key, value
+        return None
+
+    def first(self, *keys: str) -> Optional[str]:
+        found = self.item(*keys)
+        return found[1] if found else None
+
+    def json(self, key: str, kind: type) -> Any:
+        """The decoded value of ``key`` when it is a JSON ``kind`` (dict or
+        list), else None (with a note when the key is there)."""
+        value = self.decoded.get(key)
+        if isinstance(value, str) and value.strip() in ("", "None", "null"):
+            return None
+        if value is None or isinstance(value, kind):
+            return value
+        if isinstance(value, str) and value.strip()[:1] in ("{", "["):
+            self.note(
+                key,
+                f"not valid JSON, or nested more than {MAX_DEPTH} deep; left out",
+            )
+        else:
+            self.note(key, f"not a JSON {'object' if kind is dict else 'list'}; left out")
+        return None
+
+    def number(self, *keys: str) -> Optional[Union[int, float]]:
+        found = self.item(*keys)
+        if found is None:
+            return None
+        key, value = found
+        try:
+            f = float(value)
+        except ValueError:
+            f = math.nan
+        if not math.isfinite(f):
+            self.note(key, "not a number in range; left out")
+            return None
+        return int(f) if f.is_integer() and "." not in value and "e" not in value.lower() else f
 
 
-def _number(value: Optional[str]) -> Optional[Union[int, float]]:
+def _count(value: Any) -> Optional[int]:
+    """A whole count from JSON: a non-negative number below 2**63, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value) if 0 <= value < _COUNT_LIMIT else None
+
+
+def _small_int(digits: str) -> Optional[int]:
+    """``digits`` as an int when it has at most 18 digits (an id, a count)."""
+    return int(digits) if len(digits) <= 18 else None
+
+
+def _timestamp(value: Optional[Union[int, float]]) -> Optional[str]:
     if value is None:
         return None
     try:
-        f = float(value)
-    except ValueError:
-        return None
-    if f != f or f in (float("inf"), float("-inf")):
-        return None
-    return int(f) if f.is_integer() and "." not in value and "e" not in value.lower() else f
-
-
-def _timestamp(value: Optional[str]) -> Optional[str]:
-    n = _number(value)
-    if n is None:
-        return None
-    try:
-        moment = _dt.datetime.fromtimestamp(float(n), tz=_dt.timezone.utc)
+        moment = _dt.datetime.fromtimestamp(float(value), tz=_dt.timezone.utc)
     except (OverflowError, OSError, ValueError):
         return None
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -91,17 +195,12 @@ def _split_words(value: Optional[str]) -> List[str]:
 def _folder_token(folder: str) -> Optional[Tuple[int, str]]:
     base = re.split(r"[\\/]", folder.rstrip("\\/"))[-1]
     m = _FOLDER.match(base)
-    if not m:
-        return None
-    token = m.group(2).strip()
-    return (int(m.group(1)), token) if token else None
+    repeats = _small_int(m.group(1)) if m else None
+    token = m.group(2).strip() if m else ""
+    return (repeats, token) if repeats is not None and token else None
 
 
-def _as_dict(value: Any) -> Dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _dreambooth(decoded: Dict[str, Any]) -> List[Dict[str, Any]]:
+def _dreambooth(r: _Reader) -> List[Dict[str, Any]]:
     """Folder tokens (``10_sks dog`` -> repeats 10, token ``sks dog``) from
     ``ss_dataset_dirs``/``ss_tag_frequency`` folder names and the
     ``class_tokens`` of ``ss_datasets`` subsets."""
@@ -109,30 +208,39 @@ def _dreambooth(decoded: Dict[str, Any]) -> List[Dict[str, Any]]:
     # Regularisation folders (ss_reg_dataset_dirs) name the class, not the
     # trigger, so they are left out.
     for key in ("ss_dataset_dirs", "ss_tag_frequency"):
-        for folder in _as_dict(decoded.get(key)):
-            parsed = _folder_token(str(folder))
+        for folder in r.json(key, dict) or {}:
+            parsed = _folder_token(folder)
             if parsed:
                 tokens.setdefault(parsed[1], parsed[0])
-    datasets = decoded.get("ss_datasets")
-    if isinstance(datasets, list):
-        for dataset in datasets:
-            for subset in _as_dict(dataset).get("subsets", []) or []:
-                sub = _as_dict(subset)
-                if sub.get("is_reg"):
-                    continue
-                token = sub.get("class_tokens")
-                if isinstance(token, str) and token.strip():
-                    repeats = sub.get("num_repeats")
-                    tokens.setdefault(token.strip(), repeats if isinstance(repeats, int) else 1)
-    return [{"token": t, "repeats": r} for t, r in tokens.items()]
+    for dataset in r.json("ss_datasets", list) or []:
+        subsets = dataset.get("subsets") if isinstance(dataset, dict) else None
+        if not isinstance(subsets, list):
+            r.note("ss_datasets", "a dataset without a list of subsets; left out")
+            continue
+        for sub in subsets:
+            if not isinstance(sub, dict) or sub.get("is_reg"):
+                continue
+            token = sub.get("class_tokens")
+            if isinstance(token, str) and token.strip():
+                repeats = _count(sub.get("num_repeats"))
+                if repeats is None and "num_repeats" in sub:
+                    r.note("ss_datasets", "num_repeats that are not counts; taken as 1")
+                tokens.setdefault(token.strip(), 1 if repeats is None else repeats)
+    return [{"token": t, "repeats": n} for t, n in tokens.items()]
 
 
-def _top_tags(decoded: Dict[str, Any], limit: int = 10) -> List[Tuple[str, int]]:
+def _top_tags(r: _Reader, limit: int = 10) -> List[Tuple[str, int]]:
     counts: Counter[str] = Counter()
-    for tags in _as_dict(decoded.get("ss_tag_frequency")).values():
-        for tag, count in _as_dict(tags).items():
-            if isinstance(count, (int, float)) and not isinstance(count, bool):
-                counts[str(tag).strip()] += int(count)
+    for tags in (r.json("ss_tag_frequency", dict) or {}).values():
+        if not isinstance(tags, dict):
+            r.note("ss_tag_frequency", "a folder whose tags are not an object; left out")
+            continue
+        for tag, count in tags.items():
+            n = _count(count)
+            if n is None:
+                r.note("ss_tag_frequency", "tag counts that are not whole counts; left out")
+            else:
+                counts[tag.strip()] += n
     return [(t, c) for t, c in counts.most_common(limit) if t]
 
 
@@ -147,12 +255,77 @@ def _data_url_size(value: str) -> Optional[Dict[str, Any]]:
         padding = len(stripped) - len(stripped.rstrip("="))
         size = max(0, len(stripped) * 3 // 4 - padding)
     else:
-        size = len(payload.encode("utf-8"))
+        size = len(payload.encode("utf-8", "surrogatepass"))
     return {"mime": m.group(1) or "text/plain", "bytes": size}
 
 
-def _cover_images(value: Any) -> int:
-    return len(value) if isinstance(value, list) else 0
+def _network(r: _Reader) -> Optional[Dict[str, Any]]:
+    module = r.first("ss_network_module")
+    dim = r.number("ss_network_dim")
+    if not module and dim is None:
+        return None
+    args = r.json("ss_network_args", dict)
+    net_type = _NETWORK_TYPES.get(module or "", module)
+    algo = (args or {}).get("algo")
+    if module == "lycoris.kohya" and algo:
+        if isinstance(algo, str):
+            net_type = f"LyCORIS ({algo})"
+        else:
+            r.note("ss_network_args", "algo is not a string; left out")
+    return {
+        "type": net_type,
+        "module": module,
+        "dim": dim,
+        "alpha": r.number("ss_network_alpha"),
+        "args": args,
+    }
+
+
+def _training(r: _Reader) -> Optional[Dict[str, Any]]:
+    started = r.number("ss_training_started_at")
+    finished = r.number("ss_training_finished_at")
+    duration = None
+    if started is not None and finished is not None and finished >= started:
+        span = float(finished) - float(started)
+        duration = round(span, 3) if math.isfinite(span) else None
+    fields: Dict[str, Any] = {
+        "started": _timestamp(started),
+        "finished": _timestamp(finished),
+        "duration_s": duration,
+        "steps": r.number("ss_steps"),
+        "max_train_steps": r.number("ss_max_train_steps"),
+        "epochs": r.number("ss_epoch", "ss_num_epochs"),
+        "images": r.number("ss_num_train_images"),
+        "optimizer": r.first("ss_optimizer"),
+        "learning_rate": r.number("ss_learning_rate", "ss_unet_lr"),
+    }
+    return None if all(v is None for v in fields.values()) else fields
+
+
+def _civitai(r: _Reader, source: Optional[str]) -> Tuple[Optional[str], Any, Any]:
+    """The source URL (found in any value when none is set), the CivitAI
+    model id and version id."""
+    model_id = version = None
+    for value in ([source] if source else []) + list(r.md.values()):
+        m = _CIVITAI.search(value) if model_id is None else None
+        if m:
+            model_id = _small_int(m.group(1))
+            if model_id is None:
+                r.note("civitai", "a model id of more than 18 digits; left out")
+            if source is None:
+                # The URL: the whitespace-free run around the id, from its last
+                # http(s):// (split, not a regular expression: no backtracking).
+                before, after = value[: m.start()], value[m.end() :]
+                head = before.rsplit(None, 1)[-1] if before[-1:].strip() else ""
+                rest = after.split(None, 1)[0] if after[:1].strip() else ""
+                start = max(head.rfind("http://"), head.rfind("https://"))
+                source = head[start:] + m.group(0) + rest if start >= 0 else None
+        v = _CIVITAI_VERSION.search(value) if version is None else None
+        if v:
+            version = _small_int(v.group(1))
+            if version is None:
+                r.note("civitai", "a version id of more than 18 digits; left out")
+    return source, model_id, version
 
 
 def metadata_card(metadata: Optional[Dict[str, str]]) -> Dict[str, Any]:
@@ -173,106 +346,62 @@ def metadata_card(metadata: Optional[Dict[str, str]]) -> Dict[str, Any]:
     args), ``training`` (started/finished UTC, duration, steps, epochs,
     images, optimizer, learning rate), ``source_url``, ``civitai_model_id``,
     ``civitai_version_id``, ``thumbnail`` (mime and decoded size, or None),
-    ``cover_images``, ``embedded_hashes``, ``merged_from``. Missing facts
-    are None (or empty lists).
+    ``cover_images``, ``embedded_hashes``, ``merged_from``, ``notes``
+    (``"key: problem"`` for each value the card could not use: JSON of
+    the wrong kind, non-finite numbers, counts out of range...). Missing
+    facts are None (or empty lists). Never raises for a ``str -> str`` map.
     """
-    md = dict(metadata or {})
-    decoded = decode_metadata(md)
+    r = _Reader(dict(metadata or {}))
 
-    trigger_phrase = _first(md, "modelspec.trigger_phrase")
-    keywords = _split_words(_first(md, "ssmd_keywords"))
-    dreambooth = _dreambooth(decoded)
+    trigger_phrase = r.first("modelspec.trigger_phrase")
+    keywords = _split_words(r.first("ssmd_keywords"))
+    dreambooth = _dreambooth(r)
     merged: List[str] = []
     for word in _split_words(trigger_phrase) + keywords + [d["token"] for d in dreambooth]:
         if word not in merged:
             merged.append(word)
 
-    module = _first(md, "ss_network_module")
-    args = decoded.get("ss_network_args")
-    net_type = _NETWORK_TYPES.get(module or "", module)
-    if module == "lycoris.kohya" and isinstance(args, dict) and args.get("algo"):
-        net_type = f"LyCORIS ({args['algo']})"
-    network = None
-    if module or _first(md, "ss_network_dim"):
-        network = {
-            "type": net_type,
-            "module": module,
-            "dim": _number(_first(md, "ss_network_dim")),
-            "alpha": _number(_first(md, "ss_network_alpha")),
-            "args": args if isinstance(args, dict) else None,
-        }
+    source = r.first("ssmd_source", "modelspec.source", "modelspec.url")
+    source, civitai_id, civitai_version = _civitai(r, source)
 
-    started = _number(_first(md, "ss_training_started_at"))
-    finished = _number(_first(md, "ss_training_finished_at"))
-    duration = None
-    if started is not None and finished is not None and finished >= started:
-        duration = round(float(finished) - float(started), 3)
-    fields: Dict[str, Any] = {
-        "started": _timestamp(_first(md, "ss_training_started_at")),
-        "finished": _timestamp(_first(md, "ss_training_finished_at")),
-        "duration_s": duration,
-        "steps": _number(_first(md, "ss_steps")),
-        "max_train_steps": _number(_first(md, "ss_max_train_steps")),
-        "epochs": _number(_first(md, "ss_epoch", "ss_num_epochs")),
-        "images": _number(_first(md, "ss_num_train_images")),
-        "optimizer": _first(md, "ss_optimizer"),
-        "learning_rate": _number(_first(md, "ss_learning_rate", "ss_unet_lr")),
-    }
-    training = None if all(v is None for v in fields.values()) else fields
+    thumb = r.first("modelspec.thumbnail")
+    merged_from = r.first("modelspec.merged_from")
+    merges = r.json("sd_merge_models", dict)
+    if merged_from is None and merges:
+        names = [v.get("name") if isinstance(v, dict) else None for v in merges.values()]
+        merged_from = ", ".join(n if isinstance(n, str) else k for n, k in zip(names, merges))
+    covers = r.json("ssmd_cover_images", list)
 
-    source = _first(md, "ssmd_source", "modelspec.source", "modelspec.url")
-    civitai_id = None
-    civitai_version = None
-    for value in ([source] if source else []) + list(md.values()):
-        if civitai_id is None:
-            m = _CIVITAI.search(value)
-            if m:
-                civitai_id = int(m.group(1))
-                if source is None:
-                    url = re.search(r"https?://\S*civitai\.com/models/\d+\S*", value)
-                    source = url.group(0) if url else None
-        if civitai_version is None:
-            v = _CIVITAI_VERSION.search(value)
-            if v:
-                civitai_version = int(v.group(1))
-
-    thumb = _first(md, "modelspec.thumbnail")
-    thumbnail = _data_url_size(thumb) if thumb else None
-
-    embedded = {
-        k: md[k]
-        for k in ("sshs_model_hash", "sshs_legacy_hash", "modelspec.hash_sha256")
-        if k in md
-    }
-    merged_from = _first(md, "modelspec.merged_from")
-    if merged_from is None and isinstance(decoded.get("sd_merge_models"), dict):
-        names = [str(_as_dict(v).get("name", k)) for k, v in decoded["sd_merge_models"].items()]
-        merged_from = ", ".join(names) or None
-
-    return {
-        "title": _first(md, "ssmd_display_name", "modelspec.title", "ss_output_name"),
-        "name": _first(md, "ss_output_name", "ssmd_display_name"),
-        "description": _first(md, "ssmd_description", "modelspec.description"),
-        "author": _first(md, "ssmd_author", "modelspec.author"),
-        "license": _first(md, "modelspec.license"),
-        "date": _first(md, "modelspec.date"),
-        "format": _first(md, "format"),
+    card = {
+        "title": r.first("ssmd_display_name", "modelspec.title", "ss_output_name"),
+        "name": r.first("ss_output_name", "ssmd_display_name"),
+        "description": r.first("ssmd_description", "modelspec.description"),
+        "author": r.first("ssmd_author", "modelspec.author"),
+        "license": r.first("modelspec.license"),
+        "date": r.first("modelspec.date"),
+        "format": r.first("format"),
         "trigger_words": merged,
         "trigger_phrase": trigger_phrase,
         "keywords": keywords,
         "dreambooth_tokens": dreambooth,
-        "top_tags": [[t, c] for t, c in _top_tags(decoded)],
-        "base_model": _first(md, "ss_base_model_version"),
-        "sd_model_name": _first(md, "ss_sd_model_name"),
-        "architecture": _first(md, "modelspec.architecture"),
-        "resolution": _first(md, "modelspec.resolution", "ss_resolution"),
-        "network": network,
-        "training": training,
+        "top_tags": [[t, c] for t, c in _top_tags(r)],
+        "base_model": r.first("ss_base_model_version"),
+        "sd_model_name": r.first("ss_sd_model_name"),
+        "architecture": r.first("modelspec.architecture"),
+        "resolution": r.first("modelspec.resolution", "ss_resolution"),
+        "network": _network(r),
+        "training": _training(r),
         "source_url": source,
         "civitai_model_id": civitai_id,
         "civitai_version_id": civitai_version,
-        "thumbnail": thumbnail,
-        "cover_images": _cover_images(decoded.get("ssmd_cover_images")),
-        "embedded_hashes": embedded,
-        "merged_from": merged_from,
+        "thumbnail": _data_url_size(thumb) if thumb else None,
+        "cover_images": len(covers or []),
+        "embedded_hashes": {
+            k: r.md[k]
+            for k in ("sshs_model_hash", "sshs_legacy_hash", "modelspec.hash_sha256")
+            if k in r.md
+        },
+        "merged_from": merged_from or None,
     }
+    card["notes"] = r.notes
+    return card

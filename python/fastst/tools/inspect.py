@@ -21,11 +21,16 @@ is parsed with :mod:`json`, never evaluated.
   holding it): :func:`iter_inputs`, :func:`inspect_checkpoint`,
   :func:`hash_checkpoint` (per-shard hashes and one checkpoint digest),
   :func:`verify_checkpoint` (the index checked against its shards).
+- :func:`holds_pickles`, :func:`pickle_files`: files whose content holds
+  pickles (which run code when loaded), alone or under a folder.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
+import stat
+import zipfile
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
@@ -45,8 +50,8 @@ from .checkpoint import (
     hash_checkpoint,
     inspect_checkpoint,
     iter_inputs,
-    verify_checkpoint,
 )
+from .checkpoint import verify_checkpoint as _verify_checkpoint
 from .diff import diff
 from .walk import TOO_DEEP, walk
 
@@ -77,6 +82,8 @@ __all__ = [
     "verify_checkpoint",
     "checkpoint_metadata",
     "diff",
+    "holds_pickles",
+    "pickle_files",
 ]
 
 
@@ -127,9 +134,44 @@ def verify_file(
     ``length`` and ``count``, most severe first. ``values=True`` also reads
     every tensor (NaN/Inf counts, BOOL bytes). Raises :class:`OSError` only
     when the file cannot be read.
+
+    Two cases get one plain finding instead of many: a file that holds
+    pickles (:func:`holds_pickles`), one ``foreign-content`` finding saying
+    what it is and how to convert it; a truncated file (tensors running
+    past its end), one ``data-too-short`` (or ``ghost-tensor``) finding
+    "truncated: N of M bytes present; re-download" whose ``count`` is the
+    number of tensors cut off.
     """
     p = _path(path)
-    return _verify_file(p, values=values, header_cap=header_cap, threads=threads, progress=progress)
+    out = _verify_file(p, values=values, header_cap=header_cap, threads=threads, progress=progress)
+    found = holds_pickles(p)
+    if found is not None:
+        out["findings"] = [_pickle_finding(p, found)]
+    _summarise_truncation(out["findings"], out["file_len"])
+    return out
+
+
+def verify_checkpoint(
+    index_path: PathLike,
+    *,
+    values: bool = False,
+    header_cap: int = DEFAULT_HEADER_CAP,
+    threads: int = 0,
+    progress: bool = False,
+) -> Dict[str, Any]:
+    """:func:`fastst.tools.checkpoint.verify_checkpoint`, with each truncated
+    shard's findings summed up in one, as :func:`verify_file` does."""
+    out = _verify_checkpoint(
+        index_path, values=values, header_cap=header_cap, threads=threads, progress=progress
+    )
+    folder = os.path.dirname(os.path.abspath(out["path"]))
+    for shard in out["shards"]:
+        try:
+            size = os.stat(os.path.join(folder, shard["file"])).st_size
+        except OSError:
+            continue
+        _summarise_truncation(out["findings"], size, shard["file"])
+    return out
 
 
 def hash_file(
@@ -296,3 +338,94 @@ def identify(path: PathLike) -> Optional[Dict[str, Any]]:
     permission, a symlink loop). The reader's errors use the same function.
     """
     return _identify.identify(_path(path))
+
+
+# pickles and truncation -----------------------------------------------------
+
+#: Kinds :func:`identify` gives files that hold pickles (a "zip" holds them
+#: when a member is a ``.pkl``).
+_PICKLE_KINDS = ("pickle", "pytorch-zip")
+
+#: Why a file that holds pickles matters.
+PICKLE_RISK = "loading it can run code"
+
+
+def _zip_has_pickle(path: str) -> bool:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        try:
+            with zipfile.ZipFile(fh) as archive:
+                return any(name.endswith(".pkl") for name in archive.namelist())
+        except (zipfile.BadZipFile, ValueError, EOFError):
+            return False  # no loader can open it either
+
+
+def holds_pickles(path: PathLike) -> Optional[Dict[str, Any]]:
+    """What ``path`` is (:func:`identify`'s dict) when its content holds
+    pickles, which run code when loaded: a raw pickle (legacy ``torch.save``,
+    ``.pkl``), a PyTorch zip checkpoint, any zip with a ``.pkl`` member
+    (only its member names are read); else None. Decided by content, not by
+    the file's name. Raises :class:`OSError` when ``path`` cannot be
+    examined."""
+    p = _path(path)
+    found = identify(p)
+    if found is None or found["kind"] not in (*_PICKLE_KINDS, "zip"):
+        return None
+    return found if found["kind"] != "zip" or _zip_has_pickle(p) else None
+
+
+def pickle_files(folder: PathLike) -> Iterator[str]:
+    """The files under ``folder`` (as :func:`fastst.tools.walk.walk` goes)
+    that :func:`holds_pickles`, whatever their names (``.bin``, ``.pt``,
+    ``.pth``, ``.ckpt``, ``.pkl``...); ``*.safetensors`` files are left to
+    :func:`verify_file`, files that cannot be examined are passed over."""
+    for root, files in walk(_path(folder), []):
+        for name in files:
+            path = os.path.join(root, name)
+            try:
+                if not name.lower().endswith(".safetensors") and holds_pickles(path):
+                    yield path
+            except OSError:
+                continue
+
+
+def _pickle_finding(path: str, found: Dict[str, Any]) -> Finding:
+    target = os.path.splitext(path)[0] + ".safetensors"
+    hint = f"fastst convert {shlex.quote(path)} {shlex.quote(target)}"
+    finding = _finding(
+        "foreign-content",
+        "critical" if found["executable"] else "high",
+        f"{not_safetensors_message(found)}: {PICKLE_RISK}; convert it with `{hint}`",
+    )
+    finding["offset"] = 0
+    return finding
+
+
+#: Rules of tensors whose bytes run past the end of the file.
+_PAST_END = ("data-too-short", "ghost-tensor")
+
+
+def _summarise_truncation(
+    findings: List[Finding], file_len: int, shard: Optional[str] = None
+) -> None:
+    """Replaces, in place, the findings of tensors past the end of a file
+    of ``file_len`` bytes (of ``shard``, in a checkpoint) by one at the
+    place of the first: the file is truncated, and how much of it is there."""
+    cut = [f for f in findings if f["rule"] in _PAST_END and f.get("shard") == shard]
+    if not cut:
+        return
+    end = max((f["offset"] or 0) + (f["length"] or 0) for f in cut)
+    rules = {f["rule"] for f in cut}
+    summary = dict(
+        cut[0],
+        rule="data-too-short" if "data-too-short" in rules else "ghost-tensor",
+        message=f"truncated: {file_len:,} of {end:,} bytes present; re-download",
+        tensor=None,
+        offset=file_len,
+        length=max(end - file_len, 0),
+        count=len(cut),
+    )
+    gone = {id(f) for f in cut[1:]}
+    findings[:] = [summary if f is cut[0] else f for f in findings if id(f) not in gone]

@@ -9,7 +9,9 @@ fastst reads from the metadata (:func:`fastst.tools.inspect.metadata_card`:
 name, description, author, trigger words, base model, architecture,
 source and CivitAI ids, licence), tensor and parameter counts, dtypes and
 the AutoV2/AutoV3 hashes. Other files of a folder (configs, tokenizers)
-are ``file`` components with their SHA-256.
+are ``file`` components with their SHA-256; one whose content holds
+pickles (:func:`fastst.tools.inspect.holds_pickles`: ``pytorch_model.bin``,
+``.pt``, ``.ckpt``...) carries a ``fastst:pickle`` property saying so.
 
 The library has no model-card class yet, so the ``modelCard`` object
 (CycloneDX 1.6 ``modelParameters`` and ``properties``) is added to the JSON
@@ -303,13 +305,17 @@ def sbom(
         cards[ref] = model_card
 
     for j, f in enumerate(others):
+        found = fi.holds_pickles(f.path)
+        risk = None
+        if found is not None:
+            risk = f"{found['description']}: {fi.PICKLE_RISK}; convert it with fastst convert"
         components.append(
             cdx_component.Component(
                 name=label(f),
                 type=cdx_component.ComponentType.FILE,
                 bom_ref=f"file-{j}",
                 hashes=[sha(plain_digests[f.name])],
-                properties=_props([("size", f.size)]),
+                properties=_props([("size", f.size), ("pickle", risk)]),
             )
         )
 
