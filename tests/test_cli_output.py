@@ -98,6 +98,25 @@ def test_json_text_is_exact_and_terminal_safe() -> None:
     assert json.loads(text) == data
 
 
+def test_json_text_is_strict_json_whatever_a_file_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An index's metadata is parsed JSON: it may hold NaN and infinities,
+    # which strict JSON cannot; inspect --json must still print valid JSON.
+    text = json_text({"a": float("nan"), "b": [float("inf"), -float("inf")], "c": 1.5})
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == {
+        "a": "NaN",
+        "b": ["Infinity", "-Infinity"],
+        "c": 1.5,
+    }
+    index = tmp_path / "model.safetensors.index.json"
+    fastst.numpy.save_file({"w": np.zeros(2, np.float32)}, tmp_path / "s.safetensors")
+    index.write_text('{"metadata": {"total_size": NaN}, "weight_map": {"w": "s.safetensors"}}')
+    code, out, err = run(["inspect", str(index), "--json"], capsys)
+    doc = json.loads(out, parse_constant=lambda c: pytest.fail(c))
+    assert "NaN" in json.dumps(doc), (code, err)
+
+
 def test_numbers_and_plurals() -> None:
     assert render.plural(1, "tensor") == "1 tensor"
     assert render.plural(0, "tensor") == "0 tensors"

@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Any, List, Optional
 
 from .._text import escape, is_unsafe
+from ..tools.card import strict_json
 
 __all__ = ["escape", "is_unsafe", "display_width", "fit", "wrap", "json_text", "ELLIPSIS"]
 
@@ -107,8 +108,9 @@ def json_text(data: Any) -> str:
     """``data`` as indented JSON that is exact (it loads back to ``data``)
     and safe on a terminal: the characters :func:`is_unsafe` names, C1
     controls included, are written as ``\\uXXXX`` escapes, other non-ASCII
-    text stays readable."""
-    text = json.dumps(data, indent=2, ensure_ascii=False)
+    text stays readable. It is strict JSON: NaN and infinities that a file's
+    metadata may hold are written as strings (see :func:`strict_json`)."""
+    text = json.dumps(strict_json(data), indent=2, ensure_ascii=False, allow_nan=False)
     if text.isprintable() or all(ch == "\n" or not is_unsafe(ch) for ch in text):
         return text
     parts: List[str] = []
