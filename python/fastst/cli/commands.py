@@ -11,7 +11,7 @@ import argparse
 import fnmatch
 import os
 import sys
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -97,6 +97,12 @@ def _envelope(command: str, results: List[Any], out: render.Out, **extra: Any) -
     return render.envelope(command, results, out, **extra)
 
 
+def _loose(result: Any) -> Dict[str, Any]:
+    """A result of the wing (a TypedDict of :mod:`fastst.tools.results`) as
+    the plain dict the command adds its keys to (``kind``, ``fails``...)."""
+    return cast(Dict[str, Any], result)
+
+
 def _fail_threshold(args: argparse.Namespace) -> int:
     return fi.severity_rank(args.fail_on)
 
@@ -119,11 +125,15 @@ def _cmd_inspect(args: argparse.Namespace, out: render.Out) -> int:
     for kind, path in _inputs(out, args.files):
         try:
             if kind == "checkpoint":
-                info = fi.inspect_checkpoint(path, tensors=args.tensors, header_cap=args.header_cap)
+                info = _loose(
+                    fi.inspect_checkpoint(path, tensors=args.tensors, header_cap=args.header_cap)
+                )
             else:
                 if _not_safetensors(out, path):
                     continue
-                info = fi.inspect_file(path, tensors=args.tensors, header_cap=args.header_cap)
+                info = _loose(
+                    fi.inspect_file(path, tensors=args.tensors, header_cap=args.header_cap)
+                )
                 info["kind"] = "file"
             shown: Optional[Tuple[str, np.ndarray]] = None
             if args.tensor is not None:
@@ -182,13 +192,13 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
             if kind == "too-deep":
                 result = too_deep_report(path)
             elif kind == "checkpoint":
-                result = fi.verify_checkpoint(path, **options)
+                result = _loose(fi.verify_checkpoint(path, **options))
             else:
                 found = fi.identify(path)
                 if found is not None and found["kind"] in NOT_FILES:
                     out.error(path, fi.not_safetensors_message(found), fmt=found["kind"])
                     continue
-                result = fi.verify_file(path, **options)
+                result = _loose(fi.verify_file(path, **options))
                 result["kind"] = "file"
                 if found is not None:
                     _add_foreign(result, found)
@@ -284,23 +294,27 @@ def _cmd_hash(args: argparse.Namespace, out: render.Out) -> int:
     for kind, path in _inputs(out, args.files):
         try:
             if kind == "checkpoint":
-                hashes = fi.hash_checkpoint(
-                    path,
-                    tensors=args.tensors,
-                    header_cap=args.header_cap,
-                    threads=args.threads,
-                    progress=progress,
+                hashes = _loose(
+                    fi.hash_checkpoint(
+                        path,
+                        tensors=args.tensors,
+                        header_cap=args.header_cap,
+                        threads=args.threads,
+                        progress=progress,
+                    )
                 )
                 checked = hashes["shards"]
             else:
                 if _not_safetensors(out, path):
                     continue
-                hashes = fi.hash_file(
-                    path,
-                    tensors=args.tensors,
-                    header_cap=args.header_cap,
-                    threads=args.threads,
-                    progress=progress,
+                hashes = _loose(
+                    fi.hash_file(
+                        path,
+                        tensors=args.tensors,
+                        header_cap=args.header_cap,
+                        threads=args.threads,
+                        progress=progress,
+                    )
                 )
                 hashes["kind"] = "file"
                 checked = [hashes]

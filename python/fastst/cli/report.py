@@ -4,7 +4,7 @@ colours, names shortened in the middle in tables unless ``--full``."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -268,7 +268,7 @@ def print_meta(
     out: Out,
     path: str,
     metadata: Optional[Dict[str, str]],
-    card: Dict[str, Any],
+    card: Mapping[str, Any],
     decoded: Dict[str, Any],
     raw_only: bool,
 ) -> None:
@@ -387,7 +387,7 @@ def _number(x: Any) -> str:
     return f"{x:.3g}" if x else "0"
 
 
-def print_diff(out: Out, d: Dict[str, Any]) -> None:
+def print_diff(out: Out, d: Mapping[str, Any]) -> None:
     """The ``diff`` report: the verdict, counts, then one line per
     difference (the first few of each kind unless ``--full``)."""
     out.print("A  ", ("bold", d["a"]))
@@ -436,7 +436,7 @@ def print_diff(out: Out, d: Dict[str, Any]) -> None:
     out.blank()
 
 
-def print_converted(out: Out, c: Dict[str, Any]) -> None:
+def print_converted(out: Out, c: Mapping[str, Any]) -> None:
     """What ``convert`` did."""
     out.print("converted ", ("bold", c["source"]), " -> ", ("bold", c["output"]))
     loaded = "loaded with torch.load(weights_only=True)"

@@ -17,7 +17,9 @@ import json
 import math
 import re
 from collections import Counter
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union, cast
+
+from . import results
 
 __all__ = ["metadata_card", "decode_metadata", "strict_json"]
 
@@ -328,7 +330,7 @@ def _civitai(r: _Reader, source: Optional[str]) -> Tuple[Optional[str], Any, Any
     return source, model_id, version
 
 
-def metadata_card(metadata: Optional[Dict[str, str]]) -> Dict[str, Any]:
+def metadata_card(metadata: Optional[Dict[str, str]]) -> results.MetadataCard:
     """The facts a person wants from a file's metadata, following the
     conventions of Hugging Face (``format``), kohya sd-scripts (``ss_*``,
     ``sshs_*``), sd-webui-additional-networks (``ssmd_*``), Stability
@@ -404,4 +406,4 @@ def metadata_card(metadata: Optional[Dict[str, str]]) -> Dict[str, Any]:
         "merged_from": merged_from or None,
     }
     card["notes"] = r.notes
-    return card
+    return cast(results.MetadataCard, card)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union, cast
 
 from .. import _fastst
 from .._errors import SafetensorError, ShardIndexError
@@ -16,6 +16,7 @@ from .._fastst import DEFAULT_HEADER_CAP
 from .._folders import INDEX_SUFFIX, claimed_shards, index_shards, read_index, shard_problem
 from .._paths import progress_label, readable
 from .._sharded import ShardedFile
+from . import results
 from .walk import walk
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -109,7 +110,7 @@ def _merge_by_dtype(parts: List[List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
 
 def inspect_checkpoint(
     index_path: PathLike, *, tensors: bool = False, header_cap: int = DEFAULT_HEADER_CAP
-) -> Dict[str, Any]:
+) -> results.CheckpointSummary:
     """A summary of a sharded checkpoint (its ``*.index.json``) as a whole.
 
     Like :func:`inspect_file`, with totals over the shards (``file_len``,
@@ -162,7 +163,7 @@ def inspect_checkpoint(
     }
     if tensors:
         result["table"] = table
-    return result
+    return cast(results.CheckpointSummary, result)
 
 
 def _digest_listing(entries: List[Tuple[str, str]]) -> str:
@@ -180,7 +181,7 @@ def hash_checkpoint(
     header_cap: int = DEFAULT_HEADER_CAP,
     threads: int = 0,
     progress: bool = False,
-) -> Dict[str, Any]:
+) -> results.CheckpointHashes:
     """Per-shard hashes of a sharded checkpoint and one digest for it all.
 
     ``{"path", "kind": "checkpoint", "checkpoint_sha256", "index_sha256",
@@ -210,7 +211,7 @@ def hash_checkpoint(
         if per_tensor is not None and h.get("tensors"):
             per_tensor.update(h["tensors"])
     listing = [(os.path.basename(path), index_sha)] + [(s["file"], s["sha256"]) for s in shards]
-    return {
+    hashes = {
         "path": path,
         "kind": "checkpoint",
         "checkpoint_sha256": _digest_listing(listing),
@@ -218,6 +219,7 @@ def hash_checkpoint(
         "shards": shards,
         "tensors": per_tensor,
     }
+    return cast(results.CheckpointHashes, hashes)
 
 
 def checkpoint_metadata(
@@ -285,7 +287,7 @@ def verify_checkpoint(
     header_cap: int = DEFAULT_HEADER_CAP,
     threads: int = 0,
     progress: bool = False,
-) -> Dict[str, Any]:
+) -> results.CheckpointVerification:
     """Verifies a sharded checkpoint as a whole: the index, every shard
     (:func:`fastst.tools.inspect.verify_file`, each finding tagged with its ``shard``) and the
     index against the shards: ``index-json``, ``index-shape``,
@@ -317,7 +319,7 @@ def verify_checkpoint(
     except ShardIndexError as exc:
         text, name = str(exc), f"{exc.filename}: "
         findings.append(_cfinding(str(exc.rule), text.removeprefix(name)))
-        return report
+        return cast(results.CheckpointVerification, report)
     folder = os.path.dirname(os.path.abspath(path))
     placed: Dict[str, List[str]] = {}
     complete = True
@@ -438,7 +440,7 @@ def verify_checkpoint(
     except (OSError, ValueError, KeyError, SafetensorError):
         report["accepted"] = False
     findings.sort(key=lambda f: -_SEVERITIES.index(f["severity"]))
-    return report
+    return cast(results.CheckpointVerification, report)
 
 
 def _tensor_bytes(folder: str, shards: List[Dict[str, Any]], header_cap: int) -> int:

@@ -6,11 +6,12 @@ on several threads, without the GIL) straight from the mapped files."""
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Union, cast
 
 from .. import _fastst
 from .._fastst import DEFAULT_HEADER_CAP
 from .._sharded import open_raw
+from . import results
 
 __all__ = ["diff"]
 
@@ -37,7 +38,7 @@ def diff(
     *,
     threads: int = 0,
     header_cap: int = DEFAULT_HEADER_CAP,
-) -> Dict[str, Any]:
+) -> results.DiffReport:
     """Compares ``a`` and ``b`` (files, index files or folders holding one).
 
     Returns ``{"a", "b", "identical", "tensors", "only_in_a", "only_in_b",
@@ -73,7 +74,7 @@ def diff(
         fa.close()
 
 
-def _compare(pa: str, pb: str, fa: Any, fb: Any, threads: int) -> Dict[str, Any]:
+def _compare(pa: str, pb: str, fa: Any, fb: Any, threads: int) -> results.DiffReport:
     keys_a, keys_b = set(fa.keys()), set(fb.keys())
     common = [n for n in fa.offset_keys() if n in keys_b]
     dtype_changed: List[Dict[str, Any]] = []
@@ -115,7 +116,7 @@ def _compare(pa: str, pb: str, fa: Any, fb: Any, threads: int) -> Dict[str, Any]
     identical = not (
         only_a or only_b or dtype_changed or shape_changed or different or any(metadata.values())
     )
-    return {
+    report = {
         "a": pa,
         "b": pb,
         "identical": identical,
@@ -128,3 +129,4 @@ def _compare(pa: str, pb: str, fa: Any, fb: Any, threads: int) -> Dict[str, Any]
         "different": different,
         "metadata": metadata,
     }
+    return cast(results.DiffReport, report)

@@ -31,7 +31,7 @@ import os
 import shlex
 import stat
 import zipfile
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union, cast
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from .._fastst import DEFAULT_HEADER_CAP
 from .._identify import not_safetensors_message
 from .._open import safe_open
 from .._paths import readable
+from . import results
 from .card import decode_metadata, metadata_card
 from .checkpoint import (
     _hash_file,
@@ -123,7 +124,7 @@ def verify_file(
     header_cap: int = DEFAULT_HEADER_CAP,
     threads: int = 0,
     progress: bool = False,
-) -> Dict[str, Any]:
+) -> results.FileVerification:
     """Verifies one file; works on files the reader rejects.
 
     Returns ``{"path", "file_len", "header_len", "tensors", "accepted",
@@ -148,7 +149,7 @@ def verify_file(
     if found is not None:
         out["findings"] = [_pickle_finding(p, found)]
     _summarise_truncation(out["findings"], out["file_len"])
-    return out
+    return cast(results.FileVerification, out)
 
 
 def verify_checkpoint(
@@ -158,7 +159,7 @@ def verify_checkpoint(
     header_cap: int = DEFAULT_HEADER_CAP,
     threads: int = 0,
     progress: bool = False,
-) -> Dict[str, Any]:
+) -> results.CheckpointVerification:
     """:func:`fastst.tools.checkpoint.verify_checkpoint`, with each truncated
     shard's findings summed up in one, as :func:`verify_file` does."""
     out = _verify_checkpoint(
@@ -181,7 +182,7 @@ def hash_file(
     header_cap: int = DEFAULT_HEADER_CAP,
     threads: int = 0,
     progress: bool = False,
-) -> Dict[str, Any]:
+) -> results.FileHashes:
     """Every hash of one file, in one pass over it.
 
     ``sha256`` (whole file), ``autov1`` (8 hex digits of the SHA-256 of the
@@ -194,7 +195,8 @@ def hash_file(
     per-tensor SHA-256 in file order.
     """
     p = _path(path)
-    return _hash_file(p, tensors=tensors, header_cap=header_cap, threads=threads, progress=progress)
+    out = _hash_file(p, tensors=tensors, header_cap=header_cap, threads=threads, progress=progress)
+    return cast(results.FileHashes, out)
 
 
 _HASH_KEYS: Tuple[Tuple[str, str], ...] = (
@@ -203,7 +205,9 @@ _HASH_KEYS: Tuple[Tuple[str, str], ...] = (
 )
 
 
-def check_hashes(hashes: Dict[str, Any], metadata: Optional[Dict[str, str]]) -> List[Finding]:
+def check_hashes(
+    hashes: Dict[str, Any], metadata: Optional[Dict[str, str]]
+) -> List[results.Finding]:
     """Compares computed ``hashes`` (from :func:`hash_file`) with the hashes
     embedded in ``metadata`` (``sshs_model_hash``, ``modelspec.hash_sha256``).
 
@@ -241,7 +245,7 @@ def check_hashes(hashes: Dict[str, Any], metadata: Optional[Dict[str, str]]) -> 
                 "__metadata__ holds no sshs_model_hash or modelspec.hash_sha256 to check",
             )
         )
-    return found
+    return cast(List[results.Finding], found)
 
 
 def _finding(rule: str, severity: str, message: str, *, key: Optional[str] = None) -> Finding:
@@ -259,7 +263,7 @@ def _finding(rule: str, severity: str, message: str, *, key: Optional[str] = Non
 
 def inspect_file(
     path: PathLike, *, tensors: bool = False, header_cap: int = DEFAULT_HEADER_CAP
-) -> Dict[str, Any]:
+) -> results.FileSummary:
     """A summary of a file the reader accepts (raises a
     :class:`fastst.SafetensorError` subclass otherwise).
 
@@ -269,7 +273,8 @@ def inspect_file(
     tuples in file order, offsets relative to the data buffer.
     """
     p = _path(path)
-    return _given_path(_fastst.inspect_file(p, table=tensors, header_cap=header_cap), p)
+    summary = _given_path(_fastst.inspect_file(p, table=tensors, header_cap=header_cap), p)
+    return cast(results.FileSummary, summary)
 
 
 def tensor_values(path: PathLike, name: str) -> Tuple[str, np.ndarray]:
@@ -407,9 +412,7 @@ def _pickle_finding(path: str, found: Dict[str, Any]) -> Finding:
 _PAST_END = ("data-too-short", "ghost-tensor")
 
 
-def _summarise_truncation(
-    findings: List[Finding], file_len: int, shard: Optional[str] = None
-) -> None:
+def _summarise_truncation(findings: List[Any], file_len: int, shard: Optional[str] = None) -> None:
     """Replaces, in place, the findings of tensors past the end of a file
     of ``file_len`` bytes (of ``shard``, in a checkpoint) by one at the
     place of the first: the file is truncated, and how much of it is there."""

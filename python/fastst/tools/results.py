@@ -309,7 +309,10 @@ class Thumbnail(TypedDict):
     bytes: Count  # decoded size
 
 
-class _MetadataCard(TypedDict):
+class MetadataCard(TypedDict):
+    """:func:`fastst.tools.inspect.metadata_card`: the facts a person wants
+    from a file's ``__metadata__``."""
+
     title: Optional[str]
     name: Optional[str]
     description: Optional[str]
@@ -335,13 +338,7 @@ class _MetadataCard(TypedDict):
     cover_images: Count
     embedded_hashes: Dict[str, str]  # sshs_model_hash, sshs_legacy_hash, modelspec.hash_sha256
     merged_from: Optional[str]
-
-
-class MetadataCard(_MetadataCard, total=False):
-    """:func:`fastst.tools.inspect.metadata_card`: the facts a person wants
-    from a file's ``__metadata__``."""
-
-    notes: List[str]  # what the card could not use
+    notes: List[str]  # "key: problem" for each value the card could not use
 
 
 class MetadataWritten(TypedDict):
