@@ -160,7 +160,7 @@ def test_provenance_text_escapes_controls_but_not_spaces():
     rule of the command (fastst._text.escape): control, C1, bidi and
     line-breaking characters escaped, everything printable kept as it is, the
     space included (mutant: the control range stretched over the space)."""
-    from fastst.cli.provenance_render import clean
+    from fastst._text import escape as clean
 
     assert clean("model weights/a b.safetensors") == "model weights/a b.safetensors"
     assert clean("~ é 模型") == "~ é 模型"

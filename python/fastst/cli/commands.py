@@ -27,7 +27,7 @@ from ..tools.walk import TOO_DEEP, too_deep_report
 from . import provenance as prov
 from . import render, report
 from .parser import build_parser, check_conflicts
-from .sarif import sarif_log
+from .sarif import add_notes, sarif_log
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -221,7 +221,7 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
         )
     elif args.format == "sarif":
         errors = [(e["path"], e["message"]) for e in out.errors]
-        out.json(prov.add_sarif_notes(sarif_log(reports, errors), unchecked + stale))
+        out.json(add_notes(sarif_log(reports, errors), unchecked + stale))
     else:
         for one in reports:
             report.print_verify(out, one)

@@ -11,6 +11,7 @@ from .._fastst import DEFAULT_HEADER_CAP, __version__
 from ..tools import inspect as fi
 from . import provenance as prov
 from . import render
+from .argtypes import key_value, non_negative
 
 EXIT_USAGE = 2
 
@@ -26,30 +27,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {render.escape(message)}\n")
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0 or value >= 1 << 64:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 2^64 - 1: {text}")
-    return value
-
-
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key, value
-
-
 def _add_common(p: argparse.ArgumentParser, files: bool = True) -> None:
     if files:
         p.add_argument("files", nargs="+", metavar="FILE", help="files, checkpoints or folders")
     p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
     p.add_argument(
         "--header-cap",
-        type=_non_negative,
+        type=non_negative,
         default=DEFAULT_HEADER_CAP,
         metavar="BYTES",
         help=f"largest header accepted (default {DEFAULT_HEADER_CAP:,})",
@@ -63,7 +47,7 @@ def _add_look(p: argparse.ArgumentParser) -> None:
     look = p.add_argument_group("text output")
     look.add_argument(
         "--width",
-        type=_non_negative,
+        type=non_negative,
         metavar="COLUMNS",
         help="lay text out in COLUMNS columns (default: the terminal's width; "
         "no limit when not a terminal; 0: no limit)",
@@ -80,7 +64,7 @@ def _add_look(p: argparse.ArgumentParser) -> None:
 def _add_threads(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threads",
-        type=_non_negative,
+        type=non_negative,
         default=0,
         metavar="N",
         help="worker threads (default: one per core)",
@@ -128,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensor", metavar="NAME", help="print the values of tensor NAME")
     p.add_argument(
         "--max-values",
-        type=_non_negative,
+        type=non_negative,
         default=1000,
         metavar="N",
         help="summarise arrays with more than N values (default 1,000)",
@@ -204,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     edit.add_argument(
         "--set",
         action="append",
-        type=_key_value,
+        type=key_value,
         default=[],
         metavar="KEY=VALUE",
         help="set a metadata key (repeatable)",

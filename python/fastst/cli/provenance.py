@@ -6,7 +6,7 @@ The main ``fastst`` parser calls :func:`add_sign_parser`,
 ``run_*`` handlers take the parsed arguments and an output object with
 ``print(text)`` (stdout) and ``stderr``, and return the exit code: 0 clean,
 1 findings at or above ``--fail-on``, 2 an error. What they print is
-shaped in :mod:`fastst.cli.provenance_render`. Only the standard library
+shaped in :mod:`fastst.cli.provenance_render` and :mod:`fastst.cli.sarif`. Only the standard library
 is imported here; the signing libraries load when a command runs.
 """
 
@@ -17,16 +17,16 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .._fastst import DEFAULT_HEADER_CAP
+from .argtypes import non_negative, positive
 from .provenance_render import (
     _print_findings,
     _print_verify,
     _rank,
-    add_sarif_notes,
     clean,
     print_unchecked,
-    sarif_log,
 )
-from .render import envelope
+from .render import envelope, one_line
+from .sarif import signature_sarif_log
 
 __all__ = [
     "EXIT_OK",
@@ -44,10 +44,8 @@ __all__ = [
     "wants_signature_check",
     "signature_usage_error",
     "run_verify_signature",
-    "sarif_log",
     "unchecked_signatures",
     "print_unchecked",
-    "add_sarif_notes",
 ]
 
 EXIT_OK = 0
@@ -62,34 +60,6 @@ def _err(out: Any, message: str) -> None:
     """One escaped line on stderr, recorded among the command's errors."""
     no_path = ""
     out.error(no_path, message)
-
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        text = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
-    else:
-        text = str(exc) or type(exc).__name__
-    return " ".join(text.split())
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0 or value >= 1 << 63:
-        raise argparse.ArgumentTypeError(f"must be a positive integer: {text}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0 or value >= 1 << 63:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer: {text}")
-    return value
 
 
 def _dump(out: Any, data: Any) -> None:
@@ -129,7 +99,7 @@ def add_sign_parser(subparsers: Any) -> argparse.ArgumentParser:
     _add_model_options(p)
     p.add_argument(
         "--shard-size",
-        type=_positive,
+        type=positive,
         metavar="BYTES",
         help="use the 'shards' serialization (files hashed in pieces of BYTES, in parallel)",
     )
@@ -161,7 +131,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     if not any(a.dest == "threads" for a in p._actions):
         p.add_argument(
             "--threads",
-            type=_non_negative,
+            type=non_negative,
             default=0,
             metavar="N",
             help="hashing threads (default: one per core)",
@@ -192,7 +162,7 @@ def run_sign(args: argparse.Namespace, out: Any) -> int:
             threads=args.threads,
         )
     except (ProvenanceError, OSError, ValueError) as exc:
-        message = _one_line(exc)
+        message = one_line(exc)
         _err(out, message)
         if args.json:
             _dump(out, envelope("sign", [], out))
@@ -228,7 +198,7 @@ def add_sbom_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
     p.add_argument(
         "--threads",
-        type=_non_negative,
+        type=non_negative,
         default=0,
         metavar="N",
         help="hashing threads (default: one per core)",
@@ -245,7 +215,7 @@ def run_sbom(args: argparse.Namespace, out: Any) -> int:
     try:
         result = sbom(args.model, output=args.output, threads=args.threads)
     except (SafetensorError, OSError, ValueError) as exc:
-        _err(out, _one_line(exc))
+        _err(out, one_line(exc))
         return EXIT_ERROR
     if args.output:
         out.stderr.write(
@@ -401,7 +371,7 @@ def run_verify_signature(args: argparse.Namespace, out: Any) -> int:
                 threads=getattr(args, "threads", 0) or 0,
             )
         except (ProvenanceError, OSError, ValueError) as exc:
-            error = _one_line(exc)
+            error = one_line(exc)
     threshold = _rank(_fail_on(args))
     data = result.to_dict() if result is not None else None
     fails = data is not None and any(_rank(f["severity"]) >= threshold for f in data["findings"])
@@ -411,7 +381,7 @@ def run_verify_signature(args: argparse.Namespace, out: Any) -> int:
         results = [data] if data is not None else []
         _dump(out, envelope("verify-signature", results, out, fail_on=_fail_on(args)))
     elif fmt == "sarif":
-        _dump(out, sarif_log(data, files[0] if files else "", error))
+        _dump(out, signature_sarif_log(data, files[0] if files else "", error))
     elif data is not None:
         _print_verify(out, data)
     if error or data is None:  # no result means the check could not run

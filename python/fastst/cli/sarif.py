@@ -1,12 +1,14 @@
-"""SARIF 2.1.0 logs of ``fastst verify`` reports (``--format sarif``), as
-GitHub code scanning and other SARIF viewers read them."""
+"""SARIF 2.1.0 logs, as GitHub code scanning and other SARIF viewers read
+them: of ``fastst verify`` reports (``--format sarif``), of a signature
+check, and of notes (signature files left unchecked, stale temporary files)
+added to either."""
 
 from __future__ import annotations
 
 import os
 import pathlib
 import urllib.parse
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .._fastst import __version__
 from ..tools import inspect as fi
@@ -32,6 +34,44 @@ def _artifact_uri(path: str) -> str:
     return urllib.parse.quote(path.replace(os.sep, "/"), errors="surrogateescape")
 
 
+def _rule(rule: str, severity: str, summary: str) -> Dict[str, Any]:
+    return {
+        "id": rule,
+        "name": "".join(part.capitalize() for part in rule.split("-")),
+        "shortDescription": {"text": summary},
+        "defaultConfiguration": {"level": _LEVELS[severity]},
+        "properties": {"severity": severity, "security-severity": _SECURITY_SEVERITY[severity]},
+    }
+
+
+def _at(uri: str) -> Dict[str, Any]:
+    return {"physicalLocation": {"artifactLocation": {"uri": uri}}}
+
+
+def _log(
+    rules: List[Dict[str, Any]],
+    artifacts: List[Dict[str, Any]],
+    results: List[Dict[str, Any]],
+    notifications: List[Dict[str, Any]],
+    successful: bool,
+) -> Dict[str, Any]:
+    driver = {"name": "fastst", "version": __version__, "semanticVersion": __version__}
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {"driver": {**driver, "rules": rules}},
+                "invocations": [
+                    {"executionSuccessful": successful, "toolExecutionNotifications": notifications}
+                ],
+                "artifacts": artifacts,
+                "results": results,
+            }
+        ],
+    }
+
+
 def sarif_log(
     reports: Sequence[Dict[str, Any]], errors: Sequence[Tuple[str, str]] = ()
 ) -> Dict[str, Any]:
@@ -39,19 +79,7 @@ def sarif_log(
     and of files that could not be read."""
     catalogue = fi.rules()
     index = {r["id"]: i for i, r in enumerate(catalogue)}
-    rules = [
-        {
-            "id": r["id"],
-            "name": "".join(part.capitalize() for part in r["id"].split("-")),
-            "shortDescription": {"text": r["summary"]},
-            "defaultConfiguration": {"level": _LEVELS[r["severity"]]},
-            "properties": {
-                "severity": r["severity"],
-                "security-severity": _SECURITY_SEVERITY[r["severity"]],
-            },
-        }
-        for r in catalogue
-    ]
+    rules = [_rule(r["id"], r["severity"], r["summary"]) for r in catalogue]
     results = []
     artifacts: List[Dict[str, Any]] = []
     for report in reports:
@@ -93,7 +121,7 @@ def sarif_log(
         {
             "level": "error",
             "message": {"text": message},
-            "locations": [{"physicalLocation": {"artifactLocation": {"uri": _artifact_uri(path)}}}],
+            "locations": [_at(_artifact_uri(path))],
         }
         for path, message in errors
     ]
@@ -105,27 +133,60 @@ def sarif_log(
         for r in reports
         if not r["complete"] and r.get("kind") != "folder"
     ]
-    return {
-        "$schema": SARIF_SCHEMA,
-        "version": "2.1.0",
-        "runs": [
-            {
-                "tool": {
-                    "driver": {
-                        "name": "fastst",
-                        "version": __version__,
-                        "semanticVersion": __version__,
-                        "rules": rules,
-                    }
-                },
-                "invocations": [
-                    {
-                        "executionSuccessful": not errors,
-                        "toolExecutionNotifications": notifications,
-                    }
-                ],
-                "artifacts": artifacts,
-                "results": results,
-            }
-        ],
-    }
+    return _log(rules, artifacts, results, notifications, not errors)
+
+
+def signature_sarif_log(
+    result: Optional[Dict[str, Any]], model: str, error: Optional[str]
+) -> Dict[str, Any]:
+    """A SARIF 2.1.0 log of one signature check (:meth:`VerifyResult.to_dict`)."""
+    from ..tools.provenance.findings import RULES
+
+    ids = list(RULES)
+    rules = [_rule(rule, severity, summary) for rule, (severity, summary) in RULES.items()]
+    results = []
+    artifacts = []
+    if result is not None:
+        base = result["model"]
+        artifacts.append({"location": {"uri": _artifact_uri(base)}})
+        artifacts.append({"location": {"uri": _artifact_uri(result["signature"])}})
+        for f in result["findings"]:
+            if f["path"] and f["path"] != ".":
+                uri = _artifact_uri(os.path.join(base, f["path"]))
+            elif f["path"] == ".":
+                uri = _artifact_uri(base)
+            else:
+                uri = _artifact_uri(result["signature"])
+            results.append(
+                {
+                    "ruleId": f["rule"],
+                    "ruleIndex": ids.index(f["rule"]),
+                    "level": _LEVELS[f["severity"]],
+                    "message": {"text": f["message"]},
+                    "locations": [_at(uri)],
+                    "properties": {"severity": f["severity"]},
+                }
+            )
+    notifications = []
+    if error:
+        notifications.append(
+            {"level": "error", "message": {"text": error}, "locations": [_at(_artifact_uri(model))]}
+        )
+    return _log(rules, artifacts, results, notifications, not error)
+
+
+def add_notes(log: Dict[str, Any], notes: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """Adds notes (``{"rule", "message", "path"}``: signature files left
+    unchecked, stale temporary files) to a SARIF log as notifications."""
+    for run in log.get("runs", []):
+        for inv in run.get("invocations", []):
+            inv.setdefault("toolExecutionNotifications", []).extend(
+                {
+                    "level": "note",
+                    "message": {"text": n["message"]},
+                    "descriptor": {"id": n["rule"]},
+                    "locations": [_at(_artifact_uri(n["path"]))],
+                }
+                for n in notes
+            )
+    return log
