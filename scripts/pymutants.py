@@ -1,7 +1,7 @@
 """A scripted, reproducible mutation pass over the Python package.
 
     python scripts/pymutants.py [--seed N] [--only MODULE,...] [--list]
-                                [--timeout S] [--report docs/python-mutants.md]
+                                [--timeout S] [--report target/python-mutants.md]
 
 For each module of ``MODULES`` it parses the source, lists every place one of
 the mutation operators applies, and picks (seeded, so the same source and seed
@@ -81,11 +81,11 @@ MODULES: Dict[str, Tuple[int, List[str]]] = {
             "tests/test_reader_corpus.py",  # open_raw: every plain file is opened through it
         ],
     ),
-    "_checkpoint.py": (6, ["tests/test_cli_checkpoint.py", "tests/test_cli_inputs.py"]),
+    "tools/checkpoint.py": (6, ["tests/test_cli_checkpoint.py", "tests/test_cli_inputs.py"]),
     "_folders.py": (4, ["tests/test_sharded.py", "tests/test_dropin_sharded.py"]),
     "_hook.py": (6, ["tests/test_dropin_hook.py", "tests/test_dropin_api.py"]),
     "_update.py": (5, ["tests/test_cli_meta_edit.py"]),
-    "_convert.py": (6, ["tests/test_cli_convert.py"]),
+    "tools/convert.py": (6, ["tests/test_cli_convert.py"]),
     "_errors.py": (
         4,
         [
@@ -101,48 +101,19 @@ MODULES: Dict[str, Tuple[int, List[str]]] = {
     "cli/sarif.py": (3, ["tests/test_cli_verify.py", "tests/test_cli_output.py"]),
     "cli/text.py": (3, CLI_BASIC + ["tests/test_cli_fuzz.py"]),
     "cli/convert.py": (2, ["tests/test_cli_convert.py"]),
-    "provenance/bundle.py": (2, SIGNING),
-    "provenance/cli.py": (2, SIGNING),
-    "provenance/cli_render.py": (2, SIGNING),
-    "provenance/findings.py": (2, SIGNING),
-    "provenance/hashing.py": (2, SIGNING),
-    "provenance/keys.py": (2, SIGNING),
-    "provenance/model.py": (2, SIGNING),
-    "provenance/sbom.py": (2, ["tests/test_sbom.py"]),
-    "provenance/signing.py": (2, SIGNING),
-    "provenance/statement.py": (2, SIGNING),
-    "provenance/trust.py": (2, SIGNING),
-    "provenance/verifying.py": (2, SIGNING),
+    "tools/provenance/bundle.py": (2, SIGNING),
+    "cli/provenance.py": (2, SIGNING),
+    "cli/provenance_render.py": (2, SIGNING),
+    "tools/provenance/findings.py": (2, SIGNING),
+    "tools/provenance/hashing.py": (2, SIGNING),
+    "tools/provenance/keys.py": (2, SIGNING),
+    "tools/provenance/model.py": (2, SIGNING),
+    "tools/provenance/sbom.py": (2, ["tests/test_sbom.py"]),
+    "tools/provenance/signing.py": (2, SIGNING),
+    "tools/provenance/statement.py": (2, SIGNING),
+    "tools/provenance/trust.py": (2, SIGNING),
+    "tools/provenance/verifying.py": (2, SIGNING),
 }
-
-#: The tests the first pass prompted (docs/python-mutants.md), each run with the
-#: modules whose survivors it kills.
-GAP_TESTS: Dict[str, List[str]] = {
-    "tests/test_mutation_gaps.py": ["_open.py", "_load.py", "_write.py"],
-    "tests/test_mutation_gaps_checkpoints.py": ["_checkpoint.py", "_folders.py"],
-    "tests/test_mutation_gaps_hook.py": ["_hook.py"],
-    "tests/test_mutation_gaps_provenance.py": [
-        "provenance/hashing.py",
-        "provenance/keys.py",
-        "provenance/sbom.py",
-        "provenance/signing.py",
-        "provenance/statement.py",
-        "provenance/trust.py",
-        "provenance/verifying.py",
-    ],
-    "tests/test_mutation_gaps_cli.py": [
-        "_update.py",
-        "_convert.py",
-        "cli/commands.py",
-        "cli/render.py",
-        "cli/report.py",
-        "cli/sarif.py",
-        "provenance/cli_render.py",
-    ],
-}
-for _test, _modules in GAP_TESTS.items():
-    for _module in _modules:
-        MODULES[_module] = (MODULES[_module][0], MODULES[_module][1] + [_test])
 
 FLIP = {
     ast.Lt: ast.GtE,
@@ -503,7 +474,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument(
         "--report",
         type=Path,
-        help="where the report goes (default docs/python-mutants.md; none for --only/--ids "
+        help="where the report goes (default target/python-mutants.md; none for --only/--ids "
         "unless given)",
     )
     parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated runs")
@@ -559,7 +530,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             )
     path = args.report
     if path is None and not (only or args.ids):
-        path = ROOT / "docs" / "python-mutants.md"
+        path = ROOT / "target" / "python-mutants.md"
+        path.parent.mkdir(exist_ok=True)
     if path is not None:
         report(path, found, args.seed, commit, time.perf_counter() - started)
         print(f"report: {path}")

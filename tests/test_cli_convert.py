@@ -23,6 +23,7 @@ from cli_files import run, run_envelope
 
 torch = pytest.importorskip("torch")
 
+import fastst  # noqa: E402
 import fastst.torch as ft  # noqa: E402
 from fastst.tools.convert import convert_pickle  # noqa: E402
 
@@ -432,3 +433,21 @@ def test_torch_reads_the_file_that_was_checked(
     out = tmp_path / "out.safetensors"
     convert_pickle(src, out)
     assert not other.exists() and torch.equal(ft.load_file(out)["w"], torch.ones(2))
+
+
+@pytest.mark.parametrize(
+    "content",
+    [torch.ones(3), [torch.ones(2)], {}, {"step": 3, "name": "x"}],
+    ids=["tensor", "list", "empty-dict", "no-tensors"],
+)
+def test_convert_refuses_a_checkpoint_without_a_state_dict(tmp_path, capsys, content):
+    """A checkpoint holding no dict of tensors (a bare tensor, a list, an
+    empty dict, a dict of plain values) is refused with "no state dict" and
+    nothing is written (mutants: ``and`` -> ``or`` in the state-dict test,
+    which accepts ``{}`` or fails on ``.values()``; the final raise dropped)."""
+    src = tmp_path / "c.pt"
+    torch.save(content, src)
+    out = tmp_path / "c.safetensors"
+    code, _, err = run(["convert", str(src), str(out)], capsys)
+    assert code == 2 and "no state dict" in err, err
+    assert not out.exists()

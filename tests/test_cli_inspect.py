@@ -8,12 +8,14 @@ import sys
 from pathlib import Path
 from typing import Dict
 
+import fastst.numpy
 import fastst.tools.inspect as fi
 import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy
 from cli_files import run, run_json, write_raw
+from fastst.tools.card import strict_json
 
 
 def _tensors() -> Dict[str, np.ndarray]:
@@ -104,7 +106,8 @@ def test_tensor_values_print_like_numpy(
     body = "\n".join(line[4:] for line in lines[start + 1 :] if line.startswith("    "))
     assert body == printed
     code, (info,) = run_json(["inspect", "--json", "--tensor", name, str(path)], capsys)
-    assert info["tensor"]["values"] == expected.tolist()
+    # Strict JSON: infinities and NaN are written as the strings JSON5 uses.
+    assert info["tensor"]["values"] == strict_json(expected.tolist())
 
 
 def test_tensor_values_fp8(tmp_path: Path) -> None:
@@ -200,3 +203,23 @@ def test_bad_numbers_are_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixt
     ):
         code, out, err = run(argv, capsys)
         assert code == 2 and out == "" and "usage:" in err, argv
+
+
+def test_parameter_counts_in_thousands_millions_billions_trillions(tmp_path, capsys):
+    """Counts read as ``n`` with separators and a K/M/B/T figure from a
+    thousand up, at each unit's exact boundary (mutant: a unit's scale
+    changed); ``fastst inspect`` shows them for the parameter count."""
+    from fastst.cli.render import count_text
+
+    assert count_text(999) == "999"
+    assert count_text(1000) == "1,000 (1.00K)"
+    assert count_text(999_999) == "999,999 (1000.00K)"
+    assert count_text(10**6) == "1,000,000 (1.00M)"
+    assert count_text(10**9 - 1) == "999,999,999 (1000.00M)"
+    assert count_text(10**9) == "1,000,000,000 (1.00B)"
+    assert count_text(2_500_000_000) == "2,500,000,000 (2.50B)"
+    assert count_text(10**12) == "1,000,000,000,000 (1.00T)"
+    path = tmp_path / "p.safetensors"
+    fastst.numpy.save_file({"w": np.zeros(1_500_000, dtype=np.uint8)}, path)
+    code, out, _ = run(["inspect", str(path)], capsys)
+    assert code == 0 and "parameters   1,500,000 (1.50M)" in out

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Dict
 
+import fastst
+import fastst.numpy
 import fastst.tools.inspect as fi
 import numpy as np
 import pytest
@@ -362,3 +364,40 @@ def test_checkpoint_index_metadata_stays_strict_json(
     code, out, err = run(["meta", str(index)], capsys)
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "model.safetensors.index.json: index is not valid UTF-8 JSON" in err
+
+
+def test_meta_card_shortens_only_long_descriptions(tmp_path, capsys):
+    """The card of ``fastst meta`` shows a description of up to 400
+    characters whole and cuts a longer one at 400 with "..." (the raw
+    metadata below still has it whole) (mutant: the comparison flipped)."""
+    long = tmp_path / "long.safetensors"
+    short = tmp_path / "short.safetensors"
+    for path, text in ((long, "d" * 450), (short, "a model of 400 chars or less")):
+        fastst.numpy.save_file(
+            {"w": np.zeros(2, dtype=np.float32)},
+            path,
+            metadata={"modelspec.description": text, "modelspec.title": "T"},
+        )
+    code, out, _ = run(["meta", str(long), str(short)], capsys)
+    assert code == 0
+    cards = [
+        line.split(None, 1)[1] for line in out.splitlines() if line.startswith("  description")
+    ]
+    assert cards == ["d" * 400 + "...", "a model of 400 chars or less"]
+    assert "modelspec.description: " + "d" * 450 in out
+
+
+def test_meta_raw_values_cut_after_2000_characters(tmp_path, capsys):
+    """Raw metadata values of ``fastst meta`` are shown whole up to 2,000
+    characters; a longer one is cut there and says its length (mutant: the
+    limit moved by one)."""
+    path = tmp_path / "m.safetensors"
+    fastst.numpy.save_file(
+        {"w": np.zeros(2, dtype=np.float32)},
+        path,
+        metadata={"at_limit": "a" * 2000, "over_limit": "b" * 2001},
+    )
+    code, out, _ = run(["meta", "--raw", str(path)], capsys)
+    assert code == 0
+    assert "    at_limit: " + "a" * 2000 + "\n" in out
+    assert "    over_limit: " + "b" * 2000 + "... (2,001 characters)\n" in out

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator
 
 import fastst
+import fastst.numpy
 import fastst.tools.inspect as fi
 import ml_dtypes
 import numpy as np
@@ -308,3 +309,20 @@ def test_in_place_refuses_an_owner_root_cannot_give(tmp_path: Path) -> None:
     assert result.stdout.startswith(f"refused {errno.EPERM} "), result.stdout + result.stderr
     assert path.read_bytes() == before and path.stat().st_uid == 1234
     assert os.listdir(tmp_path) == [path.name]
+
+
+def _file(path):
+    fastst.numpy.save_file({"w": np.arange(4, dtype=np.float32)}, path)
+    return path
+
+
+@pytest.mark.parametrize("updates", [[("a", "b")], "a=b", 3])
+def test_update_metadata_needs_a_mapping(tmp_path, updates):
+    """``updates`` that is not a mapping is a TypeError saying so, and the
+    file is left alone (mutant: the check dropped, failing later with an
+    AttributeError)."""
+    src = _file(tmp_path / "m.safetensors")
+    before = src.read_bytes()
+    with pytest.raises(TypeError, match="updates must be a dict of str to str"):
+        fastst.update_metadata(src, updates)
+    assert src.read_bytes() == before

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple
 
 import fastst
+import fastst.numpy
 import fastst.tools.inspect as fi
 import jsonschema
 import numpy as np
@@ -636,3 +637,55 @@ def test_truncated_shard_is_one_plain_finding(
     (finding,) = doc[0]["findings"]
     assert finding["shard"] == names[1] and finding["rule"] == "data-too-short"
     assert finding["message"] == f"truncated: 10,000 of {len(whole):,} bytes present; re-download"
+
+
+def _file(path):
+    fastst.numpy.save_file({"w": np.arange(4, dtype=np.float32)}, path)
+    return path
+
+
+def test_verify_summary_counts_unreadable_inputs(tmp_path, capsys):
+    """With several inputs, the text output ends with a summary line, also
+    when some inputs could not be read (mutant: ``reports - errors > 1``)."""
+    good = _file(tmp_path / "good.safetensors")
+    missing = tmp_path / "missing.safetensors"
+    code, out, err = run(["verify", str(good), str(missing)], capsys)
+    assert code == 2 and "missing.safetensors" in err
+    assert out.rstrip().splitlines()[-1] == (
+        "1 input verified: 0 with findings at or above low, 1 unreadable"
+    )
+    code, out, _ = run(["verify", str(missing), str(tmp_path / "gone.safetensors")], capsys)
+    assert code == 2
+    assert out.rstrip().splitlines()[-1].endswith("2 unreadable")
+    code, out, _ = run(["verify", str(good)], capsys)
+    assert code == 0 and "verified:" not in out
+
+
+def test_verify_foreign_data_format_is_high_not_critical(tmp_path, capsys):
+    """A recognised foreign format that cannot run code (an HTML page under a
+    .safetensors name) gets a ``foreign-content`` finding of severity high;
+    only formats that can run code are critical (mutant: the two swapped)."""
+    page = tmp_path / "page.safetensors"
+    page.write_bytes(b"<!DOCTYPE html><html><body>not a model</body></html>\n" * 4)
+    code, out, _ = run(["verify", "--json", str(page)], capsys)
+    (result,) = json.loads(out)["results"]
+    foreign = [f for f in result["findings"] if f["rule"] == "foreign-content"]
+    assert [f["severity"] for f in foreign] == ["high"], result["findings"]
+    assert "HTML" in foreign[0]["message"]
+
+
+def test_sarif_artifact_uris_of_absolute_and_relative_paths(tmp_path, capsys, monkeypatch):
+    """SARIF artifact locations: an absolute path becomes a ``file://`` URI,
+    a relative one stays relative, percent-encoded (mutant: the two cases
+    swapped, which cannot express a relative path at all)."""
+    path = _file(tmp_path / "a model.safetensors")
+    code, out, _ = run(["verify", "--format", "sarif", str(path)], capsys)
+    assert code == 0
+    [artifact] = json.loads(out)["runs"][0]["artifacts"]
+    assert artifact["location"]["uri"] == path.as_uri()
+    assert artifact["location"]["uri"].startswith("file:///")
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(["verify", "--format", "sarif", "a model.safetensors"], capsys)
+    assert code == 0
+    [artifact] = json.loads(out)["runs"][0]["artifacts"]
+    assert artifact["location"]["uri"] == "a%20model.safetensors"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pathlib
 
 import fastst
+import fastst.numpy
 import numpy as np
 import pytest
 from conftest import raw_file
@@ -224,3 +225,50 @@ def test_pread_slice_reads_a_part(sample, monkeypatch) -> None:
     row = 5 * 4 * 4
     assert calls == [(2 * row, 2 * row)]
     assert isinstance(real, RawFile)
+
+
+def _same(got: dict, want: dict) -> None:
+    assert list(got) == list(want)
+    for name in want:
+        assert got[name].dtype == want[name].dtype
+        assert got[name].shape == want[name].shape
+        np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_get_tensors_converts_without_copy(tmp_path):
+    """``get_tensors(dtype=...)`` without ``copy=True`` still converts every
+    tensor (mutant: the no-copy shortcut taken whenever dtype is given)."""
+    path = tmp_path / "m.safetensors"
+    halves = {
+        "a": np.array([[0.5, -1.0], [2.0, 65504.0]], dtype=np.float16),
+        "b": np.array([1.0, -2.5, 3.25], dtype=np.float16),
+    }
+    fastst.numpy.save_file(halves, path)
+    with fastst.safe_open(path, "np") as f:
+        got = f.get_tensors(dtype=np.float32)
+        views = f.get_tensors()
+    _same(got, {k: v.astype(np.float32) for k, v in halves.items()})
+    _same(views, halves)
+
+
+def _sample() -> dict:
+    # 24 + 8 data bytes and a header padded to 8: the file's length is a
+    # multiple of 8, so it can be viewed as 2-, 4- or 8-byte items.
+    return {
+        "a": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "b": np.array([1, -2, 3, -4], dtype=np.int16),
+    }
+
+
+def test_slice_shape_and_dtype_properties(tmp_path):
+    """``SafeSlice.shape`` / ``.dtype`` (properties) agree with
+    ``get_shape()`` / ``get_dtype()`` (mutant: ``shape`` returning None)."""
+    path = tmp_path / "m.safetensors"
+    fastst.numpy.save_file(_sample(), path)
+    with fastst.safe_open(path, "np") as f:
+        a, b = f.get_slice("a"), f.get_slice("b")
+        assert a.shape == (2, 3) and isinstance(a.shape, tuple)
+        assert a.get_shape() == [2, 3]
+        assert (a.dtype, a.get_dtype()) == ("F32", "F32")
+        assert b.shape == (4,) and b.dtype == "I16"
+        assert len(a) == 2

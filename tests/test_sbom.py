@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import fastst
+import fastst.numpy
+import numpy as np
 import pytest
 from conftest import raw_file
 from fastst.cli import main
@@ -294,3 +296,50 @@ def test_files_holding_pickles_are_marked(tmp_path: Path) -> None:
     )
     assert (marks["legacy.weights"] or "").startswith("a raw pickle stream (protocol 2)")
     assert marks["images.zip"] is None and marks["config.json"] is None
+
+
+def _sharded_folder(folder):
+    folder.mkdir()
+    fastst.numpy.save_sharded(
+        {"a": np.zeros(16, dtype=np.float32), "b": np.ones(16, dtype=np.float32)},
+        folder,
+        max_shard_size=100,
+    )
+    (folder / "config.json").write_text('{"hidden_size": 4}')
+    return folder
+
+
+def test_sbom_counts_every_file_it_describes(tmp_path):
+    """``SbomResult.files`` counts the safetensors files, the indexes and the
+    other files of the model (mutant: the others subtracted)."""
+    folder = _sharded_folder(tmp_path / "llm")
+    shards = sorted(p.name for p in folder.glob("*.safetensors"))
+    assert len(shards) == 2
+    whole = provenance.sbom(folder)
+    assert (whole.checkpoints, whole.files) == (1, 4)  # 2 shards + index + config.json
+    index = provenance.sbom(folder / "model.safetensors.index.json")
+    assert (index.checkpoints, index.files) == (1, 3)
+    single = provenance.sbom(folder / shards[0])
+    assert (single.checkpoints, single.files) == (1, 1)
+
+
+def test_sbom_model_card_trigger_words_only_when_there_are_some(tmp_path):
+    """The model card carries ``fastst:trigger_words`` (comma-separated) when
+    the metadata names trigger words, and no such property otherwise
+    (mutant: ``or`` -> ``and``, which drops real ones and emits empty ones)."""
+    with_words = tmp_path / "lora.safetensors"
+    fastst.numpy.save_file(
+        {"w": np.zeros(2, dtype=np.float32)},
+        with_words,
+        metadata={"modelspec.trigger_phrase": "catstyle, sks cat"},
+    )
+    without = tmp_path / "plain.safetensors"
+    fastst.numpy.save_file({"w": np.zeros(2, dtype=np.float32)}, without)
+
+    def card_props(path):
+        (component,) = provenance.sbom(path).document["components"]
+        return {p["name"]: p["value"] for p in component["modelCard"]["properties"]}
+
+    assert card_props(with_words)["fastst:trigger_words"] == "catstyle, sks cat"
+    props = card_props(without)
+    assert "fastst:trigger_words" not in props and props["fastst:tensors"] == "1"
