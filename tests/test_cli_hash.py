@@ -220,8 +220,8 @@ def test_progress_goes_to_stderr(tmp_path: Path, capfd: pytest.CaptureFixture[st
     assert h["sha256"] == _sha(raw)
     assert captured.out == ""
     assert "100.0%" in captured.err and str(path) in captured.err
-    # The line is cleared at the end.
-    assert captured.err.endswith("\r\x1b[K")
+    # The line's last state stays, ended by a newline.
+    assert captured.err.endswith("\n")
 
 
 def test_the_progress_line_escapes_a_hostile_file_name(
@@ -235,7 +235,7 @@ def test_the_progress_line_escapes_a_hostile_file_name(
     err = capfd.readouterr().err
     assert "100.0%" in err
     assert "p\\u{1b}[2J\\u{1b}]0;owned\\u{7}.safetensors" in err
-    assert err.replace("\r\x1b[K", "").isprintable()
+    assert err.replace("\r\x1b[K", "").replace("\n", "").isprintable()
 
 
 def test_check_when_the_data_cannot_be_hashed() -> None:

@@ -302,7 +302,7 @@ def test_an_exception_in_the_callback_stops_the_load(every_dtype):
 def test_progress_arguments(every_dtype, capfd):
     out = fastst.numpy.load_file(every_dtype, copy=True, progress=True)
     assert len(out) > 300
-    assert capfd.readouterr().err == ""  # stderr is not a terminal here
+    capfd.readouterr()  # off a terminal, a tqdm bar or plain lines: tests/test_progress.py
     with pytest.raises(TypeError, match="progress"):
         fastst.numpy.load_file(every_dtype, copy=True, progress="yes")
     calls = []
@@ -327,7 +327,7 @@ def test_the_progress_line_escapes_a_hostile_file_name(tmp_path, capfd, monkeypa
     assert "evil\\u{1b}]0;owned\\u{7}\\u{202e}.safetensors" in err
     # Only the line's own control sequences reach the terminal.
     assert "\x07" not in err and "\u202e" not in err
-    assert err.replace("\r\x1b[K", "").isprintable()
+    assert err.endswith("\n") and err.replace("\r\x1b[K", "")[:-1].isprintable()
 
 
 def test_a_file_truncated_during_a_batch_load_is_file_changed(tmp_path):

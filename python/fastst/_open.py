@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import os
-import sys
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple, Union, cast
 
 import numpy as np
@@ -14,25 +13,10 @@ from ._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
 from ._errors import closed_file_error, rule_error
 from ._fastst import DEFAULT_HEADER_CAP, RawFile, load_into
 from ._paths import os_path, progress_label
+from ._progress import Progress, resolve
 from ._sharded import ShardedFile, open_raw
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-#: ``progress=`` of a load: None/False (off), True (a line on stderr when it
-#: is a terminal) or a callable taking ``(bytes_done, bytes_total)``.
-Progress = Union[None, bool, Callable[[int, int], Any]]
-
-
-def _progress(progress: Progress) -> Tuple[Optional[Callable[[int, int], Any]], bool]:
-    """``(callback or None, draw a stderr line)`` for a ``progress=`` value."""
-    if progress is None or progress is False:
-        return None, False
-    if progress is True:
-        stream = sys.stderr
-        return None, bool(stream is not None and stream.isatty())
-    if callable(progress):
-        return progress, False
-    raise TypeError(f"progress must be None, a bool or a callable, got {type(progress).__name__}")
 
 
 def _offset_report(
@@ -228,8 +212,8 @@ class safe_open:  # noqa: N801 - the reference package's name
         when given): every destination allocated first, then one batch load
         per file (the core's ``load_into``), or one tensor at a time where
         the file is not a ``RawFile`` (a file object without a descriptor)."""
-        callback, bar = _progress(progress)
         raw = self._raw
+        callback, bar = resolve(progress, raw.name)
         groups = _batches(raw, names)
         if groups is None:
             out: Dict[str, Any] = {}
@@ -243,7 +227,6 @@ class safe_open:  # noqa: N801 - the reference package's name
                 callback(total, total)
             return out
         made: Dict[str, Any] = {}
-        label = progress_label(raw.name, bar)
         plans = []
         for file, members in groups:
             outs, targets, size = [], [], 0
@@ -260,7 +243,7 @@ class safe_open:  # noqa: N801 - the reference package's name
             report = callback
             if callback is not None and len(plans) > 1:
                 report = _offset_report(callback, base, grand)
-            load_into(file, members, outs, targets, report, label)
+            load_into(file, members, outs, targets, report, progress_label(file.name, bar))
             base += size
         if self._prefetch is not None:
             self._prefetch.consumed(grand)
@@ -337,12 +320,14 @@ class safe_open:  # noqa: N801 - the reference package's name
         ``progress(bytes_done, bytes_total)`` (bytes of the file read) from
         the calling thread, at most every 64 MiB and once at the end; an
         exception it raises stops the load and propagates, and no tensor is
-        returned. ``progress=True`` draws a progress line on stderr when it
-        is a terminal. Zero-copy views read nothing here: the callback is
-        then called once, at the end.
+        returned. ``progress=True`` shows a bar: on a terminal a line on
+        stderr, elsewhere (a notebook) a ``tqdm`` bar when tqdm is installed,
+        else a plain line on stderr every few seconds and at the end
+        (``fastst._progress``). Zero-copy views read nothing here: the
+        callback is then called once, at the end.
         """
-        callback, bar = _progress(progress)
         if not copy and dtype is None:
+            callback, _bar = resolve(progress, self._raw.name)
             out = {name: self.get_tensor(name) for name in self.offset_keys()}
             if callback is not None:
                 total = sum(end - begin for _d, _s, begin, end in map(self._raw.info, out))

@@ -68,8 +68,9 @@ def load_file(
     one batch (several threads, large requests, GIL released).
     ``progress`` (off by default) is a callable ``(bytes_done,
     bytes_total)`` called from this thread at most every 64 MiB and at the
-    end (an exception it raises stops the load), or True for a progress line
-    on stderr when it is a terminal; see :meth:`fastst.safe_open.get_tensors`.
+    end (an exception it raises stops the load), or True for a bar (a line
+    on a terminal's stderr, else tqdm's bar when installed, else plain lines
+    on stderr); see :meth:`fastst.safe_open.get_tensors`.
     """
     return _io.load_file(filename, backend=backend, copy=copy, dtype=dtype, progress=progress)
 

@@ -23,6 +23,20 @@ pub struct StderrLine {
 /// The redraw interval of a progress line.
 const REDRAW: Duration = Duration::from_millis(100);
 
+/// Cells of the bar.
+const BAR: usize = 20;
+
+/// Seconds as `m:ss`, or `h:mm:ss` from an hour on.
+fn clock(secs: f64) -> String {
+    let s = secs.round().min(f64::from(u32::MAX)) as u64;
+    let (h, m, s) = (s / 3600, s / 60 % 60, s % 60);
+    if h > 0 {
+        format!("{h}:{m:02}:{s:02}")
+    } else {
+        format!("{m}:{s:02}")
+    }
+}
+
 impl StderrLine {
     /// A line on stderr labelled `label`, written as given: a label naming
     /// a file must be escaped for the terminal first (the Python layer uses
@@ -57,18 +71,29 @@ impl StderrLine {
     }
 
     /// The text that redraws the line: back to the line's start, clear it,
-    /// then `label: percent done/total MiB, rate MiB/s`.
+    /// then `label: [bar] percent done/total MiB, rate MiB/s, ETA m:ss`
+    /// (`took m:ss` once done; `ETA --:--` before any byte).
     fn line(&self, done: u64, total: u64, elapsed: Duration) -> String {
         let secs = elapsed.as_secs_f64().max(1e-6);
         let mib = |b: u64| b as f64 / f64::from(1 << 20);
-        let pct = if total == 0 {
-            100.0
+        let share = if total == 0 {
+            1.0
         } else {
-            100.0 * done as f64 / total as f64
+            (done as f64 / total as f64).min(1.0)
+        };
+        let filled = (share * BAR as f64) as usize;
+        let bar = "#".repeat(filled) + &".".repeat(BAR - filled);
+        let when = if done >= total {
+            format!("took {}", clock(secs))
+        } else if done == 0 {
+            "ETA --:--".to_owned()
+        } else {
+            format!("ETA {}", clock((total - done) as f64 * secs / done as f64))
         };
         format!(
-            "\r\x1b[K{}: {pct:5.1}% {:.0}/{:.0} MiB, {:.0} MiB/s",
+            "\r\x1b[K{}: [{bar}] {:5.1}% {:.0}/{:.0} MiB, {:.0} MiB/s, {when}",
             self.label,
+            100.0 * share,
             mib(done),
             mib(total),
             mib(done) / secs
@@ -82,10 +107,10 @@ impl StderrLine {
         let _ = out.flush();
     }
 
-    /// Clears the line, if one was drawn.
+    /// Ends the line, if one was drawn: its last state stays on screen.
     pub fn finish(&self) {
         if self.last.lock().map(|l| l.is_some()).unwrap_or(true) {
-            self.write("\r\x1b[K");
+            self.write("\n");
         }
     }
 }
@@ -117,29 +142,40 @@ mod tests {
     }
 
     #[test]
-    fn the_line_shows_share_sizes_and_rate() {
+    fn the_line_shows_a_bar_share_sizes_rate_and_eta() {
         let line = StderrLine::to("model", Box::new(Sink::default()));
         let mib = 1 << 20;
         assert_eq!(
             line.line(3 * mib, 4 * mib, Duration::from_secs(2)),
-            "\r\x1b[Kmodel:  75.0% 3/4 MiB, 2 MiB/s"
+            "\r\x1b[Kmodel: [###############.....]  75.0% 3/4 MiB, 2 MiB/s, ETA 0:01"
         );
         // Nothing to do counts as done; no time elapsed gives a finite rate.
         assert_eq!(
             line.line(0, 0, Duration::ZERO),
-            "\r\x1b[Kmodel: 100.0% 0/0 MiB, 0 MiB/s"
+            "\r\x1b[Kmodel: [####################] 100.0% 0/0 MiB, 0 MiB/s, took 0:00"
         );
         assert_eq!(
             line.line(10 * mib, 40 * mib, Duration::from_millis(500)),
-            "\r\x1b[Kmodel:  25.0% 10/40 MiB, 20 MiB/s"
+            "\r\x1b[Kmodel: [#####...............]  25.0% 10/40 MiB, 20 MiB/s, ETA 0:02"
         );
+        // No byte yet: no estimate.
+        assert!(line
+            .line(0, mib, Duration::from_secs(1))
+            .ends_with("[....................]   0.0% 0/1 MiB, 0 MiB/s, ETA --:--"));
+        // Long work: hours; a file that grew past its total stays a full bar.
+        assert!(line
+            .line(mib, 7201 * mib, Duration::from_secs(1))
+            .ends_with(", ETA 2:00:00"));
+        assert!(line
+            .line(2 * mib, mib, Duration::from_secs(75))
+            .contains("[####################] 100.0% 2/1 MiB, 0 MiB/s, took 1:15"));
     }
 
     #[test]
     fn redraws_are_limited_but_the_last_report_is_always_drawn() {
         let sink = Sink::default();
         let line = StderrLine::to("f", Box::new(sink.clone()));
-        line.finish(); // nothing drawn yet: nothing to clear
+        line.finish(); // nothing drawn yet: nothing to end
         assert_eq!(sink.text(), "");
         line.report(1, 10);
         line.report(2, 10); // within 100 ms of the first: skipped
@@ -149,10 +185,11 @@ mod tests {
         line.report(10, 10); // the last one is drawn at once
         let text = sink.text();
         assert_eq!(text.matches("\r\x1b[K").count(), 2, "{text:?}");
-        // (The rate depends on the clock: only its place is checked.)
+        // (The rate and times depend on the clock: only their places are checked.)
         let last = text.rsplit("\r\x1b[K").next().unwrap_or("");
         assert!(
-            last.starts_with("f: 100.0% 0/0 MiB, ") && last.ends_with(" MiB/s"),
+            last.starts_with("f: [####################] 100.0% 0/0 MiB, ")
+                && last.contains(" MiB/s, took "),
             "{text:?}"
         );
         std::thread::sleep(REDRAW + Duration::from_millis(20));
@@ -160,10 +197,16 @@ mod tests {
         let text = sink.text();
         let last = text.rsplit("\r\x1b[K").next().unwrap_or("");
         assert!(
-            last.starts_with("f:  50.0% 0/0 MiB, ") && last.ends_with(" MiB/s"),
+            last.starts_with("f: [##########..........]  50.0% 0/0 MiB, ")
+                && last.contains(" MiB/s, ETA "),
             "{text:?}"
         );
+        // The last state stays on screen, ended by a newline.
         line.finish();
-        assert!(sink.text().ends_with("MiB/s\r\x1b[K"));
+        let text = sink.text();
+        assert!(
+            text.ends_with('\n') && !text.ends_with("\r\x1b[K\n"),
+            "{text:?}"
+        );
     }
 }
