@@ -88,3 +88,108 @@ def test_save_sharded_with_tied_weights_loads_with_from_pretrained(runs) -> None
     assert {"total_size", "total_parameters"} <= set(case["index_metadata"])
     # The tied decoder weight is stored once and counted once.
     assert case["total_parameters"] == case["model_parameters"]
+
+
+READ_MODE_SCRIPT = r"""
+import json, os, sys
+import torch
+import fastst
+import fastst._sharded as sharded
+
+fastst.install()
+import safetensors
+import safetensors.torch
+from transformers import BertConfig, BertModel
+
+opened = []
+real = sharded.RawFile
+
+
+def spy(path, name, backend, cap):
+    opened.append(backend)
+    return real(path, name, backend, cap)
+
+
+sharded.RawFile = spy
+
+
+def mapped(path):
+    with open("/proc/self/maps") as f:
+        return sum(line.rstrip().endswith(path) for line in f)
+
+
+def backends(load):
+    opened.clear()
+    load()
+    return sorted(set(opened))
+
+
+folder = sys.argv[1]
+torch.manual_seed(0)
+config = BertConfig(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+    vocab_size=1000,
+)
+model = BertModel(config)
+model.save_pretrained(folder)
+file = os.path.join(folder, "model.safetensors")
+expected = model.state_dict()
+result = {}
+for mode in ("", "pread", "mmap", " PREAD "):
+    os.environ["FASTST_READ"] = mode
+    opened.clear()
+    loaded = BertModel.from_pretrained(folder)
+    got = loaded.state_dict()
+    result[mode] = {
+        "backends": sorted(set(opened)),
+        "mapped": mapped(file),
+        "same": got.keys() == expected.keys()
+        and all(torch.equal(got[k], v) for k, v in expected.items()),
+        "load_file": backends(lambda: safetensors.torch.load_file(file)),
+    }
+    del loaded, got
+os.environ["FASTST_READ"] = "mmap"
+result["asked_pread"] = backends(lambda: safetensors.safe_open(file, "pt", backend="pread"))
+os.environ["FASTST_READ"] = "nfs"
+try:
+    BertModel.from_pretrained(folder)
+    result["invalid"] = None
+except ValueError as e:
+    result["invalid"] = str(e)
+fastst.uninstall()
+os.environ["FASTST_READ"] = "pread"
+result["hook_off"] = backends(lambda: fastst.torch.load_file(file))
+print(json.dumps(result))
+"""
+
+
+def test_fastst_read_picks_how_transformers_reads_under_the_hook(tmp_path) -> None:
+    """FASTST_READ=pread makes an unchanged from_pretrained (which passes
+    backend="mmap" itself) and load_file read with positioned reads: no file
+    opened with a mapping, none left in the process, the same weights as the
+    saved model's. Unset or mmap keeps the map; a caller's pread stays; a bad
+    value is a ValueError naming the variable at the first load; with the
+    hook off the variable is not read."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env.pop("FASTST_AS_SAFETENSORS", None)
+    env.pop("FASTST_READ", None)
+    result = subprocess.run(
+        [sys.executable, "-c", READ_MODE_SCRIPT, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    for mode in ("", "mmap"):
+        assert out[mode]["backends"] == ["mmap"] and out[mode]["mapped"] > 0
+        assert out[mode]["load_file"] == ["mmap"] and out[mode]["same"]
+    for mode in ("pread", " PREAD "):
+        assert out[mode]["backends"] == ["pread"] and out[mode]["mapped"] == 0
+        assert out[mode]["load_file"] == ["pread"] and out[mode]["same"]
+    assert out["asked_pread"] == ["pread"]
+    assert out["invalid"] == (
+        "FASTST_READ='nfs' is not a read mode: use mmap or pread (default mmap)"
+    )
+    assert out["hook_off"] == ["mmap"]

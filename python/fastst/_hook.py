@@ -35,6 +35,11 @@ Zero-code switches (no change to the calling program):
   hook installed, and sets ``FASTST_AS_SAFETENSORS=1`` for the processes it
   starts, so that ``spawn``/``forkserver`` children (multiprocessing pools,
   DataLoader workers) get fastst too through the ``.pth`` file.
+
+How files are read while the hook is on: ``FASTST_READ=pread`` (see
+:func:`read_backend`) reads with positioned reads into memory of its own
+where a loader asks for the memory map, for file systems where mapping is
+slow or unsafe (network file systems); ``mmap`` (or unset) keeps the map.
 """
 
 from __future__ import annotations
@@ -72,6 +77,11 @@ FACADE = "fastst._as_safetensors"
 
 #: Environment variable read at start-up by the ``.pth`` file.
 ENV_VAR = _boot.ENV_VAR
+
+#: Environment variable choosing how files are read while the hook is on,
+#: and its values (``safe_open``'s back ends; unset or empty: ``mmap``).
+READ_VAR = "FASTST_READ"
+READ_MODES = ("mmap", "pread")
 
 _lock = threading.RLock()
 
@@ -295,6 +305,27 @@ def take_over(
     return _finder.find_spec(fullname, path, target)
 
 
+def read_backend(backend: str) -> str:
+    """The back end of a load through the hook that asks for ``backend``.
+
+    While the hook is on, ``FASTST_READ=pread`` turns the memory map (the
+    reference's default, which loaders such as transformers also pass
+    explicitly) into positioned reads; ``mmap``, empty or unset keep it
+    (values compared without case and surrounding blanks). Any other value
+    raises ValueError naming the variable and its values, at the first load
+    that reads it. With the hook off, or ``backend="pread"``, the caller's
+    choice stands."""
+    if not installed():
+        return backend
+    value = os.environ.get(READ_VAR, "").strip().lower()
+    if value not in ("", *READ_MODES):
+        raise ValueError(
+            f"{READ_VAR}={os.environ[READ_VAR]!r} is not a read mode: "
+            f"use {' or '.join(READ_MODES)} (default mmap)"
+        )
+    return value if value and backend == "mmap" else backend
+
+
 def run(argv: Sequence[str]) -> int:
     """``python -m fastst run [-m module | script] [args...]``: runs the
     program with the hook installed, as ``python`` would run it."""
@@ -333,6 +364,7 @@ __all__ = [
     "installed",
     "install_from_environment",
     "take_over",
+    "read_backend",
     "run",
     "DropinWarning",
 ]

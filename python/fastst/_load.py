@@ -19,6 +19,7 @@ from . import _prefetch
 from ._fastst import DEFAULT_HEADER_CAP, parse_bytes
 from ._frameworks import Where
 from ._frameworks import backend as framework_backend
+from ._hook import read_backend
 from ._open import safe_open
 from ._paths import os_path, readable
 from ._write import BYTES_NAME, plan
@@ -130,7 +131,9 @@ def load_path(
     order, on ``device``; ``backend`` is safe_open's, ``copy`` and ``dtype``
     are :meth:`fastst.safe_open.get_tensor`'s, ``progress`` is
     :meth:`fastst.safe_open.get_tensors`'. Returns once every tensor has
-    landed on its device."""
+    landed on its device. While the drop-in hook is on, ``FASTST_READ`` may
+    turn ``backend="mmap"`` into ``"pread"`` (:func:`fastst._hook.read_backend`)."""
+    backend = read_backend(backend)
     # Views are touched after this returns: read the file ahead of that.
     views = not copy and dtype is None and backend == "mmap"
     with safe_open(filename, framework, device=device, backend=backend, prefetch=None) as f:

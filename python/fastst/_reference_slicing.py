@@ -20,6 +20,9 @@ errors, then reads the slice as usual:
 
 What the reference cannot do at all (negative slice bounds, ``None``) keeps
 fastst's numpy behaviour.
+
+Files are opened with the back end ``FASTST_READ`` picks
+(:func:`fastst._hook.read_backend`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 from typing import Any, List, Optional, Sequence, Tuple
 
 from ._errors import rule_error
+from ._hook import read_backend
 from ._open import SafeSlice, safe_open
 
 #: (start, stop, step, is_select) with None for an unbounded start/stop.
@@ -118,7 +122,19 @@ class ReferenceSlice(SafeSlice):
 
 class reference_safe_open(safe_open):  # noqa: N801 - stands for the reference's class
     """:class:`fastst.safe_open` whose slices follow the reference's rules
-    (served as ``safetensors.safe_open`` by the drop-in hook)."""
+    (served as ``safetensors.safe_open`` by the drop-in hook), opening files
+    with the back end ``FASTST_READ`` picks."""
+
+    def __init__(
+        self,
+        filename: Any,
+        framework: str,
+        device: Any = "cpu",
+        *,
+        backend: str = "mmap",
+        **options: Any,
+    ) -> None:
+        super().__init__(filename, framework, device, backend=read_backend(backend), **options)
 
     def get_slice(self, name: str) -> ReferenceSlice:
         dtype, shape, _begin, _end = self._raw.info(name)
