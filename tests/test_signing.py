@@ -83,7 +83,7 @@ def _cert(
     ca: bool,
     signing: bool = True,
 ) -> x509.Certificate:
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
     issuer = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer_name or subject)])
     b = (
@@ -1429,7 +1429,7 @@ def _certificate(subject, key, issuer, issuer_key, *, ca, usage=None, extended=N
     from cryptography.hazmat.primitives import hashes
     from cryptography.x509.oid import NameOID
 
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
 
     def name(text):
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])

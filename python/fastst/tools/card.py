@@ -182,7 +182,7 @@ def _timestamp(value: Optional[Union[int, float]]) -> Optional[str]:
     if value is None:
         return None
     try:
-        moment = _dt.datetime.fromtimestamp(float(value), tz=_dt.timezone.utc)
+        moment = _dt.datetime.fromtimestamp(float(value), tz=_dt.UTC)
     except (OverflowError, OSError, ValueError):
         return None
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
