@@ -266,7 +266,10 @@ def test_dtype_facts_come_from_the_core() -> None:
 
 
 #: Files allowed over 500 lines, each with the reason it stays one file.
-LONG_FILES: Dict[str, str] = {}
+LONG_FILES: Dict[str, str] = {
+    "fastst.tools.results": "declarations only: every result type the command prints, the one "
+    "source its JSON schema is generated from",
+}
 
 
 def test_no_source_file_outgrows_one_job() -> None:

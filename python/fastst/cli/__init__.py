@@ -20,7 +20,8 @@ themselves come from :mod:`fastst.tools.inspect`.
 
 from __future__ import annotations
 
-from .commands import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, build_parser, main
+from .commands import build_parser, main
+from .exits import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from .sarif import SARIF_SCHEMA, sarif_log
 
 __all__ = [

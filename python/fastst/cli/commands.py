@@ -11,79 +11,26 @@ import argparse
 import fnmatch
 import os
 import sys
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
-from .._errors import SafetensorError
 from .._hook import run as run_with_hook
 from .._identify import NOT_FILES
-from .._update import update_metadata
 from ..tools import inspect as fi
-from ..tools.card import strict_json
 from ..tools.diff import diff
 from ..tools.stale_temp import stale_temp_files
-from ..tools.walk import TOO_DEEP, too_deep_report
+from ..tools.walk import too_deep_report
 from . import provenance as prov
 from . import render, report
+from .exits import EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPE
+from .inputs import READ_ERRORS, inputs, not_safetensors
+from .meta import cmd_meta
 from .parser import build_parser, check_conflicts
 from .sarif import add_notes, sarif_log
 
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_ERROR = 2
-EXIT_INTERRUPTED = 130
-EXIT_PIPE = 141
-
 #: Version of the shape of ``--json`` output (see docs/cli-schema.json).
 JSON_SCHEMA_VERSION = render.JSON_SCHEMA_VERSION
-
-#: Errors reading an input is expected to raise (anything else is a bug).
-_READ_ERRORS = (OSError, SafetensorError, ValueError, KeyError, MemoryError)
-
-
-# inputs --------------------------------------------------------------------
-
-
-def _inputs(
-    out: render.Out, paths: Sequence[str], too_deep: bool = False, pickles: bool = False
-) -> Iterator[Tuple[str, str]]:
-    """``(kind, path)`` for each input (see :func:`fastst.tools.inspect.iter_inputs`);
-    a folder without any is an error, and so is a folder nested too deep to
-    scan unless ``too_deep`` asks for its ``("too-deep", folder)`` item.
-    ``pickles`` adds ``("file", path)`` for each file under a folder that
-    holds pickles (:func:`fastst.tools.inspect.pickle_files`)."""
-    for path in paths:
-        found = False
-        try:
-            for kind, item in fi.iter_inputs([path]):
-                found = True
-                if kind == "too-deep" and not too_deep:
-                    out.error(item, TOO_DEEP, rule="folder-too-deep")
-                    continue
-                yield kind, item
-            for item in fi.pickle_files(path) if pickles and os.path.isdir(path) else ():
-                found = True
-                yield "file", item
-        except OSError as exc:  # pragma: no cover - os.walk reports through onerror
-            out.error(path, exc)
-            found = True
-        if not found:
-            out.error(path, f"no .safetensors file or checkpoint index under {path}")
-
-
-def _not_safetensors(out: render.Out, path: str) -> bool:
-    """Records an error and returns True when ``path`` cannot be read or is
-    not a safetensors file (a pickle, a FIFO, an HTML page...)."""
-    try:
-        found = fi.identify(path)
-    except OSError as exc:
-        out.error(path, exc)
-        return True
-    if found is None:
-        return False
-    out.error(path, fi.not_safetensors_message(found), fmt=found["kind"])
-    return True
 
 
 def _progress(args: argparse.Namespace) -> bool:
@@ -122,14 +69,14 @@ _SORTS: Dict[str, Callable[[Any], Any]] = {
 
 def _cmd_inspect(args: argparse.Namespace, out: render.Out) -> int:
     results = []
-    for kind, path in _inputs(out, args.files):
+    for kind, path in inputs(out, args.files):
         try:
             if kind == "checkpoint":
                 info = _loose(
                     fi.inspect_checkpoint(path, tensors=args.tensors, header_cap=args.header_cap)
                 )
             else:
-                if _not_safetensors(out, path):
+                if not_safetensors(out, path):
                     continue
                 info = _loose(
                     fi.inspect_file(path, tensors=args.tensors, header_cap=args.header_cap)
@@ -138,7 +85,7 @@ def _cmd_inspect(args: argparse.Namespace, out: render.Out) -> int:
             shown: Optional[Tuple[str, np.ndarray]] = None
             if args.tensor is not None:
                 shown = fi.tensor_values(path, args.tensor)
-        except _READ_ERRORS as exc:
+        except READ_ERRORS as exc:
             out.error(path, exc)
             continue
         table = info.get("table")
@@ -187,7 +134,7 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
     options = dict(
         values=args.values, header_cap=args.header_cap, threads=args.threads, progress=progress
     )
-    for kind, path in _inputs(out, args.files, too_deep=True, pickles=True):
+    for kind, path in inputs(out, args.files, too_deep=True, pickles=True):
         try:
             if kind == "too-deep":
                 result = too_deep_report(path)
@@ -202,7 +149,7 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
                 result["kind"] = "file"
                 if found is not None:
                     _add_foreign(result, found)
-        except _READ_ERRORS as exc:
+        except READ_ERRORS as exc:
             out.error(path, exc)
             continue
         result["fails"] = _fails(result["findings"], threshold)
@@ -291,7 +238,7 @@ def _cmd_hash(args: argparse.Namespace, out: render.Out) -> int:
     results = []
     failing = False
     progress = _progress(args)
-    for kind, path in _inputs(out, args.files):
+    for kind, path in inputs(out, args.files):
         try:
             if kind == "checkpoint":
                 hashes = _loose(
@@ -305,7 +252,7 @@ def _cmd_hash(args: argparse.Namespace, out: render.Out) -> int:
                 )
                 checked = hashes["shards"]
             else:
-                if _not_safetensors(out, path):
+                if not_safetensors(out, path):
                     continue
                 hashes = _loose(
                     fi.hash_file(
@@ -325,7 +272,7 @@ def _cmd_hash(args: argparse.Namespace, out: render.Out) -> int:
                     metadata = fi.read_metadata(where, header_cap=args.header_cap)
                     h["check"] = fi.check_hashes(h, metadata)
                     failing = failing or _fails(h["check"], threshold)
-        except _READ_ERRORS as exc:
+        except READ_ERRORS as exc:
             out.error(path, exc)
             continue
         if args.json:
@@ -340,77 +287,6 @@ def _cmd_hash(args: argparse.Namespace, out: render.Out) -> int:
 
 
 # meta ----------------------------------------------------------------------
-
-
-def _cmd_meta(args: argparse.Namespace, out: render.Out) -> int:
-    if args.set or args.unset:
-        return _edit_meta(args, out)
-    results = []
-    for kind, path in _inputs(out, args.files):
-        index_metadata = None
-        try:
-            if kind == "checkpoint":
-                metadata, index_metadata = fi.checkpoint_metadata(path, header_cap=args.header_cap)
-            else:
-                if _not_safetensors(out, path):
-                    continue
-                metadata = fi.read_metadata(path, header_cap=args.header_cap)
-        except _READ_ERRORS as exc:
-            out.error(path, exc)
-            continue
-        card = fi.metadata_card(metadata)
-        decoded = fi.decode_metadata(metadata)
-        if args.json:
-            entry = {"path": path, "kind": kind, "card": card, "metadata": decoded}
-            if index_metadata is not None:
-                entry["index_metadata"] = strict_json(index_metadata)
-            results.append(entry)
-        else:
-            report.print_meta(out, path, metadata, card, decoded, args.raw)
-    if args.json:
-        out.json(_envelope("meta", results, out))
-    return EXIT_ERROR if out.errors else EXIT_OK
-
-
-def _edit_meta(args: argparse.Namespace, out: render.Out) -> int:
-    """``meta --set/--unset``: rewrites each file (or ``--output``)."""
-    results = []
-    updates = dict(args.set)
-    for kind, path in _inputs(out, args.files):
-        if kind == "checkpoint":
-            out.error(path, "metadata editing takes single files, not a checkpoint index")
-            continue
-        if _not_safetensors(out, path):
-            continue
-        try:
-            written = update_metadata(
-                path,
-                updates,
-                remove=args.unset,
-                output=args.output,
-                header_cap=args.header_cap,
-            )
-        except (*_READ_ERRORS, TypeError) as exc:
-            out.error(path, exc)
-            continue
-        metadata = written.pop("metadata") or None
-        target = written.pop("path")
-        written["source"] = path
-        if args.json:
-            results.append(
-                {
-                    "path": target,
-                    "kind": "file",
-                    "card": fi.metadata_card(metadata),
-                    "metadata": fi.decode_metadata(metadata),
-                    "written": written,
-                }
-            )
-        else:
-            report.print_written(out, target, written)
-    if args.json:
-        out.json(_envelope("meta", results, out))
-    return EXIT_ERROR if out.errors else EXIT_OK
 
 
 # diff ----------------------------------------------------------------------
@@ -428,12 +304,12 @@ def _finite(value: Any) -> Any:
 def _cmd_diff(args: argparse.Namespace, out: render.Out) -> int:
     for path in (args.a, args.b):
         if not (os.path.isdir(path) or path.endswith(".index.json")):
-            _not_safetensors(out, path)
+            not_safetensors(out, path)
     result = None
     if not out.errors:
         try:
             result = diff(args.a, args.b, threads=args.threads, header_cap=args.header_cap)
-        except _READ_ERRORS as exc:
+        except READ_ERRORS as exc:
             message = render.one_line(exc)
             where = getattr(exc, "filename", None) or args.a
             out.error(str(where), message, rule=getattr(exc, "rule", None))
@@ -463,7 +339,7 @@ _COMMANDS: Dict[str, Callable[[argparse.Namespace, render.Out], int]] = {
     "inspect": _cmd_inspect,
     "verify": _cmd_verify,
     "hash": _cmd_hash,
-    "meta": _cmd_meta,
+    "meta": cmd_meta,
     "diff": _cmd_diff,
     "convert": _cmd_convert,
     "sign": prov.run_sign,

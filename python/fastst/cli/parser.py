@@ -12,9 +12,7 @@ from ..tools import inspect as fi
 from . import provenance as prov
 from . import render
 from .argtypes import key_value, non_negative
-
-EXIT_USAGE = 2
-
+from .exits import EXIT_ERROR
 
 # parser --------------------------------------------------------------------
 
@@ -24,7 +22,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> Any:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {render.escape(message)}\n")
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {render.escape(message)}\n")
 
 
 def _add_common(p: argparse.ArgumentParser, files: bool = True) -> None:

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .._fastst import DEFAULT_HEADER_CAP
 from .argtypes import non_negative, positive
+from .exits import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from .provenance_render import (
     _print_findings,
     _print_verify,
@@ -48,9 +49,6 @@ __all__ = [
     "print_unchecked",
 ]
 
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_ERROR = 2
 
 #: Version of the JSON documents these commands print.
 JSON_VERSION = 1
