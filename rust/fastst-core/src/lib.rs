@@ -19,6 +19,7 @@ pub mod prefetch;
 pub mod progress;
 pub mod read;
 pub mod rules;
+pub mod source;
 #[cfg(test)]
 pub(crate) mod testfs;
 pub(crate) mod validate;
@@ -29,4 +30,5 @@ pub use error::{Error, Result};
 pub use header::{parse_file_bytes, Header, ParseNotes, TensorInfo, DEFAULT_HEADER_CAP};
 pub use read::{Backend, MappedFile, OpenOptions, TensorData};
 pub use rules::{Family, RuleId, Severity};
+pub use source::Source;
 pub use write::{AtomicFile, NewTensor, PlannedTensor, TensorStream, WritePlan};

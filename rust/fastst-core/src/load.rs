@@ -218,7 +218,10 @@ fn mostly_uncached(file: &MappedFile, dests: &[Destination<'_>]) -> bool {
         return false;
     };
     let start = file.header().data_start() + lo;
-    match io::cached_pages(file.raw(), start, hi - lo) {
+    match file
+        .local()
+        .and_then(|raw| io::cached_pages(raw, start, hi - lo))
+    {
         Some((cached, pages)) => cached.saturating_mul(2) < pages,
         None => false,
     }
@@ -333,13 +336,12 @@ pub fn load_into(
     .min(parts.len())
     .max(1);
     let largest = parts.iter().map(|p| p.len).max().unwrap_or(0);
-    if let Some(first) = parts.first() {
-        io::advise_sequential_from(file.raw(), file.header().data_start() + first.begin);
+    if let (Some(first), Some(raw)) = (parts.first(), file.local()) {
+        io::advise_sequential_from(raw, file.header().data_start() + first.begin);
     }
-    let direct = if options.direct && total >= SMALL {
-        io::open_direct(file.raw())
-    } else {
-        None
+    let direct = match file.local() {
+        Some(raw) if options.direct && total >= SMALL => io::open_direct(raw),
+        _ => None,
     };
     if parts.len() <= 1 {
         // One request (a single small tensor, most often): no thread.

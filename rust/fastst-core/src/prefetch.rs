@@ -249,7 +249,11 @@ impl Prefetcher {
     pub fn start(file: Arc<MappedFile>, ranges: &[(u64, u64)], options: PrefetchOptions) -> Self {
         let budget = options.budget.max(4096);
         let chunk = options.chunk.clamp(4096, budget);
-        let chunks = chunks(ranges, file.file_len(), chunk);
+        // Only a local file has pages to bring in: other sources plan nothing.
+        let chunks = match file.local() {
+            Some(_) => chunks(ranges, file.file_len(), chunk),
+            None => Vec::new(),
+        };
         let planned = chunks.iter().map(|c| c.1).sum();
         let method = match options.method {
             Method::Populate if file.whole_map().is_none() => Method::Read,
@@ -443,11 +447,14 @@ fn leave(shared: &Shared, mut st: MutexGuard<'_, State>) {
 /// Brings `[start, start + len)` into memory; false when that failed.
 fn fetch(shared: &Shared, scratch: &mut Vec<u8>, start: u64, len: u64) -> bool {
     let file = &*shared.file;
+    let Some(raw) = file.local() else {
+        return false;
+    };
     // Exactly this range first: the reads below then find its pages in the
     // page cache (or on their way) and start no read-around of their own,
     // which would read up to the readahead window beyond what was planned.
     // A hint the filesystem refuses changes nothing.
-    let _ = io::advise_willneed(file.raw_file(), start, len);
+    let _ = io::advise_willneed(raw, start, len);
     match shared.method {
         Method::Populate => {
             let (Ok(s), Ok(n)) = (usize::try_from(start), usize::try_from(len)) else {
@@ -476,7 +483,7 @@ fn fetch(shared: &Shared, scratch: &mut Vec<u8>, start: u64, len: u64) -> bool {
                     Err(_) => return false,
                 }
             }
-            io::read_exact_at(file.raw_file(), &mut scratch[..n], start).is_ok()
+            io::read_exact_at(raw, &mut scratch[..n], start).is_ok()
         }
     }
 }
@@ -666,13 +673,13 @@ mod tests {
                     )
                     .unwrap(),
                 );
-                if !crate::io::drop_cached(file.raw_file()) {
+                if !crate::io::drop_cached(file.raw()) {
                     return; // a file system that keeps everything cached
                 }
-                crate::io::advise_random(file.raw_file());
+                crate::io::advise_random(file.raw());
                 let half = n as u64 / 2;
                 let mut buf = vec![0u8; half as usize];
-                io::read_exact_at(file.raw_file(), &mut buf, 0).unwrap();
+                io::read_exact_at(file.raw(), &mut buf, 0).unwrap();
                 let options = PrefetchOptions {
                     budget: 1 << 30,
                     threads: 2,
@@ -801,18 +808,18 @@ mod tests {
         let last = n as u64 - 1;
         assert!(resident(&file, base + 100, 0), "an empty range");
         let page = 4096u64;
-        if !crate::io::drop_cached(file.raw_file()) {
+        if !crate::io::drop_cached(file.raw()) {
             return; // a file system that keeps everything cached
         }
         let warm = |offsets: &[u64]| {
-            assert!(crate::io::drop_cached(file.raw_file()));
+            assert!(crate::io::drop_cached(file.raw()));
             // Read-ahead off: each read brings in its own page only.
-            crate::io::advise_random(file.raw_file());
+            crate::io::advise_random(file.raw());
             for &o in offsets {
                 let at = (base + o) / page * page;
-                io::advise_willneed(file.raw_file(), at, page).unwrap();
+                io::advise_willneed(file.raw(), at, page).unwrap();
                 let mut buf = vec![0u8; page.min(file.file_len() - at) as usize];
-                io::read_exact_at(file.raw_file(), &mut buf, at).unwrap();
+                io::read_exact_at(file.raw(), &mut buf, at).unwrap();
             }
         };
         // Only the first, middle and last pages: the quarters are missing.

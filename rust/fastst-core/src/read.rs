@@ -1,5 +1,8 @@
 //! The bytes of an open file: a validated header plus access to tensor data
-//! through a memory map (the default) or positioned reads.
+//! through a memory map (the default) or positioned reads. Every kind of
+//! input is opened here, from a [`Source`]: a local file keeps the
+//! memory-map and direct-I/O fast paths, any other source is read with
+//! positioned reads into owned memory (the pread back end).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -10,7 +13,8 @@ use memmap2::{Mmap, MmapMut};
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::header::{Header, TensorInfo, DEFAULT_HEADER_CAP};
-use crate::io::{self, check_unchanged, mmap, read_exact_at, Stamp};
+use crate::io::{self, mmap};
+use crate::source::{self, Source};
 
 /// How tensor bytes are fetched from the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -18,7 +22,8 @@ pub enum Backend {
     /// Memory-map the file; tensors become private copy-on-write mappings.
     #[default]
     Mmap,
-    /// Read tensor bytes with positioned reads into owned memory.
+    /// Read tensor bytes with positioned reads into owned memory (the
+    /// only back end of sources that are not local files).
     Pread,
 }
 
@@ -64,10 +69,9 @@ const MAP_ALIGN: u64 = 2 * 1024 * 1024;
 /// An open, validated `.safetensors` file.
 #[derive(Debug)]
 pub struct MappedFile {
-    path: PathBuf,
-    file: File,
+    path: Option<PathBuf>,
+    source: Box<dyn Source>,
     file_len: u64,
-    stamp: Stamp,
     header: Header,
     /// The whole file, read-only, for copies of small tensors (mmap back
     /// end; `None` where it could not be mapped, e.g. under an
@@ -85,31 +89,38 @@ pub struct MappedFile {
 impl MappedFile {
     /// Opens `path`, reads and validates the header. Tensor data is not read.
     pub fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<MappedFile> {
-        let path = path.as_ref().to_path_buf();
-        let opened = io::open(&path)?;
-        let (n, json) = opened.read_header(options.header_cap)?;
-        let io::OpenFile {
-            file,
-            len: file_len,
-            stamp,
-        } = opened;
-        let buffer_len = file_len - 8 - n;
-        let header = Header::parse(&json, buffer_len)?;
+        let path = path.as_ref();
+        let mut file = MappedFile::from_source(io::open(path)?, options)?;
+        file.path = Some(path.to_path_buf());
+        Ok(file)
+    }
+
+    /// Opens any source: reads and validates the header through it. A
+    /// source that is not a local file ([`Source::local`]) is read with
+    /// positioned reads into owned memory, whatever `options.backend` says.
+    pub fn from_source(source: impl Source + 'static, options: OpenOptions) -> Result<MappedFile> {
+        let file_len = source.len();
+        let (n, json) = source::read_header(&source, options.header_cap)?;
+        let header = Header::parse(&json, file_len - 8 - n)?;
         drop(json);
-        let map = if options.backend == Backend::Mmap && file_len > 0 {
-            mmap::map_read_only(&file).ok()
-        } else {
-            None
+        let backend = match source.local() {
+            Some(_) => options.backend,
+            None => Backend::Pread,
+        };
+        let map = match source.local() {
+            Some(file) if backend == Backend::Mmap && file_len > 0 => {
+                mmap::map_read_only(file).ok()
+            }
+            _ => None,
         };
         Ok(MappedFile {
-            path,
-            file,
+            path: None,
+            source: Box::new(source),
             file_len,
-            stamp,
             header,
             map,
             shared: OnceLock::new(),
-            backend: options.backend,
+            backend,
         })
     }
 
@@ -118,9 +129,9 @@ impl MappedFile {
         &self.header
     }
 
-    /// The path the file was opened from.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// The path the file was opened from (`None` for another source).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
     }
 
     /// The file's length in bytes when it was opened.
@@ -133,9 +144,17 @@ impl MappedFile {
         self.backend
     }
 
-    /// The open file (for the prefetcher's reads and hints).
-    pub(crate) fn raw_file(&self) -> &File {
-        &self.file
+    /// The local file behind the source, for the fast paths (mappings,
+    /// direct I/O, kernel hints); `None` for other sources.
+    pub(crate) fn local(&self) -> Option<&File> {
+        self.source.local()
+    }
+
+    /// The local file (tests of the fast paths).
+    #[cfg(test)]
+    #[allow(clippy::expect_used)]
+    pub(crate) fn raw(&self) -> &File {
+        self.local().expect("a local file")
     }
 
     /// The whole-file copy-on-write mapping tensors are handed out of
@@ -146,7 +165,10 @@ impl MappedFile {
             return None;
         }
         self.shared
-            .get_or_init(|| mmap::SharedMap::map(&self.file).ok().map(Arc::new))
+            .get_or_init(|| {
+                let file = self.local()?;
+                mmap::SharedMap::map(file).ok().map(Arc::new)
+            })
             .as_ref()
     }
 
@@ -175,12 +197,12 @@ impl MappedFile {
     }
 
     /// Fails with rule `file-changed` when another program wrote to,
-    /// truncated or extended the file since it was opened (one `fstat` on
-    /// the open descriptor). Every method that hands out tensor bytes
-    /// checks this first, so that no new mapping or copy is made of pages
-    /// that may no longer exist.
+    /// truncated or extended the file since it was opened (for a local
+    /// file, one `fstat` on the open descriptor). Every method that hands
+    /// out tensor bytes checks this first, so that no new mapping or copy
+    /// is made of pages that may no longer exist.
     pub fn check_unchanged(&self) -> Result<()> {
-        check_unchanged(&self.file, &self.stamp)
+        self.source.check_unchanged()
     }
 
     /// Copies `buf.len()` bytes of the tensor, starting `offset` bytes into
@@ -203,7 +225,7 @@ impl MappedFile {
                 len: buf.len() as u64,
                 tensor_len: len as u64,
             })?;
-        read_exact_at(&self.file, buf, start + offset).map_err(|e| self.shrunk(e))
+        self.source.read_at(start + offset, buf)
     }
 
     /// A read error, or rule `file-changed` when the file shrank under the
@@ -248,10 +270,12 @@ impl MappedFile {
             let map_len = len + lead as usize;
             // The range lies inside the file, as validated against its
             // length at open.
-            let mapped = mmap::map_private(&self.file, map_start, map_len);
+            let mapped = self
+                .local()
+                .map(|file| mmap::map_private(file, map_start, map_len));
             // On failure (out of mappings under vm.max_map_count, or of address
             // space) fall back to a copy, if memory for it can be had.
-            if let Ok(map) = mapped {
+            if let Some(Ok(map)) = mapped {
                 return Ok(TensorData::Mapped {
                     map,
                     offset: lead as usize,
@@ -382,11 +406,6 @@ impl MappedFile {
         Ok(())
     }
 
-    /// The open file (for whole loads, [`crate::load`]).
-    pub(crate) fn raw(&self) -> &File {
-        &self.file
-    }
-
     /// Fills `buf` from absolute file offset `start` with positioned reads;
     /// a read past the end of a file that shrank is rule `file-changed`.
     /// `tensor` names the tensor in an out-of-range error.
@@ -402,7 +421,7 @@ impl MappedFile {
                 })
             }
         }
-        read_exact_at(&self.file, buf, start).map_err(|e| self.shrunk(e))
+        self.source.read_at(start, buf)
     }
 
     /// The error for a failed read of this file: rule `file-changed` when it
@@ -415,7 +434,9 @@ impl MappedFile {
     /// Tells the kernel the whole file will be read front to back soon
     /// (readahead starts at once). Advice is a hint: failures are ignored.
     pub fn advise_sequential(&self) {
-        io::advise_sequential(&self.file);
+        if let Some(file) = self.local() {
+            io::advise_sequential(file);
+        }
     }
 }
 
@@ -643,6 +664,80 @@ mod tests {
             let mut out = vec![0u8; w];
             file.copy_tensor_into(&wide, &mut out).unwrap();
             assert!(out == data[h..], "{backend:?}: copy");
+        }
+    }
+
+    /// A source that is not a local file is read through `read_at` only,
+    /// with the pread back end: every way of getting bytes (handouts,
+    /// copies, ranges, conversions split between threads, whole loads)
+    /// gives what the same file gives from its path, the prefetcher plans
+    /// nothing, and a source that ends early is rule `file-changed`.
+    #[test]
+    fn any_source_reads_like_the_local_file() {
+        use crate::source::tests::Memory;
+        const N: usize = (1 << 20) + 3;
+        let header = format!(
+            r#"{{"h":{{"dtype":"BF16","shape":[{N}],"data_offsets":[0,{}]}},"s":{{"dtype":"U8","shape":[3],"data_offsets":[{},{}]}}}}"#,
+            2 * N,
+            2 * N,
+            2 * N + 3
+        );
+        let data: Vec<u8> = (0..2 * N + 3).map(|i| (i * 7 % 253) as u8).collect();
+        let f = build(&header, &data);
+        let path = open_as(&f.0, Backend::Pread);
+        let options = OpenOptions::default();
+        let memory = Memory::new(std::fs::read(&f.0).unwrap());
+        let end = Arc::clone(&memory.end);
+        let file = Arc::new(MappedFile::from_source(memory, options).unwrap());
+        assert_eq!(
+            (file.backend(), file.path(), file.local().is_none()),
+            (Backend::Pread, None, true)
+        );
+        assert_eq!(file.header().data_start(), path.header().data_start());
+        let (h, s) = (
+            file.header().require("h").unwrap(),
+            file.header().require("s").unwrap(),
+        );
+        for t in [h, s] {
+            assert!(
+                file.tensor_data(t).unwrap().as_slice() == path.tensor_data(t).unwrap().as_slice()
+            );
+            let mut got = vec![0u8; t.byte_len() as usize];
+            file.copy_tensor_into(t, &mut got).unwrap();
+            assert!(got[..] == data[t.begin as usize..t.end as usize]);
+            file.read_tensor_into(t, 1, &mut got[..2]).unwrap();
+            assert_eq!(got[..2], data[t.begin as usize + 1..t.begin as usize + 3]);
+        }
+        let (mut want, mut got) = (vec![0u8; 4 * N], vec![0u8; 4 * N]);
+        path.convert_tensor_into(h, Dtype::F32, &mut want).unwrap();
+        file.convert_tensor_into(h, Dtype::F32, &mut got).unwrap();
+        assert!(got == want);
+        let mut loaded = vec![0u8; 4 * N];
+        let dests = vec![crate::load::Destination {
+            info: h,
+            to: Dtype::F32,
+            dst: &mut loaded,
+        }];
+        crate::load::load_into(&file, dests, crate::load::LoadOptions::default(), None).unwrap();
+        assert!(loaded == want);
+        file.advise_sequential();
+        let ahead = crate::prefetch::Prefetcher::start(
+            Arc::clone(&file),
+            &[(0, file.file_len())],
+            crate::prefetch::PrefetchOptions::default(),
+        );
+        assert_eq!((ahead.status().planned, ahead.status().workers), (0, 0));
+        end.store(100, std::sync::atomic::Ordering::Relaxed);
+        let mut dst = vec![0u8; 2 * N];
+        let errors = [
+            file.tensor_data(h).map(|_| ()).unwrap_err(),
+            file.copy_tensor_into(h, &mut dst).unwrap_err(),
+            file.read_tensor_into(s, 0, &mut dst[..3]).unwrap_err(),
+            file.convert_tensor_into(h, Dtype::F32, &mut got)
+                .unwrap_err(),
+        ];
+        for e in errors {
+            assert_eq!(e.rule(), "file-changed", "{e}");
         }
     }
 

@@ -19,7 +19,6 @@ use std::fs::{File, Metadata};
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::header::check_prefix;
 
 /// What identifies the state of an open file: its identity (device and
 /// inode), length and modification time, from `fstat` on the descriptor.
@@ -226,19 +225,10 @@ impl OpenFile {
     }
 
     /// Reads the 8-byte length prefix, checks it against the file's length
-    /// and `cap`, and reads the header bytes it announces: `(N, header)`.
+    /// and `cap`, and reads the header bytes it announces: `(N, header)`
+    /// (as every source is read, [`crate::source::read_header`]).
     pub fn read_header(&self, cap: u64) -> Result<(u64, Vec<u8>)> {
-        if self.len < 8 {
-            return Err(Error::FileTooShort { len: self.len });
-        }
-        let mut prefix = [0u8; 8];
-        self.read_exact_at(&mut prefix, 0)?;
-        let n = check_prefix(&prefix, self.len, cap)?;
-        let n_usize = usize::try_from(n).map_err(|_| Error::HeaderTooLarge { len: n, cap })?;
-        // `n` is bounded by both the cap and the file's real length.
-        let mut json = zeroed(n_usize as u64, "")?;
-        self.read_exact_at(&mut json, 8)?;
-        Ok((n, json))
+        crate::source::read_header(self, cap)
     }
 }
 

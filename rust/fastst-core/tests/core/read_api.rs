@@ -87,7 +87,7 @@ fn options_and_accessors() {
     for backend in [Backend::Mmap, Backend::Pread] {
         let m = open(&f, backend);
         assert_eq!(m.backend(), backend);
-        assert_eq!(m.path(), f.0.as_path());
+        assert_eq!(m.path(), Some(f.0.as_path()));
         let len = std::fs::metadata(&f.0).expect("stat").len();
         assert_eq!(m.file_len(), len);
         assert_eq!(m.header().len(), 2);
