@@ -466,7 +466,7 @@ def test_checkpoints_and_file_objects_load_owned(tmp_path, every_dtype):
     assert [d for d, _t in calls] == sorted(d for d, _t in calls)
     for name, array in got.items():
         assert as_bytes(array) == as_bytes(views[name]), name
-    # A file object without a descriptor: one tensor at a time, same bytes.
+    # A file object without a descriptor: the same loader, the same bytes.
     stream = io.BytesIO(every_dtype.read_bytes())
     calls.clear()
     with fastst.safe_open(stream, "np") as f:

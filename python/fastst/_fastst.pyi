@@ -29,6 +29,8 @@ class RawFile:
         backend: str = "mmap",
         header_cap: int = ...,
     ) -> RawFile: ...
+    @staticmethod
+    def from_stream(stream: Any, display_name: str, header_cap: int = ...) -> RawFile: ...
     @property
     def name(self) -> str: ...
     @property
@@ -88,16 +90,6 @@ class WritePlan:
 
 def parse_bytes(
     data: object, display_name: str, header_cap: int = ...
-) -> Tuple[
-    int,
-    List[Tuple[str, str, Tuple[int, ...], int, int]],
-    Optional[List[Tuple[str, str]]],
-]: ...
-
-# --- file-like objects (python/fastst/_handle.py) ------------------------------
-
-def parse_header(
-    head: bytes, file_len: int, display_name: str, header_cap: int = ...
 ) -> Tuple[
     int,
     List[Tuple[str, str, Tuple[int, ...], int, int]],

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import errno
 import os
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple, Union, cast
 
 import numpy as np
 
-from . import _frameworks, _handle, _prefetch
+from . import _frameworks, _prefetch
 from ._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
 from ._errors import closed_file_error, rule_error
 from ._fastst import DEFAULT_HEADER_CAP, RawFile, load_into
-from ._paths import os_path, progress_label
+from ._paths import progress_label
 from ._progress import Progress, resolve
-from ._sharded import ShardedFile, open_raw
+from ._raw import RawSource
+from ._sharded import ShardedFile
+from ._source import open_source
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -31,31 +32,16 @@ def _offset_report(
     return report
 
 
-def _batches(raw: Any, names: List[str]) -> Optional[List[Tuple[Any, List[str]]]]:
+def _batches(raw: RawSource, names: List[str]) -> List[Tuple[RawFile, List[str]]]:
     """``names`` grouped by the ``RawFile`` holding them, in order (one
-    group for a single file, one per shard for a checkpoint), or None when
-    the tensors cannot be read in batches (a file object without a
-    descriptor)."""
-    if isinstance(raw, RawFile):
-        return [(raw, list(names))]
-    if isinstance(raw, ShardedFile):
-        groups: Dict[int, Tuple[Any, List[str]]] = {}
-        for name in names:
-            shard = raw._shard(name)
-            groups.setdefault(id(shard), (shard, []))[1].append(name)
-        return list(groups.values())
-    return None
-
-
-def _not_found(path: str, exc: FileNotFoundError) -> FileNotFoundError:
-    """The reference's error for a missing file: ``FileNotFoundError("No such
-    file or directory: <path>")`` (callers match on the text), with ``errno``
-    set; other FileNotFoundErrors (a missing shard...) are kept."""
-    if os.path.exists(path) or os.path.islink(path):
-        return exc
-    err = FileNotFoundError(f"No such file or directory: {path}")
-    err.errno = errno.ENOENT
-    return err
+    group for a single file, one per shard for a checkpoint)."""
+    if not isinstance(raw, ShardedFile):
+        return [(cast(RawFile, raw), list(names))]
+    groups: Dict[int, Tuple[RawFile, List[str]]] = {}
+    for name in names:
+        shard = raw._shard(name)
+        groups.setdefault(id(shard), (shard, []))[1].append(name)
+    return list(groups.values())
 
 
 class safe_open:  # noqa: N801 - the reference package's name
@@ -92,14 +78,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         self._backend = _frameworks.backend(self._framework)
         self._device = self._backend.device(device)
         self._prefetch: Optional[_prefetch.Driver] = None
-        if _handle.is_handle(filename):
-            self._raw = _handle.open_handle(filename, backend, header_cap)
-            return
-        path = os_path(cast(PathLike, filename))
-        try:
-            self._raw = open_raw(path, backend, header_cap)
-        except FileNotFoundError as exc:
-            raise _not_found(path, exc) from None
+        self._raw = open_source(filename, backend, header_cap)
         try:
             self._prefetch = _prefetch.driver(self._raw, prefetch, prefetch_budget)
         except BaseException:
@@ -131,7 +110,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         need). Replaces any earlier declaration. At most ``budget`` bytes
         (default: half the available memory) are read ahead of what was
         taken; pages already in memory are skipped. Does nothing for a
-        sharded checkpoint or a file object."""
+        sharded checkpoint or a file object without a descriptor."""
         if self.closed:
             raise closed_file_error(self._raw.name)
         if self._prefetch is None:
@@ -210,22 +189,10 @@ class safe_open:  # noqa: N801 - the reference package's name
     def _load_owned(self, names: List[str], dtype: Any, progress: Progress) -> Dict[str, Any]:
         """Tensors ``names`` in memory of their own (converted to ``dtype``
         when given): every destination allocated first, then one batch load
-        per file (the core's ``load_into``), or one tensor at a time where
-        the file is not a ``RawFile`` (a file object without a descriptor)."""
+        per file (the core's ``load_into``)."""
         raw = self._raw
         callback, bar = resolve(progress, raw.name)
         groups = _batches(raw, names)
-        if groups is None:
-            out: Dict[str, Any] = {}
-            if len(names) > 1:
-                raw.advise_sequential()
-            for name in names:
-                array, target, shape = self._owned(name, dtype)
-                out[name] = self._hand_out(name, array, target, shape)
-            if callback is not None:
-                total = sum(end - begin for _d, _s, begin, end in map(raw.info, names))
-                callback(total, total)
-            return out
         made: Dict[str, Any] = {}
         plans = []
         for file, members in groups:
@@ -288,24 +255,6 @@ class safe_open:  # noqa: N801 - the reference package's name
                 array = to_numpy(array, target, shape)
             return self._hand_out(name, array, target, shape)
         return self._backend.place(made, self._device) if self._backend.place else made
-
-    def _owned(self, name: str, dtype: Any) -> Tuple[np.ndarray, str, Tuple[int, ...]]:
-        """A freshly allocated array holding tensor ``name`` (converted to
-        ``dtype`` when given), its header dtype and its shape."""
-        src, shape, begin, end = self._raw.info(name)
-        target = src if dtype is None else target_dtype(dtype)
-        if target == src and src in PACKED_BITS:
-            packed = np.empty(end - begin, dtype=np.uint8)
-            self._raw.read_into(name, packed)
-            return to_numpy(packed, src, shape), src, shape
-        array = np.empty(shape, dtype=NUMPY_DTYPES[target])  # no zero-fill pass
-        out = array.reshape(-1).view(np.uint8)
-        if target == src:
-            self._raw.read_into(name, out)
-        else:
-            # The core says which conversions exist (ValueError for others).
-            self._raw.convert_into(name, out, target)
-        return array, target, shape
 
     def get_tensors(
         self, *, copy: bool = False, dtype: Any = None, progress: Progress = None

@@ -30,6 +30,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, 
 
 from . import _fastst
 from ._dtypes import NUMPY_DTYPES, PACKED_BITS
+from ._raw import RawSource
 
 #: What a loader may declare: ``"all"`` (or True), tensor names, or a map
 #: from tensor name to the index it will read (``...`` for all of it).
@@ -160,7 +161,7 @@ def slice_ranges(
     return out
 
 
-def plan(raw: Any, what: Declaration) -> List[Tuple[int, int]]:
+def plan(raw: _fastst.RawFile, what: Declaration) -> List[Tuple[int, int]]:
     """Absolute byte ranges ``(offset, length)`` of ``raw`` (a
     ``_fastst.RawFile``) that the declaration ``what`` covers, in the order
     declared (``"all"``: file order). Unknown tensor names raise the
@@ -198,7 +199,7 @@ class Driver:
     caller has asked for a slice of every tensor, as ``transformers`` does
     before loading a checkpoint)."""
 
-    def __init__(self, raw: Any, mode: Any, budget: Optional[int]) -> None:
+    def __init__(self, raw: _fastst.RawFile, mode: Any, budget: Optional[int]) -> None:
         self._raw = raw
         self._budget = budget
         self._job: Optional[Any] = None
@@ -263,9 +264,10 @@ class Driver:
         return None if self._job is None else dict(self._job.wait_idle(timeout))
 
 
-def driver(raw: Any, mode: Any, budget: Optional[int]) -> Optional[Driver]:
+def driver(raw: RawSource, mode: Any, budget: Optional[int]) -> Optional[Driver]:
     """A :class:`Driver` for ``raw`` when it is a single file (checkpoints
-    read through an index and file objects get none), else None."""
+    read through an index get none; the core plans nothing for a file
+    object without a descriptor), else None."""
     if not isinstance(raw, _fastst.RawFile):
         return None
     return Driver(raw, mode, budget)

@@ -16,13 +16,12 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from ._errors import SafetensorError, ShardIndexError, closed_file_error, rule_error
+from ._errors import ShardIndexError, closed_file_error, rule_error
 from ._fastst import RawFile
-from ._folders import INDEX_SUFFIX, checkpoint_in, index_shards, read_index
-from ._identify import explain
+from ._folders import INDEX_SUFFIX, index_shards, read_index
 from ._paths import readable
 
-__all__ = ["ShardIndexError", "ShardedFile", "open_raw", "write_sharded", "parse_size"]
+__all__ = ["ShardIndexError", "ShardedFile", "write_sharded", "parse_size"]
 
 
 def find_index(path: str) -> Optional[str]:
@@ -44,7 +43,8 @@ def find_index(path: str) -> Optional[str]:
 
 
 class ShardedFile:
-    """The ``RawFile`` interface over several shards."""
+    """The ``RawFile`` interface (``fastst._raw.RawSource``) over several
+    shards."""
 
     def __init__(
         self,
@@ -183,21 +183,6 @@ class ShardedFile:
         for raw in self._shards.values():
             return str(raw.backend)
         return "mmap"
-
-
-def open_raw(path: str, backend: str, header_cap: int) -> Any:
-    """A ``RawFile`` for a plain file, a ``ShardedFile`` for an index; a
-    folder opens the one checkpoint it holds (see ``fastst._folders``)."""
-    if os.path.isdir(path):
-        path = checkpoint_in(path)
-    index = find_index(path)
-    if index is None:
-        try:
-            return RawFile(path, readable(path), backend, header_cap)
-        except SafetensorError as exc:
-            # Say what the file is when it is not safetensors at all.
-            raise explain(exc, path) from None
-    return ShardedFile(index, backend, header_cap)
 
 
 _UNITS = {

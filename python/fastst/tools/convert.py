@@ -28,7 +28,7 @@ from .._fastst import DEFAULT_HEADER_CAP
 from .._folders import read_index
 from .._identify import NOT_FILES, identify, not_safetensors_message
 from .._paths import readable
-from .._sharded import open_raw
+from .._source import open_raw
 from . import results
 from .torch_pickle import MAX_PICKLE_BYTES, check_torch, scan_legacy, scan_zip
 

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Union, cast
 
 from .. import _fastst
 from .._fastst import DEFAULT_HEADER_CAP
-from .._sharded import open_raw
+from .._source import open_raw
 from . import results
 
 __all__ = ["diff"]

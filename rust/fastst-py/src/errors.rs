@@ -94,12 +94,20 @@ fn exception_class(py: Python<'_>, family: Family) -> PyResult<Bound<'_, PyType>
 
 /// Converts a core error about `file` into the matching Python exception.
 /// OS errors become the builtin `OSError` subclass of their errno, as the
-/// reference raises them.
+/// reference raises them; one raised by a file object's own method (a
+/// Python exception) is the `OSError`'s cause.
 #[cold]
 pub fn to_pyerr(file: &str, err: Error) -> PyErr {
     if let Error::Io { context, source } = &err {
         let msg = format!("{file}: {context}: {source}");
         let errno = source.raw_os_error();
+        if let Some(cause) = source.get_ref().and_then(|e| e.downcast_ref::<PyErr>()) {
+            return Python::with_gil(|py| {
+                let err = PyOSError::new_err(msg);
+                err.set_cause(py, Some(cause.clone_ref(py)));
+                err
+            });
+        }
         return match (source.kind(), errno) {
             (std::io::ErrorKind::NotFound, Some(no)) => {
                 PyFileNotFoundError::new_err((no, msg, file.to_owned()))

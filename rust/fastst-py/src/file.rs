@@ -1,4 +1,5 @@
-//! `RawFile`: an open file as seen from Python. The Python `safe_open`
+//! `RawFile`: an open file as seen from Python, whatever it is read from
+//! (a path, or a file object through [`PySource`]). The Python `safe_open`
 //! wraps it and turns its buffers into framework tensors.
 
 use std::path::PathBuf;
@@ -14,6 +15,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use crate::buffer::TensorBuffer;
 use crate::errors::{closed, InFile};
+use crate::source::PySource;
 
 /// An open `.safetensors` file (the header is parsed and validated).
 #[pyclass(frozen, module = "fastst._fastst")]
@@ -24,6 +26,14 @@ pub struct RawFile {
 }
 
 impl RawFile {
+    fn holding(file: MappedFile, name: String) -> RawFile {
+        RawFile {
+            name,
+            inner: Mutex::new(Some(Arc::new(file))),
+            sorted_keys: GILOnceCell::new(),
+        }
+    }
+
     /// The open file, or the `closed-file` error.
     pub(crate) fn file(&self) -> PyResult<Arc<MappedFile>> {
         let guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
@@ -116,11 +126,29 @@ impl RawFile {
         let file = py
             .allow_threads(|| MappedFile::open(&path, options))
             .in_file(&display_name)?;
-        Ok(RawFile {
-            name: display_name,
-            inner: Mutex::new(Some(Arc::new(file))),
-            sorted_keys: GILOnceCell::new(),
-        })
+        Ok(RawFile::holding(file, display_name))
+    }
+
+    /// Opens and validates a binary file object with `seek` and `readinto`
+    /// (or `read`), read with positioned reads (the "pread" back end). The
+    /// object must not be read or moved by anyone else while open.
+    #[staticmethod]
+    #[pyo3(signature = (stream, display_name, header_cap = fastst_core::DEFAULT_HEADER_CAP))]
+    fn from_stream(
+        py: Python<'_>,
+        stream: &Bound<'_, PyAny>,
+        display_name: String,
+        header_cap: u64,
+    ) -> PyResult<RawFile> {
+        let source = PySource::new(stream)?;
+        let options = OpenOptions {
+            header_cap,
+            backend: Backend::Pread,
+        };
+        let file = py
+            .allow_threads(|| MappedFile::from_source(source, options))
+            .in_file(&display_name)?;
+        Ok(RawFile::holding(file, display_name))
     }
 
     /// The name used in error messages.

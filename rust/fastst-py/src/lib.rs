@@ -7,11 +7,11 @@ mod catalogue;
 mod diff;
 mod errors;
 mod file;
-mod handle;
 mod identify;
 mod inspect;
 mod load;
 mod prefetch;
+mod source;
 mod write;
 
 use pyo3::prelude::*;
@@ -28,8 +28,6 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // writer
     m.add_class::<write::PyWritePlan>()?;
     m.add_function(wrap_pyfunction!(write::parse_bytes, m)?)?;
-    // file-like objects (fastst/_handle.py)
-    m.add_function(wrap_pyfunction!(handle::parse_header, m)?)?;
     // forensics and hashes (the fastst command)
     inspect::register(m)?;
     // the catalogue of rules, dtype facts and conversions
