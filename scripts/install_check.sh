@@ -1,18 +1,30 @@
 #!/usr/bin/env bash
-# Installs the built wheel (target/wheels, made by scripts/setup.sh) into a
-# fresh virtual environment -- no system site-packages, no developer setup --
-# and checks that it imports, round-trips a file, and that the drop-in
-# switch (FASTST_AS_SAFETENSORS=1, read by the .pth file the wheel installs)
-# serves `import safetensors` where the reference package is not installed.
+# Installs the release wheel (dist/, made by scripts/build_release.sh) into a
+# fresh virtual environment -- nothing but pip in it, no system
+# site-packages, no developer setup -- and checks that it imports,
+# round-trips a file, inspects the bundled sample with the `fastst` command,
+# that the drop-in switch (FASTST_AS_SAFETENSORS=1, read by the .pth file
+# the wheel installs) serves `import safetensors` where the reference
+# package is not installed, and that pip resolves every extra the README
+# names against PyPI (pip's fast-deps reads the wheels' metadata through
+# range requests rather than downloading the frameworks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-wheel=$(ls target/wheels/fastst-*.whl | head -n 1)
+shopt -s nullglob
+wheels=(dist/fastst-*.whl)
+if [ ${#wheels[@]} != 1 ]; then
+    echo "expected one wheel in dist/, found ${#wheels[@]}: run scripts/build_release.sh" >&2
+    exit 1
+fi
+wheel=$PWD/${wheels[0]}
+sample=$PWD/examples/sample.safetensors
 venv=target/install-check-venv
 rm -rf "$venv"
 "$PYTHON" -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$wheel"
 cd "$venv"  # away from the checkout, so that its python/ folder is not seen
+./bin/python -m pip install --quiet --upgrade pip
+./bin/python -m pip install --quiet "$wheel"
 ./bin/python - <<'PY'
 import os, tempfile
 import numpy as np
@@ -37,5 +49,15 @@ assert safetensors.numpy.load(data)["a"].tolist() == [0, 1, 2]
 print("FASTST_AS_SAFETENSORS=1 serves 'import safetensors' (reference not installed)")
 PY
 ./bin/python -c "import fastst; assert not fastst.installed()"
-./bin/fastst --help > /dev/null
+./bin/fastst inspect "$sample" > inspect.txt
+grep -q '^  tensors  *10$' inspect.txt || { cat inspect.txt; exit 1; }
+echo "fastst inspect examples/sample.safetensors works"
+extras=torch,jax,tensorflow,paddle,mlx,signing
+./bin/python -m pip install --dry-run --quiet --use-feature=fast-deps "$wheel[$extras]" \
+    2> resolve.txt || { cat resolve.txt; exit 1; }
+if grep -q 'does not provide the extra' resolve.txt; then
+    cat resolve.txt
+    exit 1
+fi
+echo "pip resolves fastst[$extras] from the wheel"
 echo "install check passed"

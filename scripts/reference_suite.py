@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Runs the reference package's own Python test suite against fastst.
 
-Fetches the safetensors 0.8.0 source distribution from the package registry
-(``pip download``; cached under ``target/reference-suite/``, never
+Fetches the safetensors 0.8.0 source distribution from PyPI (the file
+itself, found through the index's JSON page and checked against its pinned
+SHA-256: nothing is built; cached under ``target/reference-suite/``, never
 committed), takes its ``bindings/python/tests`` folder unchanged, and runs
 every test file twice, one pytest process per file (paddle and tensorflow
 crash each other in one process):
@@ -15,7 +16,8 @@ Tests that need a GPU are deselected on a machine without CUDA. Fails (exit
 status 1) if any test that passes for the reference does not pass for
 fastst, or if no test passes for the reference (the baseline did not run);
 a file the reference cannot run at all (a framework it imports is missing)
-is reported and not compared. Prints a table either way.
+is reported and not compared. Prints a mark per test as it runs (. passed,
+s skipped, F failed) and a line per file.
 
     python scripts/reference_suite.py [-k EXPR] [--keep]
 """
@@ -23,6 +25,8 @@ is reported and not compared. Prints a table either way.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -31,9 +35,13 @@ import sys
 import tarfile
 import tempfile
 import time
+import urllib.request
 from typing import Dict, List, Tuple
 
 VERSION = "0.8.0"
+#: SHA-256 of safetensors-0.8.0.tar.gz as published on PyPI.
+SDIST_SHA256 = "fabaf3e0f18a6618d9b36560682562157f77c2b71fcffc7b432be2baed9d753d"
+INDEX = "https://pypi.org/simple/safetensors/"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.path.join(ROOT, "target", "reference-suite")
 
@@ -43,6 +51,28 @@ GPU_ONLY = [
     "test_paddle_comparison.py::SafeTestCase::test_paddle_tensor_gpu",
     "test_paddle_comparison.py::SafeTestCase::test_paddle_slice_gpu",
 ]
+
+
+def _get(url: str, accept: str = "*/*") -> bytes:
+    request = urllib.request.Request(url, headers={"Accept": accept})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        data: bytes = response.read()
+    return data
+
+
+def _download_sdist() -> bytes:
+    """The sdist's bytes, located through the index's JSON page (PEP 691)
+    and refused unless they match SDIST_SHA256."""
+    name = f"safetensors-{VERSION}.tar.gz"
+    page = json.loads(_get(INDEX, "application/vnd.pypi.simple.v1+json"))
+    urls = [f["url"] for f in page["files"] if f["filename"] == name]
+    if not urls:
+        raise SystemExit(f"{name} is not listed at {INDEX}")
+    print(f"downloading {name}", flush=True)
+    data = _get(urls[0])
+    if hashlib.sha256(data).hexdigest() != SDIST_SHA256:
+        raise SystemExit(f"{name} from {urls[0]} does not match its pinned SHA-256")
+    return data
 
 
 def fetch_sdist() -> str:
@@ -55,22 +85,11 @@ def fetch_sdist() -> str:
     os.makedirs(CACHE, exist_ok=True)
     archive = os.path.join(CACHE, f"safetensors-{VERSION}.tar.gz")
     if not os.path.exists(archive):
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--no-binary",
-                ":all:",
-                "--dest",
-                CACHE,
-                f"safetensors=={VERSION}",
-            ],
-            check=True,
-        )
+        data = _download_sdist()
+        partial = archive + ".part"
+        with open(partial, "wb") as out:
+            out.write(data)
+        os.replace(partial, archive)
     with tarfile.open(archive) as tar:
         members = [
             m
@@ -111,9 +130,14 @@ def outcomes(output: str) -> Dict[str, str]:
     return result
 
 
+_MARK = {"passed": ".", "skipped": "s"}
+
+
 def _pytest(
     run_dir: str, args: List[str], through_fastst: bool, verbose: bool = True
-) -> subprocess.CompletedProcess[bytes]:
+) -> Tuple[int, str]:
+    """Runs pytest; returns (exit status, output), printing a mark per test
+    result as it comes."""
     env = dict(os.environ)
     env.pop("FASTST_AS_SAFETENSORS", None)
     pytest_args = ["-m", "pytest", "-v" if verbose else "-q", "-p", "no:cacheprovider", *args]
@@ -123,9 +147,17 @@ def _pytest(
         command = [sys.executable, *pytest_args]
         # The baseline must see the reference package, not a fastst checkout.
         env.pop("PYTHONPATH", None)
-    return subprocess.run(
+    lines: List[str] = []
+    with subprocess.Popen(
         command, cwd=run_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
+    ) as proc:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", "replace")
+            lines.append(line)
+            for outcome in outcomes(line).values():
+                print(_MARK.get(outcome, "F"), end="", flush=True)
+    return proc.returncode, "".join(lines)
 
 
 def run_file(
@@ -143,25 +175,23 @@ def run_file(
             if test_id.startswith(test_file + "::"):
                 args.append(f"--deselect=tests/{test_id}")
     started = time.monotonic()
-    proc = _pytest(run_dir, args, through_fastst)
-    output = proc.stdout.decode("utf-8", "replace")
+    returncode, output = _pytest(run_dir, args, through_fastst)
     result = outcomes(output)
-    if proc.returncode < 0 or proc.returncode > 5:
-        listed = _pytest(run_dir, [*args, "--collect-only"], through_fastst, verbose=False)
+    if returncode < 0 or returncode > 5:
+        _, listed = _pytest(run_dir, [*args, "--collect-only"], through_fastst, verbose=False)
         ids = [
             line.strip()
-            for line in listed.stdout.decode("utf-8", "replace").splitlines()
+            for line in listed.splitlines()
             if line.startswith("tests/") and "::" in line
         ]
         for test_id in ids:
             if test_id in result:
                 continue
-            alone = _pytest(run_dir, [test_id], through_fastst)
-            got = outcomes(alone.stdout.decode("utf-8", "replace"))
-            result[test_id] = got.get(test_id, f"crashed (exit {alone.returncode})")
+            alone_rc, alone = _pytest(run_dir, [test_id], through_fastst)
+            result[test_id] = outcomes(alone).get(test_id, f"crashed (exit {alone_rc})")
             output += f"\n{test_id}: {result[test_id]} when run alone"
     took = time.monotonic() - started
-    return result, proc.returncode, output[-4000:], took
+    return result, returncode, output[-4000:], took
 
 
 _CUDA = None
@@ -187,20 +217,22 @@ def main() -> int:
     workdir = tempfile.mkdtemp(prefix="fastst-reference-suite-")
     regressions: List[str] = []
     totals = {"reference": 0, "fastst": 0}
-    print(f"safetensors {VERSION} test suite: reference vs fastst (python -m fastst run)")
-    print(f"{'file':34} {'reference':>10} {'fastst':>10}  seconds")
+    print(
+        f"safetensors {VERSION} test suite, {len(files)} files, each run by the reference"
+        " and then by fastst (python -m fastst run)",
+        flush=True,
+    )
     try:
-        for test_file in files:
+        for number, test_file in enumerate(files, 1):
+            print(f"[{number}/{len(files)}] {test_file}\n  reference ", end="", flush=True)
             ref, ref_rc, ref_tail, ref_s = run_file(bindings, test_file, False, workdir)
-            ours, our_rc, our_tail, our_s = run_file(bindings, test_file, True, workdir)
             ref_pass = sorted(t for t, o in ref.items() if o == "passed")
+            print(f" {len(ref_pass)}/{len(ref)} passed, {ref_s:.1f} s\n  fastst    ", end="")
+            ours, our_rc, our_tail, our_s = run_file(bindings, test_file, True, workdir)
             our_pass = {t for t, o in ours.items() if o == "passed"}
+            print(f" {len(our_pass)}/{len(ours)} passed, {our_s:.1f} s", flush=True)
             totals["reference"] += len(ref_pass)
             totals["fastst"] += len(our_pass)
-            print(
-                f"{test_file:34} {len(ref_pass):>4}/{len(ref):<5} {len(our_pass):>4}/{len(ours):<5}"
-                f"  {ref_s:5.1f} {our_s:5.1f}"
-            )
             if not ref and ref_rc not in (0, 5):
                 # Nothing to compare with (e.g. a framework the file imports is
                 # not installed): reported, not counted.

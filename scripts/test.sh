@@ -1,25 +1,41 @@
 #!/usr/bin/env bash
-# The whole test suite: Rust format, lints and tests, Python lints, then the
-# Python tests (unit, differential against the reference package, property).
+# The whole test suite (the README's test command; CI runs it through
+# .ci/run): installs everything the tests need (scripts/setup.sh --all), then
+# Rust format, lints and tests, Python lints, the Python tests (unit,
+# differential against the reference package, property), the stubs, the
+# release artefacts and their install check, the reference package's own
+# test suite against fastst, and the header fuzzer. Needs the network: PyPI
+# (the set-up, the extras' resolution, the reference's sdist) and crates.io
+# (the crates, and cargo-fuzz when it is not installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+section() { printf '\n== %s  [%d:%02d elapsed]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
+echo "fastst test suite: about 20-35 minutes on 2 cores from a fresh clone (a set-up"
+echo "downloads several GB from PyPI), less once .venv and target/ exist."
+section "set-up (scripts/setup.sh --all)"
+bash scripts/setup.sh --all
 . .venv/bin/activate
-echo "== cargo fmt"; cargo fmt --all -- --check
-echo "== cargo clippy"; cargo clippy --all-targets --release -- -D warnings
-echo "== cargo test"; cargo test --release --quiet
-echo "== ruff"; ruff check python tests benches; ruff format --check python tests benches
-echo "== pytest"; python -m pytest -q -p no:cacheprovider tests
-echo "== stubtest"; python -m mypy.stubtest fastst --mypy-config-file pyproject.toml --allowlist scripts/stubtest_allowlist.txt
-echo "== install check"; bash scripts/install_check.sh
-echo "== reference suite"; python scripts/reference_suite.py
+section "cargo fmt"; cargo fmt --all -- --check
+section "cargo clippy"; cargo clippy --all-targets --release --quiet -- -D warnings
+section "cargo test"; cargo test --release --quiet
+section "ruff"; ruff check python tests benches; ruff format --check python tests benches
+section "pytest"; python -m pytest -q -p no:cacheprovider tests
+section "stubtest"
+python -m mypy.stubtest fastst --mypy-config-file pyproject.toml --allowlist scripts/stubtest_allowlist.txt
+section "release artefacts (scripts/build_release.sh)"; bash scripts/build_release.sh
+section "install check"; bash scripts/install_check.sh
+section "reference suite"; python scripts/reference_suite.py
 # The header fuzz target for a bounded time (FUZZ_SECONDS, default 60), when
 # cargo-fuzz is installed or installs from the crate registry within 5
 # minutes; otherwise said and skipped (FASTST_SKIP_FUZZ=1 skips it).
 if [ "${FASTST_SKIP_FUZZ:-0}" != 1 ]; then
+    if ! command -v cargo-fuzz >/dev/null; then
+        section "installing cargo-fuzz from crates.io (once; a few minutes)"
+    fi
     if command -v cargo-fuzz >/dev/null || timeout 300 cargo install cargo-fuzz --locked --quiet; then
-        echo "== fuzz (${FUZZ_SECONDS:-60} s)"; bash scripts/fuzz.sh
+        section "fuzz (${FUZZ_SECONDS:-60} s)"; bash scripts/fuzz.sh
     else
-        echo "== fuzz skipped: cargo-fuzz could not be installed"
+        section "fuzz skipped: cargo-fuzz could not be installed"
     fi
 fi
+section "all tests passed"

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds the release artefacts into dist/:
+# - one wheel for CPython 3.11 and newer (abi3: pyo3's abi3-py311 feature)
+#   for this machine's architecture, linked by zig (maturin --zig) against
+#   glibc 2.17 so that it carries the manylinux2014 (manylinux_2_17) tag;
+#   `auditwheel show` must agree with that tag;
+# - the source distribution, from which pip then builds a wheel in a clean
+#   folder (no cache, an isolated build environment) to prove it complete:
+#   that wheel must hold the same files as the first.
+# Needs .venv from scripts/setup.sh; installs requirements-release.txt into it.
+# With --wheel, builds and checks the wheel only (scripts/setup.sh --all).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+case "${1:-}" in
+    "" | --wheel) ;;
+    *) echo "usage: bash scripts/build_release.sh [--wheel]" >&2; exit 2 ;;
+esac
+if [ ! -x .venv/bin/maturin ]; then
+    echo "no .venv with maturin here: run 'bash scripts/setup.sh' first" >&2
+    exit 1
+fi
+. .venv/bin/activate
+python -m pip install --quiet -r requirements-release.txt
+mkdir -p dist
+rm -f dist/fastst-*
+maturin build --release --quiet --zig --compatibility manylinux2014 --out dist
+wheel=$(ls dist/fastst-*.whl)
+if ! auditwheel show "$wheel" | tr -s ' \n' '  ' | grep -q 'consistent with the following platform tag: "manylinux_2_17_'; then
+    auditwheel show "$wheel"
+    echo "$wheel: not manylinux_2_17 compliant" >&2
+    exit 1
+fi
+echo "built $wheel (auditwheel: manylinux_2_17)"
+[ "${1:-}" = --wheel ] && exit 0
+
+maturin sdist --quiet --out dist 2>/dev/null
+sdist=$(ls dist/fastst-*.tar.gz)
+check=$(mktemp -d)
+trap 'rm -rf "$check"' EXIT
+# The crates.io dependencies compiled for the wheel above are reused (target/);
+# fastst's own crates are compiled again from the sdist's copy.
+CARGO_TARGET_DIR=$PWD/target python -m pip wheel --quiet --no-cache-dir --no-deps \
+    --wheel-dir "$check" "$sdist"
+names() { python -c 'import sys, zipfile; print("\n".join(sorted(zipfile.ZipFile(sys.argv[1]).namelist())))' "$1"; }
+if ! diff <(names "$wheel") <(names "$check"/fastst-*.whl); then
+    echo "the wheel built from $sdist differs from $wheel in the files above" >&2
+    exit 1
+fi
+echo "built $sdist (a wheel built from it holds the same files)"
