@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fastst
 import numpy as np
+import pytest
 import safetensors
 from conftest import raw_file
 from hypothesis import HealthCheck, given, settings
@@ -63,6 +64,7 @@ def outcome_reference(path) -> bool:
         max_size=3,
     ),
 )
+@pytest.mark.slow
 def test_mutations_are_accepted_alike(seed, edits, write) -> None:
     data = bytearray(SEEDS[seed])
     for pos, op, blob in edits:
@@ -136,6 +138,7 @@ TOKENS = [
     ),
     extra=st.sampled_from([0, 0, 0, 1, -1, 8]),
 )
+@pytest.mark.slow
 def test_header_mutations_are_accepted_alike(which, edits, extra, write) -> None:
     from conftest import framed
 

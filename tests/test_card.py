@@ -11,6 +11,7 @@ import time
 from typing import Any, Dict
 
 import fastst.tools.inspect as fi
+import pytest
 from fastst.cli import render, report
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -127,6 +128,7 @@ def _render(md: Dict[str, str], card: Dict[str, Any], decoded: Dict[str, Any]) -
     return stdout.getvalue()
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(metadata)
 def test_card_is_total(md: Dict[str, str]) -> None:

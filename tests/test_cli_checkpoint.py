@@ -22,6 +22,8 @@ import pytest
 from cli_files import run, run_envelope
 from test_sharded import INSIDE, MALFORMED, OUTSIDE, checkpoint_naming
 
+pytestmark = pytest.mark.slow
+
 
 def _tensors() -> Dict[str, np.ndarray]:
     return {

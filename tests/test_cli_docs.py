@@ -14,6 +14,8 @@ from typing import List, Optional, Tuple
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "cli.md"
 

@@ -17,10 +17,13 @@ from typing import Dict, List, Tuple
 
 import fastst.numpy
 import numpy as np
+import pytest
 from cli_files import validate_envelope
 from fastst.cli import main
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+pytestmark = pytest.mark.slow
 
 RAW = re.compile(
     "[\x00-\x09\x0b-\x1f\x7f\x80-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff]"

@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 from cli_files import run, run_envelope
 
+pytestmark = pytest.mark.slow
+
 
 def _torch_zip(p: Path) -> None:
     torch = pytest.importorskip("torch")

@@ -23,6 +23,8 @@ from fastst.cli import sarif_log
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+pytestmark = pytest.mark.slow
+
 F32_1 = entry("F32", [1], 0, 4)
 A = json.dumps(F32_1)
 

@@ -36,9 +36,12 @@ from fastst.torch import (
     save_sharded,
 )
 
-pytestmark = pytest.mark.skipif(
-    not (dist.is_available() and dist.is_gloo_available()), reason="torch without gloo"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (dist.is_available() and dist.is_gloo_available()), reason="torch without gloo"
+    ),
+]
 
 TIME_LIMIT = 150  # seconds for one spawned group, scenarios included
 SLACK = 16 << 10  # reads of /proc/self/io and similar, besides headers

@@ -14,6 +14,8 @@ from typing import Optional, Tuple
 import fastst
 import pytest
 
+pytestmark = pytest.mark.slow
+
 
 def run_python(code: str, *args: str, env: dict = None, hide_reference: bool = False):
     environment = dict(os.environ)

@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("transformers")
 pytest.importorskip("diffusers")
 

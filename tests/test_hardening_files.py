@@ -19,7 +19,10 @@ import fastst.tools.inspect
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX file types")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(sys.platform == "win32", reason="POSIX file types"),
+]
 
 CLI = [sys.executable, "-m", "fastst"]
 

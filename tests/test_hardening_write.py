@@ -19,7 +19,10 @@ import fastst.numpy as fnp
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX semantics")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(sys.platform == "win32", reason="POSIX semantics"),
+]
 
 T = {"w": np.arange(16, dtype=np.float32)}
 

@@ -295,6 +295,7 @@ def test_the_library_never_imports_the_wing() -> None:
         assert not upward, f"{module} imports {upward} of the wing"
 
 
+@pytest.mark.slow
 def test_loading_a_file_imports_no_module_of_the_wing(tmp_path) -> None:
     import subprocess
     import sys

@@ -7,6 +7,7 @@ import threading
 
 import fastst
 import numpy as np
+import pytest
 from conftest import raw_file
 
 
@@ -68,6 +69,7 @@ def test_close_while_threads_read_is_safe(write) -> None:
     assert all(o is True or o == "closed" for o in outcomes)
 
 
+@pytest.mark.slow
 def test_open_releases_the_gil(write) -> None:
     """A Python thread keeps running while another opens (parses and
     validates) a large header: the parse runs with the GIL released."""

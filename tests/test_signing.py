@@ -30,6 +30,8 @@ from fastst.tools import provenance
 from fastst.tools.provenance import RULES, ProvenanceError, rules
 from fastst.tools.provenance.hashing import Piece, hash_pieces, list_model, read_regular, sort_key
 
+pytestmark = pytest.mark.slow
+
 OUTPUT_SCHEMA = json.loads(
     Path(fastst.cli.__file__).with_name("output.schema.json").read_text("utf-8")
 )

@@ -22,6 +22,8 @@ from fastst.tools import provenance
 from fastst.tools.provenance import ProvenanceError
 from fastst.tools.provenance.hashing import MAX_DEPTH, ignore_parts, list_model, resource_key
 
+pytestmark = pytest.mark.slow
+
 ec = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ec")
 serialization = pytest.importorskip("cryptography.hazmat.primitives.serialization")
 hashes = pytest.importorskip("cryptography.hazmat.primitives.hashes")

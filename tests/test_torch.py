@@ -652,6 +652,7 @@ def test_threads_share_one_open_file(big_file: Path) -> None:
     assert not errors, errors[0]
 
 
+@pytest.mark.slow
 def test_load_file_barely_grows_anonymous_memory(tmp_path: Path) -> None:
     # In a fresh interpreter, so that other tests' allocations do not count:
     # load_file of a 128 MiB file, then a read of every page of every tensor.

@@ -307,6 +307,7 @@ def test_hypothesis_bytes_equal_reference(tensors, metadata) -> None:
     tensors=tensor_dicts(ALL_DTYPES),
     metadata=st.one_of(st.none(), st.dictionaries(NAMES, st.text(max_size=20), max_size=4)),
 )
+@pytest.mark.slow
 def test_hypothesis_round_trip_every_dtype_and_layout(tmp_path: Path, tensors, metadata) -> None:
     path = tmp_path / "rt.safetensors"
     fnp.save_file(tensors, path, metadata=metadata)

@@ -25,7 +25,10 @@ import numpy as np
 import pytest
 from fastst._fastst import WritePlan
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX semantics")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(sys.platform == "win32", reason="POSIX semantics"),
+]
 
 WINDOW = WritePlan.WRITEBACK_WINDOW
 
