@@ -328,8 +328,8 @@ class _Transfer:
     flag and message) followed by its packed bytes. NCCL: the slots travel
     by one ``all_gather_into_tensor`` per round (its ring is bandwidth
     optimal). gloo: by one broadcast per rank of the used part of its slot,
-    which gloo runs several times faster than its all-gather (4-6x measured
-    with 4 ranks on one machine); pieces of at least ``_DIRECT_MIN`` bytes
+    which gloo runs faster than its all-gather (see benches/README.md);
+    pieces of at least ``_DIRECT_MIN`` bytes
     are read by their owner straight into its destination tensor and
     broadcast from there into the others' (no staging copy). Everything that
     can fail for want of memory is allocated here, before the ranks agree.
