@@ -33,13 +33,13 @@ fi
 echo "built $wheel (auditwheel: manylinux_2_17)"
 [ "${1:-}" = --wheel ] && exit 0
 
-maturin sdist --quiet --out dist 2>/dev/null
+maturin sdist --out dist
 sdist=$(ls dist/fastst-*.tar.gz)
 check=$(mktemp -d)
 trap 'rm -rf "$check"' EXIT
-# The crates.io dependencies compiled for the wheel above are reused (target/);
-# fastst's own crates are compiled again from the sdist's copy.
-CARGO_TARGET_DIR=$PWD/target python -m pip wheel --quiet --no-cache-dir --no-deps \
+# A target folder of its own: cargo would take target/'s builds of fastst's
+# crates for up to date (the sdist's files are older), proving nothing.
+CARGO_TARGET_DIR=$check/target python -m pip wheel --quiet --no-cache-dir --no-deps \
     --wheel-dir "$check" "$sdist"
 names() { python -c 'import sys, zipfile; print("\n".join(sorted(zipfile.ZipFile(sys.argv[1]).namelist())))' "$1"; }
 if ! diff <(names "$wheel") <(names "$check"/fastst-*.whl); then
