@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs the release wheel (dist/, made by scripts/build_release.sh) into a
 # fresh virtual environment -- nothing but pip in it, no system
-# site-packages, no developer setup -- and checks that it imports,
-# round-trips a file, inspects the bundled sample with the `fastst` command,
-# that the drop-in switch (FASTST_AS_SAFETENSORS=1, read by the .pth file
-# the wheel installs) serves `import safetensors` where the reference
-# package is not installed, and that pip resolves every extra the README
-# names against PyPI (pip's fast-deps reads the wheels' metadata through
-# range requests rather than downloading the frameworks).
+# site-packages, no developer setup -- and checks that it brings only numpy
+# and ml_dtypes along, imports, round-trips a file, and inspects the bundled
+# sample with the `fastst` command; that the drop-in switch
+# (FASTST_AS_SAFETENSORS=1, read by the .pth file the wheel installs) serves
+# `import safetensors` where the reference package is not installed; and
+# that pip resolves every extra the README names against PyPI (pip's
+# fast-deps reads the wheels' metadata through range requests rather than
+# downloading the frameworks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -27,6 +28,10 @@ cd "$venv"  # away from the checkout, so that its python/ folder is not seen
 ./bin/python -m pip install --quiet "$wheel"
 ./bin/python - <<'PY'
 import os, tempfile
+from importlib.metadata import distributions
+# The light start: the wheel brings numpy and ml_dtypes, nothing else.
+names = {d.metadata["Name"].lower().replace("_", "-") for d in distributions()}
+assert names - {"pip", "setuptools"} == {"fastst", "ml-dtypes", "numpy"}, sorted(names)
 import numpy as np
 import fastst, fastst.numpy
 assert "install-check-venv" in fastst.__file__, fastst.__file__
