@@ -17,8 +17,7 @@ reference; ``--hot`` runs every case with the file cached instead.
 Cases: ``cat``, ``np`` (fastst.numpy.load_file), ``np-noprefetch``
 (the same with ``FASTST_PREFETCH=0``), ``pt`` (fastst.torch.load_file),
 ``pt-noprefetch``, ``pt-ref`` (safetensors.torch.load_file), ``np-ref``
-(safetensors.numpy.load_file: copies); ``np@read``, ``pt@advise``... use
-that read-ahead method (``FASTST_PREFETCH_METHOD``).
+(safetensors.numpy.load_file: copies).
 """
 
 from __future__ import annotations
@@ -74,8 +73,6 @@ print('{"seconds": %f}' % (time.perf_counter() - start))
 
 def run(case: str, path: str, cache: str) -> float:
     env = dict(os.environ)
-    if "@" in case:  # np@read: the read-ahead method to use
-        case, env["FASTST_PREFETCH_METHOD"] = case.split("@", 1)
     if case.endswith("-noprefetch"):
         env["FASTST_PREFETCH"] = "0"
         case = case[: -len("-noprefetch")]

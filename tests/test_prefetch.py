@@ -229,15 +229,6 @@ def test_pages_already_cached_start_no_reader(tmp_path: Path) -> None:
     with fastst.safe_open(path, "np", prefetch="all") as f:
         status = job_of(f).status()
         assert status["workers"] == 0 and status["resident"] == status["planned"] > 0
-    # Unless asked to map them ahead of the caller all the same.
-    with fastst.safe_open(path, "np", prefetch=None) as f:
-        f._prefetch.declare("all", map_cached=True)
-        status = job_of(f).wait_idle(WAIT)
-        assert status["done"] == status["planned"] > 0 and status["resident"] == 0
-        assert not status["failed"]
-        assert np.array_equal(
-            f.get_tensor("b"), np.frombuffer(path.read_bytes()[-2 * MIB : -MIB], np.float32)
-        )
 
 
 def test_close_stops_the_reader(tmp_path: Path) -> None:
@@ -254,14 +245,13 @@ def test_close_stops_the_reader(tmp_path: Path) -> None:
         f.prefetch("all")
 
 
-@pytest.mark.parametrize("method", ["populate", "read", "advise"])
+@pytest.mark.parametrize("backend, method", [("mmap", "populate"), ("pread", "read")])
 def test_a_file_truncated_underneath_stops_the_reader_without_a_crash(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str
+    tmp_path: Path, backend: str, method: str
 ) -> None:
-    monkeypatch.setenv("FASTST_PREFETCH_METHOD", method)
     path, _ = three_tensors(tmp_path)
     evict(path)
-    with fastst.safe_open(path, "np", prefetch="all", prefetch_budget=MIB) as f:
+    with fastst.safe_open(path, "np", backend=backend, prefetch="all", prefetch_budget=MIB) as f:
         job = job_of(f)
         assert job.method == method
         job.wait_idle(WAIT)
@@ -269,8 +259,7 @@ def test_a_file_truncated_underneath_stops_the_reader_without_a_crash(
         job.consumed(1 << 40)
         status = job.wait_idle(WAIT)
         assert status["workers"] == 0
-        if method != "advise":  # a hint past the end is no error
-            assert status["failed"] and status["stopped"]
+        assert status["failed"] and status["stopped"]
         with pytest.raises(fastst.SafetensorError, match="changed"):
             f.get_tensor("b")
 
@@ -299,9 +288,8 @@ def test_loads_are_bit_identical_with_and_without_prefetch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, arrays = three_tensors(tmp_path)
-    for setting, map_cached in (("1", "0"), ("0", "0"), ("1", "1")):
+    for setting in ("1", "0"):
         monkeypatch.setenv("FASTST_PREFETCH", setting)
-        monkeypatch.setenv("FASTST_PREFETCH_MAP_CACHED", map_cached)
         evict(path)
         loaded = fastst.numpy.load_file(path)
         assert list(loaded) == ["a", "b", "c"]
@@ -397,10 +385,6 @@ def test_bad_declarations_are_refused(tmp_path: Path, monkeypatch: pytest.Monkey
             f.prefetch("all", budget=0)
         with pytest.raises(fastst.SafetensorError):
             f.prefetch(["missing"])
-        monkeypatch.setenv("FASTST_PREFETCH_METHOD", "telepathy")
-        with pytest.raises(ValueError, match="method"):
-            f.prefetch("all")
-        monkeypatch.setenv("FASTST_PREFETCH_METHOD", "read")
         monkeypatch.setenv("FASTST_PREFETCH_BUDGET", "lots")
         with pytest.raises(ValueError, match="FASTST_PREFETCH_BUDGET"):
             f.prefetch("all")

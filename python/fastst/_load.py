@@ -138,7 +138,7 @@ def load_path(
     views = not copy and dtype is None and backend == "mmap"
     with safe_open(filename, framework, device=device, backend=backend, prefetch=None) as f:
         if views and f._prefetch is not None and _prefetch.enabled():
-            f._prefetch.declare("all", map_cached=_prefetch.map_cached())
+            f._prefetch.declare("all")
         tensors = f.get_tensors(copy=copy, dtype=dtype, progress=progress)
         f._settle()
         if f._prefetch is not None:

@@ -12,12 +12,14 @@ when they all are), stops when the file is closed, and ends at the first
 failed read (a file truncated underneath: an error it swallows, never a
 signal).
 
+Pages are mapped where the tensors will be handed out
+(``MADV_POPULATE_READ`` on the whole-file mapping) with the mmap back end,
+and read with positioned reads otherwise.
+
 Environment: ``FASTST_PREFETCH=0`` turns off the automatic read-ahead
 (``load_file``, and ``safe_open``'s ``"auto"``); explicit declarations
 still work. ``FASTST_PREFETCH_BUDGET`` (bytes, or with a ``K``/``M``/``G``
-suffix), ``FASTST_PREFETCH_THREADS`` and ``FASTST_PREFETCH_METHOD``
-(``populate``, ``read``, ``advise``) tune it; ``FASTST_PREFETCH_MAP_CACHED=1``
-makes ``load_file`` map pages already cached ahead of the caller too.
+suffix) sets the budget.
 """
 
 from __future__ import annotations
@@ -46,15 +48,6 @@ def enabled() -> bool:
     """False when ``FASTST_PREFETCH`` turns the automatic read-ahead off."""
     value = os.environ.get("FASTST_PREFETCH", "1").strip().lower()
     return value not in ("0", "off", "false", "no")
-
-
-def map_cached() -> bool:
-    """Whether ``load_file`` also maps pages already cached, ahead of the
-    caller (``FASTST_PREFETCH_MAP_CACHED=1``; off by default: measured on a
-    busy 2-core machine it saved the caller nothing, the mapping thread and
-    the caller's touches going over the same pages at the same pace)."""
-    value = os.environ.get("FASTST_PREFETCH_MAP_CACHED", "0").strip().lower()
-    return value in ("1", "on", "true", "yes")
 
 
 def parse_size(text: str) -> int:
@@ -209,13 +202,9 @@ class Driver:
         if mode not in (None, False) and not (isinstance(mode, str) and mode == "auto"):
             self.declare(mode)
 
-    def declare(
-        self, what: Declaration, budget: Optional[int] = None, *, map_cached: bool = False
-    ) -> None:
+    def declare(self, what: Declaration, budget: Optional[int] = None) -> None:
         """Reads what ``what`` declares from now on (replacing any earlier
-        declaration). ``map_cached``: pages already cached are mapped too,
-        where the tensors will be handed out (for loads that touch every
-        page: their first touches then take no fault)."""
+        declaration)."""
         ranges = plan(self._raw, what)
         self.stop()
         self._auto = False
@@ -225,11 +214,7 @@ class Driver:
             budget = _env_int("FASTST_PREFETCH_BUDGET")
         if budget is not None and budget <= 0:
             raise ValueError(f"prefetch budget must be positive, got {budget}")
-        threads = _env_int("FASTST_PREFETCH_THREADS")
-        method = os.environ.get("FASTST_PREFETCH_METHOD") or None
-        self._job = _fastst.Prefetcher(
-            self._raw, ranges, budget, threads, method, None, not map_cached
-        )
+        self._job = _fastst.Prefetcher(self._raw, ranges, budget)
         self._detached = False
 
     def sliced(self, name: str) -> None:
