@@ -10,8 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 section() { printf '\n== %s  [%d:%02d elapsed]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
-echo "fastst test suite: about 20-35 minutes on 2 cores from a fresh clone (a set-up"
-echo "downloads several GB from PyPI), less once .venv and target/ exist."
+echo "fastst test suite: from a fresh clone, about 15-25 minutes on 2 cores (the set-up"
+echo "downloads about 5 GB from PyPI; cargo-fuzz's first install adds a few minutes)."
 section "set-up (scripts/setup.sh --all)"
 bash scripts/setup.sh --all
 . .venv/bin/activate
