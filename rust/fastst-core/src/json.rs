@@ -4,7 +4,7 @@
 
 /// Number of JSON whitespace bytes (space, tab, line feed, carriage
 /// return) at the start of `bytes`.
-pub(crate) fn whitespace_len(bytes: &[u8]) -> usize {
+pub fn whitespace_len(bytes: &[u8]) -> usize {
     bytes
         .iter()
         .take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
@@ -12,7 +12,7 @@ pub(crate) fn whitespace_len(bytes: &[u8]) -> usize {
 }
 
 /// Appends `v` in plain decimal.
-pub(crate) fn write_u64(out: &mut Vec<u8>, v: u64) {
+pub fn write_u64(out: &mut Vec<u8>, v: u64) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
     let mut v = v;
@@ -31,7 +31,7 @@ pub(crate) fn write_u64(out: &mut Vec<u8>, v: u64) {
 /// `"`, `\`, and control characters below 0x20 (`\b \t \n \f \r` by name,
 /// the others as `\u00xx` with lower-case hex). Everything else, non-ASCII
 /// included, is written as UTF-8.
-pub(crate) fn write_string(out: &mut Vec<u8>, s: &str) {
+pub fn write_string(out: &mut Vec<u8>, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
     let bytes = s.as_bytes();

@@ -10,11 +10,11 @@ pub mod convert;
 pub mod dtype;
 pub mod error;
 pub mod header;
-pub mod inspect;
-pub(crate) mod io;
-pub(crate) mod json;
+pub mod identify;
+pub mod io;
+pub mod json;
 pub mod load;
-pub(crate) mod parallel;
+pub mod parallel;
 pub mod prefetch;
 pub mod progress;
 pub mod read;
@@ -22,7 +22,7 @@ pub mod rules;
 pub mod source;
 #[cfg(test)]
 pub(crate) mod testfs;
-pub(crate) mod validate;
+pub mod validate;
 pub mod write;
 
 pub use dtype::Dtype;

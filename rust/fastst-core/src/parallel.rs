@@ -27,7 +27,7 @@ pub(crate) fn threads_for(n: usize) -> usize {
 
 /// Worker threads for whole-file work (`verify --values`, `hash`):
 /// `requested`, or the machine's parallelism when `requested` is 0.
-pub(crate) fn thread_count(requested: usize) -> usize {
+pub fn thread_count(requested: usize) -> usize {
     if requested > 0 {
         requested
     } else {

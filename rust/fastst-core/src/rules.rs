@@ -4,8 +4,8 @@
 //! findings, the `rule` attribute of Python exceptions and the documentation
 //! show), a [`Family`] (which Python exception class a broken rule raises),
 //! a default [`Severity`] (what `fastst verify` reports it at) and a one-line
-//! summary. Errors ([`crate::Error`]) and findings
-//! ([`crate::inspect::Finding`]) carry a [`RuleId`], never a string, so a
+//! summary. Errors ([`crate::Error`]) and findings (`fastst_inspect::Finding`,
+//! in the forensics crate) carry a [`RuleId`], never a string, so a
 //! misspelled rule cannot compile. The Python package reads this table
 //! through `_fastst.rule_catalogue()`, and `docs/rules.md` is generated from
 //! it (`scripts/gen_rules_doc.py`; a test checks that the two agree).

@@ -1,5 +1,5 @@
-//! `diff_buffers`: the values of two tensors compared by the core
-//! (`fastst_core::inspect::diff_values`), without the GIL.
+//! `diff_buffers`: the values of two tensors compared by the forensics
+//! crate (`fastst_inspect::diff_values`), without the GIL.
 
 use fastst_core::Dtype;
 use pyo3::buffer::PyBuffer;
@@ -57,7 +57,7 @@ fn diff_buffers<'py>(
         .ok_or_else(|| PyValueError::new_err(format!("unknown dtype {dtype:?}")))?;
     let (x, y) = (Bytes::of(&a)?, Bytes::of(&b)?);
     let found = py
-        .allow_threads(|| fastst_core::inspect::diff_values(dtype, x.slice(), y.slice(), threads))
+        .allow_threads(|| fastst_inspect::diff_values(dtype, x.slice(), y.slice(), threads))
         .ok_or_else(|| PyValueError::new_err("the two buffers differ in length"))?;
     let d = PyDict::new(py);
     d.set_item("identical", found.identical)?;

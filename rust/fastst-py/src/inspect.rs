@@ -1,13 +1,13 @@
 //! Forensics and hashes for Python: thin functions over
-//! `fastst_core::inspect` that release the GIL while they work and return
+//! `fastst_inspect` that release the GIL while they work and return
 //! plain Python data (dicts, lists, tuples, strings, ints).
 
 use std::path::PathBuf;
 
-use fastst_core::inspect::{self, Finding, HashOptions, VerifyOptions};
 use fastst_core::progress::StderrLine;
 use fastst_core::RuleId;
 use fastst_core::{Backend, MappedFile, OpenOptions, DEFAULT_HEADER_CAP};
+use fastst_inspect::{self as inspect, Finding, HashOptions, VerifyOptions};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 

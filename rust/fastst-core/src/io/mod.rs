@@ -1,6 +1,11 @@
 //! Files as fastst opens and reads them: the one file opener every entry
 //! point uses, positioned reads, the read of the 8-byte length prefix and
-//! header, and (in [`mmap`], the only module allowed `unsafe`) mappings.
+//! header, and (in `mmap`, the only module allowed `unsafe`) mappings.
+//!
+//! Public, for tools that read files the way the reader does (fastst-inspect):
+//! the opener [`open`], the [`OpenFile`] it returns (positioned reads that
+//! report a file changed underneath as rule `file-changed`, never SIGBUS) and
+//! the fallible allocation [`zeroed`].
 
 mod direct;
 pub(crate) mod mmap;
@@ -82,13 +87,13 @@ impl Stamp {
 
 /// An open file and its length when it was opened.
 #[derive(Debug)]
-pub(crate) struct OpenFile {
+pub struct OpenFile {
     /// The file, opened read-only.
-    pub file: File,
+    pub(crate) file: File,
     /// Its length in bytes at open time.
     pub len: u64,
     /// Its state at open time.
-    pub stamp: Stamp,
+    pub(crate) stamp: Stamp,
 }
 
 /// Opens `path` for reading: the one opener of every entry point (the
@@ -100,7 +105,7 @@ pub(crate) struct OpenFile {
 /// character or block devices are refused with rule `not-regular-file`;
 /// folders with the operating system's "is a directory" error
 /// (`IsADirectoryError` in Python).
-pub(crate) fn open(path: &Path) -> Result<OpenFile> {
+pub fn open(path: &Path) -> Result<OpenFile> {
     let file = open_nonblocking(path).map_err(|e| refused_open(path, e))?;
     let meta = file
         .metadata()
@@ -234,7 +239,7 @@ impl OpenFile {
 
 /// A zero-filled buffer of `n` bytes, or rule `out-of-memory` (naming
 /// `tensor`, if any) when the memory cannot be had: never an abort.
-pub(crate) fn zeroed(n: u64, tensor: &str) -> Result<Vec<u8>> {
+pub fn zeroed(n: u64, tensor: &str) -> Result<Vec<u8>> {
     let oom = || Error::OutOfMemory {
         bytes: n,
         tensor: tensor.to_owned(),

@@ -10,7 +10,7 @@ pub(crate) const SHAPE_ENTRY_LIMIT: u64 = 1 << 63;
 
 /// A tensor entry that is not a JSON object (`found`: what it is).
 #[cold]
-pub(crate) fn not_object(tensor: &str, found: String) -> Error {
+pub fn not_object(tensor: &str, found: String) -> Error {
     Error::EntryNotObject {
         tensor: tensor.to_owned(),
         found,
@@ -19,7 +19,7 @@ pub(crate) fn not_object(tensor: &str, found: String) -> Error {
 
 /// A field given twice in one entry.
 #[cold]
-pub(crate) fn duplicate_field(tensor: &str, field: String) -> Error {
+pub fn duplicate_field(tensor: &str, field: String) -> Error {
     Error::DuplicateField {
         tensor: tensor.to_owned(),
         field,
@@ -28,7 +28,7 @@ pub(crate) fn duplicate_field(tensor: &str, field: String) -> Error {
 
 /// A required field (`dtype`, `shape`, `data_offsets`) that is absent.
 #[cold]
-pub(crate) fn missing(tensor: &str, field: &'static str) -> Error {
+pub fn missing(tensor: &str, field: &'static str) -> Error {
     Error::MissingField {
         tensor: tensor.to_owned(),
         field,
@@ -38,7 +38,7 @@ pub(crate) fn missing(tensor: &str, field: &'static str) -> Error {
 /// The `dtype` or `shape` field holding the wrong kind of JSON value
 /// (`found`: what it holds).
 #[cold]
-pub(crate) fn wrong_type(tensor: &str, field: &'static str, found: String) -> Error {
+pub fn wrong_type(tensor: &str, field: &'static str, found: String) -> Error {
     let expected = if field == "dtype" {
         "a string"
     } else {
@@ -55,7 +55,7 @@ pub(crate) fn wrong_type(tensor: &str, field: &'static str, found: String) -> Er
 /// `data_offsets` that are not a list of two non-negative integers
 /// (`found`: what they are).
 #[cold]
-pub(crate) fn bad_offsets(tensor: &str, found: String) -> Error {
+pub fn bad_offsets(tensor: &str, found: String) -> Error {
     Error::BadOffsets {
         tensor: tensor.to_owned(),
         found,
@@ -63,7 +63,7 @@ pub(crate) fn bad_offsets(tensor: &str, found: String) -> Error {
 }
 
 /// The `dtype` field: one of the format's names, case-sensitive.
-pub(crate) fn dtype(tensor: &str, name: &str) -> Result<Dtype> {
+pub fn dtype(tensor: &str, name: &str) -> Result<Dtype> {
     Dtype::from_name(name).ok_or_else(|| Error::UnknownDtype {
         tensor: tensor.to_owned(),
         dtype: name.to_owned(),
@@ -73,7 +73,7 @@ pub(crate) fn dtype(tensor: &str, name: &str) -> Result<Dtype> {
 /// One shape entry: `value` when the JSON held a non-negative integer
 /// (`None` otherwise), accepted below 2^63; `shown` gives the entry's JSON
 /// text for the message.
-pub(crate) fn shape_entry(
+pub fn shape_entry(
     tensor: &str,
     value: Option<u64>,
     shown: impl FnOnce() -> String,
@@ -96,7 +96,7 @@ pub(crate) fn bad_shape_entry(tensor: &str, shown: String) -> Error {
 
 /// The `data_offsets` list: `count` values, `all_integers` when every one
 /// is a non-negative integer, `first_two` the first two of them.
-pub(crate) fn offsets(
+pub fn offsets(
     tensor: &str,
     count: usize,
     all_integers: bool,
@@ -113,7 +113,7 @@ pub(crate) fn offsets(
 }
 
 /// `data_offsets` must not begin after they end.
-pub(crate) fn ordered(tensor: &str, begin: u64, end: u64) -> Result<()> {
+pub fn ordered(tensor: &str, begin: u64, end: u64) -> Result<()> {
     if begin > end {
         return Err(Error::OffsetsReversed {
             tensor: tensor.to_owned(),
@@ -127,7 +127,7 @@ pub(crate) fn ordered(tensor: &str, begin: u64, end: u64) -> Result<()> {
 /// The byte-size rule: `shape` of `dtype` ([`Dtype::byte_len`]) must neither
 /// overflow nor leave a partial byte, and must equal the bytes the ordered
 /// offsets `[begin, end]` hold.
-pub(crate) fn size(tensor: &str, dtype: Dtype, shape: &[u64], begin: u64, end: u64) -> Result<()> {
+pub fn size(tensor: &str, dtype: Dtype, shape: &[u64], begin: u64, end: u64) -> Result<()> {
     let needed = dtype.byte_len(shape).map_err(|e| match e {
         SizeError::Overflow => Error::SizeOverflow {
             tensor: tensor.to_owned(),

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::header::TensorInfo;
 
 /// A tensor's byte range in the buffer.
-pub(crate) trait Extent {
+pub trait Extent {
     /// The tensor's name.
     fn name(&self) -> &str;
     /// First byte, relative to the byte buffer.
@@ -32,7 +32,7 @@ impl Extent for TensorInfo {
 }
 
 /// A named byte range (what `verify` knows of an entry with usable offsets).
-pub(crate) struct Span<'a> {
+pub struct Span<'a> {
     /// The tensor's name.
     pub name: &'a str,
     /// First byte.
@@ -54,7 +54,7 @@ impl Extent for Span<'_> {
 }
 
 /// Sorts extents into file order: by offsets, then name.
-pub(crate) fn sort<T: Extent>(extents: &mut [T]) {
+pub fn sort<T: Extent>(extents: &mut [T]) {
     extents.sort_unstable_by(|a, b| {
         (a.begin(), a.end())
             .cmp(&(b.begin(), b.end()))
@@ -63,7 +63,7 @@ pub(crate) fn sort<T: Extent>(extents: &mut [T]) {
 }
 
 /// One way the byte ranges fail to tile the buffer, found by [`walk`].
-pub(crate) enum Issue<'a, T> {
+pub enum Issue<'a, T> {
     /// `t` ends past the end of the buffer.
     PastEnd {
         /// The tensor.
@@ -99,7 +99,7 @@ pub(crate) enum Issue<'a, T> {
 
 impl<T: Extent> Issue<'_, T> {
     /// The rule broken, as the reader reports it.
-    pub(crate) fn error(&self) -> Error {
+    pub fn error(&self) -> Error {
         match *self {
             Issue::PastEnd { t, buffer_len } => Error::DataTooShort {
                 tensor: t.name().to_owned(),
@@ -133,7 +133,7 @@ impl<T: Extent> Issue<'_, T> {
 /// over a buffer of `buffer_len` bytes, handing every issue to `report`;
 /// stops as soon as `report` breaks. A tensor lying entirely past the end
 /// is reported once and then skipped.
-pub(crate) fn walk<'a, T: Extent>(
+pub fn walk<'a, T: Extent>(
     extents: &'a [T],
     buffer_len: u64,
     mut report: impl FnMut(Issue<'a, T>) -> ControlFlow<()>,
@@ -172,7 +172,7 @@ pub(crate) fn walk<'a, T: Extent>(
 /// Positions `0..n` sorted by name (then position), as `u32`: the name
 /// index. Names are compared after JSON unescaping (serde hands them so),
 /// and sorted rather than hashed, as an attacker chooses them.
-pub(crate) fn name_order<'a>(n: usize, name: impl Fn(usize) -> &'a str) -> Result<Vec<u32>> {
+pub fn name_order<'a>(n: usize, name: impl Fn(usize) -> &'a str) -> Result<Vec<u32>> {
     let count = u32::try_from(n).map_err(|_| Error::TooManyTensors { count: n as u64 })?;
     let mut order: Vec<u32> = (0..count).collect();
     order.sort_unstable_by(|&a, &b| name(a as usize).cmp(name(b as usize)).then(a.cmp(&b)));
@@ -181,7 +181,7 @@ pub(crate) fn name_order<'a>(n: usize, name: impl Fn(usize) -> &'a str) -> Resul
 
 /// Runs of equal names in a [`name_order`]: `(first position, how many)`,
 /// in name order.
-pub(crate) fn duplicates<'a, 'o>(
+pub fn duplicates<'a, 'o>(
     order: &'o [u32],
     name: impl Fn(usize) -> &'a str + 'o,
 ) -> impl Iterator<Item = (usize, usize)> + 'o {

@@ -13,8 +13,8 @@
 //! reads a lenient tree so that duplicates survive), but both describe a
 //! JSON value they reject with the same words ([`found`]).
 
-pub(crate) mod entry;
-pub(crate) mod layout;
+pub mod entry;
+pub mod layout;
 
 use std::ops::ControlFlow;
 
@@ -23,7 +23,7 @@ use crate::header::TensorInfo;
 
 /// How a rejected JSON value is described in messages (the same words
 /// for the strict reader and for `verify`).
-pub(crate) mod found {
+pub mod found {
     use serde_json::Value;
 
     /// `the boolean true`.

@@ -1,13 +1,18 @@
 //! What a file that is not a safetensors file is: the one place that turns
 //! the first bytes of a file into a sentence such as "a PyTorch checkpoint
-//! (zip with pickles)". Used by the command line for every subcommand and by
-//! the Python API to explain why a file is rejected. Nothing is parsed
-//! beyond a few fixed fields, nothing is executed.
+//! (zip with pickles)". Used by the Python library to explain why the reader
+//! rejects a file, and by the command line for every subcommand. Nothing is
+//! parsed beyond a few fixed fields, nothing is executed.
+//!
+//! [`sniff`] (magic numbers alone) is the part `fastst verify` also runs on
+//! a file's start and on bytes no tensor covers.
 
-use super::magic::sniff;
+mod magic;
+
+pub use magic::{sniff, Magic, SNIFF_LEN};
 
 /// Bytes [`identify`] wants to see (fewer are fine).
-pub const IDENTIFY_LEN: usize = super::magic::SNIFF_LEN;
+pub const IDENTIFY_LEN: usize = SNIFF_LEN;
 
 /// A file recognised as something other than safetensors.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //!
 //! The strict reader's verdict comes first ([`Header::parse`]); when it
 //! rejects the file, the header is read a second time leniently and the
-//! same rules ([`crate::validate`]) run collect-all: [`entry`] checks each
+//! same rules ([`fastst_core::validate`]) run collect-all: [`entry`] checks each
 //! entry, [`layout`] walks the byte ranges (with the forensic reading of
 //! aliases, ghosts and hidden bytes), [`scan`] counts bad values.
 
@@ -18,17 +18,17 @@ use std::path::Path;
 use self::entry::{check_entry, metadata_blocks};
 use self::layout::layout_findings;
 use self::scan::{scan_values, ScanItem};
-use super::lenient;
-use super::magic::{sniff, SNIFF_LEN};
-use super::metadata::metadata_findings;
-use super::names::{dtype_findings, name_findings};
-use super::source::Source;
-use super::values::scannable;
-use super::{Finding, Progress, RuleId, Severity};
-use crate::error::{Error, Result};
-use crate::header::{check_prefix, Header, DEFAULT_HEADER_CAP};
-use crate::json::whitespace_len;
-use crate::validate::layout::{duplicates, name_order, Span};
+use crate::lenient;
+use crate::metadata::metadata_findings;
+use crate::names::{dtype_findings, name_findings};
+use crate::source::Source;
+use crate::values::scannable;
+use crate::{Finding, Progress, RuleId, Severity};
+use fastst_core::error::{Error, Result};
+use fastst_core::header::{check_prefix, Header, DEFAULT_HEADER_CAP};
+use fastst_core::identify::{sniff, SNIFF_LEN};
+use fastst_core::json::whitespace_len;
+use fastst_core::validate::layout::{duplicates, name_order, Span};
 
 /// Options for [`verify_path`].
 #[derive(Clone, Copy, Debug)]

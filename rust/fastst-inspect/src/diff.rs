@@ -5,8 +5,8 @@
 //! Chunks whose bytes are equal are skipped with a plain comparison; only
 //! chunks that differ are decoded element by element.
 
-use crate::convert::{bf16_to_f32, f16_to_f32};
-use crate::dtype::Dtype;
+use fastst_core::convert::{bf16_to_f32, f16_to_f32};
+use fastst_core::dtype::Dtype;
 
 /// What differs between two tensors' values.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

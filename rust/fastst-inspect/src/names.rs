@@ -1,9 +1,9 @@
 //! Checks on tensor names and dtypes that the reader accepts but that
 //! deserve a second look.
 
-use crate::dtype::Dtype;
+use fastst_core::dtype::Dtype;
 
-use super::{Finding, RuleId};
+use crate::{Finding, RuleId};
 
 /// True for characters that render as nothing or reorder text: C0/C1
 /// controls, DEL, bidirectional overrides and isolates, zero-width

@@ -1,18 +1,18 @@
 //! `verify`'s collect-all reading of one leniently parsed tensor entry and
 //! of the `__metadata__` blocks: every broken rule becomes a finding, with
-//! the rules and messages of [`crate::validate::entry`].
+//! the rules and messages of [`fastst_core::validate::entry`].
 
 use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::super::lenient::Node;
-use super::super::metadata::metadata_findings;
-use super::super::{Finding, RuleId};
 use super::unknown_field;
-use crate::dtype::Dtype;
-use crate::error::Error;
-use crate::validate::{entry, found};
+use crate::lenient::Node;
+use crate::metadata::metadata_findings;
+use crate::{Finding, RuleId};
+use fastst_core::dtype::Dtype;
+use fastst_core::error::Error;
+use fastst_core::validate::{entry, found};
 
 /// The keys of one object seen so far: a short list for the usual handful
 /// of keys, a hash set once there are many (hostile headers).

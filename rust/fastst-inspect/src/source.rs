@@ -6,9 +6,9 @@
 use std::ops::Deref;
 use std::path::Path;
 
-use super::magic::SNIFF_LEN;
-use crate::error::Result;
-use crate::io::{self, OpenFile};
+use fastst_core::error::Result;
+use fastst_core::identify::SNIFF_LEN;
+use fastst_core::io::{self, OpenFile};
 
 /// An open file and its length at open time (opened by [`io::open`], as
 /// every entry point opens files).

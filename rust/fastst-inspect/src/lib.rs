@@ -3,7 +3,7 @@
 //!
 //! Verification is tolerant where the reader is strict: it reads the length
 //! prefix and the header bytes itself, keeps the strict verdict of
-//! [`Header::parse`](crate::Header::parse) as one finding, and, when the
+//! [`Header::parse`](fastst_core::Header::parse) as one finding, and, when the
 //! reader rejects a file, parses the header a second time leniently
 //! (duplicate keys kept, every entry checked on its own) so that every
 //! structural problem is reported rather than only the first. Nothing in a
@@ -11,35 +11,36 @@
 //! magic number alone.
 //!
 //! Every finding carries a rule of the catalogue ([`RuleId`], see
-//! [`crate::rules`]) and a [`Severity`].
+//! [`fastst_core::rules`]) and a [`Severity`].
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 mod canonical;
 mod diff;
 mod hash;
-mod identify;
 mod lenient;
-mod magic;
 mod metadata;
 mod names;
 mod source;
 mod summary;
+#[cfg(test)]
+mod testfs;
 mod values;
 mod verify;
 
-pub use crate::rules::{RuleId, Severity};
+pub use fastst_core::rules::{RuleId, Severity};
 
 pub use canonical::canonical_header;
 pub use diff::{diff_values, ValueDiff};
 pub use hash::{hash_path, HashOptions, HashReport, AUTOV1_LEN, AUTOV1_OFFSET};
-pub use identify::{identify, looks_like_safetensors, Identified, IDENTIFY_LEN};
 pub use lenient::read_metadata;
-pub use magic::{sniff, Magic};
 pub use metadata::{is_known_metadata_key, HUGE_METADATA_IMAGE, HUGE_METADATA_VALUE};
 pub use summary::{summarize, DtypeTotals, Summary};
 pub use values::{count_values, ValueCounts};
 pub use verify::{verify_path, VerifyOptions, VerifyReport};
 
-pub use crate::progress::Progress;
+pub use fastst_core::progress::Progress;
 
 /// One problem (or fact) found in a file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,11 +80,11 @@ impl Finding {
     }
 
     /// The finding for a reader error (its rule and message).
-    pub fn from_error(err: &crate::Error) -> Finding {
+    pub fn from_error(err: &fastst_core::Error) -> Finding {
         let mut f = Finding::new(err.rule(), err.to_string());
         f.tensor = err.tensor().map(str::to_owned);
-        if let crate::Error::DuplicateMetadataKey { key }
-        | crate::Error::MetadataValueNotString { key, .. } = err
+        if let fastst_core::Error::DuplicateMetadataKey { key }
+        | fastst_core::Error::MetadataValueNotString { key, .. } = err
         {
             f.key = Some(key.clone());
         }

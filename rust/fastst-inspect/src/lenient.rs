@@ -5,15 +5,15 @@
 //! Still bounded: serde_json's recursion limit applies, and nothing is sized
 //! from a number found in the header.
 
-use crate::json::whitespace_len;
+use fastst_core::json::whitespace_len;
 use std::fmt;
 use std::path::Path;
 
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use super::source::Source;
-use crate::error::{Error, Result};
+use crate::source::Source;
+use fastst_core::error::{Error, Result};
 
 /// An object kept as its key/value pairs in order (duplicates included), or
 /// any other JSON value.
@@ -222,7 +222,7 @@ mod tests {
 mod file_tests {
     use super::*;
     use crate::testfs::{build, raw};
-    use crate::DEFAULT_HEADER_CAP;
+    use fastst_core::DEFAULT_HEADER_CAP;
 
     #[test]
     fn reads_metadata_of_files_the_reader_rejects() {

@@ -1,7 +1,7 @@
 //! A header at a glance: counts, parameters and bytes by dtype.
 
-use crate::dtype::Dtype;
-use crate::header::Header;
+use fastst_core::dtype::Dtype;
+use fastst_core::header::Header;
 
 /// Totals for one dtype.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -371,7 +371,7 @@ mod findings {
 mod mutation {
     use super::super::*;
     use crate::testfs::raw;
-    use crate::{MappedFile, OpenOptions};
+    use fastst_core::{MappedFile, OpenOptions};
 
     /// xorshift64*: a small deterministic generator for the mutations.
     struct Rng(u64);

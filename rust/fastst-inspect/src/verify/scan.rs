@@ -5,12 +5,12 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::super::source::Source;
-use super::super::values::{count_values, ValueCounts};
-use super::super::{Finding, Progress, RuleId};
-use crate::dtype::Dtype;
-use crate::error::{Error, Result};
-use crate::parallel::thread_count;
+use crate::source::Source;
+use crate::values::{count_values, ValueCounts};
+use crate::{Finding, Progress, RuleId};
+use fastst_core::dtype::Dtype;
+use fastst_core::error::{Error, Result};
+use fastst_core::parallel::thread_count;
 
 /// Bytes read and counted at a time (a multiple of every element size).
 const BLOCK: usize = 8 << 20;
@@ -55,7 +55,7 @@ pub(super) fn scan_values(
         for _ in 0..workers {
             s.spawn(|| {
                 let mut local = Vec::new();
-                let mut buf = match crate::io::zeroed(BLOCK.min(max_len) as u64, "") {
+                let mut buf = match fastst_core::io::zeroed(BLOCK.min(max_len) as u64, "") {
                     Ok(b) => b,
                     Err(e) => return fail(e),
                 };

@@ -3,7 +3,7 @@
 //! `ssmd_*`, Stability ModelSpec `modelspec.*`, the webui merger's
 //! `sd_merge_*`), values of known keys against their expected shape, sizes.
 
-use super::{Finding, RuleId};
+use crate::{Finding, RuleId};
 
 /// Values longer than this many bytes are reported as huge.
 pub const HUGE_METADATA_VALUE: usize = 1 << 20;

@@ -1,15 +1,15 @@
 //! `verify`'s reading of the layout: the walk of
-//! [`crate::validate::layout`] reporting every issue, with the forensic
+//! [`fastst_core::validate::layout`] reporting every issue, with the forensic
 //! reading of some (two names for the same bytes, tensors wholly past the
 //! end) and a scan of the bytes no tensor covers for other formats.
 
 use std::ops::ControlFlow;
 
-use super::super::magic::sniff;
-use super::super::source::Source;
-use super::super::{Finding, RuleId, Severity};
-use crate::error::{Error, Result};
-use crate::validate::layout::{self, Issue, Span};
+use crate::source::Source;
+use crate::{Finding, RuleId, Severity};
+use fastst_core::error::{Error, Result};
+use fastst_core::identify::sniff;
+use fastst_core::validate::layout::{self, Issue, Span};
 
 /// Holes, overlaps, aliases, ghosts, data past the end and trailing bytes,
 /// each reported; bytes no tensor covers are scanned for other formats.
