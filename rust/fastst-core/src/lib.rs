@@ -20,6 +20,7 @@ pub mod progress;
 pub mod read;
 pub mod rules;
 pub mod source;
+pub mod table;
 #[cfg(test)]
 pub(crate) mod testfs;
 pub mod validate;
@@ -27,8 +28,9 @@ pub mod write;
 
 pub use dtype::Dtype;
 pub use error::{Error, Result};
-pub use header::{parse_file_bytes, Header, ParseNotes, TensorInfo, DEFAULT_HEADER_CAP};
+pub use header::{parse_file_bytes, Header, ParseNotes, DEFAULT_HEADER_CAP};
 pub use read::{Backend, MappedFile, OpenOptions, TensorData};
 pub use rules::{Family, RuleId, Severity};
 pub use source::Source;
+pub use table::TensorInfo;
 pub use write::{AtomicFile, NewTensor, PlannedTensor, TensorStream, WritePlan};

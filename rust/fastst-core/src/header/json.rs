@@ -15,10 +15,11 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 
-use super::{ParseNotes, TensorInfo};
+use super::ParseNotes;
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::json::whitespace_len;
+use crate::table::TensorInfo;
 use crate::validate::{entry, found};
 
 type Parsed = (Vec<TensorInfo>, Option<Vec<(String, String)>>, ParseNotes);

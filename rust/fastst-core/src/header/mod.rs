@@ -9,42 +9,11 @@
 
 mod json;
 
-use crate::dtype::Dtype;
 use crate::error::{Error, Result};
+pub use crate::table::TensorInfo;
 
 /// Default upper bound on the header length prefix (100 MB).
 pub const DEFAULT_HEADER_CAP: u64 = 100_000_000;
-
-/// One tensor entry of the header.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TensorInfo {
-    /// The tensor's name (any UTF-8 string except `__metadata__`).
-    pub name: String,
-    /// Element type.
-    pub dtype: Dtype,
-    /// Shape, outermost dimension first; empty for a 0-rank scalar.
-    pub shape: Vec<u64>,
-    /// First byte, relative to the start of the byte buffer.
-    pub begin: u64,
-    /// One past the last byte, relative to the start of the byte buffer.
-    pub end: u64,
-}
-
-impl TensorInfo {
-    /// Number of elements (1 for a scalar). Validated headers never overflow.
-    pub fn nelements(&self) -> u64 {
-        self.shape
-            .iter()
-            .copied()
-            .try_fold(1u64, u64::checked_mul)
-            .unwrap_or(u64::MAX)
-    }
-
-    /// Length in bytes of the tensor's data.
-    pub fn byte_len(&self) -> u64 {
-        self.end - self.begin
-    }
-}
 
 /// Things a valid header may contain that `fastst verify` reports as
 /// warnings; the reader accepts them.

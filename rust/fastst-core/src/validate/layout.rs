@@ -7,7 +7,7 @@
 use std::ops::ControlFlow;
 
 use crate::error::{Error, Result};
-use crate::header::TensorInfo;
+use crate::table::TensorInfo;
 
 /// A tensor's byte range in the buffer.
 pub trait Extent {

@@ -1,6 +1,7 @@
 //! The format's entry and layout rules, written once and used two ways:
 //! the strict reader ([`crate::Header::parse`]) stops at the first broken
-//! rule, `fastst verify` reports every one as a finding.
+//! rule, `fastst verify` (in the fastst-inspect crate, hence public) reports
+//! every one as a finding.
 //!
 //! - [`entry`]: one tensor entry's rules once its JSON is typed (dtype name,
 //!   shape entries, `data_offsets`, the byte size), each returning the
@@ -19,7 +20,7 @@ pub mod layout;
 use std::ops::ControlFlow;
 
 use crate::error::{Error, Result};
-use crate::header::TensorInfo;
+use crate::table::TensorInfo;
 
 /// How a rejected JSON value is described in messages (the same words
 /// for the strict reader and for `verify`).
