@@ -72,12 +72,10 @@ pub struct LoadOptions {
 pub enum HugePages {
     /// Measured choice (the default): no huge pages when most of the file's
     /// data the load reads is not in the page cache (the load waits on the
-    /// disk); the caller's advice is kept otherwise. On the machine this was
-    /// measured on, a cold 1 GB copy into numpy memory took 0.78 s with huge
-    /// pages and 0.65 s without (`cat`: 0.55 s), a cold BF16 -> F32
-    /// conversion 1.80 s and 0.76 s, while loads of a cached file were
-    /// faster with them (copies 0.13 s vs 0.32 s, conversions 0.48 s vs
-    /// 0.57 s; see the README, "Owned loads").
+    /// disk); the caller's advice is kept otherwise. Measured: with a cold
+    /// page cache, huge-page destinations made copies and conversions
+    /// slower; with a cached file, faster (the figures: `benches/README.md`,
+    /// "Figures formerly in code comments", and the README, "Owned loads").
     #[default]
     Auto,
     /// Keep whatever the allocator of the destinations asked for.

@@ -215,8 +215,9 @@ fn chunks(ranges: &[(u64, u64)], file_len: u64, chunk: u64) -> Vec<(u64, u64)> {
 /// True when `[start, start + len)` looks resident: five pages spread over
 /// it (first, quarters, last) are in memory, known through the whole-file
 /// mapping; false when unknown. A sample, because `mincore` over every page
-/// of a large range costs a page-cache lookup per page (about 15 ms per GB):
-/// a range wrongly taken for resident is read by the consumer's own faults.
+/// of a large range costs a page-cache lookup per page, which adds up over
+/// gigabytes: a range wrongly taken for resident is read by the consumer's
+/// own faults.
 fn resident(file: &MappedFile, start: u64, len: u64) -> bool {
     #[cfg(target_os = "linux")]
     {
