@@ -1,16 +1,15 @@
 //! Every way reading or writing a file can fail, one variant per rule.
 //!
-//! One cohesive job in one file (about 500 lines): the variants, their
-//! messages and the variant-to-rule map belong together.
-//!
-//! Each variant maps to exactly one [`RuleId`] of the catalogue
-//! ([`Error::rule`]); its family, and so the Python exception class, follows
-//! from the rule ([`Error::kind`]). Messages name the tensor; the caller
+//! Here the variants and their messages; `rule.rs` maps each variant to
+//! exactly one [`RuleId`](crate::RuleId) of the catalogue ([`Error::rule`],
+//! an exhaustive match); its family, and so the Python exception class,
+//! follows from the rule ([`Error::kind`]). Messages name the tensor; the caller
 //! names the file (the Python glue prefixes it, the CLI prints it first).
 
 use crate::dtype::Dtype;
 pub use crate::rules::Family;
-use crate::rules::RuleId;
+
+mod rule;
 
 /// `"tensor \"name\": "`, or nothing when no tensor is involved.
 fn tensor_prefix(tensor: &str) -> String {
@@ -415,103 +414,6 @@ pub enum Error {
 }
 
 impl Error {
-    /// The family of rules this error belongs to (from its rule).
-    pub fn kind(&self) -> Family {
-        self.rule().family()
-    }
-
-    /// The catalogue rule that failed, e.g. [`RuleId::HeaderTooLarge`]
-    /// (`"header-too-large"`).
-    pub fn rule(&self) -> RuleId {
-        use Error::*;
-        match self {
-            Io { .. } => RuleId::Io,
-            FileTooShort { .. } => RuleId::FileTooShort,
-            HeaderLengthZero => RuleId::HeaderLengthZero,
-            HeaderTooLarge { .. } => RuleId::HeaderTooLarge,
-            HeaderPastEnd { .. } => RuleId::HeaderPastEnd,
-            HeaderNotUtf8 { .. } => RuleId::HeaderNotUtf8,
-            HeaderStart { .. } => RuleId::HeaderStart,
-            Json { .. } => RuleId::JsonSyntax,
-            JsonTooDeep { .. } => RuleId::JsonTooDeep,
-            DuplicateTensor { .. } => RuleId::DuplicateTensor,
-            TooManyTensors { .. } => RuleId::TooManyTensors,
-            DuplicateMetadataKey { .. } => RuleId::DuplicateMetadataKey,
-            DuplicateMetadata => RuleId::DuplicateMetadata,
-            MetadataNotMap { .. } => RuleId::MetadataNotMap,
-            MetadataValueNotString { .. } => RuleId::MetadataValueNotString,
-            EntryNotObject { .. } => RuleId::EntryNotObject,
-            DuplicateField { .. } => RuleId::DuplicateField,
-            MissingField { .. } => RuleId::MissingField,
-            WrongFieldType { .. } => RuleId::WrongFieldType,
-            UnknownDtype { .. } => RuleId::UnknownDtype,
-            BadShapeEntry { .. } => RuleId::BadShapeEntry,
-            SizeOverflow { .. } => RuleId::SizeOverflow,
-            SubByteNotWhole { .. } => RuleId::SubByteNotWhole,
-            BadOffsets { .. } => RuleId::BadOffsets,
-            OffsetsReversed { .. } => RuleId::OffsetsReversed,
-            ByteLengthMismatch { .. } => RuleId::ByteLengthMismatch,
-            Hole { .. } => RuleId::Hole,
-            Overlap { .. } => RuleId::Overlap,
-            DataTooShort { .. } => RuleId::DataTooShort,
-            TrailingBytes { .. } => RuleId::TrailingBytes,
-            TensorNotFound { .. } => RuleId::TensorNotFound,
-            ReadPastEnd { .. } => RuleId::ReadPastEnd,
-            DestinationSize { .. } => RuleId::DestinationSize,
-            ConversionNotAllowed { .. } => RuleId::ConversionNotAllowed,
-            OutOfMemory { .. } => RuleId::OutOfMemory,
-            NotRegularFile { .. } => RuleId::NotRegularFile,
-            FileChanged { .. } => RuleId::FileChanged,
-            WorkerFailed { .. } => RuleId::WorkerFailed,
-            ReservedName { .. } => RuleId::ReservedName,
-            DuplicateName { .. } => RuleId::DuplicateName,
-            DuplicateKey { .. } => RuleId::DuplicateKey,
-            BadTensorSize { .. } => RuleId::BadTensorSize,
-            HeaderOverCap { .. } => RuleId::HeaderOverCap,
-            DataLength { .. } => RuleId::DataLength,
-            UnsupportedDtype { .. } => RuleId::UnsupportedDtype,
-            FileTooLarge { .. } => RuleId::FileTooLarge,
-            StreamOrder { .. } => RuleId::StreamOrder,
-        }
-    }
-
-    /// The tensor an error is about, where there is one.
-    pub fn tensor(&self) -> Option<&str> {
-        use Error::*;
-        match self {
-            EntryNotObject { tensor, .. }
-            | DuplicateField { tensor, .. }
-            | MissingField { tensor, .. }
-            | WrongFieldType { tensor, .. }
-            | UnknownDtype { tensor, .. }
-            | BadShapeEntry { tensor, .. }
-            | SizeOverflow { tensor, .. }
-            | SubByteNotWhole { tensor, .. }
-            | BadOffsets { tensor, .. }
-            | OffsetsReversed { tensor, .. }
-            | ByteLengthMismatch { tensor, .. }
-            | Hole { tensor, .. }
-            | Overlap { tensor, .. }
-            | DataTooShort { tensor, .. }
-            | ReadPastEnd { tensor, .. }
-            | BadTensorSize { tensor, .. }
-            | UnsupportedDtype { tensor, .. }
-            | DataLength { tensor, .. } => Some(tensor),
-            DestinationSize { tensor, .. }
-            | ConversionNotAllowed { tensor, .. }
-            | OutOfMemory { tensor, .. }
-                if !tensor.is_empty() =>
-            {
-                Some(tensor)
-            }
-            DuplicateTensor { name }
-            | TensorNotFound { name }
-            | ReservedName { name }
-            | DuplicateName { name } => Some(name),
-            _ => None,
-        }
-    }
-
     #[cold]
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Error {
         Error::Io {
@@ -527,6 +429,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rules::RuleId;
 
     #[test]
     fn messages_name_the_tensor_only_when_there_is_one() {

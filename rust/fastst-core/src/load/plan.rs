@@ -1,0 +1,98 @@
+//! A load's read requests: the destinations, in file order, cut into
+//! pieces of at most `piece` source bytes (whole elements; the destination
+//! split to match), runs of small neighbouring tensors joined into one.
+
+use super::{Destination, SMALL};
+use crate::dtype::Dtype;
+use crate::table::TensorInfo;
+
+/// A tensor (or part of one) inside a read request.
+#[derive(Debug)]
+pub(super) struct Member<'a> {
+    pub(super) info: &'a TensorInfo,
+    pub(super) to: Dtype,
+    /// Source bytes.
+    pub(super) len: usize,
+    pub(super) dst: &'a mut [u8],
+}
+
+/// One read request: a contiguous range of the file's data section and the
+/// tensors (or parts) it holds, in order.
+#[derive(Debug)]
+pub(super) struct Part<'a> {
+    /// Start in the data section.
+    pub(super) begin: u64,
+    /// Source bytes.
+    pub(super) len: usize,
+    pub(super) members: Vec<Member<'a>>,
+}
+
+impl Part<'_> {
+    /// True when the part is one plain copy that can be read straight into
+    /// its destination.
+    pub(super) fn is_direct_copy(&self) -> bool {
+        self.members.len() == 1 && self.members[0].to == self.members[0].info.dtype
+    }
+}
+
+/// Splits the destinations (in file order) into read requests of at most
+/// `piece` source bytes.
+pub(super) fn plan(mut dests: Vec<Destination<'_>>, piece: usize) -> Vec<Part<'_>> {
+    dests.sort_by_key(|d| d.info.begin);
+    let mut parts: Vec<Part<'_>> = Vec::new();
+    let mut run: Option<Part<'_>> = None;
+    for d in dests {
+        let len = d.info.byte_len();
+        if len == 0 {
+            continue;
+        }
+        if len < SMALL {
+            let fits = run.as_ref().is_some_and(|r| {
+                r.begin + r.len as u64 == d.info.begin && r.len + len as usize <= piece
+            });
+            if !fits {
+                parts.extend(run.take());
+            }
+            let r = run.get_or_insert_with(|| Part {
+                begin: d.info.begin,
+                len: 0,
+                members: Vec::new(),
+            });
+            r.len += len as usize;
+            r.members.push(Member {
+                info: d.info,
+                to: d.to,
+                len: len as usize,
+                dst: d.dst,
+            });
+            continue;
+        }
+        parts.extend(run.take());
+        let (fs, ts) = (elem_size(d.info.dtype), elem_size(d.to));
+        // Whole source elements per piece; the destination is split to match.
+        let src_piece = (piece / fs).max(1) * fs;
+        let dst_piece = src_piece / fs * ts;
+        let mut offset = 0u64;
+        for dst in d.dst.chunks_mut(dst_piece) {
+            let n = dst.len() / ts * fs;
+            parts.push(Part {
+                begin: d.info.begin + offset,
+                len: n,
+                members: vec![Member {
+                    info: d.info,
+                    to: d.to,
+                    len: n,
+                    dst,
+                }],
+            });
+            offset += n as u64;
+        }
+    }
+    parts.extend(run);
+    parts
+}
+
+/// Bytes per element, 1 for the sub-byte kinds (only ever copied, as bytes).
+pub(super) fn elem_size(dtype: Dtype) -> usize {
+    ((dtype.bits() / 8) as usize).max(1)
+}

@@ -1,0 +1,802 @@
+//! Tests of whole loads: requests planned, bytes and conversions exact for
+//! every split and thread count, progress, stops, failures and direct I/O.
+
+#![allow(clippy::unwrap_used)]
+
+use super::plan::elem_size;
+use super::*;
+use crate::read::OpenOptions;
+use crate::testfs::build;
+use crate::Backend;
+
+/// Pseudo-random bytes (xorshift), every bit pattern likely.
+fn noise(n: usize, mut x: u64) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// A file with tensors of every byte-sized dtype, odd sizes, empty
+/// tensors and runs of small ones; returns it and its data section.
+fn sample() -> (crate::testfs::TempFile, Vec<u8>, Vec<(String, Dtype, u64)>) {
+    let mut entries = Vec::new();
+    let mut specs: Vec<(String, Dtype, u64)> = Vec::new();
+    let kinds = [
+        Dtype::Bf16,
+        Dtype::F16,
+        Dtype::F32,
+        Dtype::U8,
+        Dtype::I64,
+        Dtype::F8E4M3,
+        Dtype::F8E5M2,
+        Dtype::F8E8M0,
+        Dtype::C64,
+        Dtype::Bool,
+    ];
+    let counts = [0u64, 1, 3, 7, 1000, 65_537, 300_001, 700_003];
+    let mut off = 0u64;
+    let mut i = 0;
+    for (k, dt) in kinds.iter().enumerate() {
+        for (c, &n) in counts.iter().enumerate() {
+            if (k + c) % 3 == 2 && n > 1000 || n > 300_001 && k > 2 {
+                continue;
+            }
+            let len = n * (dt.bits() / 8);
+            let name = format!("t{i:03}");
+            i += 1;
+            entries.push(format!(
+                r#""{name}":{{"dtype":"{}","shape":[{n}],"data_offsets":[{off},{}]}}"#,
+                dt.name(),
+                off + len
+            ));
+            specs.push((name, *dt, n));
+            off += len;
+        }
+    }
+    let header = format!("{{{}}}", entries.join(","));
+    let data = noise(off as usize, 0x9e37_79b9_7f4a_7c15);
+    (build(&header, &data), data, specs)
+}
+
+fn open(path: &std::path::Path, backend: Backend) -> MappedFile {
+    MappedFile::open(
+        path,
+        OpenOptions {
+            backend,
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+/// What one tensor converted to `to` must be: the kernels over its
+/// whole bytes.
+fn expected(data: &[u8], info: &TensorInfo, to: Dtype) -> Vec<u8> {
+    let src = &data[info.begin as usize..info.end as usize];
+    if to == info.dtype {
+        return src.to_vec();
+    }
+    let n = src.len() / (info.dtype.bits() / 8) as usize;
+    let mut out = vec![0u8; n * (to.bits() / 8) as usize];
+    crate::convert::convert(info.dtype, to, src, &mut out).unwrap();
+    out
+}
+
+/// The dtype a tensor is loaded as: converted where a conversion
+/// exists, copied otherwise.
+fn target(dt: Dtype) -> Dtype {
+    match dt {
+        Dtype::F32 => Dtype::Bf16,
+        d if crate::convert::supported(d, Dtype::F32) => Dtype::F32,
+        d => d,
+    }
+}
+
+#[test]
+fn batch_loads_are_exact_for_every_split_and_thread_count() {
+    let (f, data, specs) = sample();
+    for backend in [Backend::Mmap, Backend::Pread] {
+        let file = open(&f.0, backend);
+        for (threads, piece, direct, convert) in [
+            (1, 4096 + 7, false, false),
+            (3, 65_536, true, true),
+            (8, 1 << 20, true, false),
+            (0, 0, true, true),
+            (2, 4099, false, true),
+        ] {
+            for cold in [false, true] {
+                if cold {
+                    #[cfg(target_os = "linux")]
+                    crate::io::drop_cached(file.raw());
+                }
+                let infos: Vec<&TensorInfo> = specs
+                    .iter()
+                    .map(|(n, _, _)| file.header().require(n).unwrap())
+                    .collect();
+                let tos: Vec<Dtype> = infos
+                    .iter()
+                    .map(|t| if convert { target(t.dtype) } else { t.dtype })
+                    .collect();
+                let mut outs: Vec<Vec<u8>> = infos
+                    .iter()
+                    .zip(&tos)
+                    .map(|(t, to)| vec![0xA5u8; expected(&data, t, *to).len()])
+                    .collect();
+                let dests = infos
+                    .iter()
+                    .zip(&tos)
+                    .zip(outs.iter_mut())
+                    .map(|((info, to), dst)| Destination { info, to: *to, dst })
+                    .collect();
+                let options = LoadOptions {
+                    threads,
+                    piece,
+                    report_every: 0,
+                    direct,
+                    huge_pages: if convert {
+                        HugePages::Avoid
+                    } else {
+                        HugePages::Auto
+                    },
+                };
+                assert_eq!(
+                    load_into(&file, dests, options, None).unwrap(),
+                    Outcome::Done
+                );
+                for ((info, to), out) in infos.iter().zip(&tos).zip(&outs) {
+                    assert!(
+                        *out == expected(&data, info, *to),
+                        "{backend:?} {threads} {piece} {direct} {convert} {cold}: {}",
+                        info.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Loads every tensor of `file` as its own dtype into fresh buffers.
+fn load_all(
+    file: &MappedFile,
+    options: LoadOptions,
+    report: Option<Reporter<'_>>,
+) -> Result<Outcome> {
+    let infos = file.header().tensors();
+    let mut outs: Vec<Vec<u8>> = infos
+        .iter()
+        .map(|t| vec![0u8; t.byte_len() as usize])
+        .collect();
+    let dests = infos
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(info, dst)| Destination {
+            info,
+            to: info.dtype,
+            dst,
+        })
+        .collect();
+    load_into(file, dests, options, report)
+}
+
+/// Whether the memory mapping holding `addr` carries `MADV_NOHUGEPAGE`
+/// ("nh" among its VmFlags in /proc/self/smaps).
+#[cfg(target_os = "linux")]
+fn no_huge_pages_at(addr: usize) -> bool {
+    crate::io::mmap::tests::smaps_field(addr, "VmFlags:")
+        .split_whitespace()
+        .any(|f| f == "nh")
+}
+
+/// Huge pages: `Avoid` advises every large destination, `Keep` none,
+/// `Auto` every one when the file's data is mostly not cached; small
+/// destinations are never touched.
+#[test]
+#[cfg(target_os = "linux")]
+fn huge_page_advice_follows_the_choice() {
+    let n = 3 << 20; // elements: 6 MiB of BF16, 12 MiB as F32
+    let small = 1024;
+    let header = format!(
+        r#"{{"b":{{"dtype":"BF16","shape":[{n}],"data_offsets":[0,{}]}},"s":{{"dtype":"BF16","shape":[{small}],"data_offsets":[{},{}]}}}}"#,
+        2 * n,
+        2 * n,
+        2 * n + 2 * small
+    );
+    let data = noise(2 * n + 2 * small, 11);
+    let f = build(&header, &data);
+    let file = open(&f.0, Backend::Pread);
+    let b = file.header().require("b").unwrap();
+    let sm = file.header().require("s").unwrap();
+    // Each case: (choice, convert, cold) -> advised?
+    for (how, convert, cold, advised) in [
+        (HugePages::Keep, true, true, false),
+        (HugePages::Avoid, false, false, true),
+        (HugePages::Auto, true, false, false),
+        (HugePages::Auto, true, true, true),
+        (HugePages::Auto, false, false, false),
+        (HugePages::Auto, false, true, true),
+    ] {
+        let to = if convert { Dtype::F32 } else { Dtype::Bf16 };
+        let width = if convert { 4 } else { 2 };
+        // Mappings of their own, untouched (the allocator may hand out
+        // memory an earlier case advised).
+        let mut big = memmap2::MmapMut::map_anon(n * width).unwrap();
+        let mut little = memmap2::MmapMut::map_anon(small * width).unwrap();
+        let (big_at, little_at) = (big.as_ptr() as usize, little.as_ptr() as usize);
+        if cold {
+            if !crate::io::drop_cached(file.raw()) {
+                continue; // a file system that keeps everything cached
+            }
+        } else {
+            let mut warm = vec![0u8; data.len()];
+            file.read_at(file.header().data_start(), &mut warm, "b")
+                .unwrap();
+        }
+        let dests = vec![
+            Destination {
+                info: b,
+                to,
+                dst: &mut big,
+            },
+            Destination {
+                info: sm,
+                to,
+                dst: &mut little,
+            },
+        ];
+        let options = LoadOptions {
+            huge_pages: how,
+            ..LoadOptions::default()
+        };
+        assert_eq!(
+            load_into(&file, dests, options, None).unwrap(),
+            Outcome::Done
+        );
+        let middle = (big_at + big.len() / 2) / 4096 * 4096;
+        assert_eq!(
+            no_huge_pages_at(middle),
+            advised,
+            "{how:?} {convert} {cold}"
+        );
+        assert!(
+            !no_huge_pages_at(little_at),
+            "{how:?}: a small destination was advised"
+        );
+        assert!(big[..] == expected(&data, b, to)[..]);
+        assert!(little[..] == expected(&data, sm, to)[..]);
+    }
+}
+
+/// A file of tensors `(name, dtype, bytes)` laid out back to back.
+fn layout(tensors: &[(&str, Dtype, usize)]) -> (crate::testfs::TempFile, Vec<u8>) {
+    let mut entries = Vec::new();
+    let mut off = 0usize;
+    for (name, dt, len) in tensors {
+        let n = len / (dt.bits() / 8) as usize;
+        entries.push(format!(
+            r#""{name}":{{"dtype":"{}","shape":[{n}],"data_offsets":[{off},{}]}}"#,
+            dt.name(),
+            off + len
+        ));
+        off += len;
+    }
+    let data = noise(off, 5);
+    (build(&format!("{{{}}}", entries.join(",")), &data), data)
+}
+
+/// One planned request: its start, its source bytes, and its members
+/// as `(tensor, source bytes, destination bytes)`.
+type Request = (u64, usize, Vec<(String, usize, usize)>);
+
+/// The requests `plan` makes for tensors `names` of `file` (converted
+/// to `to` where given): `(begin, source bytes, members)` each.
+fn requests(file: &MappedFile, names: &[&str], to: Option<Dtype>, piece: usize) -> Vec<Request> {
+    let infos: Vec<&TensorInfo> = names
+        .iter()
+        .map(|n| file.header().require(n).unwrap())
+        .collect();
+    let mut outs: Vec<Vec<u8>> = infos
+        .iter()
+        .map(|t| {
+            let to = to.unwrap_or(t.dtype);
+            vec![0u8; t.byte_len() as usize / elem_size(t.dtype) * elem_size(to)]
+        })
+        .collect();
+    let dests = infos
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(info, dst)| Destination {
+            info,
+            to: to.unwrap_or(info.dtype),
+            dst,
+        })
+        .collect();
+    plan(dests, piece)
+        .into_iter()
+        .map(|p| {
+            let members = p
+                .members
+                .iter()
+                .map(|m| (m.info.name.clone(), m.len, m.dst.len()))
+                .collect();
+            (p.begin, p.len, members)
+        })
+        .collect()
+}
+
+fn m(name: &str, len: usize, dst: usize) -> (String, usize, usize) {
+    (name.to_owned(), len, dst)
+}
+
+/// Small tensors that follow each other are one request, up to `piece`
+/// bytes exactly; a gap or a full request starts another; tensors of
+/// 1 MiB or more are requests of their own, split in whole elements.
+#[test]
+fn plan_runs_small_neighbours_and_splits_large_tensors() {
+    let mib = 1 << 20;
+    let (f, _) = layout(&[
+        ("a", Dtype::U8, 100),
+        ("b", Dtype::U8, 200),
+        ("c", Dtype::U8, 700),
+        ("d", Dtype::U8, mib - 1),
+        ("e", Dtype::U8, mib),
+        ("g", Dtype::F16, 3 * mib + 2),
+    ]);
+    let file = open(&f.0, Backend::Pread);
+    // a + b fill a 300-byte request exactly; c does not fit in it.
+    assert_eq!(
+        requests(&file, &["c", "a", "b"], None, 300),
+        vec![
+            (0, 300, vec![m("a", 100, 100), m("b", 200, 200)]),
+            (300, 700, vec![m("c", 700, 700)]),
+        ]
+    );
+    // Without b, a and c are not neighbours.
+    assert_eq!(
+        requests(&file, &["a", "c"], None, 1 << 30),
+        vec![
+            (0, 100, vec![m("a", 100, 100)]),
+            (300, 700, vec![m("c", 700, 700)])
+        ]
+    );
+    // Just under 1 MiB joins the run; exactly 1 MiB is a request of its own.
+    let d = file.header().require("d").unwrap().begin;
+    assert_eq!(
+        requests(&file, &["c", "d", "e"], None, 4 * mib),
+        vec![
+            (
+                300,
+                700 + mib - 1,
+                vec![m("c", 700, 700), m("d", mib - 1, mib - 1)]
+            ),
+            (d + mib as u64 - 1, mib, vec![m("e", mib, mib)]),
+        ]
+    );
+    // A large F16 tensor converted to F32: pieces of whole elements (a
+    // 7-byte piece reads 6 bytes), each destination twice as long.
+    let g = file.header().require("g").unwrap().begin;
+    let parts = requests(&file, &["g"], Some(Dtype::F32), mib + 1);
+    assert_eq!(parts.len(), 4);
+    for (i, (begin, len, members)) in parts.iter().enumerate() {
+        let want = if i < 3 { mib } else { 2 };
+        assert_eq!((*begin, *len), (g + (i * mib) as u64, want), "{i}");
+        assert_eq!(members, &vec![m("g", want, 2 * want)], "{i}");
+    }
+    let odd = requests(&file, &["g"], Some(Dtype::F32), 7);
+    assert_eq!(odd[0], (g, 6, vec![m("g", 6, 12)]));
+    assert_eq!(odd.iter().map(|p| p.1).sum::<usize>(), 3 * mib + 2);
+}
+
+/// Huge-page advice for copies looks at the pages of the tensors
+/// loaded, not at the rest of the file.
+#[test]
+#[cfg(target_os = "linux")]
+fn huge_page_advice_looks_at_the_loaded_tensors_pages() {
+    let big = 4 << 20;
+    let (f, data) = layout(&[("a", Dtype::U8, big), ("b", Dtype::U8, big)]);
+    let file = open(&f.0, Backend::Pread);
+    let start = file.header().data_start();
+    for (cached, load, advised) in [("a", "b", true), ("a", "a", false), ("b", "a", true)] {
+        if !crate::io::drop_cached(file.raw()) {
+            return; // a file system that keeps everything cached
+        }
+        // Read-ahead off: only the cached tensor's pages come in.
+        crate::io::advise_random(file.raw());
+        let info = file.header().require(cached).unwrap();
+        let mut warm = vec![0u8; big];
+        file.read_at(start + info.begin, &mut warm, cached).unwrap();
+        let info = file.header().require(load).unwrap();
+        let mut dst = memmap2::MmapMut::map_anon(big).unwrap();
+        let at = dst.as_ptr() as usize + big / 2;
+        let dests = vec![Destination {
+            info,
+            to: info.dtype,
+            dst: &mut dst,
+        }];
+        assert_eq!(
+            load_into(&file, dests, LoadOptions::default(), None).unwrap(),
+            Outcome::Done
+        );
+        assert_eq!(
+            no_huge_pages_at(at / 4096 * 4096),
+            advised,
+            "{cached} {load}"
+        );
+        assert!(dst[..] == data[info.begin as usize..info.end as usize]);
+    }
+}
+
+/// Exactly half of the loaded range cached counts as cached: the
+/// destinations keep their huge pages.
+#[test]
+#[cfg(target_os = "linux")]
+fn half_cached_counts_as_cached() {
+    let big = 4 << 20;
+    let mut header = format!(
+        r#"{{"a":{{"dtype":"U8","shape":[{big}],"data_offsets":[0,{big}]}},"b":{{"dtype":"U8","shape":[{big}],"data_offsets":[{big},{}]}}}}"#,
+        2 * big
+    );
+    // Page-aligned data: the tensors cover whole pages.
+    header.push_str(&" ".repeat(4096 - 8 - header.len()));
+    let data = noise(2 * big, 3);
+    let f = build(&header, &data);
+    let file = open(&f.0, Backend::Pread);
+    assert_eq!(file.header().data_start(), 4096);
+    // a read with read-ahead off, after dropping everything: a cached,
+    // b not.
+    if !crate::io::drop_cached(file.raw()) {
+        return; // a file system that keeps everything cached
+    }
+    crate::io::advise_random(file.raw());
+    let mut first = vec![0u8; big];
+    file.read_at(4096, &mut first, "a").unwrap();
+    let infos = [
+        file.header().require("a").unwrap(),
+        file.header().require("b").unwrap(),
+    ];
+    let mut outs = [
+        memmap2::MmapMut::map_anon(big).unwrap(),
+        memmap2::MmapMut::map_anon(big).unwrap(),
+    ];
+    let at: Vec<usize> = outs.iter().map(|o| o.as_ptr() as usize + big / 2).collect();
+    let dests = infos
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(info, dst)| Destination {
+            info,
+            to: info.dtype,
+            dst: &mut dst[..],
+        })
+        .collect();
+    assert_eq!(
+        load_into(&file, dests, LoadOptions::default(), None).unwrap(),
+        Outcome::Done
+    );
+    for (i, at) in at.iter().enumerate() {
+        assert!(!no_huge_pages_at(at / 4096 * 4096), "destination {i}");
+    }
+    assert!(outs[0][..] == data[..big] && outs[1][..] == data[big..]);
+}
+
+/// Direct reads (asked for, and the load at least 1 MiB) leave the
+/// page cache alone; buffered reads fill it.
+#[test]
+#[cfg(target_os = "linux")]
+fn direct_loads_bypass_the_page_cache_and_buffered_ones_fill_it() {
+    let n = 8 << 20;
+    // The tensor starts past the file's first pages, at no page boundary.
+    let (f, data) = layout(&[("pad", Dtype::U8, (1 << 20) + 100), ("w", Dtype::U8, n)]);
+    let file = open(&f.0, Backend::Pread);
+    let start = file.header().data_start() + (1 << 20) + 100;
+    let data = &data[(1 << 20) + 100..];
+    for direct in [true, false] {
+        if !crate::io::drop_cached(file.raw()) {
+            return; // a file system that keeps everything cached
+        }
+        let info = file.header().require("w").unwrap();
+        let mut dst = vec![0u8; n];
+        let dests = vec![Destination {
+            info,
+            to: info.dtype,
+            dst: &mut dst,
+        }];
+        let options = LoadOptions {
+            direct,
+            huge_pages: HugePages::Keep,
+            ..LoadOptions::default()
+        };
+        assert_eq!(
+            load_into(&file, dests, options, None).unwrap(),
+            Outcome::Done
+        );
+        assert!(dst[..] == data[..]);
+        let (cached, pages) = crate::io::cached_pages(file.raw(), start, n as u64).unwrap();
+        if direct {
+            assert!(
+                cached * 4 < pages,
+                "direct: {cached} of {pages} pages cached"
+            );
+        } else {
+            assert!(
+                cached * 4 > pages * 3,
+                "buffered: {cached} of {pages} pages cached"
+            );
+        }
+    }
+}
+
+/// Direct reads are asked for only for files the page cache could not
+/// keep: larger than half the memory available (a sparse file here).
+#[test]
+#[cfg(target_os = "linux")]
+fn direct_reads_pay_only_for_files_larger_than_half_the_memory() {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let total: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    let (small, _) = one_big(4096);
+    assert!(!direct_pays(&open(&small.0, Backend::Pread)));
+    let n = total * 1024 + 4096; // above all the memory there is
+    let header = format!(r#"{{"w":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}}}}"#);
+    let f = build(&header, &[]);
+    let file = std::fs::OpenOptions::new().write(true).open(&f.0).unwrap();
+    if file.set_len(8 + header.len() as u64 + n).is_err() {
+        return; // a file system without sparse files of that size
+    }
+    drop(file);
+    assert!(direct_pays(&open(&f.0, Backend::Pread)));
+}
+
+fn one_big(n: usize) -> (crate::testfs::TempFile, Vec<u8>) {
+    let header = format!(r#"{{"w":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}}}}"#);
+    let data = noise(n, 7);
+    (build(&header, &data), data)
+}
+
+/// A worker leaves once every request is handed out, even when the
+/// bytes issued have reached the limit: the caller raises the limit
+/// only while reports are due, and the last bytes are never due (they
+/// were a hang when the last report set the limit to the total).
+#[test]
+fn a_worker_leaves_when_nothing_is_left_whatever_the_limit() {
+    let (f, _) = one_big(1 << 10);
+    let file = open(&f.0, Backend::Pread);
+    for (queued, issued, limit) in [(0, 3, 3), (0, 5, 3), (0, 0, 0)] {
+        let shared = Mutex::new(Shared {
+            queue: Vec::with_capacity(queued).into_iter(),
+            issued,
+            limit,
+            stop: false,
+            error: None,
+            running: 1,
+        });
+        let (wake_workers, done) = (Condvar::new(), AtomicU64::new(0));
+        let caller = std::thread::current();
+        let worker = Worker {
+            reader: Reader {
+                file: &file,
+                direct: None,
+                buffer_len: 1,
+            },
+            shared: &shared,
+            wake_workers: &wake_workers,
+            done: &done,
+            caller: &caller,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waited = std::thread::scope(|s| {
+            s.spawn(|| tx.send(worker.next().is_none()).unwrap());
+            let got = rx.recv_timeout(Duration::from_secs(20));
+            if got.is_err() {
+                // Let a waiting worker go, so the test fails, not hangs.
+                shared.lock().unwrap().stop = true;
+                wake_workers.notify_all();
+            }
+            got
+        });
+        assert_eq!(waited, Ok(true), "issued {issued}, limit {limit}");
+    }
+}
+
+#[test]
+fn a_report_is_due_each_whole_step_until_the_end() {
+    // Steps of 100 bytes, of 1000.
+    assert!(!report_due(99, 0, 100, 1000));
+    assert!(report_due(100, 0, 100, 1000));
+    assert!(!report_due(199, 100, 100, 1000));
+    assert!(report_due(200, 100, 100, 1000));
+    assert!(report_due(999, 800, 100, 1000));
+    // The end is `finish`'s to report, once.
+    assert!(!report_due(1000, 900, 100, 1000));
+    assert!(!report_due(1000, 0, 100, 1000));
+    // No overflow near the top of the range.
+    assert!(!report_due(u64::MAX - 1, u64::MAX - 10, 100, u64::MAX));
+}
+
+#[test]
+fn a_load_that_failed_or_was_stopped_is_halted() {
+    let shared = |stop, error: Option<(u64, Error)>| Shared {
+        queue: Vec::new().into_iter(),
+        issued: 0,
+        limit: 0,
+        stop,
+        error,
+        running: 1,
+    };
+    assert!(!shared(false, None).halted());
+    assert!(shared(true, None).halted());
+    let failed = Error::WorkerFailed { task: "a test" };
+    assert!(shared(false, Some((0, failed))).halted());
+}
+
+/// The `(done, total)` reports of a complete 3 MiB load in pieces of
+/// 64 KiB on two threads, reporting every `report_every` bytes.
+fn reports_of_a_3_mib_load(report_every: u64) -> Vec<(u64, u64)> {
+    let (f, _) = one_big(3 << 20);
+    let file = open(&f.0, Backend::Pread);
+    let mut calls = Vec::new();
+    let mut report = |d: u64, t: u64| {
+        calls.push((d, t));
+        ControlFlow::Continue(())
+    };
+    let options = LoadOptions {
+        threads: 2,
+        piece: 64 << 10,
+        report_every,
+        direct: false,
+        huge_pages: HugePages::Keep,
+    };
+    let outcome = load_all(&file, options, Some(&mut report)).unwrap();
+    assert_eq!(outcome, Outcome::Done);
+    calls
+}
+
+/// A load with the default interval (64 MiB) reports a 3 MiB file once,
+/// at the end.
+#[test]
+fn the_default_interval_reports_a_small_load_at_the_end_only() {
+    let calls = reports_of_a_3_mib_load(0);
+    assert_eq!(calls, vec![(3 << 20, 3 << 20)]);
+}
+
+#[test]
+fn reports_are_due_a_step_after_the_step_the_last_one_came_in() {
+    assert_eq!(step_start(0, 100), 0);
+    assert_eq!(step_start(99, 100), 0);
+    assert_eq!(step_start(100, 100), 100);
+    assert_eq!(step_start(250, 100), 200);
+    assert_eq!(step_start(7, 1), 7);
+    assert_eq!(step_start(u64::MAX, 1 << 20), u64::MAX - ((1 << 20) - 1));
+}
+
+#[test]
+fn progress_is_reported_in_steps_and_at_the_end() {
+    let calls = reports_of_a_3_mib_load(1 << 20);
+    let total = 3u64 << 20;
+    assert_eq!(calls.last(), Some(&(total, total)));
+    // Workers wait two steps (plus one request) ahead of the last report,
+    // so a report comes before the end however late this thread runs.
+    assert!(calls.len() >= 2 && calls.len() <= 4, "{calls:?}");
+    let mut last = 0;
+    for (i, &(d, _)) in calls.iter().enumerate() {
+        assert!(d > last && d - last <= (2 << 20) + (64 << 10), "{calls:?}");
+        // At most one report per step crossed.
+        if i + 1 < calls.len() {
+            assert!(d >> 20 > last >> 20, "{calls:?}");
+        }
+        last = d;
+    }
+    assert!(calls.iter().all(|&(_, t)| t == total));
+}
+
+#[test]
+fn a_reporter_stops_the_load_within_two_intervals() {
+    let (f, _) = one_big(8 << 20);
+    let file = open(&f.0, Backend::Pread);
+    let mut calls = 0;
+    let mut report = |_: u64, _: u64| {
+        calls += 1;
+        ControlFlow::Break(())
+    };
+    let options = LoadOptions {
+        threads: 3,
+        piece: 64 << 10,
+        report_every: 256 << 10,
+        direct: false,
+        huge_pages: HugePages::Keep,
+    };
+    let outcome = load_all(&file, options, Some(&mut report)).unwrap();
+    assert_eq!(outcome, Outcome::Stopped);
+    assert_eq!(calls, 1);
+    // Requests as large as a step: the ones in flight when the reporter
+    // says stop end past the next step, and still nothing is reported.
+    let mut calls = 0;
+    let mut report = |_: u64, _: u64| {
+        calls += 1;
+        ControlFlow::Break(())
+    };
+    let options = LoadOptions {
+        piece: 256 << 10,
+        ..options
+    };
+    // From the disk: the requests are still in flight at the report.
+    #[cfg(target_os = "linux")]
+    crate::io::drop_cached(file.raw());
+    let outcome = load_all(&file, options, Some(&mut report)).unwrap();
+    assert_eq!(outcome, Outcome::Stopped);
+    assert_eq!(calls, 1);
+    // Stopping at the end of a complete load also stops it.
+    let (g, _) = one_big(1000);
+    let small = open(&g.0, Backend::Pread);
+    let mut report = |_: u64, _: u64| ControlFlow::Break(());
+    let outcome = load_all(&small, LoadOptions::default(), Some(&mut report)).unwrap();
+    assert_eq!(outcome, Outcome::Stopped);
+}
+
+#[test]
+fn a_file_truncated_during_a_load_is_reported() {
+    for (backend, direct) in [(Backend::Mmap, true), (Backend::Pread, false)] {
+        let (f, _) = one_big(4 << 20);
+        let file = open(&f.0, backend);
+        let path = f.0.clone();
+        let mut report = |_: u64, _: u64| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_len(100)
+                .unwrap();
+            ControlFlow::Continue(())
+        };
+        let options = LoadOptions {
+            threads: 2,
+            piece: 64 << 10,
+            report_every: 256 << 10,
+            direct,
+            huge_pages: HugePages::Keep,
+        };
+        let err = load_all(&file, options, Some(&mut report)).unwrap_err();
+        assert_eq!(err.rule(), "file-changed", "{err}");
+    }
+}
+
+#[test]
+fn destinations_are_checked_before_reading() {
+    let (f, _) = one_big(1000);
+    let file = open(&f.0, Backend::Pread);
+    let info = file.header().require("w").unwrap();
+    let mut short = vec![0u8; 999];
+    let err = load_into(
+        &file,
+        vec![Destination {
+            info,
+            to: info.dtype,
+            dst: &mut short,
+        }],
+        LoadOptions::default(),
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(err.rule(), "destination-size");
+    let mut wide = vec![0u8; 4000];
+    let err = load_into(
+        &file,
+        vec![Destination {
+            info,
+            to: Dtype::F32,
+            dst: &mut wide,
+        }],
+        LoadOptions::default(),
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(err.rule(), "conversion-not-allowed");
+    assert_eq!(err.tensor(), Some("w"));
+}

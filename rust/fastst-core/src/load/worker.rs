@@ -1,0 +1,158 @@
+//! The reading threads of a load: each takes the next request in file
+//! order (within the limit the reporter allows), reads it straight into its
+//! destination or through a per-thread buffer (direct I/O, conversions),
+//! and records the first failure in file order.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError};
+
+use super::plan::{elem_size, Part};
+use super::{Shared, CONVERT_CHUNK};
+use crate::error::Result;
+use crate::io::{self, DirectFile, DIRECT_ALIGN};
+use crate::read::MappedFile;
+
+/// One reading thread's view of the load.
+pub(super) struct Worker<'s, 'a> {
+    pub(super) reader: Reader<'s>,
+    pub(super) shared: &'s Mutex<Shared<'a>>,
+    pub(super) wake_workers: &'s Condvar,
+    pub(super) done: &'s AtomicU64,
+    pub(super) caller: &'s std::thread::Thread,
+}
+
+/// What reading one request needs.
+pub(super) struct Reader<'s> {
+    pub(super) file: &'s MappedFile,
+    pub(super) direct: Option<&'s DirectFile>,
+    /// Size of a per-thread buffer (the largest request).
+    pub(super) buffer_len: usize,
+}
+
+impl<'a> Worker<'_, 'a> {
+    pub(super) fn run(&self) {
+        let mut buffer: Option<io::ReadBuffer> = None;
+        while let Some((at, part)) = self.next() {
+            match self.reader.read(part, &mut buffer) {
+                Ok(n) => {
+                    self.done.fetch_add(n, Ordering::AcqRel);
+                }
+                Err(e) => {
+                    let mut g = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+                    if g.error.as_ref().is_none_or(|(first, _)| at < *first) {
+                        g.error = Some((at, e));
+                    }
+                    g.stop = true;
+                    drop(g);
+                    self.wake_workers.notify_all();
+                }
+            }
+            self.caller.unpark();
+        }
+        let mut g = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        g.running -= 1;
+        drop(g);
+        self.caller.unpark();
+    }
+
+    /// The next request in file order, with its place in the file, or
+    /// `None` when there is none left or the load stops.
+    pub(super) fn next(&self) -> Option<(u64, Part<'a>)> {
+        let mut g = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if g.stop {
+                return None;
+            }
+            if g.issued < g.limit || g.queue.len() == 0 {
+                let part = g.queue.next()?;
+                g.issued += part.len as u64;
+                return Some((part.begin, part));
+            }
+            g = self
+                .wake_workers
+                .wait(g)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+impl Reader<'_> {
+    /// Reads (and converts) one request; returns its source bytes.
+    pub(super) fn read(
+        &self,
+        mut part: Part<'_>,
+        buffer: &mut Option<io::ReadBuffer>,
+    ) -> Result<u64> {
+        self.file.check_unchanged()?;
+        let start = self.file.header().data_start() + part.begin;
+        let len = part.len;
+        if part.is_direct_copy() {
+            let m = &mut part.members[0];
+            if let Some(direct) = self.direct {
+                let buf = self.buffer(buffer, &m.info.name)?;
+                if let Some(range) = direct.read(start, len, buf.as_mut_slice()) {
+                    let range = range.map_err(|e| self.file.read_failed(e))?;
+                    m.dst.copy_from_slice(&buf.as_slice()[range]);
+                    return Ok(len as u64);
+                }
+            }
+            // Cached (or no direct I/O): straight into the destination.
+            self.file.read_at(start, m.dst, &m.info.name)?;
+            return Ok(len as u64);
+        }
+        let buf = self.buffer(buffer, &part.members[0].info.name)?;
+        let src = self.fill(start, len, buf, &part.members[0].info.name)?;
+        let mut at = 0usize;
+        for m in &mut part.members {
+            let bytes = &src[at..at + m.len];
+            at += m.len;
+            if m.to == m.info.dtype {
+                m.dst.copy_from_slice(bytes);
+            } else {
+                let (fs, ts) = (elem_size(m.info.dtype), elem_size(m.to));
+                let per = (CONVERT_CHUNK / fs).max(1);
+                for (s, d) in bytes.chunks(per * fs).zip(m.dst.chunks_mut(per * ts)) {
+                    crate::convert::convert(m.info.dtype, m.to, s, d)?;
+                }
+            }
+        }
+        Ok(len as u64)
+    }
+
+    /// This thread's reading buffer, allocated on first use (rule
+    /// `out-of-memory` naming `tensor` when it cannot be had).
+    fn buffer<'b>(
+        &self,
+        buffer: &'b mut Option<io::ReadBuffer>,
+        tensor: &str,
+    ) -> Result<&'b mut io::ReadBuffer> {
+        match buffer {
+            Some(b) => Ok(b),
+            None => Ok(buffer.insert(io::ReadBuffer::new(
+                self.buffer_len + 2 * DIRECT_ALIGN as usize,
+                tensor,
+            )?)),
+        }
+    }
+
+    /// Reads `len` bytes at absolute offset `start` into `buf`, directly
+    /// when a direct descriptor is open (falling back to a buffered read
+    /// where the file system refuses it), and returns them.
+    fn fill<'b>(
+        &self,
+        start: u64,
+        len: usize,
+        buf: &'b mut io::ReadBuffer,
+        tensor: &str,
+    ) -> Result<&'b [u8]> {
+        if let Some(direct) = self.direct {
+            if let Some(range) = direct.read(start, len, buf.as_mut_slice()) {
+                let range = range.map_err(|e| self.file.read_failed(e))?;
+                return Ok(&buf.as_slice()[range]);
+            }
+        }
+        let out = &mut buf.as_mut_slice()[..len];
+        self.file.read_at(start, out, tensor)?;
+        Ok(out)
+    }
+}
