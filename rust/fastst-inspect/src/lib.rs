@@ -1,17 +1,92 @@
-//! Forensics and hashes: what the `fastst` command's `verify`, `hash` and
-//! `inspect` subcommands compute.
+//! fastst-inspect: the forensics of `.safetensors` files, what the `fastst`
+//! command's `verify`, `hash`, `inspect`, `meta` and `diff` compute.
 //!
-//! Verification is tolerant where the reader is strict: it reads the length
-//! prefix and the header bytes itself, keeps the strict verdict of
-//! [`Header::parse`](fastst_core::Header::parse) as one finding, and, when the
-//! reader rejects a file, parses the header a second time leniently
-//! (duplicate keys kept, every entry checked on its own) so that every
-//! structural problem is reported rather than only the first. Nothing in a
-//! file is ever executed or unpickled: foreign content is recognised by its
-//! magic number alone.
+//! It builds on `fastst-core` (the reader and writer) and only reads: the
+//! reader never depends on this crate. Nothing in a file is ever executed
+//! or unpickled: foreign content is recognised by its magic number alone
+//! ([`fastst_core::identify`]).
 //!
-//! Every finding carries a rule of the catalogue ([`RuleId`], see
-//! [`fastst_core::rules`]) and a [`Severity`].
+//! # Brief overview
+//!
+//! Verification is tolerant where the reader is strict. [`verify_path`]
+//! reads the length prefix and the header bytes itself, keeps the strict
+//! verdict of [`Header::parse`](fastst_core::Header::parse) as one finding,
+//! and, when the reader rejects a file, parses the header a second time
+//! leniently (duplicate keys kept, every entry checked on its own) and runs
+//! the core's own rules ([`fastst_core::validate`]) collect-all, so that
+//! every structural problem is reported rather than only the first; then
+//! the forensic checks (names, dtypes, metadata conventions, bytes no tensor
+//! covers, and with [`VerifyOptions::values`] NaN/Inf and bad booleans).
+//! Every result is a [`Finding`] carrying a rule of the catalogue
+//! ([`RuleId`], see [`fastst_core::rules`]) and a [`Severity`].
+//!
+//! [`hash_path`] computes the hashes model files are known by (SHA-256,
+//! AutoV1/V2/V3, the canonical header's, per tensor) with positioned reads
+//! on several threads. Long work reports through a [`Progress`] callback.
+//!
+//! The modules (private; their items are re-exported here), one job each:
+//!
+//! - `verify`: the strict verdict, the lenient re-read, layout forensics
+//!   (`verify/layout.rs`), entry checks (`verify/entry.rs`) and the value
+//!   scan (`verify/scan.rs`), producing a [`VerifyReport`].
+//! - `lenient`: the lenient header parse (duplicates kept), and
+//!   [`read_metadata`] of files the reader rejects.
+//! - `names`, `metadata`: checks on tensor names and dtypes, and on
+//!   `__metadata__` against the ecosystem's conventions.
+//! - `values`: NaN/Inf and boolean counts from raw bytes ([`count_values`]).
+//! - `hash`: [`hash_path`]; `canonical`: the canonical header it hashes
+//!   ([`canonical_header`]).
+//! - `summary`: a header at a glance ([`summarize`]).
+//! - `diff`: the values of two tensors compared ([`diff_values`]).
+//! - `source`: positioned, bounded reads of a file opened by the core's
+//!   one opener ([`fastst_core::io::open`]).
+//!
+//! # Example
+//!
+//! Verify and hash a small file, then the same file with bytes appended:
+//!
+//! ```
+//! use fastst_core::write::serialize;
+//! use fastst_core::{Dtype, NewTensor, WritePlan, DEFAULT_HEADER_CAP};
+//! use fastst_inspect::{hash_path, verify_path, HashOptions, RuleId, VerifyOptions};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = std::env::temp_dir().join(format!("fastst-inspect-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir)?;
+//! let path = dir.join("model.safetensors");
+//! let plan = WritePlan::new(
+//!     vec![NewTensor::new("weight", Dtype::F32, vec![2])],
+//!     None,
+//!     DEFAULT_HEADER_CAP,
+//! )?;
+//! let weight: Vec<u8> = [0.5f32, f32::NAN].iter().flat_map(|v| v.to_le_bytes()).collect();
+//! let mut bytes = serialize(&plan, &[&weight])?;
+//! std::fs::write(&path, &bytes)?;
+//!
+//! // The reader accepts it; reading the values finds the NaN.
+//! let options = VerifyOptions { values: true, ..VerifyOptions::default() };
+//! let report = verify_path(&path, &options, None)?;
+//! assert!(report.accepted && report.complete);
+//! let rules: Vec<RuleId> = report.findings.iter().map(|f| f.rule).collect();
+//! assert_eq!(rules, [RuleId::NonFiniteValues]);
+//!
+//! let hashes = hash_path(&path, &HashOptions { tensors: true, ..HashOptions::default() }, None)?;
+//! assert_eq!(hashes.autov2, hashes.sha256[..10]);
+//! assert_eq!(hashes.tensors.map(|t| t.len()), Some(1));
+//!
+//! // Four bytes no tensor covers: the reader rejects the file, verify says
+//! // where they are.
+//! bytes.extend_from_slice(b"junk");
+//! std::fs::write(&path, &bytes)?;
+//! let report = verify_path(&path, &VerifyOptions::default(), None)?;
+//! assert!(!report.accepted);
+//! let trailing = report.findings.iter().find(|f| f.rule == RuleId::TrailingBytes);
+//! assert_eq!(trailing.and_then(|f| f.length), Some(4));
+//!
+//! std::fs::remove_dir_all(&dir)?;
+//! # Ok(())
+//! # }
+//! ```
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

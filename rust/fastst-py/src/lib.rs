@@ -1,5 +1,39 @@
-//! Python bindings of fastst: PyO3 glue only, the format logic lives in
-//! `fastst-core`.
+//! fastst-py: the Python extension module `fastst._fastst`, PyO3 glue only.
+//!
+//! The format logic lives in `fastst-core` (reading, validating, writing)
+//! and `fastst-inspect` (forensics); this crate turns their types into
+//! Python objects and their errors into Python exceptions, and releases the
+//! GIL while bytes move. The Python package `fastst` (in `python/`) is the
+//! library users call; it calls these functions and classes.
+//!
+//! # Brief overview
+//!
+//! Reading: `fastst.safe_open` opens a `file::RawFile` (a core
+//! `MappedFile`); each tensor it hands out is a `buffer::TensorBuffer`,
+//! which owns the tensor's bytes (a private mapping or a copy) and exports
+//! them through the buffer protocol, so numpy and the frameworks wrap them
+//! without a copy. Whole loads into memory Python allocated go through
+//! `load`, read-ahead through `prefetch`. Writing: a
+//! `write::PyWritePlan` takes names, dtypes, shapes and metadata, then
+//! the tensors' buffers. Every core error becomes the Python class of its
+//! rule's family through one conversion (`errors`).
+//!
+//! The modules, one job each:
+//!
+//! - `file`: `RawFile`, an open file (names, metadata, tensors, reads).
+//! - `buffer`: `TensorBuffer`, one tensor's bytes for the buffer protocol.
+//! - `load`: `load_into`, many tensors into Python-allocated memory.
+//! - `prefetch`: `Prefetcher`, the core's background page reader.
+//! - `write`: `WritePlan` and `parse_bytes` (the writer and `deserialize`).
+//! - `handle`: `parse_header` for Python file-like objects.
+//! - `identify`: what a file that is not safetensors is (the core's
+//!   `identify`).
+//! - `catalogue`: the rule catalogue, dtype facts and conversions.
+//! - `errors`: the one conversion of a core error to the Python class of
+//!   its rule's family (`result.in_file(name)?`).
+//! - `inspect`: `verify_file`, `hash_file`, `inspect_file`, `verify_rules`,
+//!   `read_metadata` (over `fastst-inspect`).
+//! - `diff`: `diff_buffers`, two tensors' values compared.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod buffer;
