@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Mutation testing of the pure-Rust core (rust/fastst-core) with cargo-mutants.
+# Mutation testing of the pure-Rust crates (rust/fastst-core and rust/fastst-inspect) with
+# cargo-mutants.
 #
-# Runs the crate's own tests (unit tests and rust/fastst-core/tests/) against every mutant of the
-# chosen core modules, keeps every outcome under target/mutants/, and prints, per top-level module
-# of rust/fastst-core/src, caught / missed / timeout / unviable and the score
+# Runs both crates' tests (their unit tests and rust/fastst-core/tests/) against every mutant of
+# the chosen modules, keeps every outcome under target/mutants/, and prints, per top-level module
+# of rust/fastst-core/src (and `inspect`, the whole rust/fastst-inspect crate), caught / missed /
+# timeout / unviable and the score
 # caught / (caught + missed - equivalent). Exits 1 when a listed module scores under 90% or still
 # has untested mutants. Not part of .ci/run (a full run takes hours); see docs/testing.md.
 #
 # usage: scripts/mutants.sh [-j N] [--shard K/N] [--fresh] [--retest-timeouts] [--summary] [MODULE...]
-#   MODULE     top-level modules to test and report (default: all, most important first)
+#   MODULE     top-level modules of rust/fastst-core/src, or `inspect` (rust/fastst-inspect), to
+#              test and report (default: all, most important first)
 #   -j N       mutants built and tested at once (default 1; each job needs its own build tree)
 #   --shard K/N  test only the K-th of N slices of the pending mutants (K from 0), e.g. to split a
 #              module over several sessions or machines
@@ -29,10 +32,11 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 crate=rust/fastst-core
 src=$crate/src
+inspect_src=rust/fastst-inspect/src
 out=target/mutants
 equivalent=scripts/mutants-equivalent.txt
 threshold=90
-priority=(header validate dtype convert json read io write inspect rules error parallel progress)
+priority=(header validate table dtype convert json read io write inspect identify rules error parallel progress)
 
 jobs=1
 shard=""
@@ -64,6 +68,9 @@ if [ ${#modules[@]} -eq 0 ]; then
     modules=("${all_modules[@]}")
 fi
 for m in "${modules[@]}"; do
+    if [ "$m" = inspect ]; then
+        continue
+    fi
     if [ ! -e "$src/$m.rs" ] && [ ! -d "$src/$m" ]; then
         echo "mutants.sh: no module $m in $src" >&2
         exit 2
@@ -99,9 +106,15 @@ if [ $summary_only -eq 0 ]; then
     [ -n "$shard" ] && label="${label}_shard-${shard/\//-of-}"
     run="$out/runs/$(date -u +%Y%m%dT%H%M%SZ)_$label"
     mkdir -p "$run/mutants.out"
-    args=(-p fastst-core -j "$jobs" -o "$run")
+    # Both crates' tests run for every mutant: verify's tests exercise the core's rules too.
+    args=(-p fastst-core -p fastst-inspect --test-package fastst-core --test-package fastst-inspect
+        -j "$jobs" -o "$run")
     for m in "${modules[@]}"; do
-        args+=(-f "$src/$m.rs" -f "$src/$m/**")
+        if [ "$m" = inspect ]; then
+            args+=(-f "$inspect_src/**")
+        else
+            args+=(-f "$src/$m.rs" -f "$src/$m/**")
+        fi
     done
     [ -n "$shard" ] && args+=(--shard "$shard")
     if [ $fresh -eq 0 ]; then
@@ -120,10 +133,10 @@ if [ $summary_only -eq 0 ]; then
 fi
 
 collect
-cargo mutants --list -p fastst-core >"$out/current.txt"
+cargo mutants --list -p fastst-core -p fastst-inspect >"$out/current.txt"
 [ -f "$equivalent" ] || : >"$equivalent"
 
-awk -F'\t' -v modules="${modules[*]}" -v threshold=$threshold -v src="$src/" '
+awk -F'\t' -v modules="${modules[*]}" -v threshold=$threshold -v src="$src/" -v isrc="$inspect_src/" '
     FILENAME == ARGV[1] { status[$2] = $1; next }
     FILENAME == ARGV[2] {
         if ($0 ~ /^[ \t]*(#|$)/) next
@@ -135,9 +148,11 @@ awk -F'\t' -v modules="${modules[*]}" -v threshold=$threshold -v src="$src/" '
     {
         name = $0
         path = substr(name, 1, index(name, ":") - 1)
-        if (index(path, src) != 1) next
-        rest = substr(path, length(src) + 1)
-        sub(/\/.*/, "", rest); sub(/\.rs$/, "", rest)
+        if (index(path, isrc) == 1) rest = "inspect"
+        else if (index(path, src) == 1) {
+            rest = substr(path, length(src) + 1)
+            sub(/\/.*/, "", rest); sub(/\.rs$/, "", rest)
+        } else next
         s = (name in status) ? status[name] : "untested"
         if (s == "missed" && (name in equiv)) s = "equivalent"
         if (name in equiv) seen[name] = 1
