@@ -35,6 +35,13 @@ impl Source {
         io::open(path).map(Source)
     }
 
+    /// Reads and checks the length prefix, then reads the header bytes it
+    /// announces: `(N, header)`, as the reader does
+    /// ([`fastst_core::source::read_header`]).
+    pub fn read_header(&self, cap: u64) -> Result<(u64, Vec<u8>)> {
+        fastst_core::source::read_header(&self.0, cap)
+    }
+
     /// Reads `[offset, offset + len)` (clipped to the file) in blocks,
     /// keeping its first bytes and counting non-zero bytes.
     pub fn scan_region(&self, offset: u64, len: u64) -> Result<RegionScan> {

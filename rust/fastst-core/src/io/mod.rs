@@ -1,6 +1,7 @@
 //! Files as fastst opens and reads them: the one file opener every entry
-//! point uses, positioned reads, the read of the 8-byte length prefix and
-//! header, and (in `mmap`, the only module allowed `unsafe`) mappings.
+//! point uses, positioned reads, and (in `mmap`, the only module allowed
+//! `unsafe`) mappings. The prefix and header are read through the file as a
+//! source ([`crate::source::read_header`]); io itself knows no format.
 //!
 //! Public, for tools that read files the way the reader does (fastst-inspect):
 //! the opener [`open`], the [`OpenFile`] it returns (positioned reads that
@@ -228,13 +229,6 @@ impl OpenFile {
         }
         Ok(buf)
     }
-
-    /// Reads the 8-byte length prefix, checks it against the file's length
-    /// and `cap`, and reads the header bytes it announces: `(N, header)`
-    /// (as every source is read, [`crate::source::read_header`]).
-    pub fn read_header(&self, cap: u64) -> Result<(u64, Vec<u8>)> {
-        crate::source::read_header(self, cap)
-    }
 }
 
 /// A zero-filled buffer of `n` bytes, or rule `out-of-memory` (naming
@@ -284,6 +278,7 @@ pub(crate) fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) ->
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::source::read_header;
     use crate::testfs::{TempDir, TempFile};
 
     #[test]
@@ -327,12 +322,12 @@ mod tests {
     fn header_read_checks_the_prefix() {
         let path = TempFile::with("io-prefix", &[2u8, 0, 0, 0, 0, 0, 0, 0, b'{', b'}']);
         let f = open(&path).unwrap();
-        assert_eq!(f.read_header(100).unwrap(), (2, b"{}".to_vec()));
-        assert_eq!(f.read_header(1).unwrap_err().rule(), "header-too-large");
+        assert_eq!(read_header(&f, 100).unwrap(), (2, b"{}".to_vec()));
+        assert_eq!(read_header(&f, 1).unwrap_err().rule(), "header-too-large");
         assert_eq!(f.read_range(8, 100).unwrap(), b"{}".to_vec());
         std::fs::write(&path, [1u8; 4]).unwrap();
         let f = open(&path).unwrap();
-        assert_eq!(f.read_header(100).unwrap_err().rule(), "file-too-short");
+        assert_eq!(read_header(&f, 100).unwrap_err().rule(), "file-too-short");
     }
 
     #[cfg(unix)]
@@ -553,16 +548,19 @@ mod tests {
         // A header that fills the file exactly, and one a byte longer.
         let s = TempFile::with("hdr", &[3u8, 0, 0, 0, 0, 0, 0, 0, b'{', b'}', b' ']);
         let f = open(&s.0).unwrap();
-        assert_eq!(f.read_header(3).unwrap(), (3, b"{} ".to_vec()));
+        assert_eq!(read_header(&f, 3).unwrap(), (3, b"{} ".to_vec()));
         let s = TempFile::with("hdr-long", &[4u8, 0, 0, 0, 0, 0, 0, 0, b'{', b'}', b' ']);
         let f = open(&s.0).unwrap();
-        assert_eq!(f.read_header(100).unwrap_err().rule(), "header-past-end");
+        assert_eq!(read_header(&f, 100).unwrap_err().rule(), "header-past-end");
         let s = TempFile::with("hdr-8", &[0u8; 8]);
         let f = open(&s.0).unwrap();
-        assert_eq!(f.read_header(100).unwrap_err().rule(), "header-length-zero");
+        assert_eq!(
+            read_header(&f, 100).unwrap_err().rule(),
+            "header-length-zero"
+        );
         let s = TempFile::with("hdr-7", &[1u8; 7]);
         let f = open(&s.0).unwrap();
-        let err = f.read_header(100).unwrap_err();
+        let err = read_header(&f, 100).unwrap_err();
         assert!(matches!(err, Error::FileTooShort { len: 7 }), "{err:?}");
     }
 
