@@ -13,11 +13,13 @@
 //! bytes. Reading goes down this path:
 //!
 //! 1. [`MappedFile::open`] opens the file ([`io::open`]: regular files only,
-//!    never blocking), reads the length prefix and the header
-//!    ([`header::check_prefix`]), and parses it strictly with
-//!    [`Header::parse`]: [`header`] types the JSON, [`validate`] applies the
-//!    entry and layout rules, and the result is a table of [`TensorInfo`]
-//!    ([`table`]) plus the metadata.
+//!    never blocking) and hands it, as a [`Source`], to
+//!    [`MappedFile::from_source`] (which opens any source the same way). The
+//!    length prefix and the header are read through the source
+//!    ([`source::read_header`], [`header::check_prefix`]) and parsed
+//!    strictly with [`Header::parse`]: [`header`] types the JSON,
+//!    [`validate`] applies the entry and layout rules, and the result is a
+//!    table of [`TensorInfo`] ([`table`]) plus the metadata.
 //! 2. Tensor bytes come out as private copy-on-write mappings or copies
 //!    ([`MappedFile::tensor_data`], [`MappedFile::copy_tensor_into`]),
 //!    converted on the way where asked ([`convert`]); [`load`] fills many
@@ -26,10 +28,10 @@
 //! 3. Anything wrong is an [`Error`]: one variant per rule of the catalogue
 //!    ([`rules`]), which also gives the Python exception family.
 //!
-//! Writing goes the other way: a [`WritePlan`] orders the tensors and renders
-//! the header ([`write`](mod@write)), a [`TensorStream`] checks each tensor gets exactly
-//! its bytes, and [`AtomicFile`] replaces the target only once the new file
-//! is complete.
+//! Writing goes the other way: a [`WritePlan`] orders the tensors and
+//! renders the header ([`write`](mod@write)), a [`TensorStream`] checks each
+//! tensor gets exactly its bytes, and [`AtomicFile`] replaces the target
+//! only once the new file is complete.
 //!
 //! The modules, one job each:
 //!
@@ -42,11 +44,14 @@
 //! - [`error`]: [`Error`], each variant mapped to one rule.
 //! - [`io`]: the one file opener, positioned reads, mappings (the only
 //!   `unsafe` code).
+//! - [`source`]: the one seam for every input ([`Source`]; the local file is
+//!   one) and the header read of every source.
 //! - [`read`]: [`MappedFile`], an open file's header and tensor bytes.
 //! - [`convert`]: dtype conversion kernels and the allowed pairs.
 //! - [`load`]: whole loads of many tensors into caller-owned memory.
 //! - [`prefetch`]: reading a file's pages ahead of their consumer.
-//! - [`write`](mod@write): plans, the tensor stream, atomic replacement, write-back.
+//! - [`write`](mod@write): plans, the tensor stream, atomic replacement,
+//!   write-back.
 //! - [`identify`]: what a file that is not safetensors is, from its first
 //!   bytes (the reader's errors say it).
 //! - [`json`]: JSON text helpers (escaping, numbers, leading whitespace).

@@ -9,23 +9,24 @@
 //! # Brief overview
 //!
 //! Reading: `fastst.safe_open` opens a `file::RawFile` (a core
-//! `MappedFile`); each tensor it hands out is a `buffer::TensorBuffer`,
-//! which owns the tensor's bytes (a private mapping or a copy) and exports
-//! them through the buffer protocol, so numpy and the frameworks wrap them
-//! without a copy. Whole loads into memory Python allocated go through
-//! `load`, read-ahead through `prefetch`. Writing: a
-//! `write::PyWritePlan` takes names, dtypes, shapes and metadata, then
-//! the tensors' buffers. Every core error becomes the Python class of its
+//! `MappedFile`, from a path or from a Python file object seen as a core
+//! `Source` through `source::PySource`); each tensor it hands out is a
+//! `buffer::TensorBuffer`, which owns the tensor's bytes (a private mapping
+//! or a copy) and exports them through the buffer protocol, so numpy and
+//! the frameworks wrap them without a copy. Whole loads into memory Python
+//! allocated go through `load`, read-ahead through `prefetch`. Writing: a
+//! `write::PyWritePlan` takes names, dtypes, shapes and metadata, then the
+//! tensors' buffers. Every core error becomes the Python class of its
 //! rule's family through one conversion (`errors`).
 //!
 //! The modules, one job each:
 //!
 //! - `file`: `RawFile`, an open file (names, metadata, tensors, reads).
+//! - `source`: `PySource`, a Python file object as a core `Source`.
 //! - `buffer`: `TensorBuffer`, one tensor's bytes for the buffer protocol.
 //! - `load`: `load_into`, many tensors into Python-allocated memory.
 //! - `prefetch`: `Prefetcher`, the core's background page reader.
 //! - `write`: `WritePlan` and `parse_bytes` (the writer and `deserialize`).
-//! - `handle`: `parse_header` for Python file-like objects.
 //! - `identify`: what a file that is not safetensors is (the core's
 //!   `identify`).
 //! - `catalogue`: the rule catalogue, dtype facts and conversions.
