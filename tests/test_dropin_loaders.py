@@ -96,7 +96,7 @@ READ_MODE_SCRIPT = r"""
 import json, os, sys
 import torch
 import fastst
-import fastst._sharded as sharded
+import fastst._source as source
 
 fastst.install()
 import safetensors
@@ -104,7 +104,7 @@ import safetensors.torch
 from transformers import BertConfig, BertModel
 
 opened = []
-real = sharded.RawFile
+real = source.RawFile
 
 
 def spy(path, name, backend, cap):
@@ -112,7 +112,7 @@ def spy(path, name, backend, cap):
     return real(path, name, backend, cap)
 
 
-sharded.RawFile = spy
+source.RawFile = spy
 
 
 def mapped(path):
