@@ -153,10 +153,6 @@ class Prefetcher:
         file: RawFile,
         ranges: List[Tuple[int, int]],
         budget: Optional[int] = None,
-        threads: Optional[int] = None,
-        method: Optional[str] = None,
-        chunk: Optional[int] = None,
-        skip_cached: bool = True,
     ) -> Prefetcher: ...
     def consumed(self, nbytes: int) -> None: ...
     def stop(self) -> None: ...

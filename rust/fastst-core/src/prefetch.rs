@@ -36,28 +36,14 @@ pub enum Method {
     /// Positioned reads into a small scratch buffer per thread (one copy,
     /// thrown away: the point is the page cache).
     Read,
-    /// `POSIX_FADV_WILLNEED`: the kernel starts the reads and the thread
-    /// does not wait for them.
-    Advise,
 }
 
 impl Method {
-    /// Parses `"populate"`, `"read"` or `"advise"`.
-    pub fn from_name(name: &str) -> Option<Method> {
-        match name {
-            "populate" => Some(Method::Populate),
-            "read" => Some(Method::Read),
-            "advise" => Some(Method::Advise),
-            _ => None,
-        }
-    }
-
-    /// The name [`Method::from_name`] parses.
+    /// `"populate"` or `"read"`, as the prefetcher's status reports it.
     pub fn name(self) -> &'static str {
         match self {
             Method::Populate => "populate",
             Method::Read => "read",
-            Method::Advise => "advise",
         }
     }
 }
@@ -473,7 +459,6 @@ fn fetch(shared: &Shared, scratch: &mut Vec<u8>, start: u64, len: u64) -> bool {
             }
             false
         }
-        Method::Advise => true,
         Method::Read => {
             let Ok(n) = usize::try_from(len) else {
                 return false;
@@ -592,7 +577,7 @@ mod tests {
 
     #[test]
     fn the_budget_bounds_the_reads_until_the_consumer_takes_more() {
-        for method in [Method::Populate, Method::Read, Method::Advise] {
+        for method in [Method::Populate, Method::Read] {
             let (f, _) = file_of(1 << 20);
             let file = Arc::new(MappedFile::open(&f.0, OpenOptions::default()).unwrap());
             let len = file.file_len();
@@ -748,19 +733,6 @@ mod tests {
             let p = Prefetcher::start(Arc::clone(&file), &[(0, len)], options);
             let s = p.wait_idle(Duration::from_secs(60));
             assert!(s.failed && s.stopped && s.workers == 0, "{method:?}: {s:?}");
-        }
-    }
-
-    #[test]
-    fn methods_parse_their_own_names() {
-        for m in [Method::Populate, Method::Read, Method::Advise] {
-            assert_eq!(Method::from_name(m.name()), Some(m));
-        }
-        assert_eq!(Method::Populate.name(), "populate");
-        assert_eq!(Method::Read.name(), "read");
-        assert_eq!(Method::Advise.name(), "advise");
-        for bad in ["", "Populate", "readahead", "advise "] {
-            assert_eq!(Method::from_name(bad), None, "{bad:?}");
         }
     }
 

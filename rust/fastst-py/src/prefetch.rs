@@ -4,10 +4,7 @@
 
 use std::time::Duration;
 
-use fastst_core::prefetch::{
-    default_budget, Method, PrefetchOptions, PrefetchStatus, Prefetcher, DEFAULT_CHUNK,
-    DEFAULT_THREADS,
-};
+use fastst_core::prefetch::{default_budget, Method, PrefetchOptions, PrefetchStatus, Prefetcher};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -44,41 +41,21 @@ fn status_dict<'py>(
 #[pymethods]
 impl PyPrefetcher {
     /// Starts reading `ranges` (absolute `(offset, length)` pairs, in that
-    /// order) of the open file `file` in the background.
-    /// With `skip_cached=False`, ranges already in the page cache are
-    /// populated too (with the `populate` method: mapped where the tensors
-    /// are handed out, so that their first touches take no page fault).
+    /// order) of the open file `file` in the background, at most `budget`
+    /// bytes ahead of the consumer (default: half the available memory).
+    /// Ranges already in the page cache are skipped.
     #[new]
-    #[pyo3(signature = (file, ranges, budget = None, threads = None, method = None, chunk = None, skip_cached = true))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (file, ranges, budget = None))]
     fn new(
         py: Python<'_>,
         file: &RawFile,
         ranges: Vec<(u64, u64)>,
         budget: Option<u64>,
-        threads: Option<usize>,
-        method: Option<&str>,
-        chunk: Option<u64>,
-        skip_cached: bool,
     ) -> PyResult<PyPrefetcher> {
-        let method = match method {
-            None => Method::Populate,
-            Some(name) => Method::from_name(name).ok_or_else(|| {
-                PyValueError::new_err(format!(
-                    "prefetch method must be \"populate\", \"read\" or \"advise\", got {name:?}"
-                ))
-            })?,
-        };
-        if threads == Some(0) {
-            return Err(PyValueError::new_err("prefetch threads must be at least 1"));
-        }
         let file = file.file()?;
         let options = PrefetchOptions {
             budget: budget.unwrap_or_else(default_budget),
-            threads: threads.unwrap_or(DEFAULT_THREADS),
-            chunk: chunk.unwrap_or(DEFAULT_CHUNK),
-            method,
-            skip_cached,
+            ..PrefetchOptions::default()
         };
         let inner = py.allow_threads(|| Prefetcher::start(file, &ranges, options));
         Ok(PyPrefetcher { inner })
