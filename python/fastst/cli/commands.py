@@ -1,9 +1,7 @@
-"""Argument parsing, the subcommands (``inspect``, ``verify``, ``hash``,
-``meta``), the JSON envelope and the exit codes: 0 clean, 1 findings at or
-above ``--fail-on`` (or, for ``meta --set``, nothing), 2 an error
-(unreadable or non-safetensors input, bad arguments) or an inconclusive
-verification; 130 interrupted; 141 when the reader of the output went away
-(a closed pipe, as a process killed by SIGPIPE)."""
+"""The ``fastst`` command's entry point (:func:`main`: parse, dispatch, exit
+code as :mod:`.exits` lists them) and the subcommands ``inspect``,
+``verify``, ``hash`` and ``diff``; ``meta`` is in :mod:`.meta`, ``convert``
+in :mod:`.convert`, the provenance commands in :mod:`.provenance`."""
 
 from __future__ import annotations
 

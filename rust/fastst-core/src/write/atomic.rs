@@ -68,7 +68,7 @@ fn mix(mut x: u64) -> u64 {
 ///
 /// The temporary file is created with the default mode (0o666 less the
 /// umask), or with the owner, group and permissions of the regular file it
-/// replaces (see [`keep_owner_and_mode`]). When the target is a symbolic
+/// replaces (see `keep_owner_and_mode`). When the target is a symbolic
 /// link, the link itself is replaced; the file it points to is left alone.
 #[derive(Debug)]
 pub struct AtomicFile {
