@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import site
 import subprocess
 import sys
 import textwrap
@@ -232,22 +233,38 @@ VAR = "FASTST_AS_SAFETENSORS"
 FASTST_MODULES = "sorted(m for m in sys.modules if m.split('.')[0] in ('fastst', 'numpy'))"
 
 
+def installed_pth() -> Optional[Path]:
+    """fastst's .pth file where a wheel install put it, or None (the
+    editable install has none)."""
+    for folder in site.getsitepackages():
+        if (Path(folder) / PTH.name).is_file():
+            return Path(folder)
+    return None
+
+
 def start_up(tmp_path: Path, value: Optional[str], *extra: Path) -> Tuple[dict, Path]:
-    """An environment whose interpreters process a copy of fastst's .pth
-    file at start-up, as a wheel install does (the editable install has
-    none): a sitecustomize adds a site folder holding it. ``extra`` folders
-    come first on the path. Returns the environment and the site folder."""
-    site_dir = tmp_path / "site"
-    custom = tmp_path / "custom"
-    for folder in (site_dir, custom):
-        folder.mkdir(exist_ok=True)
-    shutil.copy(PTH, site_dir / PTH.name)
-    (custom / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(site_dir)!r})\n")
+    """An environment whose interpreters process fastst's .pth file at
+    start-up: the installed one (a wheel install), or else a copy in a site
+    folder that a sitecustomize adds (the editable install has none).
+    ``extra`` folders come first on the path. Returns the environment and
+    the site folder holding the .pth file."""
     env = dict(os.environ)
     env.pop(VAR, None)
     if value is not None:
         env[VAR] = value
-    env["PYTHONPATH"] = os.pathsep.join([*map(str, extra), str(custom)])
+    site_dir = installed_pth()
+    paths = [*map(str, extra)]
+    if site_dir is None:
+        site_dir = tmp_path / "site"
+        custom = tmp_path / "custom"
+        for folder in (site_dir, custom):
+            folder.mkdir(exist_ok=True)
+        shutil.copy(PTH, site_dir / PTH.name)
+        (custom / "sitecustomize.py").write_text(
+            f"import site\nsite.addsitedir({str(site_dir)!r})\n"
+        )
+        paths.append(str(custom))
+    env["PYTHONPATH"] = os.pathsep.join(paths)
     return env, site_dir
 
 
@@ -264,7 +281,7 @@ def test_other_values_import_nothing_at_start_up(tmp_path: Path, value: str) -> 
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
     assert lines and all(line.startswith("import time:") for line in lines), result.stderr
-    assert "sitecustomize" in result.stderr  # the .pth file was read
+    assert installed_pth() or "sitecustomize" in result.stderr  # the .pth file was read
     assert "fastst" not in result.stderr
     code = f"import sys, warnings; print({FASTST_MODULES}); import safetensors; print(safetensors)"
     out = check(python(env, "-W", "ignore", "-c", code))
@@ -279,7 +296,7 @@ def test_true_values_load_fastst_only_when_safetensors_is_imported(
     listing = "import sys; print(sorted(sys.modules))"
     off = set(eval(check(python(start_up(tmp_path, None)[0], "-c", listing))))
     on = set(eval(check(python(env, "-c", listing))))
-    assert on - off == {"_fastst_boot"}  # a stdlib-only module that imports nothing
+    assert on - off == {"_fastst_boot", "_fastst_switch"}  # stdlib-only, importing nothing else
     code = f"""
         import sys, warnings
         print({FASTST_MODULES})
@@ -355,11 +372,15 @@ def test_run_reaches_spawned_children(tmp_path: Path) -> None:
         assert result.stdout.split("\n")[:2] == ["spawn [True]", "forkserver [True]"], argv
 
 
-def test_a_reference_imported_before_the_switch_names_its_importer(tmp_path: Path) -> None:
+def test_a_reference_imported_before_the_switch_names_its_importer(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     env, site_dir = start_up(tmp_path, "1")
     # A start-up file read before fastst's imports the reference.
-    (site_dir / "aaa-early.pth").write_text("import early_loader\n")
-    (site_dir / "early_loader.py").write_text("import safetensors\n")
+    early = [site_dir / "aaa-early.pth", site_dir / "early_loader.py"]
+    early[0].write_text("import early_loader\n")
+    early[1].write_text("import safetensors\n")
+    request.addfinalizer(lambda: [path.unlink(missing_ok=True) for path in early])
     code = "import safetensors; print(hasattr(safetensors, '__fastst_version__'))"
     result = python(env, "-c", code)
     assert result.returncode == 0 and result.stdout.strip() == "False"

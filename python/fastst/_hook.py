@@ -55,7 +55,7 @@ import warnings
 from types import ModuleType
 from typing import Any, Dict, List, Optional, Sequence
 
-import _fastst_boot as _boot
+import _fastst_switch as _switch
 
 from ._errors import DropinWarning, HookError, rule_error
 
@@ -76,7 +76,7 @@ SUBMODULES: Dict[str, str] = {
 FACADE = "fastst._as_safetensors"
 
 #: Environment variable read at start-up by the ``.pth`` file.
-ENV_VAR = _boot.ENV_VAR
+ENV_VAR = _switch.ENV_VAR
 
 #: Environment variable choosing how files are read while the hook is on,
 #: and its values (``safe_open``'s back ends; unset or empty: ``mmap``).
@@ -180,17 +180,29 @@ def _foreign() -> List[str]:
     )
 
 
+def _boot() -> Any:
+    """The start-up half of the switch (``_fastst_boot``) when the ``.pth``
+    file loaded it in this interpreter, else None. (Looked up, not imported:
+    it is the launcher that loads fastst, not a part of it.)"""
+    return sys.modules.get("_fastst_boot")
+
+
+def _boot_pending() -> bool:
+    boot = _boot()
+    return boot is not None and bool(boot.pending())
+
+
 def installed() -> bool:
     """True while the hook is installed (``import safetensors`` gives fastst),
     the start-up finder of ``FASTST_AS_SAFETENSORS`` waiting included."""
-    return (_finder is not None and _finder in sys.meta_path) or _boot.pending()
+    return (_finder is not None and _finder in sys.meta_path) or _boot_pending()
 
 
 def _refusal(foreign: List[str], advice: str) -> BaseException:
     """The HookError for ``safetensors`` modules already imported that are
     not fastst's, naming where they come from and who imported them."""
     where = getattr(sys.modules[foreign[0]], "__file__", None) or "?"
-    by = _boot.imported_by()
+    by = _switch.imported_by()
     return rule_error(
         "hook-after-reference",
         "",
@@ -202,12 +214,12 @@ def _refusal(foreign: List[str], advice: str) -> BaseException:
 def _advice() -> str:
     """What to do about a reference imported too early, as far as the
     variable and the start-up file tell."""
-    if not _boot.enabled():
+    if not _switch.enabled():
         return (
             f"install the hook before anything imports {ALIAS} (call fastst.install() first, "
             f"set {ENV_VAR}=1, or run the program with 'python -m fastst run')"
         )
-    if _boot.started:
+    if _boot() is not None and _boot().started:
         return (
             f"{ENV_VAR} is set, but {ALIAS} was imported during start-up, before fastst's .pth ran"
         )
@@ -267,7 +279,9 @@ def uninstall() -> None:
     :data:`sys.modules` it made. Does nothing when not installed."""
     global _finder
     with _lock:
-        _boot.stop()
+        boot = _boot()
+        if boot is not None:
+            boot.stop()
         finder, _finder = _finder, None
         if finder is not None and finder in sys.meta_path:
             sys.meta_path.remove(finder)
@@ -280,7 +294,7 @@ def install_from_environment() -> None:
     """Installs the hook, announcing it, when ``FASTST_AS_SAFETENSORS`` holds
     a true value (``1``, ``true``, ``yes``, ``on``, any case). An error is
     reported on stderr, never raised."""
-    if _boot.enabled():
+    if _switch.enabled():
         _install_announced()
 
 

@@ -84,7 +84,7 @@ def open_table(path: PathLike) -> Tuple[safe_open, List[Entry], Optional[Dict[st
     now) and lists its tensors in load order (the order of ``load_file``)."""
     handle = safe_open(resolve_path(path), framework="pt", backend="pread")
     try:
-        raw = handle._raw
+        raw: Any = handle._raw  # a ShardedFile has shard_of, a RawFile not
         sharded = hasattr(raw, "shard_of")
         entries = []
         for name in handle.offset_keys():

@@ -18,7 +18,7 @@ import re
 import struct
 import zipfile
 import zlib
-from typing import IO, Any, Dict, List, Optional, Tuple
+from typing import IO, Any, Dict, List, Optional, Tuple, cast
 
 from .._errors import rule_error
 
@@ -150,7 +150,7 @@ def _scan_pickle(stream: IO[bytes], where: str) -> Tuple[Any, Dict[str, Tuple[in
             if code not in _OPCODES:
                 raise refuse(f"opcode {code} at byte {pos} of the pickle: a state dict needs none")
             if code == "GLOBAL":
-                name = ".".join(arg.split(" ", 1))
+                name = ".".join(str(arg).split(" ", 1))
                 if name not in _GLOBALS:
                     raise refuse(
                         f"GLOBAL {name} at byte {pos} of the pickle: a state dict needs none "
@@ -192,9 +192,9 @@ def _scan_pickle(stream: IO[bytes], where: str) -> Tuple[Any, Dict[str, Tuple[in
                     raise refuse(f"storage {key!r} is declared twice with different sizes")
                 stack.append(_OBJECT)
             elif code in ("BINPUT", "LONG_BINPUT"):
-                memo[arg] = stack[-1]
+                memo[cast(int, arg)] = stack[-1]  # an int for these opcodes
             elif code in ("BINGET", "LONG_BINGET"):
-                stack.append(memo[arg])
+                stack.append(memo[cast(int, arg)])
             elif code not in ("PROTO", "STOP"):
                 empty = {"EMPTY_DICT": _OBJECT, "EMPTY_LIST": [], "EMPTY_TUPLE": ()}
                 stack.append({"NEWTRUE": True, "NEWFALSE": False, **empty}.get(code, arg))
@@ -292,9 +292,9 @@ def scan_zip(fh: IO[bytes], size: int, where: str, cap: int) -> None:
         _, storages = _scan_pickle(io.BytesIO(pickled), where)
     data = {rest[5:]: info for rest, info in members.items() if rest.startswith("data/")}
     for key, (numel, itemsize) in storages.items():
-        info = data.pop(key, None)
-        held = "no member" if info is None else f"{info.file_size:,} bytes"
-        if info is None or info.file_size != numel * itemsize:
+        stored = data.pop(key) if key in data else None
+        held = "no member" if stored is None else f"{stored.file_size:,} bytes"
+        if stored is None or stored.file_size != numel * itemsize:
             raise _refuse(
                 "convert-storage-size",
                 where,
