@@ -50,6 +50,12 @@ with fastst.safe_open(path, "np") as f:
     arrays = f.get_tensors(copy=True)
 t = time.perf_counter() - t0
 """,
+    "get_tensor(dtype=float32) of each tensor": """
+t0 = time.perf_counter()
+with fastst.safe_open(path, "np") as f:
+    arrays = [f.get_tensor(k, dtype=np.float32) for k in f.keys()]
+t = time.perf_counter() - t0
+""",
     "torch load_file + touch": """
 import torch, fastst.torch
 t0 = time.perf_counter()
