@@ -194,6 +194,22 @@ class Status:
         return cls(None, bytes(record[1:33]), bytes(record[33:65]))
 
 
+def ranks_failed(
+    what: str, path: str, failed: Dict[int, str], world: int, rank: int
+) -> DistributedLoadError:
+    """The error every rank raises when ``failed`` ranks could not do ``what``
+    (rule ``dist-rank-failed``), naming each with its cause."""
+    listed = "; ".join(f"rank {r}: {m}" for r, m in sorted(failed.items()))
+    which = "rank" if len(failed) == 1 else "ranks"
+    return _error(
+        f"{path}: {what} failed on {which} {', '.join(map(str, sorted(failed)))} of {world} "
+        f"(this is rank {rank}): {listed}",
+        "dist-rank-failed",
+        path,
+        failed,
+    )
+
+
 def agree(
     group: Any,
     device: torch.device,
@@ -214,15 +230,7 @@ def agree(
     statuses = [Status.from_bytes(rows[r].tobytes()) for r in range(world)]
     failed = {r: s.failure for r, s in enumerate(statuses) if s.failure is not None}
     if failed:
-        listed = "; ".join(f"rank {r}: {m}" for r, m in sorted(failed.items()))
-        which = "rank" if len(failed) == 1 else "ranks"
-        raise _error(
-            f"{path}: loading failed on {which} {', '.join(map(str, sorted(failed)))} of {world} "
-            f"(this is rank {rank}): {listed}",
-            "dist-rank-failed",
-            path,
-            failed,
-        ) from error
+        raise ranks_failed("loading", path, failed, world, rank) from error
     for what, rule in (("options", "dist-option-mismatch"), ("table", "dist-header-mismatch")):
         seen: Dict[bytes, List[int]] = {}
         for r, s in enumerate(statuses):

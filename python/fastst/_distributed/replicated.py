@@ -23,7 +23,6 @@ from .agreement import (
     PathLike,
     _all_gather,
     _describe,
-    _error,
     _options_digest,
     _require_group,
     _torch_layout,
@@ -32,6 +31,7 @@ from .agreement import (
     failure_bytes,
     failure_text,
     open_table,
+    ranks_failed,
     table_digest,
 )
 
@@ -213,15 +213,7 @@ def _check_trailers(
     texts = {r: failure_text(rows[r].tobytes()) for r in range(world)}
     failed = {r: text for r, text in texts.items() if text is not None}
     if failed:
-        listed = "; ".join(f"rank {r}: {m}" for r, m in sorted(failed.items()))
-        which = "rank" if len(failed) == 1 else "ranks"
-        raise _error(
-            f"{path}: reading failed on {which} {', '.join(map(str, sorted(failed)))} of {world} "
-            f"(this is rank {rank}): {listed}",
-            "dist-rank-failed",
-            path,
-            failed,
-        ) from own
+        raise ranks_failed("reading", path, failed, world, rank) from own
 
 
 def load_distributed(
