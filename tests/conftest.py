@@ -55,3 +55,7 @@ def write(tmp_path: Path):
         return path
 
     return _write
+
+
+# Real servers for the remote-source tests (tests/remote_servers.py).
+from remote_servers import http_dir, proxy_factory, s3_server  # noqa: E402, F401
