@@ -8,7 +8,10 @@
   address, method, path, Range, status, header bytes and body bytes it sent) and injects
   :class:`Fault` s on demand.
 
-Fixtures: ``s3_server`` (session) and ``http_dir`` (a fresh server over a fresh folder).
+- :class:`Site`: where a test module publishes files (S3 or HTTP) behind a proxy.
+
+Fixtures: ``s3_server`` (session), ``http_dir`` (a fresh server over a fresh folder),
+``proxy_factory`` and ``make_site`` (sites stopped after the test or module that made them).
 """
 
 from __future__ import annotations
@@ -513,6 +516,57 @@ class Proxy:
         self.server.server_close()
 
 
+class Site:
+    """Where a test module publishes files: ``"s3"`` (bucket ``bucket`` of the SeaweedFS store)
+    or ``"http"`` (a :class:`RangeHTTPServer` over ``root``), always behind ``self.proxy``. The
+    URLs, ``storage_options`` and environment it hands out point at the proxy."""
+
+    def __init__(
+        self, kind: str, *, s3: Optional[SeaweedS3] = None, root: Optional[Path] = None
+    ) -> None:
+        self.kind, self.s3, self.root = kind, s3, root
+        self.name = "model.safetensors"  # the object a test works on, where it needs one
+        self.http: Optional[RangeHTTPServer] = None
+        if kind == "s3":
+            assert s3 is not None
+            self.bucket = f"b{free_port()}"
+            upstream = s3.endpoint
+        else:
+            assert root is not None
+            self.http = RangeHTTPServer(root)
+            upstream = self.http.url
+        self.proxy = Proxy(upstream)
+
+    def url(self, name: str) -> str:
+        if self.kind == "s3":
+            return f"s3://{self.bucket}/{name}"
+        return f"{self.proxy.url}/{name}"
+
+    def put(self, name: str, content: Union[bytes, Path]) -> str:
+        """Publishes ``content`` as ``name`` (may hold slashes); returns its URL."""
+        if self.s3 is not None:
+            self.s3.upload(self.bucket, name, content)
+        else:
+            assert self.root is not None
+            dest = self.root / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(content.read_bytes() if isinstance(content, Path) else content)
+        return self.url(name)
+
+    @property
+    def options(self) -> Optional[Dict[str, str]]:
+        return self.s3.storage_options(self.proxy.url) if self.s3 is not None else None
+
+    @property
+    def env(self) -> Dict[str, str]:
+        return self.s3.env(self.proxy.url) if self.s3 is not None else {}
+
+    def stop(self) -> None:
+        self.proxy.stop()
+        if self.http is not None:
+            self.http.stop()
+
+
 # --- fixtures ----------------------------------------------------------------------------------
 
 
@@ -557,3 +611,23 @@ def proxy_factory() -> Iterator[Callable[[str], Proxy]]:
     yield make
     for p in made:
         p.stop()
+
+
+@pytest.fixture(scope="module")
+def make_site(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[str], Site]]:
+    """make_site("s3" | "http") -> a :class:`Site` for this module (S3 starts ``s3_server``)."""
+    made: List[Site] = []
+
+    def make(kind: str) -> Site:
+        if kind == "s3":
+            site = Site("s3", s3=request.getfixturevalue("s3_server"))
+        else:
+            site = Site("http", root=tmp_path_factory.mktemp("www"))
+        made.append(site)
+        return site
+
+    yield make
+    for site in made:
+        site.stop()
