@@ -360,7 +360,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         spec = self.headers.get("Range")
         fault = self.proxy.fault_for(self.command, self.path, spec is not None)
-        self._status, self._hbytes, self._bbytes = 0, 0, 0
+        self.rec = self.proxy.record(self, spec)
         try:
             if fault is not None and fault.kind == "status":
                 text = f"<Error><Code>InjectedFault</Code><Message>{fault.status}</Message></Error>"
@@ -371,16 +371,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             headers = [(k, v) for k, v in self.headers.items() if k.lower() not in _HOP]
             if fault is not None and fault.kind == "whole":
                 headers = [(k, v) for k, v in headers if k.lower() != "range"]
-            if self.upstream is None:
-                self.upstream = http.client.HTTPConnection(
-                    self.proxy.upstream[0], self.proxy.upstream[1], timeout=60
-                )
-            up = self.upstream
-            up.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
-            for k, v in headers:
-                up.putheader(k, v)
-            up.endheaders(body or None)
-            resp = up.getresponse()
+            resp = self._ask(headers, body)
             out = [(k, v) for k, v in resp.getheaders() if k.lower() not in _HOP]
             length = resp.getheader("Content-Length")
             if self.command == "HEAD" or length is None:
@@ -393,20 +384,46 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._stream(resp, out, int(length), fault)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
-        finally:
-            self.proxy.record(self, spec)
+
+    def _ask(self, headers: List[Tuple[str, str]], body: bytes) -> http.client.HTTPResponse:
+        """The server's answer, on the kept connection, or a new one if the server closed it."""
+        for attempt in (0, 1):
+            if self.upstream is None:
+                host, port = self.proxy.upstream
+                self.upstream = http.client.HTTPConnection(host, port, timeout=60)
+            try:
+                up = self.upstream
+                up.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+                for k, v in headers:
+                    up.putheader(k, v)
+                up.endheaders(body or None)
+                return up.getresponse()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self.upstream.close()
+                self.upstream = None
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
 
     def _head(self, status: int, headers: List[Tuple[str, str]]) -> None:
         lines = [f"HTTP/1.1 {status} {http.client.responses.get(status, 'Status')}"]
         lines += [f"{k}: {v}" for k, v in headers]
         raw = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        self._status = status
-        self._write(raw)
-        self._hbytes += len(raw)
+        self.rec.status = status
+        self.rec.headers += len(raw)  # counted first, so that a client that has it sees it
+        try:
+            self._write(raw)
+        except OSError:
+            self.rec.headers -= len(raw)
+            raise
 
     def _body(self, data: bytes) -> None:
-        self._write(data)
-        self._bbytes += len(data)
+        self.rec.body += len(data)
+        try:
+            self._write(data)
+        except OSError:
+            self.rec.body -= len(data)
+            raise
 
     def _respond(
         self,
@@ -483,19 +500,21 @@ class Proxy:
                     return fault
         return None
 
-    def record(self, handler: _ProxyHandler, spec: Optional[str]) -> None:
+    def record(self, handler: _ProxyHandler, spec: Optional[str]) -> Record:
+        """A new record of the response ``handler`` is about to send, counted as it goes."""
         rec = Record(
             client=(handler.client_address[0], int(handler.client_address[1])),
             method=handler.command,
             path=handler.path,
             range=spec,
-            status=handler._status,
-            headers=handler._hbytes,
-            body=handler._bbytes,
+            status=0,
+            headers=0,
+            body=0,
             user_agent=handler.headers.get("User-Agent", ""),
         )
         with self._lock:
             self.records.append(rec)
+        return rec
 
     def reset(self) -> None:
         with self._lock:
