@@ -1,7 +1,7 @@
 """Hostile files: FIFOs, sockets and devices are refused at once (rule
 ``not-regular-file``) by the API and every subcommand; files changed by
 another program give an error (rule ``file-changed``), never SIGBUS; the
-guarantees of zero-copy views that README states."""
+guarantees of zero-copy views that docs/io.md states."""
 
 from __future__ import annotations
 
@@ -174,7 +174,7 @@ def _kwargs(how: str) -> dict:
     return {"copy": {"copy": True}, "convert": {"dtype": "float16"}}.get(how, {})
 
 
-# --- what zero-copy views guarantee (README, "Files changed underneath") ----
+# --- what zero-copy views guarantee (docs/io.md, "Files changed underneath") -
 
 
 def test_writes_to_arrays_never_reach_the_file(model: Path) -> None:

@@ -149,7 +149,7 @@ def test_planted_temporary_names_are_never_written_through(tmp_path: Path) -> No
     assert victim.read_bytes() == b"precious"
 
 
-def test_readme_documents_the_write_guarantees() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+def test_the_docs_state_the_write_guarantees() -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "io.md").read_text()
     for phrase in ("O_TMPFILE", "symbolic link", "SIGINT", "file-changed", "not-regular-file"):
-        assert phrase in readme, phrase
+        assert phrase in page, phrase

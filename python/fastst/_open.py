@@ -264,7 +264,7 @@ class safe_open:  # noqa: N801 - the reference package's name
 
         With ``copy=True`` or ``dtype``, every destination is allocated
         first, then the whole file is read in file order by a few threads in
-        large requests, with the GIL released (see the README, "Owned
+        large requests, with the GIL released (see docs/io.md, "Owned
         loads"). ``progress`` is off by default; a callable is called as
         ``progress(bytes_done, bytes_total)`` (bytes of the file read) from
         the calling thread, at most every 64 MiB and once at the end; an

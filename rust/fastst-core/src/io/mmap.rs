@@ -27,7 +27,7 @@ pub(crate) fn map_read_only(file: &File) -> io::Result<Mmap> {
     // is another process modifying or truncating the file while it is mapped
     // (the bytes change under us, or touching them raises SIGBUS): the
     // reader checks the file is unchanged just before each copy out of it,
-    // which leaves only a truncation racing that check, as README says.
+    // which leaves only a truncation racing that check, as docs/io.md says.
     unsafe { MmapOptions::new().map_copy_read_only(file) }
 }
 

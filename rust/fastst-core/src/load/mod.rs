@@ -86,7 +86,7 @@ pub enum HugePages {
     /// disk); the caller's advice is kept otherwise. Measured: with a cold
     /// page cache, huge-page destinations made copies and conversions
     /// slower; with a cached file, faster (the figures: `benches/README.md`,
-    /// "Figures formerly in code comments", and the README, "Owned loads").
+    /// "Figures formerly in code comments", and docs/io.md, "Owned loads").
     #[default]
     Auto,
     /// Keep whatever the allocator of the destinations asked for.
