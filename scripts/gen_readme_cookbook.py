@@ -31,6 +31,7 @@ import shutil
 import site
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -219,8 +220,6 @@ def run_recipe(
 
 
 def main(check: bool) -> int:
-    import tempfile
-
     text = README.read_text("utf-8")
     lines = text.split("\n")
     real: Dict[int, List[str]] = {}
