@@ -17,12 +17,13 @@ from .._hook import run as run_with_hook
 from .._identify import NOT_FILES
 from ..tools import inspect as fi
 from ..tools.diff import diff
+from ..tools.layers import layer_view
 from ..tools.stale_temp import stale_temp_files
 from ..tools.walk import too_deep_report
+from . import html, model_text, render, report
 from . import provenance as prov
-from . import render, report
 from .exits import EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPE
-from .inputs import READ_ERRORS, inputs, not_safetensors
+from .inputs import READ_ERRORS, inputs, model_config, not_safetensors
 from .meta import cmd_meta
 from .parser import build_parser, check_conflicts
 from .sarif import add_notes, sarif_log
@@ -67,19 +68,20 @@ _SORTS: Dict[str, Callable[[Any], Any]] = {
 
 def _cmd_inspect(args: argparse.Namespace, out: render.Out) -> int:
     results = []
+    pages: List[str] = []
     for kind, path in inputs(out, args.files):
         try:
             if kind == "checkpoint":
-                info = _loose(
-                    fi.inspect_checkpoint(path, tensors=args.tensors, header_cap=args.header_cap)
-                )
+                info = _loose(fi.inspect_checkpoint(path, tensors=True, header_cap=args.header_cap))
             else:
                 if not_safetensors(out, path):
                     continue
-                info = _loose(
-                    fi.inspect_file(path, tensors=args.tensors, header_cap=args.header_cap)
-                )
+                info = _loose(fi.inspect_file(path, tensors=True, header_cap=args.header_cap))
                 info["kind"] = "file"
+            info["layers"] = layer_view((r[0], r[1], r[2], r[4] - r[3]) for r in info["table"])
+            info["config"] = model_config(path, info)
+            if not args.tensors:
+                del info["table"]
             shown: Optional[Tuple[str, np.ndarray]] = None
             if args.tensor is not None:
                 shown = fi.tensor_values(path, args.tensor)
@@ -92,6 +94,8 @@ def _cmd_inspect(args: argparse.Namespace, out: render.Out) -> int:
             if args.sort in _SORTS:
                 rows.sort(key=_SORTS[args.sort])
             info["table"] = rows
+        if args.html:
+            pages.append(html.inspect_section(info))
         if args.json:
             entry = dict(info)
             if table is not None:
@@ -105,10 +109,23 @@ def _cmd_inspect(args: argparse.Namespace, out: render.Out) -> int:
                 }
             results.append(entry)
         else:
-            report.print_inspect(out, info, shown, args)
+            model_text.print_inspect(out, info, shown, args)
     if args.json:
         out.json(_envelope("inspect", results, out))
+    if args.html:
+        _write_html(out, args.html, "inspect", pages, args.files)
     return EXIT_ERROR if out.errors else EXIT_OK
+
+
+def _write_html(
+    out: render.Out, path: str, command: str, sections: List[str], inputs: Sequence[str]
+) -> None:
+    """Writes the ``--html`` page (an error is reported like an unreadable input)."""
+    title = f"fastst {command}: " + ", ".join(inputs)
+    try:
+        html.write(path, html.page(title, sections, command))
+    except OSError as exc:
+        out.error(path, exc)
 
 
 def _row(r: Sequence[Any]) -> Dict[str, Any]:
@@ -174,9 +191,12 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
         prov.print_unchecked(out, stale)
         if len(reports) + len(out.errors) > 1:
             failing = sum(1 for r in reports if r["fails"])
-            out.print(
+            render.paragraph(
+                out,
+                "",
                 f"{render.plural(len(reports), 'input')} verified: {failing:,} with findings at "
-                f"or above {args.fail_on}, {len(out.errors):,} unreadable"
+                f"or above {args.fail_on}, {len(out.errors):,} unreadable",
+                2,
             )
     if out.errors or any(r["inconclusive"] for r in reports):
         return EXIT_ERROR
@@ -322,6 +342,8 @@ def _cmd_diff(args: argparse.Namespace, out: render.Out) -> int:
         out.json(_envelope("diff", results, out))
     elif result is not None:
         report.print_diff(out, result)
+    if args.html and result is not None:
+        _write_html(out, args.html, "diff", [html.diff_section(result)], [args.a, args.b])
     if out.errors or result is None:
         return EXIT_ERROR
     return EXIT_OK if result["identical"] else EXIT_FINDINGS
@@ -370,7 +392,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     out = render.Out(
         sys.stdout,
         sys.stderr,
-        width=render.terminal_width(sys.stdout, args.width),
+        width=None if args.full else render.terminal_width(sys.stdout, args.width),
         color=render.use_color(sys.stdout, args.color),
         full=args.full,
     )

@@ -4,10 +4,13 @@ them) and how reading one is expected to fail."""
 from __future__ import annotations
 
 import os
-from typing import Iterator, Sequence, Tuple
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from .._errors import SafetensorError
 from ..tools import inspect as fi
+from ..tools import results
+from ..tools.config import CONFIG_NAME, compare_config, read_config
+from ..tools.layers import layer_view
 from ..tools.walk import TOO_DEEP
 from . import render
 
@@ -54,3 +57,32 @@ def not_safetensors(out: render.Out, path: str) -> bool:
         return False
     out.error(path, fi.not_safetensors_message(found), fmt=found["kind"])
     return True
+
+
+def model_config(path: str, info: Dict[str, Any]) -> Optional[results.ModelConfig]:
+    """The ``config.json`` beside the file or index ``path``, compared with
+    what ``info`` (an inspect summary with ``layers`` and ``table``) holds;
+    None when there is none."""
+    config = read_config(os.path.dirname(os.path.abspath(path)))
+    if config is not None and config["problem"] is None:
+        shapes = {r[0]: r[2] for r in info["table"]}
+        compare_config(config, info["layers"], info["by_dtype"], shapes)
+    return config
+
+
+def config_beside(kind: str, path: str, header_cap: int) -> Optional[results.ModelConfig]:
+    """:func:`model_config` for ``meta``, which reads no tensor table: the
+    table is read here; when the reader refuses the file, the config is
+    shown without the comparison."""
+    if not os.path.lexists(os.path.join(os.path.dirname(os.path.abspath(path)), CONFIG_NAME)):
+        return None
+    info: Dict[str, Any]
+    try:
+        if kind == "checkpoint":
+            info = dict(fi.inspect_checkpoint(path, tensors=True, header_cap=header_cap))
+        else:
+            info = dict(fi.inspect_file(path, tensors=True, header_cap=header_cap))
+    except READ_ERRORS:
+        return read_config(os.path.dirname(os.path.abspath(path)))
+    info["layers"] = layer_view((r[0], r[1], r[2], r[4] - r[3]) for r in info["table"])
+    return model_config(path, info)

@@ -11,7 +11,7 @@ from ..tools import inspect as fi
 from ..tools.card import strict_json
 from . import render, report
 from .exits import EXIT_ERROR, EXIT_OK
-from .inputs import READ_ERRORS, inputs, not_safetensors
+from .inputs import READ_ERRORS, config_beside, inputs, not_safetensors
 
 
 def cmd_meta(args: argparse.Namespace, out: render.Out) -> int:
@@ -32,13 +32,16 @@ def cmd_meta(args: argparse.Namespace, out: render.Out) -> int:
             continue
         card = fi.metadata_card(metadata)
         decoded = fi.decode_metadata(metadata)
+        config = config_beside(kind, path, args.header_cap)
         if args.json:
             entry = {"path": path, "kind": kind, "card": card, "metadata": decoded}
             if index_metadata is not None:
                 entry["index_metadata"] = strict_json(index_metadata)
+            if config is not None:
+                entry["config"] = config
             results.append(entry)
         else:
-            report.print_meta(out, path, metadata, card, decoded, args.raw)
+            report.print_meta(out, path, metadata, card, decoded, args.raw, config)
     if args.json:
         out.json(render.envelope("meta", results, out))
     return EXIT_ERROR if out.errors else EXIT_OK

@@ -4,8 +4,9 @@ errors (exit 2, messages escaped) and flags that conflict."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
-from typing import Any
+from typing import Any, Dict, Iterable
 
 from .._fastst import DEFAULT_HEADER_CAP, __version__
 from ..tools import inspect as fi
@@ -17,12 +18,97 @@ from .exits import EXIT_ERROR
 # parser --------------------------------------------------------------------
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's layout, except that an ``examples:`` epilog keeps its lines."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with its messages escaped (arguments are untrusted text too)."""
+    """argparse with its messages escaped (arguments are untrusted text too)
+    and a "did you mean" for a mistyped subcommand or option."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> Any:  # type: ignore[override]
         self.print_usage(sys.stderr)
         self.exit(EXIT_ERROR, f"{self.prog}: error: {render.escape(message)}\n")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        words = list(sys.argv[1:] if args is None else args)
+        commands = _subcommands(self)
+        if commands and words and not words[0].startswith("-") and words[0] not in commands:
+            self.error(f"unknown command {words[0]!r}{_did_you_mean(words[0], commands)}")
+        parsed, extras = super().parse_known_args(words, namespace)
+        if extras and commands:
+            chosen = commands.get(getattr(parsed, "command", None) or "", self)
+            options = [o for o in chosen._option_string_actions if o not in ("-h", "--help")]
+            typos = [w for w in extras if w.startswith("-")]
+            hint = _did_you_mean(typos[0].split("=")[0], options) if typos else ""
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed, extras
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> Dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=2, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+def _examples(*lines: str) -> str:
+    """A subcommand's epilog: its examples, one command per line."""
+    return "examples:\n" + "".join(f"  {line}\n" for line in lines)
+
+
+#: Two or three examples at the end of each subcommand's help.
+EXAMPLES = {
+    "inspect": _examples(
+        "fastst inspect model.safetensors          # summary and layer view",
+        "fastst inspect --sort size ./llama        # every tensor, largest first",
+        "fastst inspect --html report.html ./llama  # a page to share",
+    ),
+    "verify": _examples(
+        "fastst verify --values model.safetensors  # rules, findings, NaN/Inf",
+        "fastst verify --format sarif ./models > fastst.sarif",
+        "fastst verify ./model --signature model.sig --public-key key.pub",
+    ),
+    "hash": _examples(
+        "fastst hash model.safetensors             # SHA-256, AutoV1/V2/V3",
+        "fastst hash --tensors --check lora.safetensors",
+    ),
+    "diff": _examples(
+        "fastst diff base.safetensors tuned.safetensors",
+        "fastst diff --json ./llama-a ./llama-b",
+    ),
+    "convert": _examples(
+        "fastst convert pytorch_model.bin model.safetensors",
+        "fastst convert --dtype bf16 --max-shard-size 5GB model.ckpt ./out",
+    ),
+    "meta": _examples(
+        "fastst meta lora.safetensors              # card and raw metadata",
+        "fastst meta --set modelspec.license=MIT --in-place lora.safetensors",
+        "fastst meta --unset ss_tag_frequency --output clean.safetensors lora.safetensors",
+    ),
+    "sign": _examples(
+        "fastst sign ./model --key key.pem         # writes ./model/model.sig",
+        "fastst sign model.safetensors --key key.pem --signature model.sig",
+    ),
+    "sbom": _examples(
+        "fastst sbom ./model > model.cdx.json",
+        "fastst sbom model.safetensors --output model.cdx.json",
+    ),
+}
 
 
 def _add_common(p: argparse.ArgumentParser, files: bool = True) -> None:
@@ -50,12 +136,27 @@ def _add_look(p: argparse.ArgumentParser) -> None:
         help="lay text out in COLUMNS columns (default: the terminal's width; "
         "no limit when not a terminal; 0: no limit)",
     )
-    look.add_argument("--full", action="store_true", help="never shorten long names in tables")
+    look.add_argument(
+        "--wide",
+        "--full",
+        dest="full",
+        action="store_true",
+        help="show everything: no width limit, names never shortened, every difference listed",
+    )
     look.add_argument(
         "--color",
         choices=("auto", "always", "never"),
         default="auto",
         help="colour: auto (default: on a terminal, unless NO_COLOR is set), always, never",
+    )
+
+
+def _add_html(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--html",
+        metavar="REPORT",
+        help="also write the report as one self-contained HTML page (inline CSS and SVG "
+        "charts, nothing loaded from anywhere)",
     )
 
 
@@ -97,17 +198,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fastst {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    p = sub.add_parser("inspect", help="header summary, tensor table, tensor values")
+    p = sub.add_parser(
+        "inspect",
+        help="header summary, layer view, tensor table, tensor values",
+        description="Summarise files, sharded checkpoints and model folders from their headers: "
+        "sizes, dtypes, metadata keys, the config.json beside the weights, and the tensors "
+        "grouped by repeated structure (the layer view); --tensors lists every tensor, --tensor "
+        "prints one's values. Nothing but the header is read unless values are asked for.",
+    )
     _add_common(p)
-    p.add_argument("--tensors", action="store_true", help="list every tensor")
+    p.add_argument(
+        "--tensors", action="store_true", help="list every tensor instead of the layer view"
+    )
     p.add_argument(
         "--sort",
         choices=("offset", "name", "size"),
-        default="offset",
-        help="table order: offset (file order, default), name, size (largest first)",
+        help="list the tensors in this order: offset (file order, the default), name, "
+        "size (largest first); implies --tensors",
     )
-    p.add_argument("--filter", metavar="GLOB", help="only tensors whose name matches GLOB")
+    p.add_argument(
+        "--filter",
+        metavar="GLOB",
+        help="list only tensors whose name matches GLOB; implies --tensors",
+    )
     p.add_argument("--tensor", metavar="NAME", help="print the values of tensor NAME")
+    _add_html(p)
     p.add_argument(
         "--max-values",
         type=non_negative,
@@ -116,7 +231,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="summarise arrays with more than N values (default 1,000)",
     )
 
-    p = sub.add_parser("verify", help="structural rules and forensic findings")
+    p = sub.add_parser(
+        "verify",
+        help="structural rules and forensic findings",
+        description="Check files, checkpoints and folders against the reader's rules and report "
+        "forensic findings (suspicious names, metadata, holes, appended payloads, pickles; with "
+        "--values NaN/Inf and BOOL bytes), most severe first; or, with --signature, check a "
+        "model signature. Exit 1 when a finding is at or above --fail-on.",
+    )
     _add_common(p)
     _add_threads(p)
     p.add_argument(
@@ -129,7 +251,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_fail_on(p, "low")
     prov.add_verify_signature_args(p)
 
-    p = sub.add_parser("hash", help="SHA-256, AutoV1/V2/V3, header and per-tensor hashes")
+    p = sub.add_parser(
+        "hash",
+        help="SHA-256, AutoV1/V2/V3, header and per-tensor hashes",
+        description="Hash files and checkpoints the way the ecosystem names them: SHA-256 of "
+        "the file, AutoV1, AutoV2, AutoV3 (the CivitAI hash), the canonical header and, with "
+        "--tensors, every tensor; --check compares them with the hashes the metadata embeds.",
+    )
     _add_common(p)
     _add_threads(p)
     p.add_argument("--tensors", action="store_true", help="also hash every tensor")
@@ -151,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("b", metavar="B", help="a file, an index file or a model folder")
     _add_common(p, files=False)
     _add_threads(p)
+    _add_html(p)
 
     p = sub.add_parser(
         "convert",
@@ -179,7 +308,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
 
-    p = sub.add_parser("meta", help="metadata card and raw metadata; --set/--unset edit it")
+    p = sub.add_parser(
+        "meta",
+        help="metadata card and raw metadata; --set/--unset edit it",
+        description="Show the __metadata__ of files and checkpoints as a card (the facts the "
+        "model's kind has: title, author, trigger words, training...) and as decoded values, "
+        "with the config.json beside the weights; --set/--unset rewrite it atomically, the "
+        "tensors copied unchanged.",
+    )
     _add_common(p)
     p.add_argument("--raw", action="store_true", help="only the raw metadata, no card")
     edit = p.add_argument_group("editing (the tensors are copied unchanged, checked by SHA-256)")
@@ -201,6 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     sbom_parser = prov.add_sbom_parser(sub)
     _add_look(sbom_parser)
     sbom_parser.set_defaults(json=False)
+    for name, sub_parser in sub.choices.items():
+        sub_parser.epilog = EXAMPLES.get(name, sub_parser.epilog)
     return parser
 
 
@@ -213,6 +351,8 @@ def check_conflicts(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     usage error (exit 2)."""
     if args.command is None:
         _usage_error(parser, "a command is required")
+    if args.command == "inspect" and (args.sort or args.filter is not None):
+        args.tensors = True
     if args.command == "verify":
         if args.json and args.format not in (None, "json"):
             _usage_error(parser, f"--json conflicts with --format {args.format}")

@@ -26,7 +26,7 @@ from .provenance_render import (
     clean,
     print_unchecked,
 )
-from .render import envelope, one_line
+from .render import envelope, one_line, paragraph
 from .sarif import signature_sarif_log
 
 __all__ = [
@@ -170,9 +170,12 @@ def run_sign(args: argparse.Namespace, out: Any) -> int:
         _dump(out, envelope("sign", [result.to_dict()], out))
     else:
         n = len({f.name.rsplit(":", 2)[0] if ":" in f.name else f.name for f in result.files})
-        out.print(
+        paragraph(
+            out,
+            "",
             f"{clean(result.model)}: signed {n} file{'s' if n != 1 else ''} with a "
-            f"{result.method} -> {clean(result.signature)} ({result.seconds:.2f} s)"
+            f"{result.method} -> {clean(result.signature)} ({result.seconds:.2f} s)",
+            2,
         )
         if findings:
             out.print(f"  but {len(findings)} finding{'s' if len(findings) != 1 else ''}:")
@@ -247,7 +250,7 @@ def add_verify_signature_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--trust-root",
         metavar="JSON",
-        help="Sigstore trusted root (or client trust config) file, for keyless signatures",
+        help="the Sigstore trusted root (or client trust config) file, for keyless signatures",
     )
     g.add_argument("--identity", help="expected signer identity (Sigstore)")
     g.add_argument("--issuer", help="expected OIDC issuer of the identity (Sigstore)")

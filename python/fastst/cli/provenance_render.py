@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Dict, Sequence
 
 from .._text import escape as clean
+from .render import paragraph
 
 _SEVERITIES = ("info", "low", "medium", "high", "critical")
 
@@ -23,7 +24,8 @@ def _print_findings(out: Any, findings: Sequence[Dict[str, Any]]) -> None:
         return
     width = max(len(f["rule"]) for f in findings)
     for f in findings:
-        out.print(f"  {f['severity'].upper():<8} {f['rule']:<{width}}  {clean(f['message'])}")
+        lead = f"  {f['severity'].upper():<8} {f['rule']:<{width}}  "
+        paragraph(out, lead, f["message"], len(lead))
 
 
 def _rank(severity: str) -> int:
@@ -36,17 +38,18 @@ def _print_verify(out: Any, r: Dict[str, Any]) -> None:
         signed = (
             f", signed as {clean(repr(r['signed_model_name']))}" if r["signed_model_name"] else ""
         )
-        out.print(f"{head}: VERIFIED ({r['method']}; {r['files_checked']} files checked{signed})")
+        verdict = f"VERIFIED ({r['method']}; {r['files_checked']} files checked{signed})"
+        paragraph(out, "", f"{head}: {verdict}", 2)
         _print_findings(out, r["findings"])
         return
     n = len(r["findings"])
-    out.print(
-        f"{head}: NOT VERIFIED, {n} finding{'s' if n != 1 else ''} ({_counts(r['findings'])})"
-    )
+    verdict = f"NOT VERIFIED, {n} finding{'s' if n != 1 else ''} ({_counts(r['findings'])})"
+    paragraph(out, "", f"{head}: {verdict}", 2)
     _print_findings(out, r["findings"])
 
 
 def print_unchecked(out: Any, notes: Sequence[Dict[str, Any]]) -> None:
     """Text lines for :func:`unchecked_signatures`."""
     for n in notes:
-        out.print(f"  {n['severity'].upper():<8} {n['rule']}  {clean(n['message'])}")
+        lead = f"  {n['severity'].upper():<8} {n['rule']}  "
+        paragraph(out, lead, n["message"], 11)

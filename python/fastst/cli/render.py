@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple, Union
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, TextIO, Tuple, Union
 
 from .._fastst import __version__
-from .text import escape, fit, json_text
+from .text import ELLIPSIS, display_width, escape, fit, json_text, pad, wrap
 
 __all__ = [
     "Out",
@@ -27,6 +28,13 @@ __all__ = [
     "plural",
     "terminal_width",
     "use_color",
+    "Column",
+    "table",
+    "room",
+    "abbreviate",
+    "clip",
+    "paragraph",
+    "digest_lines",
 ]
 
 # terminal -----------------------------------------------------------------
@@ -133,14 +141,14 @@ class Out:
 
     def print(self, *pieces: Piece) -> None:
         """Writes one line made of ``pieces``, each escaped; a piece
-        ``(style, text)`` is coloured after escaping."""
-        parts = []
-        for piece in pieces:
-            if isinstance(piece, tuple):
-                parts.append(self.style(piece[0], escape(piece[1])))
-            else:
-                parts.append(escape(piece))
-        self.stdout.write("".join(parts) + "\n")
+        ``(style, text)`` is coloured after escaping. A line wider than
+        ``width`` is cut with an ellipsis at the end (unless ``--wide``): the
+        layouts fit the width themselves, this keeps anything from wrapping."""
+        styled = [p if isinstance(p, tuple) else ("", p) for p in pieces]
+        safe = [(name, escape(text)) for name, text in styled]
+        if self.width is not None and not self.full:
+            safe = _clip_pieces(safe, self.width)
+        self.stdout.write("".join(self.style(name, text) for name, text in safe) + "\n")
 
     def blank(self) -> None:
         self.stdout.write("\n")
@@ -177,6 +185,208 @@ class Out:
 
     def warn(self, message: str) -> None:
         self.stderr.write(f"fastst: {escape(message)}\n")
+
+
+def _clip_pieces(pieces: List[Tuple[str, str]], columns: int) -> List[Tuple[str, str]]:
+    if sum(display_width(text) for _, text in pieces) <= columns:
+        return pieces
+    kept: List[Tuple[str, str]] = []
+    left = columns - 1
+    for name, text in pieces:
+        if display_width(text) > left:
+            kept.append((name, clip(text, left + 1)))
+            break
+        kept.append((name, text))
+        left -= display_width(text)
+    return kept
+
+
+# layout ----------------------------------------------------------------------
+
+
+def room(out: Out, used: int = 0, least: int = 0) -> Optional[int]:
+    """Columns left on a line of ``out`` once ``used`` are taken (at least
+    ``least``); None: no limit (piped output, ``--wide``)."""
+    if out.width is None or out.full:
+        return None
+    return max(out.width - used, least)
+
+
+def paragraph(out: Out, lead: Piece, text: str, indent: int) -> None:
+    """``lead`` (a piece: text, or (style, text)) then ``text``, both escaped
+    here, wrapped to ``out``'s width with a hanging indent of ``indent``."""
+    style, words = lead if isinstance(lead, tuple) else ("", lead)
+    words, safe = escape(words), escape(text)
+    limit = room(out)
+    if limit is not None and limit - display_width(words) < 8:
+        out.print((style, words))  # too long a lead: the text goes below it
+        words = " " * indent
+    first = safe if limit is None else wrap(safe, max(limit - display_width(words), 8))[0]
+    out.print((style, words), first)
+    rest = safe[len(first) :]
+    rest = rest[1:] if rest.startswith(" ") else rest
+    for line in wrap(rest, max((limit or 0) - indent, 8)) if rest else []:
+        out.print(" " * indent, line)
+
+
+def digest_lines(out: Out, lead: str, digest: str, indent: int = 4, tail: str = "") -> None:
+    """``lead``, a hex digest and ``tail`` on one line when they fit; else
+    the digest alone on the lines below, split where it must be: a digest is
+    never cut short."""
+    limit = room(out)
+    if limit is None or display_width(lead + tail) + len(digest) <= limit:
+        out.print(lead, digest, tail)
+        return
+    if (lead + tail).strip():
+        out.print(lead.rstrip(), tail)
+    step = max(limit - indent, 8)
+    for i in range(0, len(digest), step):
+        out.print(" " * indent, digest[i : i + step])
+
+
+def clip(text: str, columns: Optional[int]) -> str:
+    """``text`` (escaped) cut to ``columns`` with an ellipsis at the end."""
+    if columns is None or display_width(text) <= columns:
+        return text
+    head = fit(text, 2 * columns + 2)  # cheap bound on very long text
+    while head and display_width(head) > columns - 1:
+        head = head[:-1]
+    return head + ELLIPSIS if columns > 0 else ""
+
+
+def abbreviate(name: str, columns: Optional[int]) -> str:
+    """A dotted name (escaped) shortened to ``columns`` keeping what tells it
+    apart: whole components are left out (one ellipsis per run) first from
+    the middle of the part after the last number, then from the part before
+    the first, so the layer numbers and the leaf stay:
+    ``model.layers.31…q_proj.weight``; what is left is shortened in the
+    middle (:func:`fit`) when that is not enough."""
+    if columns is None or display_width(name) <= columns:
+        return name
+    parts = name.split(".")
+    numbers = [i for i, p in enumerate(parts) if p.isdigit()]
+    last = len(parts) - 1
+    after = numbers[-1] + 1 if numbers else 0
+    before = numbers[0] if numbers else 0
+    # The order components go in: right after the last number towards the
+    # leaf's parent, then from the start up to the first number.
+    order = list(range(after, last - 1)) + list(range(0, before))
+    dropped: Set[int] = set()
+    text = name
+    for i in order:
+        dropped.add(i)
+        text = _join_kept(parts, dropped)
+        if display_width(text) <= columns:
+            return _give_back(parts, dropped, i, columns) or text
+    return fit(text, columns)
+
+
+def _give_back(parts: List[str], dropped: Set[int], last: int, columns: int) -> Optional[str]:
+    """The component dropped ``last`` put back, shortened in the middle to
+    the room left, when at least a few of its characters fit."""
+    dropped.discard(last)
+    whole = parts[last]
+    best = None
+    low, high = 5, display_width(whole) - 1
+    while low <= high:  # the widest shortening that fits
+        mid = (low + high) // 2
+        parts[last] = fit(whole, mid)
+        text = _join_kept(parts, dropped)
+        if display_width(text) <= columns:
+            best, low = text, mid + 1
+        else:
+            high = mid - 1
+    parts[last] = whole
+    return best
+
+
+def _join_kept(parts: List[str], dropped: Set[int]) -> str:
+    text = ""
+    gap = False
+    for i, part in enumerate(parts):
+        if i in dropped:
+            gap = True
+            continue
+        if text or gap:
+            text += ELLIPSIS if gap else "."
+        text += part
+        gap = False
+    return text + (ELLIPSIS if gap else "")
+
+
+def affixes(cells: Sequence[str]) -> Callable[[str, int], str]:
+    """An abbreviator for a column whose cells share a start and an end
+    (shard files: ``model-00001-of-00004.safetensors``): what differs stays,
+    the shared parts give way first."""
+    if len(cells) < 2:
+        return fit
+    start = len(os.path.commonprefix(list(cells)))
+    end = len(os.path.commonprefix([c[::-1] for c in cells]))
+    shortest = min(len(c) for c in cells)
+    end = min(end, shortest - start)
+
+    def shorten(text: str, columns: int) -> str:
+        if display_width(text) <= columns:
+            return text
+        core = text[start : len(text) - end]
+        spare = columns - display_width(core) - 2
+        if spare < 0:
+            return fit(core, columns)
+        head = text[:start][len(text[:start]) - spare // 2 :] if spare // 2 else ""
+        tail = text[len(text) - end :][: spare - len(head)]
+        return ELLIPSIS + head + core + tail + ELLIPSIS
+
+    return shorten
+
+
+@dataclass
+class Column:
+    """A column of :func:`table`: its header and cells (escaped), whether
+    it is right-aligned, how narrow it may get (``least``; 0: it may be left
+    out), its place in the order columns give way (``give``: lower first),
+    and how a cell is shortened."""
+
+    header: str
+    cells: List[str]
+    right: bool = False
+    least: int = 0
+    give: int = 0
+    shorten: Callable[[str, int], str] = field(default=fit)
+
+
+def table(out: Out, columns: Sequence[Column], indent: int = 2) -> None:
+    """Prints ``columns`` as a table that fits ``out``'s width: columns give
+    way in ``give`` order, each shrinking down to its ``least`` before the
+    next one gives, or left out when its ``least`` is 0. ``--wide`` (or
+    piped output) shows every column in full."""
+    widths = [max([display_width(c.header)] + [display_width(x) for x in c.cells]) for c in columns]
+    shown = list(range(len(columns)))
+    limit = room(out, indent)
+    if limit is not None:
+        order = sorted(shown, key=lambda i: columns[i].give)
+
+        def total() -> int:
+            return sum(widths[i] for i in shown) + 2 * (len(shown) - 1)
+
+        for i in order:
+            excess = total() - limit
+            if excess <= 0:
+                break
+            if columns[i].least == 0 and len(shown) > 1:
+                shown.remove(i)
+                continue
+            floor = max(columns[i].least, display_width(columns[i].header))
+            widths[i] = max(floor, widths[i] - excess)
+    head = [pad(columns[i].header, widths[i], columns[i].right) for i in shown]
+    out.print(" " * indent, ("dim", "  ".join(head).rstrip()))
+    for row in range(len(columns[0].cells) if columns else 0):
+        cells = []
+        for i in shown:
+            cell = columns[i].cells[row]
+            if display_width(cell) > widths[i]:
+                cell = columns[i].shorten(cell, widths[i])
+            cells.append(pad(cell, widths[i], columns[i].right))
+        out.print(" " * indent, "  ".join(cells).rstrip())
 
 
 # numbers --------------------------------------------------------------------

@@ -1,161 +1,32 @@
-"""The text of each subcommand's report (``inspect``, ``verify``,
-``hash``, ``meta``), laid out for :class:`.render.Out`: its width, its
-colours, names shortened in the middle in tables unless ``--full``."""
+"""The text of each subcommand's report (``verify``, ``hash``, ``meta``,
+``diff``, ``convert``; ``inspect``'s is in :mod:`.model_text`), laid out for
+:class:`.render.Out`: its width, its colours, names shortened keeping what
+tells them apart unless ``--wide``."""
 
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-import numpy as np
-
 from ..tools import inspect as fi
-from .render import Out, count_text, plural, shape_text, size_text
-from .text import display_width, escape, fit, json_text, pad, wrap
+from .model_text import print_config
+from .render import (
+    Out,
+    abbreviate,
+    count_text,
+    digest_lines,
+    paragraph,
+    plural,
+    room,
+    shape_text,
+    size_text,
+)
+from .text import display_width, escape, json_text, pad, wrap
 
 
 def _lines(out: Out, label: str, value: str, indent: int) -> None:
     """``label`` then ``value`` (escaped) wrapped to the width with a
     hanging indent of ``indent`` columns."""
-    safe = escape(value)
-    room = None if out.width is None else max(out.width - indent, 20)
-    for i, line in enumerate(wrap(safe, room)):
-        out.print(pad(label, indent) if i == 0 else " " * indent, line)
-
-
-# inspect --------------------------------------------------------------------
-
-
-def print_inspect(
-    out: Out,
-    info: Dict[str, Any],
-    shown: Optional[Tuple[str, np.ndarray]],
-    args: Any,
-) -> None:
-    """The ``inspect`` report of one file or checkpoint (``info`` from
-    :func:`fastst.tools.inspect.inspect_file` or
-    :func:`fastst.tools.inspect.inspect_checkpoint`, its table already filtered
-    and sorted; ``shown``: the values asked for with ``--tensor``)."""
-    out.print(("bold", info["path"]))
-    shards = info.get("shards")
-    if shards is not None:
-        out.print(f"  checkpoint   {plural(len(shards), 'shard')} and an index")
-    out.print(f"  file size    {size_text(info['file_len'])} ({plural(info['file_len'], 'byte')})")
-    if shards is None:
-        out.print(
-            f"  header       {plural(info['header_len'], 'byte')}, "
-            f"data at offset {info['data_start']:,}"
-        )
-    out.print(f"  tensors      {info['tensors']:,}")
-    out.print(f"  parameters   {count_text(info['parameters'])}")
-    by_dtype = info["by_dtype"]
-    if by_dtype:
-        dw = max(display_width(d["dtype"]) for d in by_dtype)
-        tw = max(len(plural(d["tensors"], "tensor")) for d in by_dtype)
-        pw = max(len(f"{d['parameters']:,}") for d in by_dtype)
-        for i, d in enumerate(by_dtype):
-            label = "  by dtype     " if i == 0 else " " * 15
-            out.print(
-                label,
-                pad(d["dtype"], dw),
-                "  ",
-                pad(plural(d["tensors"], "tensor"), tw, right=True),
-                "  ",
-                pad(f"{d['parameters']:,}", pw, right=True),
-                " params  ",
-                size_text(d["bytes"]),
-            )
-    if shards is not None:
-        nw = max(display_width(escape(s["file"])) for s in shards) if shards else 0
-        room = None if out.width is None else max(out.width - 15 - 30, 12)
-        nw = nw if room is None or out.full else min(nw, room)
-        for i, s in enumerate(shards):
-            label = "  shards       " if i == 0 else " " * 15
-            out.print(
-                label,
-                pad(out.fit(s["file"], nw), nw),
-                "  ",
-                plural(s["tensors"], "tensor"),
-                ", ",
-                size_text(s["file_len"]),
-            )
-    metadata = info.get("metadata")
-    if metadata:
-        keys = plural(len(metadata), "key") + ": " + ", ".join(sorted(metadata))
-        _lines(out, "  metadata", keys, 15)
-    else:
-        out.print("  metadata     (none)")
-    table = info.get("table")
-    if table is not None:
-        out.blank()
-        _print_table(out, info, table, args)
-    if shown is not None:
-        dtype, array = shown
-        note = " (shown as float32)" if array.dtype == np.float32 and dtype != "F32" else ""
-        out.blank()
-        out.print("  ", args.tensor, f": {dtype} {shape_text(array.shape)}{note}")
-        linewidth = max((out.width or 100) - 4, 40)
-        with np.printoptions(threshold=args.max_values, linewidth=linewidth):
-            text = np.array2string(array, separator=" ")
-        for line in text.splitlines():
-            out.print("    ", line)
-    out.blank()
-
-
-def _print_table(out: Out, info: Dict[str, Any], table: List[Any], args: Any) -> None:
-    sharded = info.get("shards") is not None
-    names = [escape(r[0]) for r in table]
-    dtypes = [r[1] for r in table]
-    shapes = [shape_text(r[2]) for r in table]
-    begins = [f"{r[3]:,}" for r in table]
-    ends = [f"{r[4]:,}" for r in table]
-    files = [escape(r[5]) for r in table] if sharded else []
-    dw = max([5] + [len(d) for d in dtypes])
-    sw = max([5] + [len(s) for s in shapes])
-    bw = max([5] + [len(b) for b in begins])
-    ew = max([3] + [len(e) for e in ends])
-    fw = max([5] + [display_width(f) for f in files]) if sharded else 0
-    fixed = 2 + 2 + dw + 2 + sw + 2 + bw + 2 + ew + ((2 + fw) if sharded else 0)
-    nw = max([4] + [display_width(n) for n in names])
-    if out.width is not None and not out.full:
-        nw = min(nw, max(out.width - fixed, 16))
-    head = [
-        "  ",
-        pad("name", nw),
-        "  ",
-        pad("dtype", dw),
-        "  ",
-        pad("shape", sw),
-        "  ",
-        pad("begin", bw, right=True),
-        "  ",
-        pad("end", ew, right=True),
-    ]
-    if sharded:
-        head += ["  ", "shard"]
-    out.print(*[("dim", h) if h.strip() else h for h in head])
-    for i, name in enumerate(names):
-        shown = name if out.full else fit(name, nw)
-        row = [
-            "  ",
-            pad(shown, nw),
-            "  ",
-            pad(dtypes[i], dw),
-            "  ",
-            pad(shapes[i], sw),
-            "  ",
-            pad(begins[i], bw, right=True),
-            "  ",
-            pad(ends[i], ew, right=True),
-        ]
-        if sharded:
-            row += ["  ", files[i]]
-        out.print(*row)
-    if args.filter:
-        out.print(
-            f"  ({len(table):,} of {plural(info['tensors'], 'tensor')} match ",
-            repr(args.filter),
-            ")",
-        )
+    paragraph(out, pad(label, indent), value, indent)
 
 
 # verify ---------------------------------------------------------------------
@@ -173,16 +44,14 @@ def print_verify(out: Out, report: Dict[str, Any]) -> None:
     if report.get("values_checked") is not None:
         verdict += f"; values of {plural(report['values_checked'], 'tensor')} checked"
     if not findings:
-        out.print(("bold", report["path"]), ": ", ("ok", "OK"), f", no findings ({verdict})")
+        paragraph(out, ("bold", report["path"]), f": OK, no findings ({verdict})", 2)
         return
     counts: Dict[str, int] = {}
     for f in findings:
         counts[f["severity"]] = counts.get(f["severity"], 0) + 1
     by_severity = ", ".join(f"{counts[s]:,} {s}" for s in reversed(fi.SEVERITIES) if s in counts)
-    out.print(
-        ("bold", report["path"]),
-        f": {plural(len(findings), 'finding')} ({by_severity}); {verdict}",
-    )
+    summary = f": {plural(len(findings), 'finding')} ({by_severity}); {verdict}"
+    paragraph(out, ("bold", report["path"]), summary, 2)
     width = max(len(f["rule"]) for f in findings)
     indent = 2 + 8 + 1 + width + 2
     room = None if out.width is None else max(out.width - indent, 20)
@@ -204,33 +73,31 @@ def print_hash(out: Out, h: Dict[str, Any]) -> None:
     out.print(("bold", h["path"]))
     shards = h.get("shards")
     if shards is not None:
-        out.print(f"  checkpoint     {h['checkpoint_sha256']}  ({plural(len(shards), 'shard')})")
-        for s in shards:
-            out.print(f"    {s['sha256']}  ", out.fit(s["file"], _rest(out, 4 + 64 + 2)))
+        tail = f"  ({plural(len(shards), 'shard')})"
+        digest_lines(out, "  checkpoint     ", h["checkpoint_sha256"], tail=tail)
+        _named_digests(out, [(s["file"], s["sha256"]) for s in shards])
         out.blank()
         return
-    out.print(f"  sha256         {h['sha256']}")
+    digest_lines(out, "  sha256         ", h["sha256"])
     out.print(f"  autov1         {h['autov1']}")
     out.print(f"  autov2         {h['autov2']}")
     if h["autov3"] is not None:
-        out.print(f"  autov3         {h['autov3']}")
+        digest_lines(out, "  autov3         ", h["autov3"])
         out.print(f"  civitai        {h['autov3'][:12]}  (AutoV3 as CivitAI shows it)")
     else:
         out.print("  autov3         (none: the length prefix points past the end of the file)")
     if h["header_sha256"] is not None:
-        out.print(f"  header_sha256  {h['header_sha256']}")
+        digest_lines(out, "  header_sha256  ", h["header_sha256"])
     problem = h.get("header_problem")
     if problem:
         _lines(out, "  header", f"not usable: {problem['message']}", 17)
     tensors = h.get("tensors")
     if tensors:
         out.print("  tensors:")
-        room = _rest(out, 4 + 64 + 2)
-        for name, digest in tensors.items():
-            out.print(f"    {digest}  ", out.fit(name, room))
+        _named_digests(out, list(tensors.items()))
     for check in h.get("check") or []:
         if check["rule"] == "no-embedded-hash":
-            out.print("  check          nothing to compare: no embedded hash in the metadata")
+            _lines(out, "  check", "nothing to compare: no embedded hash in the metadata", 17)
         else:
             sev = check["severity"]
             _lines(out, "  check", f"{sev.upper()} {check['rule']}: {check['message']}", 17)
@@ -239,8 +106,17 @@ def print_hash(out: Out, h: Dict[str, Any]) -> None:
     out.blank()
 
 
-def _rest(out: Out, used: int) -> Optional[int]:
-    return None if out.width is None else max(out.width - used, 16)
+def _named_digests(out: Out, pairs: List[Tuple[str, str]]) -> None:
+    """``digest  name`` per line; where that does not fit, the name
+    (shortened) on one line and its whole digest below."""
+    limit = room(out)
+    for name, digest in pairs:
+        safe = escape(name)
+        if limit is None or 4 + len(digest) + 2 + min(display_width(safe), 24) <= limit:
+            out.print(f"    {digest}  ", abbreviate(safe, None if limit is None else limit - 70))
+        else:
+            out.print("    ", abbreviate(safe, limit - 4))
+            digest_lines(out, "", digest, 6)
 
 
 # meta -----------------------------------------------------------------------
@@ -271,10 +147,14 @@ def print_meta(
     card: Mapping[str, Any],
     decoded: Dict[str, Any],
     raw_only: bool,
+    config: Optional[Mapping[str, Any]] = None,
 ) -> None:
-    """The ``meta`` report of one file: the metadata card (unless
-    ``raw_only``), then every key with JSON values indented."""
+    """The ``meta`` report of one file: the ``config.json`` beside it, the
+    metadata card (unless ``raw_only``; only the fields the kind of model
+    has), then every key with JSON values indented."""
     out.print(("bold", path))
+    if config is not None and not raw_only:
+        print_config(out, config)
     if metadata is None:
         out.print("  (no __metadata__)")
         out.blank()
@@ -319,7 +199,10 @@ def print_meta(
             if facts:
                 line("training", ", ".join(facts))
         thumb = card["thumbnail"]
-        line("thumbnail", f"{thumb['mime']}, {size_text(thumb['bytes'])}" if thumb else "none")
+        if thumb:
+            line("thumbnail", f"{thumb['mime']}, {size_text(thumb['bytes'])}")
+        elif _pictures(card):
+            line("thumbnail", "none")
         if card["cover_images"]:
             line("cover images", f"{card['cover_images']:,}")
         for key, value in card["embedded_hashes"].items():
@@ -337,13 +220,15 @@ def print_meta(
             text = str(value)
             if len(text) > 2000:
                 text = text[:2000] + f"... ({plural(len(text), 'character')})"
-            label = f"    {escape(key)}: "
-            room = None if out.width is None else max(out.width - 6, 20)
-            lines = wrap(label + escape(text), room)
-            out.print(lines[0])
-            for more in lines[1:]:
-                out.print("      ", more)
+            paragraph(out, f"    {key}: ", text, 6)
     out.blank()
+
+
+def _pictures(card: Mapping[str, Any]) -> bool:
+    """Whether the card is of a model that makes pictures (where a missing
+    thumbnail is worth saying): the facts only image tools record."""
+    keys = ("architecture", "resolution", "sd_model_name", "network", "training")
+    return any(card[k] for k in keys) or bool(card["trigger_words"])
 
 
 def _count(value: Any, word: str) -> str:
@@ -395,43 +280,53 @@ def print_diff(out: Out, d: Mapping[str, Any]) -> None:
     verdict = ("ok", "identical") if d["identical"] else ("high", "different")
     out.print("  result       ", verdict)
     changed = len(d["dtype_changed"]) + len(d["shape_changed"])
-    out.print(
-        f"  tensors      {d['tensors']:,} in both: {d['identical_tensors']:,} identical, "
+    _lines(
+        out,
+        "  tensors",
+        f"{d['tensors']:,} in both: {d['identical_tensors']:,} identical, "
         f"{len(d['different']):,} with different values, {changed:,} changed in dtype or "
-        f"shape; {len(d['only_in_a']):,} only in A, {len(d['only_in_b']):,} only in B"
+        f"shape; {len(d['only_in_a']):,} only in A, {len(d['only_in_b']):,} only in B",
+        15,
     )
-    room = None if out.width is None else max(out.width - 15, 16)
+    limit = room(out, 15, 16)
 
-    def listing(label: str, lines: List[str]) -> None:
+    def listing(label: str, lines: List[Tuple[str, str]]) -> None:
+        """One line per (name, what changed): the name gives way first."""
         shown = lines if out.full else lines[:_DIFF_LIST]
-        for i, line in enumerate(shown):
-            out.print(pad(f"  {label}" if i == 0 else "", 15), out.fit(line, room))
+        for i, (name, rest) in enumerate(shown):
+            safe, more = escape(name), escape(rest)
+            if limit is not None:
+                safe = abbreviate(safe, max(limit - display_width(more), 12))
+            out.print(pad(f"  {label}" if i == 0 else "", 15), out.fit(safe + more, limit))
         if len(shown) < len(lines):
-            out.print(" " * 15, f"... and {len(lines) - len(shown):,} more (--full lists all)")
+            out.print(" " * 15, f"... and {len(lines) - len(shown):,} more (--wide lists all)")
 
-    listing("only in A", d["only_in_a"])
-    listing("only in B", d["only_in_b"])
-    listing("dtype", [f"{c['name']}: {c['a']} -> {c['b']}" for c in d["dtype_changed"]])
+    listing("only in A", [(n, "") for n in d["only_in_a"]])
+    listing("only in B", [(n, "") for n in d["only_in_b"]])
+    listing("dtype", [(c["name"], f": {c['a']} -> {c['b']}") for c in d["dtype_changed"]])
     listing(
         "shape",
-        [f"{c['name']}: {shape_text(c['a'])} -> {shape_text(c['b'])}" for c in d["shape_changed"]],
+        [
+            (c["name"], f": {shape_text(c['a'])} -> {shape_text(c['b'])}")
+            for c in d["shape_changed"]
+        ],
     )
     values = []
     for t in d["different"]:
         text = (
-            f"{t['name']} ({t['dtype']} {shape_text(t['shape'])}): "
+            f" ({t['dtype']} {shape_text(t['shape'])}): "
             f"{t['differing']:,} of {plural(t['elements'], 'element')} differ"
         )
         if t["max_abs"] is not None:
             text += f", max abs {_number(t['max_abs'])}, max rel {_number(t['max_rel'])}"
         if t["differing"] == 0:
             text += " (only the sign of zeros or NaN payloads changed)"
-        values.append(text)
+        values.append((t["name"], text))
     listing("values", values)
     meta = d["metadata"]
-    lines = [f"{k}: {a!r} -> {b!r}" for k, (a, b) in meta["changed"].items()]
-    lines += [f"+ {k}: {v!r} (only in B)" for k, v in meta["only_in_b"].items()]
-    lines += [f"- {k}: {v!r} (only in A)" for k, v in meta["only_in_a"].items()]
+    lines = [(k, f": {a!r} -> {b!r}") for k, (a, b) in meta["changed"].items()]
+    lines += [("+ " + k, f": {v!r} (only in B)") for k, v in meta["only_in_b"].items()]
+    lines += [("- " + k, f": {v!r} (only in A)") for k, v in meta["only_in_a"].items()]
     listing("metadata", lines)
     out.blank()
 

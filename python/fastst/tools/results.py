@@ -149,8 +149,58 @@ class TensorValues(TypedDict):
     values: Any  # nested lists of numbers (a number for a scalar)
 
 
+class LayerBlock(TypedDict):
+    """A block repeated in a checkpoint (:func:`fastst.tools.layers.layer_view`)."""
+
+    pattern: str  # "model.layers.{0-31}"
+    prefix: str  # what comes before the number: "model.layers."
+    indices: List[Count]  # the numbers of the repeats, ascending
+    repeats: Count
+    tensors: Count  # in one repeat
+    parameters: Count  # over all repeats
+    bytes: Count  # over all repeats
+    dtypes: List[str]
+    suffixes: List[str]  # the tensors of one repeat, named by what follows the number
+
+
+class LayerTensor(TypedDict):
+    """A tensor that is part of no repeated block."""
+
+    name: str
+    dtype: str
+    shape: List[Count]
+    parameters: Count
+    bytes: Count
+
+
+class LayerView(TypedDict):
+    """:func:`fastst.tools.layers.layer_view`: blocks, then the other tensors,
+    each in the order its first tensor comes in the file."""
+
+    blocks: List[LayerBlock]
+    single: List[LayerTensor]
+
+
+class ModelConfig(TypedDict):
+    """:func:`fastst.tools.config.read_config`: the ``config.json`` beside
+    the weights (transformers or diffusers), read as data."""
+
+    path: str
+    problem: Optional[str]  # why it could not be read (the facts are then empty)
+    class_name: Optional[str]  # diffusers "_class_name"
+    architectures: List[str]
+    model_type: Optional[str]
+    hidden_size: Optional[int]  # hidden_size, n_embd or d_model
+    num_hidden_layers: Optional[int]  # num_hidden_layers, n_layer or num_layers
+    dtype: Optional[str]  # torch_dtype or dtype, as declared
+    notes: List[str]  # values left out (wrong types)
+    mismatches: List[str]  # where the weights disagree with it
+
+
 class _InspectReport(_Summary):
     kind: Kind
+    layers: LayerView  # tensors grouped by repeated structure
+    config: Optional[ModelConfig]  # config.json beside the weights, if any
 
 
 class InspectReport(_InspectReport, total=False):
@@ -361,6 +411,7 @@ class MetaReport(_MetaReport, total=False):
 
     index_metadata: Dict[str, Any]
     written: MetadataWritten  # meta --set/--unset
+    config: ModelConfig  # config.json beside the weights, when there is one
 
 
 # diff ----------------------------------------------------------------------------

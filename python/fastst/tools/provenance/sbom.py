@@ -106,8 +106,41 @@ def _file_facts(path: str, threads: int) -> Dict[str, Any]:
     from .. import inspect as fi
 
     hashes = fi.hash_file(path, threads=threads)
-    summary = fi.inspect_file(path)
+    summary = fi.inspect_file(path, tensors=True)
     return {"hashes": hashes, "summary": summary, "metadata": summary.get("metadata")}
+
+
+def _config(main: ModelFile, shard_facts: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """What the ``config.json`` beside a checkpoint declares, as modelCard
+    facts: ``architecture``, ``model_type`` and ``properties``
+    (``config.*``, with the weights' disagreements as ``config.mismatches``)."""
+    from ..config import compare_config, read_config
+    from ..layers import layer_view
+
+    config = read_config(os.path.dirname(os.path.abspath(main.path)))
+    if config is None:
+        return {}
+    if config["problem"] is not None:
+        return {"properties": {"config.problem": config["problem"]}}
+    rows = [r for x in shard_facts for r in x["summary"]["table"]]
+    held: Dict[str, int] = {}
+    for x in shard_facts:
+        for d in x["summary"]["by_dtype"]:
+            held[d["dtype"]] = held.get(d["dtype"], 0) + d["bytes"]
+    view = layer_view((r[0], r[1], r[2], r[4] - r[3]) for r in rows)
+    by_dtype = [{"dtype": k, "bytes": v} for k, v in held.items()]
+    compare_config(config, view, by_dtype, {r[0]: r[2] for r in rows})
+    facts = {
+        "config.architectures": ", ".join(config["architectures"]) or None,
+        "config.class_name": config["class_name"],
+        "config.model_type": config["model_type"],
+        "config.hidden_size": config["hidden_size"],
+        "config.num_hidden_layers": config["num_hidden_layers"],
+        "config.dtype": config["dtype"],
+        "config.mismatches": json.dumps(config["mismatches"]) if config["mismatches"] else None,
+    }
+    architecture = config["architectures"][0] if config["architectures"] else config["class_name"]
+    return {"architecture": architecture, "model_type": config["model_type"], "properties": facts}
 
 
 def _props(pairs: Sequence[Tuple[str, Any]]) -> List[Any]:
@@ -283,10 +316,12 @@ def sbom(
                 components=nested,
             )
         )
+        config = _config(main, shard_facts)
         params_card: Dict[str, Any] = {}
-        if card["architecture"]:
-            params_card["modelArchitecture"] = card["architecture"]
-        family = card["base_model"] or card["sd_model_name"]
+        architecture = card["architecture"] or config.get("architecture")
+        if architecture:
+            params_card["modelArchitecture"] = architecture
+        family = card["base_model"] or card["sd_model_name"] or config.get("model_type")
         if family:
             params_card["architectureFamily"] = family
         card_props = [
@@ -296,6 +331,7 @@ def sbom(
                 ("tensors", tensors),
                 ("parameters", params),
                 ("dtypes", json.dumps(dtypes, separators=(",", ":"), sort_keys=True)),
+                *sorted(config.get("properties", {}).items()),
             )
             if v is not None
         ]
