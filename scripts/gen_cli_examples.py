@@ -15,6 +15,7 @@ outputs with the documented ones.
   hole, a NaN, a weight stored as I32, an unknown metadata key and a pickle
   appended after the last tensor;
 - llama/: a small sharded checkpoint (two shards and an index);
+- tiny-llama/: a model folder of 4 repeated layers whose config.json declares 6;
 - model.bin: a PyTorch checkpoint with tied weights (needs torch);
 - downloaded-model/: a model folder holding a pytorch_model.bin (a zip with
   a pickle) beside its model.safetensors;
@@ -148,6 +149,22 @@ def main(folder: Path) -> None:
     fastst.numpy.save_file(llama, folder / "downloaded-model" / "model.safetensors")
     with zipfile.ZipFile(folder / "downloaded-model" / "pytorch_model.bin", "w") as z:
         z.writestr("archive/data.pkl", pickle.dumps({}, protocol=2))
+    (folder / "tiny-llama").mkdir()
+    layers = {"model.embed_tokens.weight": np.zeros((256, 32), np.float16)}
+    for i in range(4):
+        for leaf in ("self_attn.q_proj", "self_attn.k_proj", "mlp.up_proj", "mlp.down_proj"):
+            layers[f"model.layers.{i}.{leaf}.weight"] = np.zeros((32, 32), np.float16)
+        layers[f"model.layers.{i}.input_layernorm.weight"] = np.ones(32, np.float16)
+    layers["model.norm.weight"] = np.ones(32, np.float16)
+    fastst.numpy.save_file(layers, folder / "tiny-llama" / "model.safetensors")
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 32,
+        "num_hidden_layers": 6,
+        "torch_dtype": "float16",
+    }
+    (folder / "tiny-llama" / "config.json").write_text(json.dumps(config, indent=2))
     (folder / "page.safetensors").write_text(
         "<!DOCTYPE html>\n<html><head><title>403 Forbidden</title></head>"
         "<body>Access denied</body></html>\n"
