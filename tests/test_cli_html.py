@@ -194,3 +194,37 @@ def test_a_browser_renders_it_offline(
         line for line in result.stderr.splitlines() if "http://" in line or "https://" in line
     ]
     assert not [line for line in requested if "evil.example" in line], requested
+
+
+def test_diff_section_shows_the_change_profile() -> None:
+    difference = {
+        "name": EVIL,
+        "dtype": "F32",
+        "shape": [2],
+        "elements": 2,
+        "differing": 1,
+        "max_abs": 0.5,
+        "max_rel": 0.25,
+        "rel_l2": 0.125,
+        "cosine": 0.99,
+    }
+    d: Dict[str, Any] = {
+        "a": "a.safetensors",
+        "b": "b.safetensors",
+        "identical": False,
+        "tensors": 1,
+        "identical_tensors": 0,
+        "only_in_a": [],
+        "only_in_b": [],
+        "dtype_changed": [],
+        "shape_changed": [],
+        "different": [difference],
+        "layers": [{"layer": "model.layers.3", "tensors": 4, "changed": 1, "max_rel_l2": 0.125}],
+    }
+    page = Page()
+    page.feed(html.page("diff", [html.diff_section(d)]))
+    assert_self_contained(page)
+    _hostile_text_stays_text(page)
+    shown = "".join(page.text)
+    assert "Largest relative L2 change per layer" in shown and "model.layers.3" in shown
+    assert "0.125" in shown and "0.99" in shown

@@ -113,19 +113,8 @@ def _cmd_inspect(args: argparse.Namespace, out: render.Out) -> int:
     if args.json:
         out.json(_envelope("inspect", results, out))
     if args.html:
-        _write_html(out, args.html, "inspect", pages, args.files)
+        html.report(out, args.html, "inspect", pages, args.files)
     return EXIT_ERROR if out.errors else EXIT_OK
-
-
-def _write_html(
-    out: render.Out, path: str, command: str, sections: List[str], inputs: Sequence[str]
-) -> None:
-    """Writes the ``--html`` page (an error is reported like an unreadable input)."""
-    title = f"fastst {command}: " + ", ".join(inputs)
-    try:
-        html.write(path, html.page(title, sections, command))
-    except OSError as exc:
-        out.error(path, exc)
 
 
 def _row(r: Sequence[Any]) -> Dict[str, Any]:
@@ -343,7 +332,7 @@ def _cmd_diff(args: argparse.Namespace, out: render.Out) -> int:
     elif result is not None:
         report.print_diff(out, result)
     if args.html and result is not None:
-        _write_html(out, args.html, "diff", [html.diff_section(result)], [args.a, args.b])
+        html.report(out, args.html, "diff", [html.diff_section(result)], [args.a, args.b])
     if out.errors or result is None:
         return EXIT_ERROR
     return EXIT_OK if result["identical"] else EXIT_FINDINGS

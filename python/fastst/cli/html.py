@@ -24,9 +24,17 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 from .._fastst import __version__
 from .._text import escape
 from ..tools.provenance.signing import _write_atomic
-from .render import count_text, plural, shape_text, size_text
+from .render import Out, count_text, plural, shape_text, size_text
 
-__all__ = ["page", "write", "inspect_section", "stats_section", "diff_section", "text"]
+__all__ = [
+    "page",
+    "write",
+    "report",
+    "inspect_section",
+    "stats_section",
+    "diff_section",
+    "text",
+]
 
 #: Rows of a table shown before the rest is summarised in one line.
 ROWS = 500
@@ -305,7 +313,7 @@ def diff_section(d: Mapping[str, Any]) -> str:
         out.append("<h3>Value differences</h3>")
         out.append(
             _table(
-                ["name", "dtype", "shape", "differing", "max abs", "max rel"],
+                ["name", "dtype", "shape", "differing", "max abs", "max rel", "rel L2", "cosine"],
                 [
                     (
                         t["name"],
@@ -314,10 +322,12 @@ def diff_section(d: Mapping[str, Any]) -> str:
                         f"{t['differing']:,} of {t['elements']:,}",
                         _num(t["max_abs"]),
                         _num(t["max_rel"]),
+                        _num(t.get("rel_l2")),
+                        _num(t.get("cosine")),
                     )
                     for t in d["different"]
                 ],
-                [False, False, False, True, True, True],
+                [False, False, False, True, True, True, True, True],
             )
         )
         finite = [
@@ -327,6 +337,10 @@ def diff_section(d: Mapping[str, Any]) -> str:
         ]
         finite.sort(key=lambda p: -p[1])
         out.append(_bars(finite[:40]))
+    layers = [c for c in d.get("layers") or [] if c["max_rel_l2"] is not None]
+    if layers:
+        out.append("<h3>Largest relative L2 change per layer</h3>")
+        out.append(_bars([(c["layer"], c["max_rel_l2"]) for c in layers]))
     return "".join(out)
 
 
@@ -349,6 +363,17 @@ def page(title: str, sections: Sequence[str], command: Optional[str] = None) -> 
         + "\n".join(sections)
         + f'<p class="note">Made by {text(made)}; the page loads nothing.</p></body></html>\n'
     )
+
+
+def report(out: Out, path: str, command: str, sections: List[str], inputs: Sequence[str]) -> None:
+    """Writes the ``--html`` page of ``command`` over ``inputs`` to ``path``;
+    failing to write it is an error recorded on ``out`` like an unreadable
+    input (exit 2)."""
+    title = f"fastst {command}: " + ", ".join(inputs)
+    try:
+        write(path, page(title, sections, command))
+    except OSError as exc:
+        out.error(path, exc)
 
 
 def write(path: str, content: str) -> None:
