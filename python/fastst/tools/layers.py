@@ -3,19 +3,20 @@
 A name such as ``model.layers.7.self_attn.q_proj.weight`` has a numeric
 component (components are separated by ``.`` or ``_``, so kohya's
 ``lora_unet_down_blocks_0_...`` names work too); the names sharing what
-comes before it (``model.layers.``) form instances (7), each with the set of
-what comes after it (``.self_attn.q_proj.weight``...). Instances with the same set are one block
-pattern, repeated as many times as there are such instances:
-``model.layers.{0-31}`` x 32. Nothing about any model family is assumed:
-GPT-2's ``h.N.``, BERT's ``encoder.layer.N.`` and diffusers'
-``down_blocks.N.resnets.M.`` are found the same way. Names not taken by the
-outermost number that repeats are tried at their next number
+comes before it (``model.layers.``) form instances (7), each with the set
+of what comes after it (``.self_attn.q_proj.weight``...). Instances with
+the same set are one block pattern, repeated as many times as there are
+such instances: ``model.layers.{0-31}`` x 32. Nothing about any model
+family is assumed: GPT-2's ``h.N.``, BERT's ``encoder.layer.N.`` and
+diffusers' ``down_blocks.N.resnets.M.`` are found the same way. Names not
+taken by the outermost number that repeats are tried at their next number
 (``up_blocks.3.attentions.{0-2}``); what is left are the tensors that do
 not repeat.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -28,10 +29,7 @@ Row = Tuple[str, str, Sequence[int], int]
 
 
 def _parameters(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+    return math.prod(shape)
 
 
 def span_text(indices: Sequence[int]) -> str:
