@@ -132,3 +132,15 @@ def test_many_other_tensors_are_cut_short(
     assert code == 0 and "... and 10 more (--tensors lists every tensor)" in out
     code, out, _ = run(["inspect", "--wide", str(path)], capsys)
     assert "more" not in out and "t29" in out
+
+
+def test_hostile_names_cost_linear_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Names of 50,000 numbered components: only the first few numbers are
+    # tried (grouping them all would copy the name once per number).
+    deep = [".".join(["7"] * 50_000) + f".{i}.w" for i in range(3)]
+    view = layer_view(_rows(deep))
+    assert view["blocks"] == [] and len(view["single"]) == 3
+    path = tmp_path / "deep.safetensors"
+    fastst.numpy.save_file({n: np.zeros(1, np.float32) for n in deep}, path)
+    code, out, _ = run(["inspect", "--tensors", "--width", "80", str(path)], capsys)
+    assert code == 0 and max(len(line) for line in out.splitlines()) <= 80

@@ -264,6 +264,8 @@ def abbreviate(name: str, columns: Optional[int]) -> str:
     if columns is None or display_width(name) <= columns:
         return name
     parts = name.split(".")
+    if len(parts) > 64:  # no real name; keep the work linear for a hostile one
+        return fit(name, columns)
     numbers = [i for i, p in enumerate(parts) if p.isdigit()]
     last = len(parts) - 1
     after = numbers[-1] + 1 if numbers else 0

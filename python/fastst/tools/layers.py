@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from itertools import islice
 from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 from . import results
@@ -46,6 +47,9 @@ def span_text(indices: Sequence[int]) -> str:
     return ",".join(parts)
 
 
+#: How many numbers of a name are tried, outermost first: real models nest
+#: blocks a few deep; a hostile name holding thousands costs no more.
+_DEPTH = 8
 #: A number component: digits (no leading zero) between separators.
 _NUMBER = re.compile(r"(?:(?<=[._])|^)(?:0|[1-9][0-9]*)(?=[._]|$)")
 
@@ -62,7 +66,7 @@ def layer_view(rows: Iterable[Row]) -> results.LayerView:
     description); both in the order their first tensor comes."""
     table = {name: (dtype, list(shape), nbytes) for name, dtype, shape, nbytes in rows}
     place = {name: i for i, name in enumerate(table)}
-    numbers = {name: [m.span() for m in _NUMBER.finditer(name)] for name in table}
+    numbers = {name: [m.span() for m in islice(_NUMBER.finditer(name), _DEPTH)] for name in table}
     pending = dict.fromkeys(table, 0)  # name -> how many of its numbers were tried
     found: List[Tuple[int, results.LayerBlock]] = []
     in_blocks: Set[str] = set()
