@@ -32,6 +32,19 @@ def _offset_report(
     return report
 
 
+#: Owned numpy destinations start at an address that is a multiple of this
+#: (as torch's allocator gives; numpy's gives 16).
+OWNED_ALIGN = 64
+
+
+def _aligned_empty(nbytes: int) -> np.ndarray:
+    """``nbytes`` uninitialised bytes starting at a multiple of
+    :data:`OWNED_ALIGN`."""
+    block = np.empty(nbytes + OWNED_ALIGN, dtype=np.uint8)
+    skip = -block.ctypes.data % OWNED_ALIGN
+    return block[skip : skip + nbytes]
+
+
 def _batches(raw: RawSource, names: List[str]) -> List[Tuple[RawFile, List[str]]]:
     """``names`` grouped by the ``RawFile`` holding them, in order (one
     group for a single file, one per shard for a checkpoint)."""
@@ -169,9 +182,11 @@ class safe_open:  # noqa: N801 - the reference package's name
         By default a zero-copy view of the file's pages. ``copy=True`` gives
         memory of its own, filled by several threads with the GIL released;
         ``dtype`` (``np.float32``, ``"bfloat16"``, ``torch.float16``, a header
-        name such as ``"F32"``...) converts while reading: BF16/F16/F8 kinds
-        to F32, F32 to BF16/F16 (round to nearest even), exact, NaN and
-        infinities preserved.
+        name such as ``"F32"``...) converts while reading: between F64, F32,
+        F16 and BF16 either way, and from the F8 kinds to any of those four;
+        exact, rounded once to nearest even where narrowing, NaN and
+        infinities preserved. Memory of its own (``copy``, ``dtype``) starts
+        at a multiple of 64 bytes.
         """
         if not copy and dtype is None:
             buffer, src, shape = self._raw.tensor(name)
@@ -207,6 +222,14 @@ class safe_open:  # noqa: N801 - the reference package's name
         grand = sum(p[4] for p in plans)
         base = 0
         for file, members, outs, targets, size in plans:
+            if len(members) == 1 and callback is None and not bar:
+                # One tensor: read (or converted while read) straight into
+                # its destination, several threads when large.
+                if targets[0] is None:
+                    file.read_into(members[0], outs[0])
+                else:
+                    file.convert_into(members[0], outs[0], targets[0])
+                continue
             report = callback
             if callback is not None and len(plans) > 1:
                 report = _offset_report(callback, base, grand)
@@ -232,12 +255,15 @@ class safe_open:  # noqa: N801 - the reference package's name
                 result, out = empty(target, shape, where)
             elif target == src and src in PACKED_BITS:
                 # Unpacked into an array once the bytes are read.
-                out = np.empty(end - begin, dtype=np.uint8)
+                out = _aligned_empty(end - begin)
                 result = (out, target, shape, True)
             else:
-                array = np.empty(shape, dtype=NUMPY_DTYPES[target])  # no zero-fill pass
-                out = array.reshape(-1).view(np.uint8)
-                result = (array, target, shape, False)
+                kind = NUMPY_DTYPES[target]
+                count = 1
+                for d in shape:
+                    count *= d
+                out = _aligned_empty(count * kind.itemsize)  # no zero-fill pass
+                result = (out.view(kind).reshape(shape), target, shape, False)
         except MemoryError:
             raise rule_error(
                 "out-of-memory",

@@ -124,7 +124,7 @@ pub mod write;
 pub use dtype::Dtype;
 pub use error::{Error, Result};
 pub use header::{parse_file_bytes, Header, ParseNotes, DEFAULT_HEADER_CAP};
-pub use read::{Backend, MappedFile, OpenOptions, TensorData};
+pub use read::{Backend, MappedFile, OpenOptions, OwnedBytes, TensorData};
 pub use rules::{Family, RuleId, Severity};
 pub use source::Source;
 pub use table::TensorInfo;

@@ -25,6 +25,21 @@ pub(crate) fn threads_for(n: usize) -> usize {
         .max(1)
 }
 
+/// Bytes of one tensor each thread of a per-call copy or conversion gets
+/// at least: a thread's start, its first touches of fresh memory and the
+/// wait for the slowest one cost more than they save below this.
+const PER_CALL_THREAD_BYTES: usize = 16 << 20;
+
+/// Threads for one call copying or converting a tensor of `bytes` bytes
+/// (read from the file): one per [`PER_CALL_THREAD_BYTES`], up to the
+/// machine's parallelism and at most 16.
+pub(crate) fn threads_for_bytes(bytes: usize) -> usize {
+    available()
+        .clamp(1, MAX_THREADS)
+        .min(bytes / PER_CALL_THREAD_BYTES)
+        .max(1)
+}
+
 /// Worker threads for whole-file work (`verify --values`, `hash`):
 /// `requested`, or the machine's parallelism when `requested` is 0.
 pub fn thread_count(requested: usize) -> usize {
@@ -73,6 +88,15 @@ mod tests {
         assert!(threads_for(usize::MAX) <= MAX_THREADS);
         assert_eq!(thread_count(3), 3);
         assert!(thread_count(0) >= 1);
+    }
+
+    #[test]
+    fn per_call_threads_get_16_mib_each() {
+        let machine = available().clamp(1, MAX_THREADS);
+        assert_eq!(threads_for_bytes(0), 1);
+        assert_eq!(threads_for_bytes((32 << 20) - 1), 1);
+        assert_eq!(threads_for_bytes(32 << 20), machine.min(2));
+        assert_eq!(threads_for_bytes(usize::MAX), machine);
     }
 
     #[test]

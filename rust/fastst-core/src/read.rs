@@ -4,6 +4,7 @@
 //! memory-map and direct-I/O fast paths, any other source is read with
 //! positioned reads into owned memory (the pread back end).
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -60,11 +61,28 @@ impl Default for OpenOptions {
 /// a private mapping of their own (a mapping costs a VMA and a syscall).
 pub const PRIVATE_MAP_THRESHOLD: u64 = 64 * 1024;
 
-/// Owned copies of at least this many bytes use positioned reads.
-const POSITIONED_READ_MIN: usize = 1 << 20;
-
 /// File offsets of private mappings are aligned down to this (2 MiB).
 const MAP_ALIGN: u64 = 2 * 1024 * 1024;
+
+/// Owned copies handed out sit at the address their file offset has modulo
+/// this, as a view of the file would (a mapping is page-aligned).
+pub const HANDOUT_ALIGN: usize = 64;
+
+/// Owned copies of at least this many bytes get an anonymous mapping of
+/// their own (page-aligned; backed by transparent huge pages where the
+/// system allows); smaller ones come from the allocator.
+const ANON_MIN: usize = 1 << 20;
+
+/// Conversions while reading go through a block of this many source bytes
+/// per thread: read, then converted while in cache (with its converted
+/// bytes, within a core's L2 cache).
+const CONVERT_BLOCK: usize = 128 << 10;
+
+thread_local! {
+    /// Each thread's block of source bytes for conversions while reading,
+    /// kept between calls (a fresh block would fault in fresh pages).
+    static BLOCK: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
 
 /// An open, validated `.safetensors` file.
 #[derive(Debug)]
@@ -250,7 +268,7 @@ impl MappedFile {
     pub fn tensor_data(&self, info: &TensorInfo) -> Result<TensorData> {
         let (start, len) = self.absolute(info);
         if len == 0 {
-            return Ok(TensorData::Owned(Vec::new()));
+            return Ok(TensorData::Owned(OwnedBytes::zeroed(0, 0, &info.name)?));
         }
         self.check_unchanged()?;
         if self.backend == Backend::Mmap && len as u64 >= PRIVATE_MAP_THRESHOLD {
@@ -283,12 +301,16 @@ impl MappedFile {
                 });
             }
         }
-        let mut buf = io::zeroed(len as u64, &info.name)?;
+        // Where a view of the file would be, modulo 64 (a mapping is
+        // page-aligned): numerics that depend on addresses (vectorised
+        // kernels' peeling) come out as for a view.
+        let at = (start % HANDOUT_ALIGN as u64) as usize;
+        let mut buf = OwnedBytes::zeroed(len, at, &info.name)?;
         match self.small_slice(start, len) {
             // Small tensors: one memory copy out of the mapping, just after
             // the change check above (cheaper than a read system call).
-            Some(src) => buf.copy_from_slice(src),
-            None => self.copy_unchecked(info, &mut buf)?,
+            Some(src) => buf.as_mut_slice().copy_from_slice(src),
+            None => self.copy_unchecked(info, buf.as_mut_slice())?,
         }
         Ok(TensorData::Owned(buf))
     }
@@ -316,11 +338,7 @@ impl MappedFile {
         }
         // Positioned reads copy in the kernel straight from the page cache
         // (no page faults on a mapping) and fail cleanly past a new end.
-        let threads = if len < POSITIONED_READ_MIN {
-            1
-        } else {
-            crate::parallel::threads_for(len / 4)
-        };
+        let threads = crate::parallel::threads_for_bytes(len);
         if threads <= 1 {
             return self.read_part(info, 0, dst);
         }
@@ -357,7 +375,7 @@ impl MappedFile {
         // Each thread converts its own range of elements, reading it in
         // cache-sized chunks.
         let n = info.byte_len() as usize / fs;
-        let threads = crate::parallel::threads_for(n);
+        let threads = crate::parallel::threads_for_bytes(info.byte_len() as usize);
         if threads <= 1 {
             return self.convert_range(info, to, 0, dst);
         }
@@ -389,21 +407,24 @@ impl MappedFile {
         offset: usize,
         out: &mut [u8],
     ) -> Result<()> {
-        // Below the parallel threshold for every element size: each chunk
+        // Below the parallel threshold for every element size: each block
         // is converted on this thread, while it is still in cache.
-        const CHUNK: usize = 512 << 10;
         let (fs, ts) = ((info.dtype.bits() / 8) as usize, (to.bits() / 8) as usize);
-        let per = CHUNK / fs;
-        let total = out.len() / ts * fs;
-        let mut buf = io::zeroed(total.min(per * fs) as u64, &info.name)?;
-        let mut done = offset;
-        for out in out.chunks_mut(per * ts) {
-            let n = out.len() / ts * fs;
-            self.read_part(info, done as u64, &mut buf[..n])?;
-            crate::convert::convert(info.dtype, to, &buf[..n], out)?;
-            done += n;
-        }
-        Ok(())
+        let per = CONVERT_BLOCK / fs;
+        BLOCK.with(|block| {
+            let mut buf = block.borrow_mut();
+            if buf.len() < per * fs {
+                *buf = io::zeroed((per * fs) as u64, &info.name)?;
+            }
+            let mut done = offset;
+            for out in out.chunks_mut(per * ts) {
+                let n = out.len() / ts * fs;
+                self.read_part(info, done as u64, &mut buf[..n])?;
+                crate::convert::convert(info.dtype, to, &buf[..n], out)?;
+                done += n;
+            }
+            Ok(())
+        })
     }
 
     /// Fills `buf` from absolute file offset `start` with positioned reads;
@@ -454,10 +475,75 @@ pub enum TensorData {
         len: usize,
     },
     /// An owned copy.
-    Owned(Vec<u8>),
+    Owned(OwnedBytes),
     /// A region of the file's one shared copy-on-write mapping, owned by
     /// this value alone (writes never reach the file nor another tensor).
     Shared(SharedRegion),
+}
+
+/// Zero-filled memory of its own, at a chosen address modulo
+/// [`HANDOUT_ALIGN`] (see [`TensorData::Owned`]).
+#[derive(Debug)]
+pub struct OwnedBytes {
+    mem: OwnedMemory,
+    offset: usize,
+    len: usize,
+}
+
+#[derive(Debug)]
+enum OwnedMemory {
+    Heap(Vec<u8>),
+    Anonymous(MmapMut),
+}
+
+impl OwnedBytes {
+    /// `len` zero bytes starting at an address equal to `at` modulo
+    /// [`HANDOUT_ALIGN`]; rule `out-of-memory` (naming `tensor`) when the
+    /// memory cannot be had.
+    pub fn zeroed(len: usize, at: usize, tensor: &str) -> Result<OwnedBytes> {
+        let at = at % HANDOUT_ALIGN;
+        let oom = || Error::OutOfMemory {
+            bytes: len as u64,
+            tensor: tensor.to_owned(),
+        };
+        let total = len.checked_add(HANDOUT_ALIGN).ok_or_else(oom)?;
+        if len >= ANON_MIN {
+            // Page-aligned: the tensor starts `at` bytes in.
+            let map = MmapMut::map_anon(total).map_err(|_| oom())?;
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            let _ = map.advise(memmap2::Advice::HugePage); // a hint
+            return Ok(OwnedBytes {
+                mem: OwnedMemory::Anonymous(map),
+                offset: at,
+                len,
+            });
+        }
+        let buf = io::zeroed(total as u64, tensor)?;
+        let offset = (at + HANDOUT_ALIGN - buf.as_ptr() as usize % HANDOUT_ALIGN) % HANDOUT_ALIGN;
+        Ok(OwnedBytes {
+            mem: OwnedMemory::Heap(buf),
+            offset,
+            len,
+        })
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        let all: &[u8] = match &self.mem {
+            OwnedMemory::Heap(v) => v,
+            OwnedMemory::Anonymous(m) => m,
+        };
+        &all[self.offset..self.offset + self.len]
+    }
+
+    /// The bytes, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        let all: &mut [u8] = match &mut self.mem {
+            OwnedMemory::Heap(v) => v,
+            OwnedMemory::Anonymous(m) => m,
+        };
+        &mut all[self.offset..self.offset + self.len]
+    }
 }
 
 /// A tensor's bytes inside the whole-file copy-on-write mapping (see
@@ -470,7 +556,7 @@ impl TensorData {
     pub fn as_slice(&self) -> &[u8] {
         match self {
             TensorData::Mapped { map, offset, len } => &map[*offset..*offset + *len],
-            TensorData::Owned(v) => v,
+            TensorData::Owned(v) => v.as_slice(),
             TensorData::Shared(r) => r.0.as_slice(),
         }
     }
@@ -479,7 +565,7 @@ impl TensorData {
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         match self {
             TensorData::Mapped { map, offset, len } => &mut map[*offset..*offset + *len],
-            TensorData::Owned(v) => v,
+            TensorData::Owned(v) => v.as_mut_slice(),
             TensorData::Shared(r) => r.0.as_mut_slice(),
         }
     }
@@ -560,6 +646,39 @@ mod tests {
         assert!(copy.as_slice() == want);
     }
 
+    /// Copies handed out sit where a view of the file would, modulo 64:
+    /// small tensors under the mmap back end, every tensor under pread
+    /// (heap and anonymous-mapping memory alike).
+    #[test]
+    fn copies_handed_out_sit_at_their_file_offset_modulo_64() {
+        let sizes = [1usize, 3, 70, 5000, 3 << 20, 13, 100_001, 7];
+        let mut header = String::from("{");
+        let mut at = 0;
+        for (i, n) in sizes.iter().enumerate() {
+            header += &format!(
+                r#"{}"t{i}":{{"dtype":"U8","shape":[{n}],"data_offsets":[{at},{}]}}"#,
+                if i > 0 { "," } else { "" },
+                at + n
+            );
+            at += n;
+        }
+        header += "}";
+        let bytes: Vec<u8> = (0..at).map(|i| (i % 253) as u8).collect();
+        let f = build(&header, &bytes);
+        for backend in [Backend::Mmap, Backend::Pread] {
+            let file = open_as(&f.0, backend);
+            let mut kept = Vec::new();
+            for t in file.header().tensors() {
+                let data = file.tensor_data(t).unwrap();
+                let start = file.header().data_start() + t.begin;
+                let addr = data.as_slice().as_ptr() as usize;
+                assert_eq!(addr % 64, (start % 64) as usize, "{backend:?} {}", t.name);
+                assert!(data.as_slice() == &bytes[t.begin as usize..t.end as usize]);
+                kept.push(data);
+            }
+        }
+    }
+
     /// Empty tensors convert to nothing under both back ends (no thread
     /// split of zero elements).
     #[test]
@@ -614,7 +733,7 @@ mod tests {
     /// back ends, against the one-element kernels.
     #[test]
     fn large_conversions_while_reading_are_exact() {
-        const N: usize = (2 << 20) + 7;
+        const N: usize = (16 << 20) + 7;
         let (h, w) = (N * 2, N * 4);
         let header = format!(
             r#"{{"h":{{"dtype":"BF16","shape":[{N}],"data_offsets":[0,{h}]}},"w":{{"dtype":"F32","shape":[{N}],"data_offsets":[{h},{}]}}}}"#,
@@ -669,7 +788,7 @@ mod tests {
 
     /// A source that is not a local file is read through `read_at` only,
     /// with the pread back end: every way of getting bytes (handouts,
-    /// copies, ranges, conversions split between threads, whole loads)
+    /// copies, ranges, conversions, whole loads)
     /// gives what the same file gives from its path, the prefetcher plans
     /// nothing, and a source that ends early is rule `file-changed`.
     #[test]
