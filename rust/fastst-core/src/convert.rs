@@ -1,7 +1,9 @@
-//! Dtype conversion kernels used on load: the 16- and 8-bit float kinds to
-//! F32, and F32 to BF16/F16 with round-to-nearest-even. Results are exact
-//! IEEE conversions; NaN and infinities are preserved (kinds without an
-//! infinity map overflow to NaN, as ml_dtypes does).
+//! Dtype conversion kernels used on load: every pair between F64, F32, F16
+//! and BF16, and the 8-bit float kinds to those four. Results are exact
+//! IEEE conversions, rounded once to nearest even where the target is
+//! narrower (F64 is never rounded through F32 on its way to F16/BF16);
+//! NaN and infinities are preserved (kinds without an infinity map overflow
+//! to NaN, as ml_dtypes does).
 
 use std::sync::OnceLock;
 
@@ -9,21 +11,31 @@ use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::parallel::par_chunks;
 
+/// The float kinds converted to and from one another.
+const WIDE: [Dtype; 4] = [Dtype::F64, Dtype::F32, Dtype::F16, Dtype::Bf16];
+
+/// The 8-bit float kinds, converted to each of [`WIDE`].
+const EIGHT: [Dtype; 5] = [
+    Dtype::F8E4M3,
+    Dtype::F8E5M2,
+    Dtype::F8E4M3Fnuz,
+    Dtype::F8E5M2Fnuz,
+    Dtype::F8E8M0,
+];
+
 /// The conversions supported, `(from, to)`.
 pub fn supported(from: Dtype, to: Dtype) -> bool {
-    matches!(
-        (from, to),
-        (
-            Dtype::Bf16
-                | Dtype::F16
-                | Dtype::F8E4M3
-                | Dtype::F8E5M2
-                | Dtype::F8E4M3Fnuz
-                | Dtype::F8E5M2Fnuz
-                | Dtype::F8E8M0,
-            Dtype::F32
-        ) | (Dtype::F32, Dtype::Bf16 | Dtype::F16)
-    ) || from == to
+    from == to || (WIDE.contains(&to) && (WIDE.contains(&from) || EIGHT.contains(&from)))
+}
+
+/// The supported conversions in words, for the refusal of another one.
+pub fn supported_text() -> String {
+    let names = |set: &[Dtype]| set.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ");
+    format!(
+        "conversions exist between {} (each way), and from {} to each of those",
+        names(&WIDE),
+        names(&EIGHT)
+    )
 }
 
 #[cold]
@@ -224,6 +236,96 @@ pub fn f32_to_f16(f: f32) -> u16 {
     sign | out as u16
 }
 
+/// Double to a binary16-like kind of `exp_bits` exponent and `man_bits`
+/// mantissa bits (IEEE half: 5, 10; bfloat16: 8, 7), rounded once to
+/// nearest even; overflow gives infinity, NaN stays a quiet NaN keeping
+/// the top payload bits that fit.
+fn f64_to_narrow(x: f64, exp_bits: u32, man_bits: u32) -> u16 {
+    let bits = x.to_bits();
+    let sign = ((bits >> 63) as u16) << (exp_bits + man_bits);
+    let exp = ((bits >> 52) & 0x7ff) as i64;
+    let man = bits & ((1u64 << 52) - 1);
+    let max_exp = (1u64 << exp_bits) - 1;
+    let inf = sign | (max_exp << man_bits) as u16;
+    if exp == 0x7ff {
+        if man == 0 {
+            return inf;
+        }
+        return inf | (1 << (man_bits - 1)) | (man >> (52 - man_bits)) as u16;
+    }
+    let bias = (1i64 << (exp_bits - 1)) - 1;
+    let e = exp - 1023 + bias;
+    if e >= max_exp as i64 {
+        return inf;
+    }
+    // The significand with its leading bit (none for a subnormal double,
+    // far below the smallest subnormal of either target), and how many of
+    // its low bits are rounded away.
+    let full = if exp == 0 { man } else { man | (1 << 52) };
+    let shift = if e >= 1 {
+        52 - u64::from(man_bits)
+    } else {
+        52 - u64::from(man_bits) + (1 - e) as u64
+    };
+    if shift > 53 {
+        return sign; // below half the smallest subnormal: zero
+    }
+    let mut out = (full >> shift) as u16;
+    if e >= 1 {
+        out = (out & ((1 << man_bits) - 1)) | ((e as u16) << man_bits);
+    }
+    let rest = full & ((1u64 << shift) - 1);
+    let half = 1u64 << (shift - 1);
+    if rest > half || (rest == half && out & 1 == 1) {
+        out += 1; // may carry into the exponent, up to infinity: correct.
+    }
+    sign | out
+}
+
+/// Double to IEEE half, rounded once to nearest even.
+pub fn f64_to_f16(x: f64) -> u16 {
+    f64_to_narrow(x, 5, 10)
+}
+
+/// Double to bfloat16, rounded once to nearest even.
+pub fn f64_to_bf16(x: f64) -> u16 {
+    f64_to_narrow(x, 8, 7)
+}
+
+/// Applies `f` to every `A`-byte element of `src`, writing `B`-byte
+/// elements into `dst` (several threads for large inputs).
+fn map<const A: usize, const B: usize>(
+    src: &[u8],
+    dst: &mut [u8],
+    f: impl Fn([u8; A]) -> [u8; B] + Sync,
+) {
+    par_chunks(src, A, dst, B, |s, d| {
+        for (i, o) in s.chunks_exact(A).zip(d.chunks_exact_mut(B)) {
+            let mut e = [0u8; A];
+            e.copy_from_slice(i);
+            o.copy_from_slice(&f(e));
+        }
+    });
+}
+
+/// The exact single-precision value of a 16-bit float kind.
+fn widen16(from: Dtype) -> fn(u16) -> f32 {
+    if from == Dtype::Bf16 {
+        bf16_to_f32
+    } else {
+        f16_to_f32
+    }
+}
+
+/// A single-precision value as a 16-bit float kind (round to nearest even).
+fn narrow16(to: Dtype) -> fn(f32) -> u16 {
+    if to == Dtype::Bf16 {
+        f32_to_bf16
+    } else {
+        f32_to_f16
+    }
+}
+
 /// Converts the little-endian elements of `src` (of kind `from`) into `dst`
 /// (of kind `to`, little-endian), using several threads for large inputs.
 pub fn convert(from: Dtype, to: Dtype, src: &[u8], dst: &mut [u8]) -> Result<()> {
@@ -256,12 +358,50 @@ pub fn convert(from: Dtype, to: Dtype, src: &[u8], dst: &mut [u8]) -> Result<()>
                 o.copy_from_slice(&f32_to_f16(f).to_le_bytes());
             }
         }),
-        (eight, Dtype::F32) => {
+        (eight, Dtype::F32) if EIGHT.contains(&eight) => {
             let table = table8(eight);
             par_chunks(src, 1, dst, 4, |s, d| {
                 for (&b, o) in s.iter().zip(d.chunks_exact_mut(4)) {
                     o.copy_from_slice(&table[b as usize].to_le_bytes());
                 }
+            })
+        }
+        // Every other pair goes through the exact single-precision value
+        // (one rounding, at the end), or from F64 straight to the target.
+        (Dtype::F64, Dtype::F32) => map(src, dst, |e: [u8; 8]| {
+            (f64::from_le_bytes(e) as f32).to_le_bytes()
+        }),
+        (Dtype::F64, Dtype::F16) => map(src, dst, |e: [u8; 8]| {
+            f64_to_f16(f64::from_le_bytes(e)).to_le_bytes()
+        }),
+        (Dtype::F64, Dtype::Bf16) => map(src, dst, |e: [u8; 8]| {
+            f64_to_bf16(f64::from_le_bytes(e)).to_le_bytes()
+        }),
+        (Dtype::F32, Dtype::F64) => map(src, dst, |e: [u8; 4]| {
+            f64::from(f32::from_le_bytes(e)).to_le_bytes()
+        }),
+        (Dtype::F16 | Dtype::Bf16, Dtype::F64) => {
+            let widen = widen16(from);
+            map(src, dst, |e: [u8; 2]| {
+                f64::from(widen(u16::from_le_bytes(e))).to_le_bytes()
+            })
+        }
+        (Dtype::F16 | Dtype::Bf16, Dtype::F16 | Dtype::Bf16) => {
+            let (widen, narrow) = (widen16(from), narrow16(to));
+            map(src, dst, |e: [u8; 2]| {
+                narrow(widen(u16::from_le_bytes(e))).to_le_bytes()
+            })
+        }
+        (eight, Dtype::F64) if EIGHT.contains(&eight) => {
+            let table = table8(eight);
+            map(src, dst, |e: [u8; 1]| {
+                f64::from(table[e[0] as usize]).to_le_bytes()
+            })
+        }
+        (eight, Dtype::F16 | Dtype::Bf16) if EIGHT.contains(&eight) => {
+            let (table, narrow) = (table8(eight), narrow16(to));
+            map(src, dst, |e: [u8; 1]| {
+                narrow(table[e[0] as usize]).to_le_bytes()
             })
         }
         _ => return Err(not_allowed("", from, to)),
@@ -531,25 +671,22 @@ mod tests {
     #[test]
     fn supported_pairs_and_checks() {
         use Dtype::*;
-        assert_eq!(
-            conversions(),
-            [
-                (F16, F32),
-                (Bf16, F32),
-                (F32, F16),
-                (F32, Bf16),
-                (F8E4M3, F32),
-                (F8E5M2, F32),
-                (F8E4M3Fnuz, F32),
-                (F8E5M2Fnuz, F32),
-                (F8E8M0, F32),
-            ]
-        );
+        let wide = [F16, Bf16, F32, F64];
+        let mut want = Vec::new();
+        for from in Dtype::ALL {
+            for to in Dtype::ALL {
+                let eight = matches!(from, F8E4M3 | F8E5M2 | F8E4M3Fnuz | F8E5M2Fnuz | F8E8M0);
+                if from != to && wide.contains(&to) && (wide.contains(&from) || eight) {
+                    want.push((from, to));
+                }
+            }
+        }
+        assert_eq!(conversions(), want);
+        assert_eq!(conversions().len(), 12 + 5 * 4);
         for d in Dtype::ALL {
             assert!(supported(d, d), "{d}");
         }
-        assert!(!supported(F32, F64));
-        assert!(!supported(F16, Bf16));
+        assert!(!supported(F32, I32) && !supported(F32, F8E4M3) && !supported(F4, F32));
         assert!(check("t", I64, I64, 16, 16).is_ok());
         assert!(check("t", Bf16, F32, 6, 12).is_ok());
         assert!(check("t", F32, F16, 0, 0).is_ok());
@@ -571,9 +708,9 @@ mod tests {
             ),
             "{e:?}"
         );
-        let e = check("t", F32, F64, 8, 16).err();
+        let e = check("t", F32, I64, 8, 16).err();
         assert!(
-            matches!(e, Some(Error::ConversionNotAllowed { ref tensor, from: F32, to: F64 }) if tensor == "t"),
+            matches!(e, Some(Error::ConversionNotAllowed { ref tensor, from: F32, to: I64 }) if tensor == "t"),
             "{e:?}"
         );
         // Packed kinds are never converted, not even to themselves.
@@ -584,13 +721,13 @@ mod tests {
                 "{e:?}"
             );
         }
-        let e = convert(F16, Bf16, &[0; 2], &mut [0; 2]).err();
+        let e = convert(F16, I16, &[0; 2], &mut [0; 2]).err();
         assert!(
             matches!(
                 e,
                 Some(Error::ConversionNotAllowed {
                     from: F16,
-                    to: Bf16,
+                    to: I16,
                     ..
                 })
             ),
@@ -610,5 +747,134 @@ mod tests {
         assert_eq!(f32::from_le_bytes(out), 1.0);
         convert(F8E5M2, F32, &[0x3c], &mut out).expect("f8");
         assert_eq!(f32::from_le_bytes(out), 1.0);
+    }
+    /// Narrowing from F64 agrees with narrowing from F32 wherever the value
+    /// is a single (then both round once), every 16-bit value survives the
+    /// trip through F64, and the pairs between F16 and BF16 are the
+    /// composition through the exact single.
+    #[test]
+    fn f64_and_16_bit_pairs_agree_with_the_single_kernels() {
+        use Dtype::*;
+        for i in 0u64..1 << 20 {
+            let f = f32::from_bits((i.wrapping_mul(0x9E37_79B1).wrapping_add(0x12345)) as u32);
+            let d = f64::from(f);
+            assert_eq!(f64_to_f16(d), f32_to_f16(f), "{:#010x}", f.to_bits());
+            assert_eq!(f64_to_bf16(d), f32_to_bf16(f), "{:#010x}", f.to_bits());
+            assert_eq!((d as f32).to_bits(), f.to_bits());
+        }
+        let all: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
+        for (kind, widen, narrow) in [
+            (
+                F16,
+                f16_to_f32 as fn(u16) -> f32,
+                f64_to_f16 as fn(f64) -> u16,
+            ),
+            (Bf16, bf16_to_f32, f64_to_bf16),
+        ] {
+            let mut wide = vec![0u8; all.len() * 4];
+            convert(kind, F64, &all, &mut wide).expect("widen");
+            let mut back = vec![0u8; all.len()];
+            convert(F64, kind, &wide, &mut back).expect("narrow");
+            for h in 0..=u16::MAX {
+                let i = usize::from(h);
+                let d = f64::from_le_bytes(wide[i * 8..i * 8 + 8].try_into().expect("8"));
+                assert_eq!(
+                    d.to_bits(),
+                    f64::from(widen(h)).to_bits(),
+                    "{kind} {h:#06x}"
+                );
+                let b = u16::from_le_bytes([back[2 * i], back[2 * i + 1]]);
+                if d.is_nan() {
+                    assert!(
+                        widen(b).is_nan() && (b ^ h) & 0x8000 == 0,
+                        "{kind} {h:#06x}"
+                    );
+                } else {
+                    assert_eq!(b, h, "{kind} {h:#06x}");
+                    assert_eq!(narrow(d), h);
+                }
+            }
+        }
+        let mut out = vec![0u8; all.len()];
+        convert(F16, Bf16, &all, &mut out).expect("f16 -> bf16");
+        for (h, o) in (0..=u16::MAX).zip(out.chunks_exact(2)) {
+            assert_eq!(u16::from_le_bytes([o[0], o[1]]), f32_to_bf16(f16_to_f32(h)));
+        }
+        convert(Bf16, F16, &all, &mut out).expect("bf16 -> f16");
+        for (h, o) in (0..=u16::MAX).zip(out.chunks_exact(2)) {
+            assert_eq!(u16::from_le_bytes([o[0], o[1]]), f32_to_f16(bf16_to_f32(h)));
+        }
+    }
+
+    /// F64 narrows with one rounding: values that rounding through F32
+    /// would make ties (then rounded to even, the wrong way) round up;
+    /// exact ties round to even; the edges of the subnormals and of the
+    /// largest finite value; NaN and infinities.
+    #[test]
+    fn f64_narrows_once_to_nearest_even() {
+        let p = |e: i32| 2f64.powi(e);
+        // 1 + 2^-8 + 2^-30: through F32 it is the tie 1 + 2^-8, then 1.0.
+        assert_eq!(f64_to_bf16(1.0 + p(-8) + p(-30)), 0x3f81);
+        assert_eq!(f32_to_bf16((1.0 + p(-8) + p(-30)) as f32), 0x3f80);
+        assert_eq!(f64_to_f16(1.0 + p(-11) + p(-40)), 0x3c01);
+        assert_eq!(f64_to_bf16(1.0 + p(-8)), 0x3f80);
+        assert_eq!(f64_to_bf16(1.0 + 3.0 * p(-8)), 0x3f82);
+        assert_eq!(f64_to_f16(p(-25)), 0);
+        assert_eq!(f64_to_f16(p(-25) * (1.0 + p(-40))), 1);
+        assert_eq!(f64_to_f16(-p(-24)), 0x8001);
+        assert_eq!(f64_to_f16(p(-14) - p(-25)), 0x0400); // rounds up to the smallest normal
+        assert_eq!(f64_to_bf16(p(-133)), 1);
+        assert_eq!(f64_to_bf16(p(-134)), 0);
+        assert_eq!(f64_to_bf16(p(-134) * (1.0 + p(-50))), 1);
+        assert_eq!(f64_to_bf16(f64::from_bits(1)), 0);
+        assert_eq!(f64_to_f16(-f64::from_bits(1)), 0x8000);
+        assert_eq!(f64_to_f16(65504.0), 0x7bff);
+        assert_eq!(f64_to_f16(65520.0 - p(-30)), 0x7bff);
+        assert_eq!(f64_to_f16(65520.0), 0x7c00);
+        assert_eq!(f64_to_f16(-1e300), 0xfc00);
+        assert_eq!(f64_to_bf16(f64::MAX), 0x7f80);
+        assert_eq!(f64_to_bf16(f64::NEG_INFINITY), 0xff80);
+        assert_eq!(f64_to_f16(f64::INFINITY), 0x7c00);
+        assert_eq!(f64_to_f16(f64::NAN), 0x7e00);
+        assert_eq!(f64_to_bf16(-f64::NAN), 0xffc0);
+        assert_eq!(f64_to_f16(f64::from_bits(0x7ff0_0000_0000_0001)), 0x7e00);
+        assert_eq!(
+            (f64::from_bits(0x3ff0_0000_1000_0000) as f32).to_bits(),
+            0x3f80_0000
+        );
+        assert_eq!(
+            (f64::from_bits(0x3ff0_0000_3000_0000) as f32).to_bits(),
+            0x3f80_0002
+        );
+    }
+
+    /// The 8-bit kinds widen to F16, BF16 and F64 as their exact single
+    /// rounded once (exact wherever the target holds the value).
+    #[test]
+    fn eight_bit_kinds_to_every_wide_kind() {
+        use Dtype::*;
+        let codes: Vec<u8> = (0..=255).collect();
+        for kind in [F8E4M3, F8E5M2, F8E4M3Fnuz, F8E5M2Fnuz, F8E8M0] {
+            let table = table8(kind);
+            let mut d = vec![0u8; 256 * 8];
+            convert(kind, F64, &codes, &mut d).expect("f64");
+            let mut h = vec![0u8; 512];
+            let mut b = vec![0u8; 512];
+            convert(kind, F16, &codes, &mut h).expect("f16");
+            convert(kind, Bf16, &codes, &mut b).expect("bf16");
+            for i in 0..256 {
+                let v = table[i];
+                let got = f64::from_le_bytes(d[i * 8..i * 8 + 8].try_into().expect("8"));
+                assert!(got.to_bits() == f64::from(v).to_bits() || (got.is_nan() && v.is_nan()));
+                assert_eq!(u16::from_le_bytes([h[2 * i], h[2 * i + 1]]), f32_to_f16(v));
+                assert_eq!(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]), f32_to_bf16(v));
+            }
+        }
+        // E4M3 and E5M2 fit in F16 exactly: 448, and E5M2's infinity.
+        let mut h = [0u8; 2];
+        convert(F8E4M3, F16, &[0x7e], &mut h).expect("f16");
+        assert_eq!(f16_to_f32(u16::from_le_bytes(h)), 448.0);
+        convert(F8E5M2, F16, &[0xfc], &mut h).expect("f16");
+        assert_eq!(u16::from_le_bytes(h), 0xfc00);
     }
 }

@@ -309,7 +309,11 @@ pub enum Error {
         /// The value given.
         got: u64,
     },
-    #[error("{}no conversion from {from} to {to}", tensor_prefix(.tensor))]
+    #[error(
+        "{}no conversion from {from} to {to}: {}",
+        tensor_prefix(.tensor),
+        crate::convert::supported_text()
+    )]
     /// No dtype conversion exists between the tensor's dtype and the one asked for.
     ConversionNotAllowed {
         /// The tensor involved (empty when none).
@@ -449,7 +453,12 @@ mod tests {
             from: Dtype::F32,
             to: Dtype::I8,
         };
-        assert_eq!(e.to_string(), "no conversion from F32 to I8");
+        assert_eq!(
+            e.to_string(),
+            "no conversion from F32 to I8: conversions exist between F64, F32, F16, BF16 \
+             (each way), and from F8_E4M3, F8_E5M2, F8_E4M3FNUZ, F8_E5M2FNUZ, F8_E8M0 to \
+             each of those"
+        );
         assert_eq!(e.tensor(), None);
         let e = Error::OutOfMemory {
             bytes: 3,
