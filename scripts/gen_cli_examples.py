@@ -16,6 +16,7 @@ outputs with the documented ones.
   appended after the last tensor;
 - llama/: a small sharded checkpoint (two shards and an index);
 - tiny-llama/: a model folder of 4 repeated layers whose config.json declares 6;
+- decoder-bf16.safetensors: four BF16 decoder layers, a NaN in the last (for `fastst stats`);
 - model.bin: a PyTorch checkpoint with tied weights (needs torch);
 - downloaded-model/: a model folder holding a pytorch_model.bin (a zip with
   a pickle) beside its model.safetensors;
@@ -101,6 +102,26 @@ def lora_tensors(seed: int) -> Dict[str, np.ndarray]:
     }
 
 
+def decoder_bf16() -> Dict[str, np.ndarray]:
+    """Four BF16 decoder layers whose weights grow with depth, a NaN in the
+    last one (for `fastst stats`)."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(11)
+    out: Dict[str, np.ndarray] = {}
+    for n in range(4):
+        for name, shape in (
+            ("self_attn.q_proj.weight", (32, 32)),
+            ("mlp.up_proj.weight", (64, 32)),
+        ):
+            w = rng.standard_normal(shape) * 0.02 * (1 + n)
+            if n == 3 and name.startswith("mlp"):
+                w[0, 0] = np.nan
+            out[f"model.layers.{n}.{name}"] = w.astype(ml_dtypes.bfloat16)
+        out[f"model.layers.{n}.input_layernorm.weight"] = np.ones(32, ml_dtypes.bfloat16)
+    return out
+
+
 def suspicious() -> bytes:
     entries = {
         "__metadata__": {"format": "pt", "mine": "x"},
@@ -145,6 +166,7 @@ def main(folder: Path) -> None:
     fastst.numpy.save_sharded(
         llama, folder / "llama", max_shard_size=80_000, metadata={"format": "pt"}
     )
+    fastst.numpy.save_file(decoder_bf16(), folder / "decoder-bf16.safetensors")
     (folder / "downloaded-model").mkdir()
     fastst.numpy.save_file(llama, folder / "downloaded-model" / "model.safetensors")
     with zipfile.ZipFile(folder / "downloaded-model" / "pytorch_model.bin", "w") as z:

@@ -18,6 +18,7 @@ import pytest
 from cli_files import SCHEMA_PATH
 from fastst.cli import schema
 from fastst.tools import results as r
+from fastst.tools.stats import tensor_stats
 
 
 def _check(value: Any, tp: Any) -> None:
@@ -175,6 +176,7 @@ def test_the_wing_returns_what_its_types_say(tmp_path: Path) -> None:
     _check(fi.check_hashes(hashes, fi.read_metadata(shard)), List[r.Finding])
     _check(fi.metadata_card(fi.read_metadata(shard)), r.MetadataCard)
     _check(fi.diff(shard, nan), r.DiffReport)
+    _check(tensor_stats(index.parent), List[r.TensorStats])
 
 
 def test_provenance_results_have_the_keys_of_their_types() -> None:

@@ -140,6 +140,14 @@ def identify(head: bytes, file_len: int) -> Optional[Dict[str, Any]]: ...
 # --- the values of two tensors compared (fastst diff) ---------------------------
 
 def diff_buffers(a: Any, b: Any, dtype: str, threads: int = 0) -> Dict[str, Any]: ...
+def stats_file(
+    path: Union[str, os.PathLike[str]],
+    names: Optional[List[str]] = None,
+    bins: int = 32,
+    threads: int = 0,
+    header_cap: int = ...,
+    progress: Optional[str] = None,
+) -> List[Dict[str, Any]]: ...
 
 # --- reading a file's pages ahead of a load (fastst/_prefetch.py) ---------------
 

@@ -27,6 +27,7 @@ from .inputs import READ_ERRORS, inputs, model_config, not_safetensors
 from .meta import cmd_meta
 from .parser import build_parser, check_conflicts
 from .sarif import add_notes, sarif_log
+from .stats import cmd_stats
 
 #: Version of the shape of ``--json`` output (see docs/cli-schema.json).
 JSON_SCHEMA_VERSION = render.JSON_SCHEMA_VERSION
@@ -350,6 +351,7 @@ _COMMANDS: Dict[str, Callable[[argparse.Namespace, render.Out], int]] = {
     "hash": _cmd_hash,
     "meta": cmd_meta,
     "diff": _cmd_diff,
+    "stats": cmd_stats,
     "convert": _cmd_convert,
     "sign": prov.run_sign,
     "sbom": prov.run_sbom,

@@ -10,9 +10,10 @@ from typing import Any, Dict, Iterable
 
 from .._fastst import DEFAULT_HEADER_CAP, __version__
 from ..tools import inspect as fi
+from ..tools.stats import MAX_BINS
 from . import provenance as prov
 from . import render
-from .argtypes import key_value, non_negative
+from .argtypes import key_value, non_negative, positive
 from .exits import EXIT_ERROR
 
 # parser --------------------------------------------------------------------
@@ -282,6 +283,37 @@ def build_parser() -> argparse.ArgumentParser:
     _add_html(p)
 
     p = sub.add_parser(
+        "stats",
+        help="per tensor min, max, mean, std, NaN/Inf/zero counts and a histogram",
+        description="Describe the values of each tensor: min, max, mean and std of the "
+        "finite values, abs-max, NaN/Inf/zero counts and a histogram, read in one pass "
+        "over the data on every core. Kinds of at most 16 bits are exact; 32/64-bit "
+        "kinds are summed in float64 (integers exactly) and binned by their value cut to "
+        "8 significant bits. Tensors repeated in numbered blocks (model.layers.N.) get "
+        "a per-layer profile; a single tensor gets its histogram as bars.",
+        epilog="examples:\n"
+        "  fastst stats model.safetensors\n"
+        "  fastst stats ./llama --tensor '*.mlp.down_proj.weight'\n"
+        "  fastst stats model.safetensors --tensor lm_head.weight --bins 24 --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_common(p)
+    _add_threads(p)
+    p.add_argument(
+        "--tensor", metavar="PATTERN", help="only tensors whose name matches the glob PATTERN"
+    )
+    p.add_argument(
+        "--bins",
+        type=positive,
+        default=32,
+        metavar="N",
+        help=f"histogram bins, at most {MAX_BINS:,} (default 32)",
+    )
+    p.add_argument(
+        "--ascii", action="store_true", help="draw charts in ASCII instead of Unicode blocks"
+    )
+
+    p = sub.add_parser(
         "convert",
         help="a PyTorch checkpoint to safetensors, never running code from it",
         description="Convert a PyTorch checkpoint (.bin/.pt/.pth/.ckpt) to safetensors. It is "
@@ -360,6 +392,8 @@ def check_conflicts(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         problem = prov.signature_usage_error(args)
         if problem:
             _usage_error(parser, problem)
+    if args.command == "stats" and args.bins > MAX_BINS:
+        _usage_error(parser, f"--bins is at most {MAX_BINS:,}")
     if args.command == "meta":
         if args.raw and args.json:
             _usage_error(parser, "--raw shapes the text output only; it conflicts with --json")

@@ -466,6 +466,58 @@ class DiffReport(TypedDict):
     metadata: MetadataDiff
 
 
+# stats ---------------------------------------------------------------------------
+
+
+#: A value: an int for the integer dtypes and BOOL, a float otherwise.
+Value = Union[int, float]
+
+
+class Histogram(TypedDict):
+    """Equal-width bins over the finite values, numpy's rule: ``[min, max]``
+    (``[v - 0.5, v + 0.5]`` when every value is ``v``), the last bin closed."""
+
+    lo: float  # left edge of the first bin
+    hi: float  # right edge of the last bin
+    counts: List[Count]
+    # False for 32/64-bit dtypes: binned by the value as F32 cut to 8 significant
+    # bits, so a value within about 0.4% of an edge may land in the next bin
+    exact: bool
+
+
+class TensorStats(TypedDict):
+    """What one tensor's values look like (:func:`fastst.tools.stats.tensor_stats`).
+
+    BOOL reads as 0/1 (any non-zero byte is true), the F8/F6/F4 kinds as
+    ml_dtypes decodes them; C64 is described as its real and imaginary parts
+    together (``values`` is twice the elements). Min, max, mean and std are
+    over the finite values; std is the population std (numpy's ``ddof=0``)."""
+
+    name: str
+    dtype: str
+    shape: List[Count]
+    shard: Optional[str]  # the file holding it in a checkpoint (None for a single file)
+    values: Count  # values described (C64: 2 per element)
+    finite: Count  # neither NaN nor infinite
+    nan: Count
+    inf: Count  # +Inf and -Inf
+    zero: Count  # equal to 0 (-0.0 too; BOOL: false)
+    min: Optional[Value]  # None without finite values
+    max: Optional[Value]
+    abs_max: Optional[Value]
+    mean: Optional[float]  # None without finite values, or when it overflows
+    std: Optional[float]
+    histogram: Optional[Histogram]
+
+
+class StatsReport(TypedDict):
+    """An input of ``fastst stats``: a file or a checkpoint, its tensors."""
+
+    path: str
+    kind: Kind
+    tensors: List[TensorStats]
+
+
 # convert -------------------------------------------------------------------------
 
 
@@ -584,6 +636,11 @@ class DiffEnvelope(_Envelope):
     results: Annotated[List[DiffReport], Schema(maxItems=1)]
 
 
+class StatsEnvelope(_Envelope):
+    command: Literal["stats"]
+    results: List[StatsReport]
+
+
 class ConvertEnvelope(_Envelope):
     command: Literal["convert"]
     results: Annotated[List[ConvertReport], Schema(maxItems=1)]
@@ -607,6 +664,7 @@ Envelope = Union[
     HashEnvelope,
     MetaEnvelope,
     DiffEnvelope,
+    StatsEnvelope,
     ConvertEnvelope,
     SignEnvelope,
     SignatureEnvelope,

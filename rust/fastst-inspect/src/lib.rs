@@ -38,6 +38,8 @@
 //!   ([`canonical_header`]).
 //! - `summary`: a header at a glance ([`summarize`]).
 //! - `diff`: the values of two tensors compared ([`diff_values`]).
+//! - `stats`: what each tensor's values look like: min, max, mean, std,
+//!   NaN/Inf/zero counts, a histogram ([`stats_path`]).
 //! - `source`: positioned, bounded reads of a file opened by the core's
 //!   one opener ([`fastst_core::io::open`]).
 //!
@@ -98,6 +100,7 @@ mod lenient;
 mod metadata;
 mod names;
 mod source;
+mod stats;
 mod summary;
 #[cfg(test)]
 mod testfs;
@@ -111,6 +114,7 @@ pub use diff::{diff_values, ValueDiff};
 pub use hash::{hash_path, HashOptions, HashReport, AUTOV1_LEN, AUTOV1_OFFSET};
 pub use lenient::read_metadata;
 pub use metadata::{is_known_metadata_key, HUGE_METADATA_IMAGE, HUGE_METADATA_VALUE};
+pub use stats::{stats_path, Histogram, Number, StatsOptions, TensorStats, MAX_BINS};
 pub use summary::{summarize, DtypeTotals, Summary};
 pub use values::{count_values, ValueCounts};
 pub use verify::{verify_path, VerifyOptions, VerifyReport};

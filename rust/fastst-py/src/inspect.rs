@@ -32,7 +32,7 @@ fn display(path: &std::path::Path) -> String {
 
 /// Runs `work` without the GIL, with a stderr progress line labelled
 /// `progress` when given (written as given: the caller escapes it).
-fn with_progress<T: Send>(
+pub(crate) fn with_progress<T: Send>(
     py: Python<'_>,
     progress: Option<&str>,
     work: impl FnOnce(inspect::Progress) -> T + Send,

@@ -35,6 +35,7 @@
 //! - `inspect`: `verify_file`, `hash_file`, `inspect_file`, `verify_rules`,
 //!   `read_metadata` (over `fastst-inspect`).
 //! - `diff`: `diff_buffers`, two tensors' values compared.
+//! - `stats`: `stats_file`, what each tensor's values look like.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod buffer;
@@ -47,6 +48,7 @@ mod inspect;
 mod load;
 mod prefetch;
 mod source;
+mod stats;
 mod write;
 
 use pyo3::prelude::*;
@@ -71,6 +73,8 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     identify::register(m)?;
     // the values of two tensors compared (fastst diff)
     diff::register(m)?;
+    // what each tensor's values look like (fastst stats)
+    stats::register(m)?;
     // reading a file's pages ahead of a load (fastst/_prefetch.py)
     prefetch::register(m)?;
     Ok(())

@@ -1,0 +1,169 @@
+"""``fastst stats``: what each tensor's values look like, as a table with a
+sparkline of each histogram, a per-layer profile, and a bar chart when one
+tensor is shown (``--json`` for the numbers)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..tools.stats import layer_of, stats_checkpoint, stats_file
+from . import charts, render
+from .exits import EXIT_ERROR, EXIT_OK
+from .inputs import READ_ERRORS, inputs, not_safetensors
+from .text import display_width, pad
+
+__all__ = ["cmd_stats", "print_stats"]
+
+#: Columns of the histogram sparkline in the table (bins are merged to fit).
+_SPARK = 16
+#: Narrowest the name column gets before other columns are dropped.
+_NAME_MIN = 24
+
+
+def cmd_stats(args: argparse.Namespace, out: render.Out) -> int:
+    results = []
+    progress = not args.no_progress and render.stderr_is_terminal()
+    options = dict(bins=args.bins, threads=args.threads, header_cap=args.header_cap)
+    for kind, path in inputs(out, args.files):
+        try:
+            if kind == "checkpoint":
+                rows = stats_checkpoint(path, args.tensor, progress=progress, **options)
+            else:
+                if not_safetensors(out, path):
+                    continue
+                rows = stats_file(path, args.tensor, progress=progress, **options)
+        except READ_ERRORS as exc:
+            out.error(path, exc)
+            continue
+        report = {"path": path, "kind": kind, "tensors": rows}
+        if args.json:
+            results.append(report)
+        else:
+            print_stats(out, report, ascii=args.ascii or not charts.unicode_ok(out.stdout))
+    if args.json:
+        out.json(render.envelope("stats", results, out))
+    return EXIT_ERROR if out.errors else EXIT_OK
+
+
+def number(x: Any) -> str:
+    """A statistic in at most 10 columns (``-`` when there is none)."""
+    if x is None:
+        return "-"
+    if isinstance(x, int):
+        return f"{x:,}" if abs(x) < 10**7 else f"{x:.3e}"
+    return f"{x:.4g}"
+
+
+def _zeros(t: Dict[str, Any]) -> str:
+    if not t["values"]:
+        return "-"
+    share = 100 * t["zero"] / t["values"]
+    return f"{share:.0f}%" if share >= 1 or not t["zero"] else "<1%"
+
+
+#: Columns after the name: (title, value of a row), lowest priority first
+#: (dropped first when the width is short).
+_COLUMNS: Tuple[Tuple[str, Any], ...] = (
+    ("shape", lambda t: render.shape_text(t["shape"])),
+    ("zeros", _zeros),
+    ("mean", lambda t: number(t["mean"])),
+    ("nan+inf", lambda t: f"{t['nan'] + t['inf']:,}"),
+    ("dtype", lambda t: t["dtype"]),
+    ("std", lambda t: number(t["std"])),
+    ("min", lambda t: number(t["min"])),
+    ("max", lambda t: number(t["max"])),
+)
+_ORDER = ("dtype", "shape", "min", "max", "mean", "std", "nan+inf", "zeros")
+
+
+def print_stats(out: render.Out, report: Dict[str, Any], *, ascii: bool = False) -> None:
+    """The ``stats`` report of one file or checkpoint."""
+    tensors: List[Dict[str, Any]] = report["tensors"]
+    count = f"  ({render.plural(len(tensors), 'tensor')})"
+    room = None if out.width is None else max(8, out.width - len(count))
+    out.print(("bold", out.fit(report["path"], room)), count)
+    if not tensors:
+        out.blank()
+        return
+    names = [t["name"] if t["shard"] is None else f"{t['shard']}: {t['name']}" for t in tensors]
+    cells = {title: [value(t) for t in tensors] for title, value in _COLUMNS}
+    widths = {title: max(len(title), *(len(c) for c in col)) for title, col in cells.items()}
+    spark = min(
+        _SPARK, max((len(t["histogram"]["counts"]) for t in tensors if t["histogram"]), default=0)
+    )
+    name_w = max(4, *(display_width(render.escape(n)) for n in names))
+    kept = [title for title, _ in _COLUMNS]
+
+    def used() -> int:
+        return 2 + sum(widths[c] + 2 for c in kept) + (spark + 2 if spark else 0)
+
+    if out.width is not None:
+        while kept and used() + min(name_w, _NAME_MIN) > out.width:
+            kept.pop(0)
+        if used() + min(name_w, _NAME_MIN) > out.width:
+            spark = max(0, min(spark, out.width - used() - _NAME_MIN))
+        if not out.full:
+            name_w = max(4, min(name_w, out.width - used()))
+    order = [c for c in _ORDER if c in kept]
+    head = ["  ", pad("name", name_w)]
+    for c in order:
+        head += ["  ", pad(c, widths[c], right=c != "dtype")]
+    if spark:
+        head += ["  ", "histogram"[:spark]]
+    out.print(("dim", "".join(head).rstrip()))
+    for i, t in enumerate(tensors):
+        line = ["  ", pad(out.fit(names[i], name_w), name_w)]
+        for c in order:
+            line += ["  ", pad(cells[c][i], widths[c], right=c != "dtype")]
+        if spark and t["histogram"]:
+            line += ["  ", charts.sparkline(t["histogram"]["counts"], spark, ascii=ascii)]
+        out.print("".join(line).rstrip())
+    _print_layers(out, tensors, ascii)
+    if len(tensors) == 1 and tensors[0]["histogram"]:
+        _print_bars(out, tensors[0], ascii)
+    out.blank()
+
+
+def _print_layers(out: render.Out, tensors: Sequence[Dict[str, Any]], ascii: bool) -> None:
+    """For each tensor repeated in numbered blocks (``model.layers.N.``),
+    its std across the blocks as a sparkline, with the range."""
+    by_pattern: Dict[str, Dict[int, Optional[float]]] = {}
+    for t in tensors:
+        found = layer_of(t["name"])
+        if found is not None:
+            block, n, rest = found
+            by_pattern.setdefault(f"{block}.*.{rest}", {})[n] = t["std"]
+    rows = [(p, layers) for p, layers in by_pattern.items() if len(layers) > 1]
+    if not rows:
+        return
+    out.print(("dim", "  std by layer (each block, lowest to highest)"))
+    name_w = max(display_width(render.escape(p)) for p, _ in rows)
+    for pattern, layers in rows:
+        values = [layers.get(n) for n in range(min(layers), max(layers) + 1)]
+        present = [v for v in values if v is not None]
+        lo, hi = (min(present), max(present)) if present else (None, None)
+        span = f"  {number(lo)} .. {number(hi)}"
+        room = None if out.width is None else out.width - 4 - len(span)
+        columns = len(values) if room is None else max(0, min(len(values), room // 3))
+        name_room = name_w if room is None else max(8, min(name_w, room - columns))
+        line = charts.sparkline(values, columns, ascii=ascii, merge="max", relative=True)
+        out.print("  ", pad(out.fit(pattern, name_room), name_room), "  ", line, span)
+
+
+def _print_bars(out: render.Out, t: Dict[str, Any], ascii: bool) -> None:
+    """One tensor's histogram as horizontal bars, one line per bin."""
+    h = t["histogram"]
+    counts = h["counts"]
+    step = (h["hi"] - h["lo"]) / len(counts)
+    lefts = [number(h["lo"] + i * step) for i in range(len(counts))]
+    label_w = max(len(x) for x in lefts)
+    count_w = max(len(f"{c:,}") for c in counts)
+    room = 40 if out.width is None else max(1, out.width - 4 - label_w - 2 - count_w - 1)
+    note = "" if h["exact"] else " (values cut to 8 bits)"
+    title = f"  {len(counts)} bins of {number(step)}{note}"
+    out.print(("dim", out.fit(title, out.width)))
+    top = max(counts)
+    for left, c in zip(lefts, counts):
+        bar = charts.bar(c, top, room, ascii=ascii)
+        out.print("    ", pad(left, label_w, right=True), "  ", pad(bar, room), " ", f"{c:,}")
