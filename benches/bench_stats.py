@@ -90,9 +90,8 @@ def main() -> None:
         size = path.stat().st_size
         h = statistics.median(times[(name, "hash")])
         s = statistics.median(times[(name, "stats")])
-        print(
-            f"{name:<10} {size / 1e6:>7.0f} {h:>8.3f} {s:>8.3f} {size / s / 1e9:>10.2f} {h / s:>8.2f}"
-        )
+        rate = size / s / 1e9
+        print(f"{name:<10} {size / 1e6:>7.0f} {h:>8.3f} {s:>8.3f} {rate:>10.2f} {h / s:>8.2f}")
 
 
 if __name__ == "__main__":
