@@ -87,7 +87,14 @@ def test_structure_and_metadata_changes(tmp_path: Path, capsys: pytest.CaptureFi
     (d,) = doc["results"]
     assert code == 1
     assert d["only_in_a"] == ["ids"] and d["only_in_b"] == ["extra"]
-    assert d["dtype_changed"] == [{"name": "embed.weight", "a": "F32", "b": "F16"}]
+    (change,) = d["dtype_changed"]
+    assert (change["name"], change["a"], change["b"]) == ("embed.weight", "F32", "F16")
+    # Same shape: the values are compared as float64.
+    x = base["embed.weight"].astype(np.float64)
+    y = other["embed.weight"].astype(np.float64)
+    assert change["differing"] == int((x != y).sum())
+    assert change["max_abs"] == np.abs(x - y).max()
+    assert change["rel_l2"] == pytest.approx(np.linalg.norm(x - y) / np.linalg.norm(x), rel=1e-9)
     assert d["shape_changed"] == [{"name": "head.weight", "a": [16, 32], "b": [32, 16]}]
     assert d["metadata"] == {
         "only_in_a": {"gone": "x"},
@@ -155,3 +162,60 @@ def test_many_threads_agree_with_one() -> None:
     with pytest.raises(ValueError):
         _fastst.diff_buffers(b"", b"", "F99")
     assert fi.diff is not None
+
+
+def test_change_profile_and_layers_match_numpy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = np.random.default_rng(3)
+    base = {
+        f"model.layers.{n}.{w}": rng.standard_normal((8, 8)).astype(np.float32)
+        for n in range(5)
+        for w in ("q.weight", "k.weight")
+    }
+    base["model.norm.weight"] = np.ones(8, ml_dtypes.bfloat16)
+    tuned = {k: v.copy() for k, v in base.items()}
+    tuned["model.layers.1.q.weight"] += np.float32(0.5)
+    tuned["model.layers.3.k.weight"] *= np.float32(-1)
+    tuned["model.norm.weight"] = (base["model.norm.weight"].astype(np.float32) * 2).astype(
+        ml_dtypes.bfloat16
+    )
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    fastst.numpy.save_file(base, a)
+    fastst.numpy.save_file(tuned, b)
+    code, doc, _ = run_envelope(["diff", "--json", str(a), str(b)], capsys)
+    (d,) = doc["results"]
+    assert code == 1 and d["values_compared"]
+    for t in d["different"]:
+        x = base[t["name"]].astype(np.float64).ravel()
+        y = tuned[t["name"]].astype(np.float64).ravel()
+        assert t["rel_l2"] == pytest.approx(np.linalg.norm(x - y) / np.linalg.norm(x), rel=1e-12)
+        cos = x @ y / (np.linalg.norm(x) * np.linalg.norm(y))
+        assert t["cosine"] == pytest.approx(cos, rel=1e-12)
+    flipped = next(t for t in d["different"] if t["name"] == "model.layers.3.k.weight")
+    assert flipped["cosine"] == pytest.approx(-1) and flipped["rel_l2"] == pytest.approx(2)
+    layers = {x["layer"]: x for x in d["layers"]}
+    assert list(layers) == [f"model.layers.{n}" for n in range(5)]
+    assert [x["changed"] for x in d["layers"]] == [0, 1, 0, 1, 0]
+    assert layers["model.layers.3"]["max_rel_l2"] == pytest.approx(2)
+    assert layers["model.layers.0"] == {
+        "layer": "model.layers.0",
+        "tensors": 2,
+        "changed": 0,
+        "max_rel_l2": None,
+    }
+    for width in (60, 80, 120, 200):
+        code, out, _ = run(["diff", "--width", str(width), str(a), str(b)], capsys)
+        mine = out[out.index("  layers ") :].splitlines()
+        assert all(len(line) <= width for line in mine), width
+        assert "layers       model.layers.N  " in out and "2 of 5 layers changed" in out
+        assert "model.layers.3: 1/2 tensors, max rel L2 2" in out
+    code, out, _ = run(["diff", "--ascii", str(a), str(b)], capsys)
+    assert "model.layers.N   - #\n" in out
+    # Headers only: no data read, nothing about values.
+    code, doc, _ = run_envelope(["diff", "--json", "--no-values", str(a), str(b)], capsys)
+    (d,) = doc["results"]
+    assert code == 0 and not d["values_compared"] and d["different"] == []
+    assert d["identical_tensors"] == 0 and d["identical"]
+    code, out, _ = run(["diff", "--no-values", str(a), str(b)], capsys)
+    assert "not compared (--no-values)" in out

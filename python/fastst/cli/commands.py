@@ -20,7 +20,7 @@ from ..tools.diff import diff
 from ..tools.layers import layer_view
 from ..tools.stale_temp import stale_temp_files
 from ..tools.walk import too_deep_report
-from . import html, model_text, render, report
+from . import charts, html, model_text, render, report
 from . import provenance as prov
 from .exits import EXIT_ERROR, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPE
 from .inputs import READ_ERRORS, inputs, model_config, not_safetensors
@@ -316,7 +316,13 @@ def _cmd_diff(args: argparse.Namespace, out: render.Out) -> int:
     result = None
     if not out.errors:
         try:
-            result = diff(args.a, args.b, threads=args.threads, header_cap=args.header_cap)
+            result = diff(
+                args.a,
+                args.b,
+                threads=args.threads,
+                header_cap=args.header_cap,
+                values=not args.no_values,
+            )
         except READ_ERRORS as exc:
             message = render.one_line(exc)
             where = getattr(exc, "filename", None) or args.a
@@ -325,13 +331,13 @@ def _cmd_diff(args: argparse.Namespace, out: render.Out) -> int:
         results = []
         if result is not None:
             entry = dict(result)
-            entry["different"] = [
-                {k: _finite(v) for k, v in d.items()} for d in result["different"]
-            ]
+            for key in ("different", "dtype_changed"):
+                entry[key] = [{k: _finite(v) for k, v in d.items()} for d in entry[key]]
             results.append(entry)
         out.json(_envelope("diff", results, out))
     elif result is not None:
-        report.print_diff(out, result)
+        ascii = args.ascii or not charts.unicode_ok(out.stdout)
+        report.print_diff(out, result, ascii=ascii)
     if args.html and result is not None:
         html.report(out, args.html, "diff", [html.diff_section(result)], [args.a, args.b])
     if out.errors or result is None:

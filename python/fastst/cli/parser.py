@@ -171,6 +171,12 @@ def _add_threads(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_ascii(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ascii", action="store_true", help="draw charts in ASCII instead of Unicode blocks"
+    )
+
+
 def _add_fail_on(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument(
         "--fail-on",
@@ -273,14 +279,27 @@ def build_parser() -> argparse.ArgumentParser:
         "diff",
         help="compare two files or checkpoints tensor by tensor",
         description="Compare A and B (files, index files or model folders): tensors only "
-        "in one, dtype and shape changes, identical tensors, value differences, metadata. "
+        "in one, dtype and shape changes, identical tensors, value differences with the "
+        "change profile (max abs, relative L2, cosine) and a per-layer summary, metadata. "
+        "Reads both sides' data once (--no-values: headers only). "
         "Exit 0 identical, 1 different, 2 error.",
+        epilog="examples:\n"
+        "  fastst diff base.safetensors finetuned.safetensors\n"
+        "  fastst diff ./llama-base ./llama-tuned --json\n"
+        "  fastst diff huge-a.safetensors huge-b.safetensors --no-values",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("a", metavar="A", help="a file, an index file or a model folder")
     p.add_argument("b", metavar="B", help="a file, an index file or a model folder")
     _add_common(p, files=False)
     _add_threads(p)
     _add_html(p)
+    p.add_argument(
+        "--no-values",
+        action="store_true",
+        help="compare names, dtypes, shapes and metadata only: read no tensor data",
+    )
+    _add_ascii(p)
 
     p = sub.add_parser(
         "stats",
@@ -309,9 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"histogram bins, at most {MAX_BINS:,} (default 32)",
     )
-    p.add_argument(
-        "--ascii", action="store_true", help="draw charts in ASCII instead of Unicode blocks"
-    )
+    _add_ascii(p)
 
     p = sub.add_parser(
         "convert",

@@ -20,6 +20,7 @@ from .render import (
     shape_text,
     size_text,
 )
+from .stats import print_layers_changed
 from .text import display_width, escape, json_text, pad, wrap
 
 
@@ -272,9 +273,26 @@ def _number(x: Any) -> str:
     return f"{x:.3g}" if x else "0"
 
 
-def print_diff(out: Out, d: Mapping[str, Any]) -> None:
+def _profile(t: Mapping[str, Any], with_max: bool = True) -> str:
+    """The change profile of a tensor, when its values were compared."""
+    parts = []
+    if with_max and t.get("max_abs") is not None:
+        parts.append(f"max abs {_number(t['max_abs'])}")
+    if t.get("rel_l2") is not None:
+        parts.append(f"rel L2 {_number(t['rel_l2'])}")
+    if t.get("cosine") is not None:
+        parts.append(f"cos {t['cosine']:.6g}")
+    return (
+        "".join(", " + p for p in parts)
+        if with_max is False
+        else (" (" + ", ".join(parts) + ")" if parts else "")
+    )
+
+
+def print_diff(out: Out, d: Mapping[str, Any], *, ascii: bool = False) -> None:
     """The ``diff`` report: the verdict, counts, then one line per
-    difference (the first few of each kind unless ``--full``)."""
+    difference (the first few of each kind unless ``--wide``), the changes
+    per layer (charts in ASCII with ``ascii``)."""
     out.print("A  ", ("bold", d["a"]))
     out.print("B  ", ("bold", d["b"]))
     verdict = ("ok", "identical") if d["identical"] else ("high", "different")
@@ -303,7 +321,9 @@ def print_diff(out: Out, d: Mapping[str, Any]) -> None:
 
     listing("only in A", [(n, "") for n in d["only_in_a"]])
     listing("only in B", [(n, "") for n in d["only_in_b"]])
-    listing("dtype", [(c["name"], f": {c['a']} -> {c['b']}") for c in d["dtype_changed"]])
+    listing(
+        "dtype", [(c["name"], f": {c['a']} -> {c['b']}{_profile(c)}") for c in d["dtype_changed"]]
+    )
     listing(
         "shape",
         [
@@ -319,10 +339,14 @@ def print_diff(out: Out, d: Mapping[str, Any]) -> None:
         )
         if t["max_abs"] is not None:
             text += f", max abs {_number(t['max_abs'])}, max rel {_number(t['max_rel'])}"
+        text += _profile(t, with_max=False)
         if t["differing"] == 0:
             text += " (only the sign of zeros or NaN payloads changed)"
         values.append((t["name"], text))
     listing("values", values)
+    if not d.get("values_compared", True):
+        out.print("  values       not compared (--no-values): no tensor data was read")
+    print_layers_changed(out, d, ascii=ascii)
     meta = d["metadata"]
     lines = [(k, f": {a!r} -> {b!r}") for k, (a, b) in meta["changed"].items()]
     lines += [("+ " + k, f": {v!r} (only in B)") for k, v in meta["only_in_b"].items()]

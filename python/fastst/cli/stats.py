@@ -5,7 +5,7 @@ tensor is shown (``--json`` for the numbers)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..tools.stats import layer_of, stats_checkpoint, stats_file
 from . import charts, render
@@ -13,7 +13,7 @@ from .exits import EXIT_ERROR, EXIT_OK
 from .inputs import READ_ERRORS, inputs, not_safetensors
 from .text import display_width, pad
 
-__all__ = ["cmd_stats", "print_stats"]
+__all__ = ["cmd_stats", "print_stats", "print_layers_changed"]
 
 #: Columns of the histogram sparkline in the table (bins are merged to fit).
 _SPARK = 16
@@ -167,3 +167,47 @@ def _print_bars(out: render.Out, t: Dict[str, Any], ascii: bool) -> None:
     for left, c in zip(lefts, counts):
         bar = charts.bar(c, top, room, ascii=ascii)
         out.print("    ", pad(left, label_w, right=True), "  ", pad(bar, room), " ", f"{c:,}")
+
+
+#: Layers listed one by one in a diff (all with ``--full``).
+_LAYER_LIST = 20
+
+
+def print_layers_changed(out: render.Out, d: Mapping[str, Any], *, ascii: bool = False) -> None:
+    """The per-layer summary of a diff: for each numbered block, a sparkline
+    of each layer's largest relative L2 change (blank: unchanged), then the
+    layers that changed, the first few unless ``--full``."""
+    layers: List[Dict[str, Any]] = list(d.get("layers") or [])
+    if not any(layer["changed"] for layer in layers):
+        return
+    blocks: Dict[str, List[Dict[str, Any]]] = {}
+    for layer in layers:
+        blocks.setdefault(layer["layer"].rsplit(".", 1)[0], []).append(layer)
+    label = "  layers       "
+    for block, rows in blocks.items():
+        changed = [r for r in rows if r["changed"]]
+        rels = [r["max_rel_l2"] for r in rows]
+        summary = f"  {len(changed):,} of {render.plural(len(rows), 'layer')} changed"
+        known = [r for r in rows if r["max_rel_l2"] is not None]
+        if known:
+            worst = max(known, key=lambda r: r["max_rel_l2"])
+            summary += f", max rel L2 {number(worst['max_rel_l2'])} ({worst['layer']})"
+        room = None if out.width is None else max(8, out.width - len(label))
+        name = out.fit(block + ".N", None if room is None else max(4, room // 2))
+        columns = len(rows) if room is None else max(0, min(len(rows), room - len(name) - 2))
+        spark = charts.sparkline(rels, columns, ascii=ascii, merge="max")
+        out.print(label, name, "  " if columns else "", spark.rstrip())
+        out.print(" " * len(label), out.fit(summary.strip(), room))
+        label = " " * len(label)
+    lines = []
+    for r in (r for rows in blocks.values() for r in rows if r["changed"]):
+        text = f"{r['layer']}: {r['changed']:,}/{render.plural(r['tensors'], 'tensor')}"
+        if r["max_rel_l2"] is not None:
+            text += f", max rel L2 {number(r['max_rel_l2'])}"
+        lines.append(text)
+    shown = lines if out.full else lines[:_LAYER_LIST]
+    room = None if out.width is None else max(out.width - 15, 16)
+    for text in shown:
+        out.print(" " * 15, out.fit(text, room))
+    if len(shown) < len(lines):
+        out.print(" " * 15, f"... and {len(lines) - len(shown):,} more (--full lists all)")

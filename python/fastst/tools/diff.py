@@ -1,17 +1,20 @@
 """Comparing two files or checkpoints tensor by tensor: what ``fastst diff``
 and :func:`fastst.tools.inspect.diff` report. The values are compared by the core
 (``diff_buffers``: bytes first, then element by element where they differ,
-on several threads, without the GIL) straight from the mapped files."""
+with the change profile, in one pass over both on several threads, without
+the GIL) straight from the mapped files; ``values=False`` compares the
+headers and metadata only."""
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Union, cast
+from typing import Any, Dict, List, Optional, Tuple, Union, cast
 
 from .. import _fastst
 from .._fastst import DEFAULT_HEADER_CAP
 from .._source import open_raw
 from . import results
+from .stats import layer_of
 
 __all__ = ["diff"]
 
@@ -38,6 +41,7 @@ def diff(
     *,
     threads: int = 0,
     header_cap: int = DEFAULT_HEADER_CAP,
+    values: bool = True,
 ) -> results.DiffReport:
     """Compares ``a`` and ``b`` (files, index files or folders holding one).
 
@@ -48,7 +52,9 @@ def diff(
     - ``tensors``: how many names both hold; ``only_in_a``/``only_in_b``:
       names one side lacks (sorted);
     - ``dtype_changed``/``shape_changed``: ``{"name", "a", "b"}`` for names
-      whose dtype (or, same dtype, shape) differs;
+      whose dtype (or, same dtype, shape) differs; a dtype change of the
+      same shape also has the values compared as float64: ``differing``,
+      ``max_abs``, ``rel_l2`` and ``cosine`` (below);
     - ``identical_tensors``: how many tensors of the same dtype and shape
       hold byte-identical data;
     - ``different``: for the others, ``{"name", "dtype", "shape",
@@ -56,25 +62,34 @@ def diff(
       values differ (NaN against NaN and -0 against +0 count as equal, so
       ``differing`` can be 0 when only such bits changed), the largest
       absolute difference and the largest ``|a-b| / max(|a|, |b|)``
-      (None for BOOL, C64 and 8/6/4-bit floats, compared bit for bit);
+      (None for BOOL, C64 and 8/6/4-bit floats, compared bit for bit), and
+      the change profile over the pairs of finite values: ``rel_l2``
+      (``||a - b|| / ||a||``, None when ``||a||`` is 0) and ``cosine``
+      (``a . b / (||a|| ||b||)``, None when a norm is 0), summed in float64;
+    - ``layers``: per numbered block (``model.layers.N``, in order)
+      ``{"layer", "tensors", "changed", "max_rel_l2"}``: names both hold,
+      how many differ in any way, the largest ``rel_l2`` among them;
     - ``metadata``: ``only_in_a``, ``only_in_b`` and ``changed`` (``[a, b]``)
       keys of ``__metadata__`` (the first shard's for a checkpoint);
     - ``identical``: nothing above differs (the files may still differ in
-      layout: tensor order, padding, header spelling).
+      layout: tensor order, padding, header spelling);
+    - ``values_compared``: ``values``. Without values no tensor data is
+      read: ``identical_tensors`` is 0, ``different`` empty, and
+      ``identical`` speaks of names, dtypes, shapes and metadata only.
     """
     pa, pb = _path(a), _path(b)
     fa = open_raw(pa, "mmap", header_cap)
     try:
         fb = open_raw(pb, "mmap", header_cap)
         try:
-            return _compare(pa, pb, fa, fb, threads)
+            return _compare(pa, pb, fa, fb, threads, values)
         finally:
             fb.close()
     finally:
         fa.close()
 
 
-def _compare(pa: str, pb: str, fa: Any, fb: Any, threads: int) -> results.DiffReport:
+def _compare(pa: str, pb: str, fa: Any, fb: Any, threads: int, values: bool) -> results.DiffReport:
     keys_a, keys_b = set(fa.keys()), set(fb.keys())
     common = [n for n in fa.offset_keys() if n in keys_b]
     dtype_changed: List[Dict[str, Any]] = []
@@ -84,30 +99,38 @@ def _compare(pa: str, pb: str, fa: Any, fb: Any, threads: int) -> results.DiffRe
     for name in common:
         dtype_a, shape_a, _, _ = fa.info(name)
         dtype_b, shape_b, _, _ = fb.info(name)
-        if dtype_a != dtype_b:
-            dtype_changed.append({"name": name, "a": dtype_a, "b": dtype_b})
-            continue
-        if tuple(shape_a) != tuple(shape_b):
+        if tuple(shape_a) != tuple(shape_b) and dtype_a == dtype_b:
             shape_changed.append({"name": name, "a": list(shape_a), "b": list(shape_b)})
             continue
-        buf_a = fa.tensor(name)[0]
-        buf_b = fb.tensor(name)[0]
-        found = _fastst.diff_buffers(buf_a, buf_b, dtype_a, threads)
-        if found["identical"]:
+        if dtype_a != dtype_b:
+            change: Dict[str, Any] = {"name": name, "a": dtype_a, "b": dtype_b}
+            dtype_changed.append(change)
+            if values and tuple(shape_a) == tuple(shape_b):
+                found = _values(fa, fb, name, dtype_a, dtype_b, threads)
+                if found is not None:
+                    change.update({k: found[k] for k in _PROFILE})
+            continue
+        if not values:
+            continue
+        found = _values(fa, fb, name, dtype_a, dtype_b, threads)
+        if found is not None and found["identical"]:
             same += 1
             continue
         elements = 1
         for d in shape_a:
             elements *= d
+        got = found or {}
         different.append(
             {
                 "name": name,
                 "dtype": dtype_a,
                 "shape": list(shape_a),
                 "elements": elements,
-                "differing": found["differing"],
-                "max_abs": found["max_abs"],
-                "max_rel": found["max_rel"],
+                "differing": got.get("differing", 0),
+                "max_abs": got.get("max_abs"),
+                "max_rel": got.get("max_rel"),
+                "rel_l2": got.get("rel_l2"),
+                "cosine": got.get("cosine"),
             }
         )
     metadata = _metadata_diff(fa.metadata(), fb.metadata())
@@ -120,6 +143,7 @@ def _compare(pa: str, pb: str, fa: Any, fb: Any, threads: int) -> results.DiffRe
         "a": pa,
         "b": pb,
         "identical": identical,
+        "values_compared": values,
         "tensors": len(common),
         "only_in_a": only_a,
         "only_in_b": only_b,
@@ -127,6 +151,46 @@ def _compare(pa: str, pb: str, fa: Any, fb: Any, threads: int) -> results.DiffRe
         "shape_changed": shape_changed,
         "identical_tensors": same,
         "different": different,
+        "layers": _layers(common, dtype_changed + shape_changed + different),
         "metadata": metadata,
     }
     return cast(results.DiffReport, report)
+
+
+_PROFILE = ("differing", "max_abs", "rel_l2", "cosine")
+
+
+def _values(
+    fa: Any, fb: Any, name: str, dtype_a: str, dtype_b: str, threads: int
+) -> Optional[Dict[str, Any]]:
+    """The core's comparison of one tensor's values (None when the two sides
+    cannot be compared value by value: C64 against another kind)."""
+    buf_a = fa.tensor(name)[0]
+    buf_b = fb.tensor(name)[0]
+    try:
+        return _fastst.diff_buffers(buf_a, buf_b, dtype_a, threads, dtype_b=dtype_b, profile=True)
+    except ValueError:
+        return None
+
+
+def _layers(common: List[str], changed: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Per numbered block: names both hold, how many changed, the largest
+    relative L2 change among them."""
+    by_name = {c["name"]: c for c in changed}
+    layers: Dict[Tuple[str, int], Dict[str, Any]] = {}
+    for name in common:
+        found = layer_of(name)
+        if found is None:
+            continue
+        block, n, _ = found
+        layer = layers.setdefault(
+            (block, n), {"layer": f"{block}.{n}", "tensors": 0, "changed": 0, "max_rel_l2": None}
+        )
+        layer["tensors"] += 1
+        change = by_name.get(name)
+        if change is not None:
+            layer["changed"] += 1
+            rel = change.get("rel_l2")
+            if rel is not None and (layer["max_rel_l2"] is None or rel > layer["max_rel_l2"]):
+                layer["max_rel_l2"] = rel
+    return [layers[k] for k in sorted(layers)]

@@ -417,21 +417,30 @@ class MetaReport(_MetaReport, total=False):
 # diff ----------------------------------------------------------------------------
 
 
-class DtypeChange(TypedDict):
+#: The largest difference: None when compared bit for bit (BOOL, complex,
+#: 8/6/4-bit floats); the command writes an infinite one as "inf".
+Difference = Optional[Union[float, Literal["inf"]]]
+
+
+class _DtypeChange(TypedDict):
     name: str
     a: str
     b: str
+
+
+class DtypeChange(_DtypeChange, total=False):
+    """A dtype change; of the same shape, with the values compared as float64."""
+
+    differing: Count
+    max_abs: Difference
+    rel_l2: Optional[float]
+    cosine: Optional[float]
 
 
 class ShapeChange(TypedDict):
     name: str
     a: List[Count]
     b: List[Count]
-
-
-#: The largest difference: None when compared bit for bit (BOOL, complex,
-#: 8/6/4-bit floats); the command writes an infinite one as "inf".
-Difference = Optional[Union[float, Literal["inf"]]]
 
 
 class TensorDifference(TypedDict):
@@ -442,6 +451,17 @@ class TensorDifference(TypedDict):
     differing: Count  # elements whose values differ
     max_abs: Difference
     max_rel: Difference  # |a-b| / max(|a|, |b|)
+    rel_l2: Optional[float]  # ||a-b|| / ||a|| over the finite pairs; None when ||a|| is 0
+    cosine: Optional[float]  # a.b / (||a|| ||b||); None when a norm is 0
+
+
+class LayerChange(TypedDict):
+    """One numbered block (``model.layers.N``) of a diff."""
+
+    layer: str
+    tensors: Count  # names both hold
+    changed: Count  # of them, differing in values, dtype or shape
+    max_rel_l2: Optional[float]  # the largest rel_l2 among them
 
 
 class MetadataDiff(TypedDict):
@@ -463,7 +483,9 @@ class DiffReport(TypedDict):
     shape_changed: List[ShapeChange]
     identical_tensors: Count  # same dtype and shape, byte-identical data
     different: List[TensorDifference]
+    layers: List[LayerChange]
     metadata: MetadataDiff
+    values_compared: bool  # False with --no-values: headers and metadata only
 
 
 # stats ---------------------------------------------------------------------------

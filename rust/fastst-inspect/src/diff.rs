@@ -1,12 +1,20 @@
-//! Comparing the values of two tensors of the same dtype and shape, straight
-//! from their little-endian bytes, on several threads: the kernel of
-//! `fastst diff`.
+//! Comparing the values of two tensors of the same shape, straight from
+//! their little-endian bytes, in one pass over both on several threads: the
+//! kernel of `fastst diff`.
 //!
-//! Chunks whose bytes are equal are skipped with a plain comparison; only
-//! chunks that differ are decoded element by element.
+//! Of the same dtype, chunks whose bytes are equal are skipped with a plain
+//! comparison (decoding only the first side when the change profile is
+//! asked for, for its norm); chunks that differ are decoded element by
+//! element. Of different dtypes, both sides are decoded to `f64`.
+//!
+//! The change profile (relative L2 `||a - b|| / ||a||` and cosine
+//! similarity) sums squares and products in `f64` over the element pairs
+//! where both values are finite.
 
 use fastst_core::convert::{bf16_to_f32, f16_to_f32};
 use fastst_core::dtype::Dtype;
+
+use crate::stats::{decode, Number};
 
 /// What differs between two tensors' values.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -22,10 +30,16 @@ pub struct ValueDiff {
     pub max_abs: Option<f64>,
     /// Largest `|a - b| / max(|a|, |b|)` over the differing elements.
     pub max_rel: Option<f64>,
+    /// `||a - b|| / ||a||` (with the profile; None when `||a||` is 0 or a
+    /// sum overflows).
+    pub rel_l2: Option<f64>,
+    /// `a . b / (||a|| ||b||)` (with the profile; None when a norm is 0).
+    pub cosine: Option<f64>,
 }
 
-/// Bytes per chunk handed to a worker.
-const CHUNK: usize = 1 << 20;
+/// Elements per chunk handed to a worker (a multiple of 4, so that packed
+/// kinds split on whole bytes).
+const CHUNK: usize = 1 << 18;
 
 /// How each dtype reads as a number (None: compared bit for bit).
 fn reader(dtype: Dtype) -> Option<fn(&[u8]) -> f64> {
@@ -64,12 +78,123 @@ fn element_len(dtype: Dtype) -> usize {
     }
 }
 
+/// Any dtype's elements as `f64` (C64: two per element, real then
+/// imaginary; BOOL: 0 or 1; the small float kinds through a table).
+struct Decoder {
+    dtype: Dtype,
+    /// Values of the codes of the kinds read through a table.
+    table: Vec<f64>,
+}
+
+impl Decoder {
+    fn new(dtype: Dtype) -> Decoder {
+        let codes: u16 = match dtype {
+            Dtype::F4 => 16,
+            Dtype::F6E2M3 | Dtype::F6E3M2 => 64,
+            Dtype::Bool
+            | Dtype::F8E4M3
+            | Dtype::F8E5M2
+            | Dtype::F8E4M3Fnuz
+            | Dtype::F8E5M2Fnuz
+            | Dtype::F8E8M0 => 256,
+            _ => 0,
+        };
+        let table = (0..codes)
+            .map(|c| match decode(dtype, c) {
+                Number::Int(v) => v as f64,
+                Number::Float(v) => v,
+            })
+            .collect();
+        Decoder { dtype, table }
+    }
+
+    /// Replaces `out` with the values of `bytes` (whole elements).
+    fn decode(&self, bytes: &[u8], out: &mut Vec<f64>) {
+        out.clear();
+        let t = &self.table;
+        match self.dtype {
+            Dtype::F4 => {
+                for &b in bytes {
+                    out.push(t[usize::from(b & 15)]);
+                    out.push(t[usize::from(b >> 4)]);
+                }
+            }
+            Dtype::F6E2M3 | Dtype::F6E3M2 => {
+                for c in bytes.chunks_exact(3) {
+                    let w = u32::from_le_bytes([c[0], c[1], c[2], 0]);
+                    out.extend((0..4).map(|i| t[((w >> (6 * i)) & 63) as usize]));
+                }
+            }
+            Dtype::C64 => out.extend(
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+            ),
+            _ if !t.is_empty() => out.extend(bytes.iter().map(|&b| t[usize::from(b)])),
+            dtype => {
+                if let Some(read) = reader(dtype) {
+                    let size = element_len(dtype);
+                    out.extend(bytes.chunks_exact(size).map(read));
+                }
+            }
+        }
+    }
+}
+
+/// Sums over the element pairs where both values are finite.
+#[derive(Clone, Copy, Default)]
+struct Sums {
+    diff2: f64,
+    a2: f64,
+    b2: f64,
+    ab: f64,
+}
+
+impl Sums {
+    fn merge(&mut self, o: Sums) {
+        self.diff2 += o.diff2;
+        self.a2 += o.a2;
+        self.b2 += o.b2;
+        self.ab += o.ab;
+    }
+
+    fn add(&mut self, xs: &[f64], ys: &[f64]) {
+        for (&x, &y) in xs.iter().zip(ys) {
+            if x.is_finite() && y.is_finite() {
+                let d = x - y;
+                self.diff2 += d * d;
+                self.a2 += x * x;
+                self.b2 += y * y;
+                self.ab += x * y;
+            }
+        }
+    }
+
+    /// Both sides equal: only `a`'s squares.
+    fn add_same(&mut self, xs: &[f64]) {
+        let sq: f64 = xs.iter().filter(|x| x.is_finite()).map(|x| x * x).sum();
+        self.a2 += sq;
+        self.b2 += sq;
+        self.ab += sq;
+    }
+
+    fn rel_l2(&self) -> Option<f64> {
+        Some(self.diff2.sqrt() / self.a2.sqrt()).filter(|r| self.a2 > 0.0 && r.is_finite())
+    }
+
+    fn cosine(&self) -> Option<f64> {
+        let norms = self.a2.sqrt() * self.b2.sqrt();
+        Some((self.ab / norms).clamp(-1.0, 1.0)).filter(|c| norms > 0.0 && c.is_finite())
+    }
+}
+
 #[derive(Clone, Copy, Default)]
 struct Partial {
     bytes_differ: bool,
     differing: u64,
     max_abs: f64,
     max_rel: f64,
+    sums: Sums,
 }
 
 impl Partial {
@@ -78,25 +203,15 @@ impl Partial {
         self.differing += o.differing;
         self.max_abs = self.max_abs.max(o.max_abs);
         self.max_rel = self.max_rel.max(o.max_rel);
+        self.sums.merge(o.sums);
     }
-}
 
-fn compare_chunk(a: &[u8], b: &[u8], size: usize, read: Option<fn(&[u8]) -> f64>) -> Partial {
-    let mut p = Partial::default();
-    if a == b {
-        return p;
-    }
-    p.bytes_differ = true;
-    for (x, y) in a.chunks_exact(size).zip(b.chunks_exact(size)) {
-        let Some(read) = read else {
-            p.differing += u64::from(x != y);
-            continue;
-        };
-        let (u, v) = (read(x), read(y));
+    /// Counts one pair of values that may differ.
+    fn values(&mut self, u: f64, v: f64) {
         if u == v || (u.is_nan() && v.is_nan()) {
-            continue;
+            return;
         }
-        p.differing += 1;
+        self.differing += 1;
         let abs = if u.is_nan() || v.is_nan() {
             f64::INFINITY
         } else {
@@ -108,24 +223,66 @@ fn compare_chunk(a: &[u8], b: &[u8], size: usize, read: Option<fn(&[u8]) -> f64>
         } else {
             abs / scale
         };
-        p.max_abs = p.max_abs.max(abs);
-        p.max_rel = p.max_rel.max(rel);
+        self.max_abs = self.max_abs.max(abs);
+        self.max_rel = self.max_rel.max(rel);
+    }
+}
+
+fn compare_chunk(a: &[u8], b: &[u8], size: usize, read: Option<fn(&[u8]) -> f64>) -> Partial {
+    let mut p = Partial::default();
+    if a == b {
+        return p;
+    }
+    p.bytes_differ = true;
+    for (x, y) in a.chunks_exact(size).zip(b.chunks_exact(size)) {
+        match read {
+            Some(read) => p.values(read(x), read(y)),
+            None => p.differing += u64::from(x != y),
+        }
     }
     p
 }
 
-/// Compares `a` and `b`, the bytes of two tensors of `dtype` with the same
-/// shape, on up to `threads` threads (0: one per core). Returns None when
-/// the lengths differ.
-pub fn diff_values(dtype: Dtype, a: &[u8], b: &[u8], threads: usize) -> Option<ValueDiff> {
-    if a.len() != b.len() {
+/// One side of a comparison: a tensor's dtype and bytes.
+#[derive(Clone, Copy)]
+pub struct Side<'a> {
+    /// Its dtype.
+    pub dtype: Dtype,
+    /// Its little-endian bytes.
+    pub bytes: &'a [u8],
+}
+
+impl Side<'_> {
+    /// Elements, when the bytes hold whole ones.
+    fn elements(&self) -> Option<usize> {
+        let bits = usize::try_from(self.dtype.bits()).ok()?;
+        let total = self.bytes.len().checked_mul(8)?;
+        (total % bits == 0).then_some(total / bits)
+    }
+
+    /// The bytes of elements `[i, j)` (`i` and `j` multiples of 4 or the end).
+    fn range(&self, i: usize, j: usize) -> &[u8] {
+        let bits = self.dtype.bits() as usize;
+        &self.bytes[i * bits / 8..j * bits / 8]
+    }
+}
+
+/// Compares `a` and `b`, two tensors of the same shape (their dtypes may
+/// differ), on up to `threads` threads (0: one per core), with the change
+/// profile when `profile` is true. Of different dtypes, the elements are
+/// compared as `f64` values (never `identical`), magnitudes included for
+/// every kind. Returns None when the element counts differ, or when only
+/// one side is C64.
+pub fn compare_values(a: Side, b: Side, profile: bool, threads: usize) -> Option<ValueDiff> {
+    let n = a.elements()?;
+    let same = a.dtype == b.dtype;
+    if n != b.elements()? || (a.dtype == Dtype::C64) != (b.dtype == Dtype::C64) {
         return None;
     }
-    let size = element_len(dtype);
-    let read = reader(dtype);
-    // Chunks hold whole elements.
-    let chunk = CHUNK - CHUNK % size;
-    let chunks = a.len().div_ceil(chunk).max(1);
+    let (da, db) = (Decoder::new(a.dtype), Decoder::new(b.dtype));
+    let size = element_len(a.dtype);
+    let read = reader(a.dtype);
+    let chunks = n.div_ceil(CHUNK).max(1);
     let workers = if threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -135,14 +292,39 @@ pub fn diff_values(dtype: Dtype, a: &[u8], b: &[u8], threads: usize) -> Option<V
     let next = std::sync::atomic::AtomicUsize::new(0);
     let work = || {
         let mut p = Partial::default();
+        let (mut xs, mut ys) = (Vec::new(), Vec::new());
         loop {
             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let start = i.saturating_mul(chunk);
-            if start >= a.len() {
+            let start = i.saturating_mul(CHUNK);
+            if start >= n {
                 break;
             }
-            let end = (start + chunk).min(a.len());
-            p.merge(compare_chunk(&a[start..end], &b[start..end], size, read));
+            let end = (start + CHUNK).min(n);
+            let (x, y) = (a.range(start, end), b.range(start, end));
+            let mut part = if same {
+                compare_chunk(x, y, size, read)
+            } else {
+                Partial::default()
+            };
+            if same && !part.bytes_differ {
+                if profile {
+                    da.decode(x, &mut xs);
+                    part.sums.add_same(&xs);
+                }
+            } else if profile || !same {
+                da.decode(x, &mut xs);
+                db.decode(y, &mut ys);
+                if !same {
+                    part.bytes_differ = true;
+                    for (&u, &v) in xs.iter().zip(&ys) {
+                        part.values(u, v);
+                    }
+                }
+                if profile {
+                    part.sums.add(&xs, &ys);
+                }
+            }
+            p.merge(part);
         }
         p
     };
@@ -167,12 +349,30 @@ pub fn diff_values(dtype: Dtype, a: &[u8], b: &[u8], threads: usize) -> Option<V
             total
         })
     };
+    let numeric = read.is_some() || !same;
     Some(ValueDiff {
         identical: !total.bytes_differ,
         differing: total.differing,
-        max_abs: read.map(|_| total.max_abs),
-        max_rel: read.map(|_| total.max_rel),
+        max_abs: numeric.then_some(total.max_abs),
+        max_rel: numeric.then_some(total.max_rel),
+        rel_l2: if profile { total.sums.rel_l2() } else { None },
+        cosine: if profile { total.sums.cosine() } else { None },
     })
+}
+
+/// Compares `a` and `b`, the bytes of two tensors of `dtype` with the same
+/// shape, on up to `threads` threads (0: one per core), without the change
+/// profile. Returns None when the lengths differ.
+pub fn diff_values(dtype: Dtype, a: &[u8], b: &[u8], threads: usize) -> Option<ValueDiff> {
+    if a.len() != b.len() {
+        return None;
+    }
+    compare_values(
+        Side { dtype, bytes: a },
+        Side { dtype, bytes: b },
+        false,
+        threads,
+    )
 }
 
 #[cfg(test)]
@@ -236,6 +436,56 @@ mod tests {
             (d.differing, d.max_abs, d.max_rel),
             (1, Some(4.0), Some(2.0))
         );
+    }
+
+    #[test]
+    fn the_change_profile_and_other_dtypes() {
+        let side = |dtype, bytes| Side { dtype, bytes };
+        let a = f32s(&[3.0, 0.0, 4.0, f32::NAN]);
+        let b = f32s(&[3.0, 1.0, 4.0, 2.0]);
+        // ||a|| = 5, ||a - b|| = 1 (NaN pairs left out), a.b = 25, ||b|| = sqrt(26).
+        let d =
+            compare_values(side(Dtype::F32, &a), side(Dtype::F32, &b), true, 2).expect("a result");
+        assert_eq!((d.rel_l2, d.differing), (Some(0.2), 2));
+        assert_eq!(d.cosine, Some(25.0 / (5.0 * 26f64.sqrt())));
+        // Without the profile, none; equal bytes still have a norm.
+        let d =
+            compare_values(side(Dtype::F32, &a), side(Dtype::F32, &b), false, 1).expect("a result");
+        assert_eq!((d.rel_l2, d.cosine), (None, None));
+        let d =
+            compare_values(side(Dtype::F32, &b), side(Dtype::F32, &b), true, 1).expect("a result");
+        assert_eq!(
+            (d.identical, d.rel_l2, d.cosine),
+            (true, Some(0.0), Some(1.0))
+        );
+        // BF16 against F32: compared as values, magnitudes included.
+        let h: Vec<u8> = [0x4040u16, 0x3f80, 0x4080, 0x4000]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let d =
+            compare_values(side(Dtype::Bf16, &h), side(Dtype::F32, &b), true, 1).expect("a result");
+        assert!(!d.identical);
+        assert_eq!(
+            (d.differing, d.max_abs, d.rel_l2),
+            (0, Some(0.0), Some(0.0))
+        );
+        // The small floats have values too (E4M3 0x38 is 1.0, 0x40 is 2.0).
+        let d = compare_values(
+            side(Dtype::F8E4M3, &[0x38, 0x40]),
+            side(Dtype::F8E4M3, &[0x38, 0x38]),
+            true,
+            1,
+        )
+        .expect("a result");
+        assert_eq!((d.max_abs, d.rel_l2), (None, Some((1f64 / 5.0).sqrt())));
+        // A zero tensor has no relative change, a different count no result.
+        let zeros = f32s(&[0.0; 4]);
+        let d = compare_values(side(Dtype::F32, &zeros), side(Dtype::F32, &b), true, 1)
+            .expect("a result");
+        assert_eq!((d.rel_l2, d.cosine), (None, None));
+        assert!(compare_values(side(Dtype::C64, &a), side(Dtype::F32, &b), true, 1).is_none());
+        assert!(compare_values(side(Dtype::F16, &a), side(Dtype::F32, &b), true, 1).is_none());
     }
 
     #[test]

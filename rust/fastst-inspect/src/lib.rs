@@ -110,7 +110,7 @@ mod verify;
 pub use fastst_core::rules::{RuleId, Severity};
 
 pub use canonical::canonical_header;
-pub use diff::{diff_values, ValueDiff};
+pub use diff::{compare_values, diff_values, Side, ValueDiff};
 pub use hash::{hash_path, HashOptions, HashReport, AUTOV1_LEN, AUTOV1_OFFSET};
 pub use lenient::read_metadata;
 pub use metadata::{is_known_metadata_key, HUGE_METADATA_IMAGE, HUGE_METADATA_VALUE};

@@ -294,7 +294,7 @@ fn minifloat(code: u32, e: u32, m: u32, bias: i32) -> f64 {
 }
 
 /// The value of code `code` of a code-read dtype.
-fn decode(dtype: Dtype, code: u16) -> Number {
+pub(crate) fn decode(dtype: Dtype, code: u16) -> Number {
     let code = u32::from(code);
     let float = match dtype {
         Dtype::Bool => return Number::Int(i128::from(code != 0)),

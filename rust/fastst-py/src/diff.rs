@@ -1,7 +1,8 @@
 //! `diff_buffers`: the values of two tensors compared by the forensics
-//! crate (`fastst_inspect::diff_values`), without the GIL.
+//! crate (`fastst_inspect::compare_values`), without the GIL.
 
 use fastst_core::Dtype;
+use fastst_inspect::{compare_values, Side};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -41,29 +42,50 @@ impl Bytes {
     }
 }
 
-/// `diff_buffers(a, b, dtype, threads=0)`: compares two tensors' bytes of
-/// header dtype `dtype`; returns a dict with `identical`, `differing`,
-/// `max_abs` and `max_rel` (None for dtypes compared bit for bit).
+/// `diff_buffers(a, b, dtype, threads=0, dtype_b=None, profile=False)`:
+/// compares two tensors' bytes, `a` of header dtype `dtype` and `b` of
+/// `dtype_b` (default: the same), holding as many elements; returns a dict
+/// with `identical`, `differing`, `max_abs` and `max_rel` (None for dtypes
+/// compared bit for bit), and with `profile` `rel_l2` and `cosine`.
 #[pyfunction]
-#[pyo3(signature = (a, b, dtype, threads = 0))]
+#[pyo3(signature = (a, b, dtype, threads = 0, dtype_b = None, profile = false))]
 fn diff_buffers<'py>(
     py: Python<'py>,
     a: PyBuffer<u8>,
     b: PyBuffer<u8>,
     dtype: &str,
     threads: usize,
+    dtype_b: Option<&str>,
+    profile: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let dtype = Dtype::from_name(dtype)
-        .ok_or_else(|| PyValueError::new_err(format!("unknown dtype {dtype:?}")))?;
+    let parse = |name: &str| {
+        Dtype::from_name(name)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown dtype {name:?}")))
+    };
+    let (ta, tb) = (parse(dtype)?, parse(dtype_b.unwrap_or(dtype))?);
     let (x, y) = (Bytes::of(&a)?, Bytes::of(&b)?);
     let found = py
-        .allow_threads(|| fastst_inspect::diff_values(dtype, x.slice(), y.slice(), threads))
-        .ok_or_else(|| PyValueError::new_err("the two buffers differ in length"))?;
+        .allow_threads(|| {
+            let sa = Side {
+                dtype: ta,
+                bytes: x.slice(),
+            };
+            let sb = Side {
+                dtype: tb,
+                bytes: y.slice(),
+            };
+            compare_values(sa, sb, profile, threads)
+        })
+        .ok_or_else(|| PyValueError::new_err("the two buffers hold different numbers of values"))?;
     let d = PyDict::new(py);
     d.set_item("identical", found.identical)?;
     d.set_item("differing", found.differing)?;
     d.set_item("max_abs", found.max_abs)?;
     d.set_item("max_rel", found.max_rel)?;
+    if profile {
+        d.set_item("rel_l2", found.rel_l2)?;
+        d.set_item("cosine", found.cosine)?;
+    }
     Ok(d)
 }
 
