@@ -15,7 +15,7 @@ import json
 import math
 import struct
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Mapping, Tuple
 
 import ml_dtypes
 import numpy as np
@@ -105,7 +105,7 @@ def _bf16_cut(x: np.ndarray) -> np.ndarray:
     return bits.view(np.float32).astype(np.float64)
 
 
-def _check(dtype: str, raw: bytes, got: Dict[str, Any]) -> None:
+def _check(dtype: str, raw: bytes, got: Mapping[str, Any]) -> None:
     x = _decode(dtype, raw)
     assert got["values"] == x.size
     if dtype in INTS:
@@ -122,7 +122,7 @@ def _check(dtype: str, raw: bytes, got: Dict[str, Any]) -> None:
         return
     if dtype in INTS:
         ints = [int(v) for v in finite]
-        lo, hi = min(ints), max(ints)
+        lo, hi = min(ints), max(ints)  # type: Tuple[float, float]
         assert (got["min"], got["max"], got["abs_max"]) == (lo, hi, max(abs(lo), abs(hi)))
         assert all(type(got[k]) is int for k in ("min", "max", "abs_max"))
         mean = sum(ints) / len(ints)

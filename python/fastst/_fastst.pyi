@@ -139,7 +139,14 @@ def identify(head: bytes, file_len: int) -> Optional[Dict[str, Any]]: ...
 
 # --- the values of two tensors compared (fastst diff) ---------------------------
 
-def diff_buffers(a: Any, b: Any, dtype: str, threads: int = 0) -> Dict[str, Any]: ...
+def diff_buffers(
+    a: Any,
+    b: Any,
+    dtype: str,
+    threads: int = 0,
+    dtype_b: Optional[str] = None,
+    profile: bool = False,
+) -> Dict[str, Any]: ...
 def stats_file(
     path: Union[str, os.PathLike[str]],
     names: Optional[List[str]] = None,

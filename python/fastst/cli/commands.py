@@ -330,7 +330,7 @@ def _cmd_diff(args: argparse.Namespace, out: render.Out) -> int:
     if args.json:
         results = []
         if result is not None:
-            entry = dict(result)
+            entry: Dict[str, Any] = dict(result)
             for key in ("different", "dtype_changed"):
                 entry[key] = [{k: _finite(v) for k, v in d.items()} for d in entry[key]]
             results.append(entry)
