@@ -6,6 +6,7 @@ unreadable inputs are errors (exit 2)."""
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
 from typing import Dict
 
@@ -13,22 +14,20 @@ import ml_dtypes
 import numpy as np
 import pytest
 from cli_files import run, run_envelope, write_raw
-from fastst.cli import charts, render
-from fastst.cli.stats import print_stats
+from fastst.cli import charts, main
 from fastst.numpy import save_file
-from fastst.tools.stats import stats_file
 
 BLOCKS = "▁▂▃▄▅▆▇█▏▎▍▌▋▊▉"
 
 
-def _model(path: Path, layers: int = 6) -> Path:
+def _model(path: Path, layers: int = 6, scale: float = 1.0) -> Path:
     rng = np.random.default_rng(0)
     tensors: Dict[str, np.ndarray] = {
         "model.embed_tokens.weight": rng.standard_normal((64, 16)).astype(ml_dtypes.bfloat16),
         "evil\x1b[2J\u202ename": np.array([1, 0, 2], dtype=np.int8),
     }
     for n in range(layers):
-        w = rng.standard_normal((16, 16)).astype(np.float32) * (1 + n / 4)
+        w = rng.standard_normal((16, 16)).astype(np.float32) * (1 + n / 4) * scale
         tensors[f"model.layers.{n}.mlp.down_proj.weight"] = w
         tensors[f"model.layers.{n}.input_layernorm.weight"] = np.ones(16, np.float16)
     save_file(tensors, path)
@@ -52,7 +51,7 @@ def test_every_line_fits_the_width(
 
 
 def test_one_tensor_gets_bars_and_ascii_is_ascii(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = _model(tmp_path / "m.safetensors")
     args = ["stats", "--width", "80", str(path), "--tensor", "model.embed_tokens.weight"]
@@ -63,13 +62,15 @@ def test_one_tensor_gets_bars_and_ascii_is_ascii(
     assert "#" in out and not any(c in out for c in BLOCKS)
     # An output that cannot encode the blocks gets ASCII without being asked
     # (the command writes what else it cannot encode as escapes).
-    latin = io.TextIOWrapper(io.BytesIO(), encoding="latin-1", errors="backslashreplace")
+    latin = io.TextIOWrapper(io.BytesIO(), encoding="latin-1")
     assert not charts.unicode_ok(latin) and charts.unicode_ok(io.TextIOWrapper(io.BytesIO()))
-    report = {"path": str(path), "kind": "file", "tensors": stats_file(path, "model.embed*")}
-    print_stats(render.Out(latin, latin, width=80), report, ascii=not charts.unicode_ok(latin))
-    latin.flush()
-    written = latin.buffer.getvalue()  # type: ignore[attr-defined]
-    assert b"#" in written and b"\\u25" not in written
+    monkeypatch.setattr(sys, "stdout", latin)
+    for command in (args, ["diff", str(path), str(_model(tmp_path / "other.safetensors", 6, 1.5))]):
+        assert main(command) in (0, 1)
+        latin.flush()
+        written = latin.buffer.getvalue()
+        assert b"#" in written and b"\\u25" not in written, command
+    assert b"model.layers.N  ######" in written
 
 
 def test_json_follows_the_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
