@@ -87,13 +87,20 @@ def read_index(path: str) -> Tuple[bytes, Dict[str, Any]]:
                 f"the index holds more than {cap:,} bytes, the cap on index files; "
                 f"set {INDEX_CAP_ENV} to a larger size (e.g. 256MiB) to read it",
             )
+    return raw, parse_index(raw, name)
+
+
+def parse_index(raw: bytes, name: str) -> Dict[str, Any]:
+    """The JSON object of the index bytes ``raw`` (named ``name``), whose
+    ``weight_map`` is an object; else the ``ShardIndexError`` of
+    :func:`read_index`."""
     try:
         index = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise rule_error("index-json", name, f"index is not valid UTF-8 JSON: {exc}") from None
     if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
         raise rule_error("index-shape", name, 'index must be an object with a "weight_map" object')
-    return raw, index
+    return index
 
 
 def _cache_blobs(folder: str) -> Optional[str]:
@@ -114,7 +121,9 @@ def _outside_by_name(shard: str) -> bool:
     return os.path.isabs(shard) or ".." in shard.split("/")
 
 
-def _name_problem(shard: Any) -> Optional[Tuple[str, str]]:
+def name_problem(shard: Any) -> Optional[Tuple[str, str]]:
+    """``(rule, why)`` when ``shard`` is not a relative name without
+    ``..``, NUL or backslash (what any index entry must be), else None."""
     if not isinstance(shard, str) or not shard:
         return "index-shape", "shard must be a file name"
     if "\0" in shard or "\\" in shard:
@@ -140,7 +149,7 @@ def shard_problem(folder: str, shard: Any) -> Optional[Tuple[str, str]]:
     it is absolute, holds a ``..`` component, a NUL or a backslash, or
     leads outside ``folder`` through a symbolic link (see the module's
     documentation). A shard that does not exist is not a problem here."""
-    problem = _name_problem(shard)
+    problem = name_problem(shard)
     if problem:
         return problem
     root = os.path.realpath(folder)
@@ -153,14 +162,20 @@ def shard_problem(folder: str, shard: Any) -> Optional[Tuple[str, str]]:
     return None
 
 
-def index_shards(name: str, folder: str, weight_map: Dict[Any, Any]) -> Dict[str, List[str]]:
+def index_shards(
+    name: str,
+    folder: Optional[str],
+    weight_map: Dict[Any, Any],
+) -> Dict[str, List[str]]:
     """Each shard the ``weight_map`` of the index ``name`` (in ``folder``)
     names, in order, with the tensors it places there; raises the
-    ``ShardIndexError`` of the first entry :func:`shard_problem` refuses."""
+    ``ShardIndexError`` of the first entry :func:`shard_problem` refuses
+    (:func:`name_problem` for a remote index, ``folder`` None: an object
+    has no links to follow)."""
     shards: Dict[str, List[str]] = {}
     for tensor, shard in weight_map.items():
         if not (isinstance(shard, str) and shard in shards):
-            problem = shard_problem(folder, shard)
+            problem = name_problem(shard) if folder is None else shard_problem(folder, shard)
             if problem:
                 raise rule_error(problem[0], name, f"tensor {tensor!r}: {problem[1]}", tensor)
             shards[shard] = []

@@ -126,17 +126,26 @@ def load_path(
     copy: bool = False,
     dtype: Any = None,
     progress: Any = None,
+    storage_options: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, Any]:
     """Every tensor of ``filename`` as tensors of ``framework``, in file
     order, on ``device``; ``backend`` is safe_open's, ``copy`` and ``dtype``
     are :meth:`fastst.safe_open.get_tensor`'s, ``progress`` is
-    :meth:`fastst.safe_open.get_tensors`'. Returns once every tensor has
-    landed on its device. While the drop-in hook is on, ``FASTST_READ`` may
-    turn ``backend="mmap"`` into ``"pread"`` (:func:`fastst._hook.read_backend`)."""
+    :meth:`fastst.safe_open.get_tensors`', ``storage_options`` safe_open's.
+    Returns once every tensor has landed on its device. While the drop-in
+    hook is on, ``FASTST_READ`` may turn ``backend="mmap"`` into ``"pread"``
+    (:func:`fastst._hook.read_backend`)."""
     backend = read_backend(backend)
     # Views are touched after this returns: read the file ahead of that.
     views = not copy and dtype is None and backend == "mmap"
-    with safe_open(filename, framework, device=device, backend=backend, prefetch=None) as f:
+    with safe_open(
+        filename,
+        framework,
+        device=device,
+        backend=backend,
+        prefetch=None,
+        storage_options=storage_options,
+    ) as f:
         if views and f._prefetch is not None and _prefetch.enabled():
             f._prefetch.declare("all")
         tensors = f.get_tensors(copy=copy, dtype=dtype, progress=progress)
@@ -194,6 +203,7 @@ class FrameworkIO:
         copy: bool = False,
         dtype: Any = None,
         progress: Any = None,
+        storage_options: Optional[Mapping[str, str]] = None,
     ) -> Dict[str, Any]:
         return load_path(
             filename,
@@ -203,4 +213,5 @@ class FrameworkIO:
             copy=copy,
             dtype=dtype,
             progress=progress,
+            storage_options=storage_options,
         )

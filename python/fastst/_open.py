@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple, Union, cast
+from typing import Any, BinaryIO, Callable, Dict, List, Mapping, Optional, Tuple, Union, cast
 
 import numpy as np
 
@@ -74,6 +74,15 @@ class safe_open:  # noqa: N801 - the reference package's name
     :class:`fastst.FolderError`); or an open binary file object (one with
     ``fileno()``, or with ``seek`` and ``readinto``), as the reference's
     ``_safe_open_handle`` takes.
+
+    ``filename`` may also be a URL: ``s3://bucket/key``, ``gs://...``,
+    ``az://container/key``, ``https://...`` (an object, an index, or a
+    prefix ending in ``/`` holding one checkpoint). Opening fetches the
+    header with ranged GETs and nothing else; each tensor or slice fetches
+    its own byte ranges. ``storage_options`` (``{"endpoint_url": ...,
+    "region": ..., "aws_access_key_id": ...}``: ``object_store``'s keys and
+    their aliases) configure the store; without them the environment does
+    (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``...). See ``docs/remote.md``.
     """
 
     def __init__(
@@ -86,12 +95,13 @@ class safe_open:  # noqa: N801 - the reference package's name
         header_cap: int = DEFAULT_HEADER_CAP,
         prefetch: Any = "auto",
         prefetch_budget: Optional[int] = None,
+        storage_options: Optional[Mapping[str, str]] = None,
     ) -> None:
         self._framework = _frameworks.resolve(framework)
         self._backend = _frameworks.backend(self._framework)
         self._device = self._backend.device(device)
         self._prefetch: Optional[_prefetch.Driver] = None
-        self._raw = open_source(filename, backend, header_cap)
+        self._raw = open_source(filename, backend, header_cap, storage_options)
         try:
             self._prefetch = _prefetch.driver(self._raw, prefetch, prefetch_budget)
         except BaseException:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._errors import ShardIndexError, closed_file_error, rule_error
 from ._fastst import RawFile
@@ -55,10 +55,47 @@ class ShardedFile:
     ) -> None:
         """``index``: the index's object when the caller has read it
         (:func:`read_index`), else it is read here."""
-        self.name = readable(index_path)
         folder = os.path.dirname(os.path.abspath(index_path))
         if index is None:
             index = read_index(index_path)[1]
+
+        def open_shard(shard: str) -> Optional[RawFile]:
+            path = os.path.join(folder, shard)
+            if not os.path.exists(path):
+                return None
+            return RawFile(path, readable(path), backend, header_cap)
+
+        self._open(readable(index_path), folder, index, open_shard)
+
+    @classmethod
+    def remote(cls, url: str, options: List[Tuple[str, str]], header_cap: int) -> ShardedFile:
+        """The checkpoint whose index is the object at ``url``; its shards
+        are objects under the index's prefix (``fastst._remote``)."""
+        from . import _remote
+
+        index = _remote.read_index(url, options)[1]
+
+        def open_shard(shard: str) -> Optional[RawFile]:
+            where = _remote.shard_url(url, shard)
+            try:
+                return RawFile.from_url(where, _remote.display(where), options, header_cap)
+            except FileNotFoundError:
+                return None
+
+        self = cls.__new__(cls)
+        self._open(_remote.display(url), None, index, open_shard)
+        return self
+
+    def _open(
+        self,
+        name: str,
+        folder: Optional[str],
+        index: Dict[str, Any],
+        open_shard: Callable[[str], Optional[RawFile]],
+    ) -> None:
+        """Opens every shard the index names (``open_shard``: None when it
+        is missing) and checks that they hold what the index says."""
+        self.name = name
         meta = index.get("metadata", {})
         self._index_metadata: Dict[str, Any] = meta if isinstance(meta, dict) else {}
         weight_map: Dict[str, str] = index["weight_map"]
@@ -67,14 +104,13 @@ class ShardedFile:
         self._shards: Dict[str, RawFile] = {}
         try:
             for shard in shard_names:
-                path = os.path.join(folder, shard)
-                if not os.path.exists(path):
+                raw = open_shard(shard)
+                if raw is None:
                     raise rule_error(
                         "shard-missing",
                         self.name,
                         f"shard {shard!r} listed in the index is missing",
                     )
-                raw = RawFile(path, readable(path), backend, header_cap)
                 self._shards[shard] = raw
                 listed = set(expected[shard])
                 present = set(raw.keys())
@@ -82,14 +118,14 @@ class ShardedFile:
                     missing = sorted(listed - present)[:5]
                     raise rule_error(
                         "shard-lacks-tensor",
-                        readable(path),
+                        raw.name,
                         f"tensors the index places in this shard are not in it: {missing}",
                     )
                 if present - listed:
                     extra = sorted(present - listed)[:5]
                     raise rule_error(
                         "shard-extra-tensor",
-                        readable(path),
+                        raw.name,
                         f"shard holds tensors the index does not place in it: {extra}",
                     )
         except BaseException:

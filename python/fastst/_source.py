@@ -15,6 +15,9 @@
   reads it with positioned reads (``RawFile.from_stream``), with the same
   validation, conversions and errors as a path. Such an object must not be
   read or moved by anyone else while open.
+- A URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``): an object, a
+  sharded checkpoint's index, or a prefix ending in ``/``, read with ranged
+  GETs (``fastst._remote``).
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ import io
 import os
 import stat
 import sys
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
+from . import _remote
 from ._errors import SafetensorError
 from ._fastst import RawFile
 from ._folders import checkpoint_in
@@ -35,8 +39,18 @@ from ._raw import RawSource
 from ._sharded import ShardedFile, find_index
 
 
-def open_source(source: Any, backend: str, header_cap: int) -> RawSource:
-    """The :class:`RawSource` reading ``source``, a path or a file object."""
+def open_source(
+    source: Any,
+    backend: str,
+    header_cap: int,
+    storage_options: Optional[Mapping[str, Any]] = None,
+) -> RawSource:
+    """The :class:`RawSource` reading ``source``, a path, a URL (configured
+    by ``storage_options``) or a file object."""
+    if _remote.is_url(source):
+        return _remote.open_url(source, header_cap, storage_options)
+    if storage_options is not None:
+        raise ValueError("storage_options apply to URLs (s3://, gs://, az://, https://...) only")
     if is_file_object(source):
         return _open_file_object(source, backend, header_cap)
     path = os_path(source)

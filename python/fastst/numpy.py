@@ -59,6 +59,7 @@ def load_file(
     dtype: Any = None,
     copy: bool = False,
     progress: Any = None,
+    storage_options: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, np.ndarray]:
     """The arrays of ``filename``, keyed by name, in file order.
 
@@ -71,8 +72,17 @@ def load_file(
     end (an exception it raises stops the load), or True for a bar (a line
     on a terminal's stderr, else tqdm's bar when installed, else plain lines
     on stderr); see :meth:`fastst.safe_open.get_tensors`.
-    """
-    return _io.load_file(filename, backend=backend, copy=copy, dtype=dtype, progress=progress)
+     A URL (``s3://``, ``gs://``,
+    ``az://``, ``https://``...) is read with ranged GETs, configured by
+    ``storage_options`` (see :class:`fastst.safe_open`)."""
+    return _io.load_file(
+        filename,
+        backend=backend,
+        copy=copy,
+        dtype=dtype,
+        progress=progress,
+        storage_options=storage_options,
+    )
 
 
 def save_sharded(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import numpy as np
 
@@ -103,10 +103,19 @@ def load_file(
     copy: bool = False,
     dtype: Any = None,
     progress: Any = None,
+    storage_options: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, paddle.Tensor]:
     """Every tensor of ``filename``, in file order, on ``device`` (a paddle
     place such as ``"cpu"`` or ``"gpu:0"``). ``backend``, ``copy``, ``dtype``
-    and ``progress`` as :func:`fastst.numpy.load_file`'s."""
+    and ``progress`` as :func:`fastst.numpy.load_file`'s. A URL (``s3://``, ``gs://``,
+    ``az://``, ``https://``...) is read with ranged GETs, configured by
+    ``storage_options`` (see :class:`fastst.safe_open`)."""
     return _io.load_file(
-        filename, device, backend=backend, copy=copy, dtype=dtype, progress=progress
+        filename,
+        device,
+        backend=backend,
+        copy=copy,
+        dtype=dtype,
+        progress=progress,
+        storage_options=storage_options,
     )

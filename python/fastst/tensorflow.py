@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import numpy as np
 
@@ -59,8 +59,18 @@ def load_file(
     copy: bool = False,
     dtype: Any = None,
     progress: Any = None,
+    storage_options: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, tf.Tensor]:
     """Every tensor of ``filename``, in file order, as TensorFlow tensors.
     ``backend``, ``copy``, ``dtype`` and ``progress`` as
-    :func:`fastst.numpy.load_file`'s."""
-    return _io.load_file(filename, backend=backend, copy=copy, dtype=dtype, progress=progress)
+    :func:`fastst.numpy.load_file`'s. A URL (``s3://``, ``gs://``,
+    ``az://``, ``https://``...) is read with ranged GETs, configured by
+    ``storage_options`` (see :class:`fastst.safe_open`)."""
+    return _io.load_file(
+        filename,
+        backend=backend,
+        copy=copy,
+        dtype=dtype,
+        progress=progress,
+        storage_options=storage_options,
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict  # noqa: F401 (in the reference module's namespace too)
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _frameworks
 from ._dtypes import NUMPY_DTYPES
@@ -237,6 +237,7 @@ def load_file(
     copy: bool = False,
     dtype: Any = None,
     progress: Any = None,
+    storage_options: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, torch.Tensor]:
     """Every tensor of ``filename``, in file order, on ``device`` ("cpu",
     "cuda", "cuda:N", an int N, or a torch.device). CPU tensors share the
@@ -249,9 +250,17 @@ def load_file(
     every 64 MiB and at the end (an exception it raises stops the load), or
     True for a bar (a line on a terminal's stderr, else tqdm's bar when
     installed, else plain lines on stderr; see
-    :meth:`fastst.safe_open.get_tensors`)."""
+    :meth:`fastst.safe_open.get_tensors`). A URL (``s3://``, ``gs://``,
+    ``az://``, ``https://``...) is read with ranged GETs, configured by
+    ``storage_options`` (see :class:`fastst.safe_open`)."""
     return _io.load_file(
-        filename, device, backend=backend, copy=copy, dtype=dtype, progress=progress
+        filename,
+        device,
+        backend=backend,
+        copy=copy,
+        dtype=dtype,
+        progress=progress,
+        storage_options=storage_options,
     )
 
 

@@ -168,6 +168,12 @@ impl MappedFile {
         self.source.local()
     }
 
+    /// The source's own `(reading threads, bytes per request)` for whole
+    /// loads ([`Source::load_hint`]).
+    pub(crate) fn load_hint(&self) -> Option<(usize, usize)> {
+        self.source.load_hint()
+    }
+
     /// The local file (tests of the fast paths).
     #[cfg(test)]
     #[allow(clippy::expect_used)]
@@ -243,7 +249,9 @@ impl MappedFile {
                 len: buf.len() as u64,
                 tensor_len: len as u64,
             })?;
-        self.source.read_at(start + offset, buf)
+        self.source
+            .read_at(start + offset, buf)
+            .map_err(|e| reading(&info.name, e))
     }
 
     /// A read error, or rule `file-changed` when the file shrank under the
@@ -313,6 +321,19 @@ impl MappedFile {
             None => self.copy_unchecked(info, buf.as_mut_slice())?,
         }
         Ok(TensorData::Owned(buf))
+    }
+}
+
+/// The error of a read of tensor `name`: an I/O error names the tensor
+/// (a remote store's failure reaches the user with the tensor it was for).
+#[cold]
+fn reading(name: &str, err: Error) -> Error {
+    match err {
+        Error::Io { context, source } if !name.is_empty() => Error::Io {
+            context: format!("tensor {name:?}: {context}"),
+            source,
+        },
+        e => e,
     }
 }
 
@@ -442,7 +463,9 @@ impl MappedFile {
                 })
             }
         }
-        self.source.read_at(start, buf)
+        self.source
+            .read_at(start, buf)
+            .map_err(|e| reading(tensor, e))
     }
 
     /// The error for a failed read of this file: rule `file-changed` when it

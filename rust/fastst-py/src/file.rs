@@ -151,6 +151,31 @@ impl RawFile {
         Ok(RawFile::holding(file, display_name))
     }
 
+    /// Opens and validates the object at `url` (an object store or an
+    /// HTTP(S) server) with ranged GETs; `options` are its
+    /// `storage_options`; `display_name` names it in errors (the URL
+    /// without credentials). Only the size prefix and the header are
+    /// fetched.
+    #[staticmethod]
+    #[pyo3(signature = (url, display_name, options, header_cap = fastst_core::DEFAULT_HEADER_CAP))]
+    fn from_url(
+        py: Python<'_>,
+        url: &str,
+        display_name: String,
+        options: crate::remote::Options,
+        header_cap: u64,
+    ) -> PyResult<RawFile> {
+        let source = crate::remote::open(py, url, &display_name, &options)?;
+        let options = OpenOptions {
+            header_cap,
+            backend: Backend::Pread,
+        };
+        let file = py
+            .allow_threads(|| MappedFile::from_source(source, options))
+            .in_file(&display_name)?;
+        Ok(RawFile::holding(file, display_name))
+    }
+
     /// The name used in error messages.
     #[getter]
     fn name(&self) -> &str {

@@ -23,6 +23,8 @@
 //!
 //! - `file`: `RawFile`, an open file (names, metadata, tensors, reads).
 //! - `source`: `PySource`, a Python file object as a core `Source`.
+//! - `remote`: URLs of object stores and HTTP(S) servers (`fastst-remote`):
+//!   opening, index files, listing a prefix.
 //! - `buffer`: `TensorBuffer`, one tensor's bytes for the buffer protocol.
 //! - `load`: `load_into`, many tensors into Python-allocated memory.
 //! - `prefetch`: `Prefetcher`, the core's background page reader.
@@ -47,6 +49,7 @@ mod identify;
 mod inspect;
 mod load;
 mod prefetch;
+mod remote;
 mod source;
 mod stats;
 mod write;
@@ -77,5 +80,7 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     stats::register(m)?;
     // reading a file's pages ahead of a load (fastst/_prefetch.py)
     prefetch::register(m)?;
+    // objects in object stores and behind HTTP(S)
+    remote::register(m)?;
     Ok(())
 }

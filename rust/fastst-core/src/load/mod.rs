@@ -24,8 +24,10 @@
 //! [`ControlFlow::Break`], the workers stop before their next piece and the
 //! load ends with [`Outcome::Stopped`]. While a reporter is given, workers
 //! never run more than two report intervals ahead of the last report it
-//! acknowledged, so a reporter that stops the load (or a file changed by
-//! it) takes effect within a bounded amount of work.
+//! acknowledged (or two rounds of requests, when a source asks for more in
+//! flight: [`crate::source::Source::load_hint`]), so a reporter that stops
+//! the load (or a file changed by it) takes effect within a bounded amount
+//! of work.
 //!
 //! Here: the options, the checks made before anything is read, the
 //! huge-page choice and the calling thread's part (progress, stopping,
@@ -237,8 +239,11 @@ pub fn load_into(
     check(&dests)?;
     file.check_unchanged()?;
     advise_destinations(file, &mut dests, options.huge_pages);
+    // A source's own shape (a remote object: many requests in flight)
+    // replaces the defaults, not what the caller asked for.
+    let (hint_threads, hint_piece) = file.load_hint().unwrap_or((DEFAULT_THREADS, DEFAULT_PIECE));
     let piece = match options.piece {
-        0 => DEFAULT_PIECE,
+        0 => hint_piece,
         n => n,
     };
     let every = match options.report_every {
@@ -248,7 +253,7 @@ pub fn load_into(
     let parts = plan(dests, piece);
     let total: u64 = parts.iter().map(|p| p.len as u64).sum();
     let threads = match options.threads {
-        0 => DEFAULT_THREADS,
+        0 => hint_threads,
         n => n,
     }
     .min(parts.len())
@@ -275,14 +280,16 @@ pub fn load_into(
         return Ok(finish(report, total));
     }
     let gate = report.is_some();
+    // Workers run at most this far ahead of the last acknowledged report:
+    // two report intervals, or two rounds of requests when more are in
+    // flight at once (a remote source), so that the gate never idles them.
+    let window = every
+        .saturating_mul(2)
+        .max((threads as u64).saturating_mul(piece as u64).saturating_mul(2));
     let shared = Mutex::new(Shared {
         queue: parts.into_iter(),
         issued: 0,
-        limit: if gate {
-            every.saturating_mul(2)
-        } else {
-            u64::MAX
-        },
+        limit: if gate { window } else { u64::MAX },
         stop: false,
         error: None,
         running: threads,
@@ -323,7 +330,7 @@ pub fn load_into(
                         g.stop = true;
                         stopped = true;
                     } else {
-                        g.limit = now.saturating_add(every.saturating_mul(2));
+                        g.limit = now.saturating_add(window);
                     }
                     drop(g);
                     wake_workers.notify_all();

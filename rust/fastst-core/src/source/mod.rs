@@ -2,8 +2,8 @@
 //!
 //! A [`Source`] is anything that can say how long it is and fill a buffer
 //! from an offset: a local file ([`crate::io::OpenFile`], see `local.rs`),
-//! a caller's positioned reader (the Python glue's file objects), and later
-//! object stores or HTTP ranges. The reader ([`crate::MappedFile`]) opens
+//! a caller's positioned reader (the Python glue's file objects), and
+//! object stores or HTTP ranges (the `fastst-remote` crate). The reader ([`crate::MappedFile`]) opens
 //! every kind the same way, with [`read_header`], and reads tensor bytes
 //! through [`Source::read_at`]; only a source backed by an operating-system
 //! file ([`Source::local`]) gets the local fast paths (memory maps, direct
@@ -47,6 +47,13 @@ pub trait Source: Send + Sync + Debug {
     /// paths (mappings, direct I/O, page-cache hints); `None` for sources
     /// read only through [`Source::read_at`].
     fn local(&self) -> Option<&File> {
+        None
+    }
+
+    /// How a whole load should read this source, `(reading threads, bytes
+    /// per request)`, when the loader's defaults (made for local disks)
+    /// do not fit it: a remote object wants many requests in flight.
+    fn load_hint(&self) -> Option<(usize, usize)> {
         None
     }
 }
@@ -146,5 +153,6 @@ pub(crate) mod tests {
             "{err}"
         );
         assert!(src.local().is_none() && src.check_unchanged().is_ok() && !src.is_empty());
+        assert!(src.load_hint().is_none());
     }
 }

@@ -1,0 +1,52 @@
+//! The store's errors as core errors: a missing object is `NotFound`
+//! (ENOENT), a refused one `PermissionDenied` (EACCES), a failed `If-Match`
+//! rule `file-changed`, anything else an I/O error quoting the store's
+//! answer (its HTTP status). The caller prefixes the URL.
+
+use fastst_core::Error;
+
+/// `e`, met while doing `what`, as a core error.
+#[cold]
+pub(crate) fn from_store(what: &str, e: object_store::Error) -> Error {
+    use object_store::Error as E;
+    let errno = match &e {
+        E::Precondition { .. } | E::NotModified { .. } => {
+            return changed("its ETag no longer matches the one it had when opened".into())
+        }
+        E::NotFound { .. } => Some(libc::ENOENT),
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => Some(libc::EACCES),
+        _ => None,
+    };
+    let message = format!("{what}: {e}");
+    let source = match errno {
+        // The OS error's kind (and errno) for the Python class; the store's
+        // answer in the context.
+        Some(no) => std::io::Error::from_raw_os_error(no),
+        None => std::io::Error::other(e),
+    };
+    Error::Io {
+        context: match errno {
+            Some(_) => message,
+            None => what.to_owned(),
+        },
+        source,
+    }
+}
+
+/// Rule `file-changed`: the object is not the one opened.
+#[cold]
+pub(crate) fn changed(what: String) -> Error {
+    Error::FileChanged {
+        what: format!("the object changed since it was opened: {what}"),
+    }
+}
+
+/// An answer that breaks the protocol (wrong range, wrong length): an I/O
+/// error, never bytes handed out.
+#[cold]
+pub(crate) fn protocol(what: String) -> Error {
+    Error::Io {
+        context: "the store's answer does not fit the request".into(),
+        source: std::io::Error::other(what),
+    }
+}

@@ -1,0 +1,245 @@
+//! The requests: the opening GET, and reads cut into concurrent ranged
+//! GETs streamed straight into the caller's buffer.
+
+use std::ops::Range;
+
+use fastst_core::{Error, Result};
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{GetOptions, GetRange, GetResult, ObjectStore, ObjectStoreExt};
+use tokio::sync::Semaphore;
+
+use crate::error::{changed, from_store, protocol};
+use crate::options::Tuning;
+use crate::FIRST_READ;
+
+/// The object's length, ETag and first bytes (at most [`FIRST_READ`]),
+/// from one ranged GET; an empty object (which no range fits) is measured
+/// with a HEAD.
+pub(crate) async fn open(
+    store: &dyn ObjectStore,
+    path: &Path,
+) -> Result<(u64, Option<String>, Vec<u8>)> {
+    let options = GetOptions {
+        range: Some(GetRange::Bounded(0..FIRST_READ)),
+        ..GetOptions::default()
+    };
+    let got = match store.get_opts(path, options).await {
+        Ok(got) => got,
+        Err(e) => {
+            // A range of an empty object is not satisfiable (416): ask its
+            // size.
+            if matches!(e, object_store::Error::Generic { .. }) && e.to_string().contains("416") {
+                if let Ok(meta) = store.head(path).await {
+                    if meta.size == 0 {
+                        return Ok((0, meta.e_tag, Vec::new()));
+                    }
+                }
+            }
+            return Err(from_store("cannot open the object", e));
+        }
+    };
+    let (len, etag) = (got.meta.size, got.meta.e_tag.clone());
+    let want = len.min(FIRST_READ);
+    // At most FIRST_READ bytes: the size the server announces allocates
+    // nothing beyond that.
+    let mut first = vec![0u8; want as usize];
+    receive(got, 0..want, &mut first)
+        .await
+        .map_err(|short| short.error)?;
+    Ok((len, etag, first))
+}
+
+/// One contiguous byte range of a read and where its bytes go.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Part {
+    /// Bytes of the object.
+    pub range: Range<u64>,
+    /// Where they go in the caller's buffer.
+    pub at: Range<usize>,
+}
+
+/// `len` bytes at `offset` cut into requests of at most `part` bytes (the
+/// last one shorter), in order; nothing for an empty read.
+pub fn parts(offset: u64, len: usize, part: usize) -> Vec<Part> {
+    let part = part.max(1);
+    (0..len)
+        .step_by(part)
+        .map(|at| {
+            let n = part.min(len - at);
+            let start = offset + at as u64;
+            Part {
+                range: start..start + n as u64,
+                at: at..at + n,
+            }
+        })
+        .collect()
+}
+
+/// What reading an object needs.
+pub(crate) struct Object<'a> {
+    pub(crate) store: &'a dyn ObjectStore,
+    pub(crate) path: &'a Path,
+    pub(crate) len: u64,
+    pub(crate) etag: Option<&'a str>,
+    pub(crate) in_flight: &'a Semaphore,
+}
+
+impl Object<'_> {
+    /// Fills `buf` with the bytes at `offset`: concurrent ranged GETs of at
+    /// most `tuning.part` bytes, each streamed into its place.
+    pub(crate) async fn read(&self, offset: u64, buf: &mut [u8], tuning: Tuning) -> Result<()> {
+        let plan = parts(offset, buf.len(), tuning.part);
+        let mut rest = buf;
+        let mut pieces = Vec::with_capacity(plan.len());
+        for p in plan {
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(p.at.len());
+            pieces.push((p.range, head));
+            rest = tail;
+        }
+        futures::stream::iter(pieces.into_iter().map(|(range, dst)| self.get(range, dst)))
+            .buffer_unordered(tuning.concurrency.max(1))
+            .try_collect::<()>()
+            .await
+    }
+
+    /// `range` into `dst` (its length), with ranged GETs conditional on the
+    /// ETag seen at open. A body that ends early or breaks off is asked
+    /// for again from where it stopped (the bytes received are kept), up
+    /// to [`BODY_RETRIES`] times; the requests themselves are retried by
+    /// `object_store` (5xx, timeouts, resets before the body).
+    async fn get(&self, range: Range<u64>, dst: &mut [u8]) -> Result<()> {
+        let _permit = self.in_flight.acquire().await.map_err(|_| Error::WorkerFailed {
+            task: "a remote read",
+        })?;
+        let mut at = 0usize;
+        let mut tries = 0u32;
+        loop {
+            let rest = range.start + at as u64..range.end;
+            let got = self.get_once(rest.clone()).await?;
+            match receive(got, rest, &mut dst[at..]).await {
+                Ok(()) => return Ok(()),
+                Err(Short { got, error }) => {
+                    at += got;
+                    tries += 1;
+                    if tries > BODY_RETRIES {
+                        return Err(error);
+                    }
+                    tokio::time::sleep(body_backoff(tries)).await;
+                }
+            }
+        }
+    }
+
+    /// The answer to one GET of `range`, checked against the object opened.
+    async fn get_once(&self, range: Range<u64>) -> Result<GetResult> {
+        let options = GetOptions {
+            range: Some(GetRange::Bounded(range.clone())),
+            if_match: self.etag.map(str::to_owned),
+            ..GetOptions::default()
+        };
+        let got = self.store.get_opts(self.path, options).await.map_err(|e| {
+            from_store(&format!("cannot read bytes {}..{}", range.start, range.end), e)
+        })?;
+        if got.meta.size != self.len {
+            return Err(changed(format!(
+                "its length is now {} bytes, it had {}",
+                got.meta.size, self.len
+            )));
+        }
+        if let (Some(then), Some(now)) = (self.etag, got.meta.e_tag.as_deref()) {
+            if then != now {
+                return Err(changed(format!("its ETag is now {now}, it was {then}")));
+            }
+        }
+        Ok(got)
+    }
+}
+
+/// Times a body that ended early is asked for again.
+const BODY_RETRIES: u32 = 4;
+
+/// The pause before the `n`th new request for the rest of a body.
+fn body_backoff(n: u32) -> std::time::Duration {
+    std::time::Duration::from_millis(50u64 << n.min(6))
+}
+
+/// A body that did not arrive whole: the bytes that did, and why.
+struct Short {
+    got: usize,
+    error: Error,
+}
+
+/// Streams the body of `got`, the answer to a GET of `range`, into `dst`
+/// (its length). The answer must be for exactly that range (else an
+/// error with nothing kept) and may not hold more bytes; a body that ends
+/// early or breaks off keeps what arrived.
+async fn receive(got: GetResult, range: Range<u64>, dst: &mut [u8]) -> Result<(), Short> {
+    let fail = |got: usize, error: Error| Short { got, error };
+    if got.range != range {
+        return Err(fail(
+            0,
+            protocol(format!(
+                "the store answered bytes {}..{} to a request for {}..{}",
+                got.range.start, got.range.end, range.start, range.end
+            )),
+        ));
+    }
+    let what = || format!("cannot read bytes {}..{}", range.start, range.end);
+    let mut body = got.into_stream();
+    let mut at = 0usize;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| fail(at, from_store(&what(), e)))?;
+        let end = at + chunk.len();
+        let Some(out) = dst.get_mut(at..end) else {
+            // More than asked for: nothing of this answer is trusted.
+            return Err(fail(
+                0,
+                protocol(format!(
+                    "the store sent more than the {} bytes of range {}..{}",
+                    dst.len(),
+                    range.start,
+                    range.end
+                )),
+            ));
+        };
+        out.copy_from_slice(&chunk);
+        at = end;
+    }
+    if at != dst.len() {
+        return Err(fail(
+            at,
+            protocol(format!(
+                "the store sent {at} of the {} bytes of range {}..{}",
+                dst.len(),
+                range.start,
+                range.end
+            )),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_are_cut_into_parts_that_tile_the_buffer() {
+        assert!(parts(5, 0, 4).is_empty());
+        let got = parts(10, 10, 4);
+        assert_eq!(
+            got,
+            vec![
+                Part { range: 10..14, at: 0..4 },
+                Part { range: 14..18, at: 4..8 },
+                Part { range: 18..20, at: 8..10 },
+            ]
+        );
+        assert_eq!(parts(0, 3, 8), vec![Part { range: 0..3, at: 0..3 }]);
+        assert_eq!(parts(0, 8, 8).len(), 1);
+        // A zero part size still makes progress, one byte at a time.
+        assert_eq!(parts(0, 2, 0).len(), 2);
+    }
+}

@@ -1,0 +1,168 @@
+//! Objects in object stores (S3 and S3-compatible, GCS, Azure Blob) and
+//! files behind HTTP(S) as fastst [`Source`]s, read with ranged GETs
+//! through the `object_store` crate.
+//!
+//! - [`RemoteSource::open`] learns the object's length and ETag from one
+//!   ranged GET of its first [`FIRST_READ`] bytes, kept: the size prefix
+//!   and a small header are read from them, nothing else is fetched.
+//! - [`Source::read_at`] fetches exactly the bytes asked for, straight into
+//!   the caller's buffer; a large read is cut into parts of
+//!   [`Tuning::part`] bytes fetched concurrently, at most
+//!   [`Tuning::concurrency`] requests in flight per object.
+//! - Every later GET carries `If-Match` with the ETag seen at open (and
+//!   the answer's size and ETag are compared): an object replaced since it
+//!   was opened is rule `file-changed`, like a local file that changed.
+//! - Transient failures (5xx, timeouts, connection resets, a body cut
+//!   short) are retried with backoff by `object_store`; a part is handed
+//!   out only when every one of its bytes arrived.
+//!
+//! Configuration ([`options`]): URL schemes, credentials from the
+//! environment the way the cloud SDKs read them, `storage_options` keys,
+//! and the two tuning knobs. Requests run on one small tokio runtime
+//! owned by the crate ([`runtime`]); callers block on it, so the Python
+//! glue releases the GIL around every call.
+//!
+//! ```no_run
+//! use fastst_core::{MappedFile, OpenOptions};
+//! use fastst_remote::RemoteSource;
+//!
+//! let source = RemoteSource::open("s3://bucket/model.safetensors", &[]).expect("opened");
+//! let file = MappedFile::from_source(source, OpenOptions::default())?;
+//! println!("{} tensors", file.header().len());
+//! # Ok::<(), fastst_core::Error>(())
+//! ```
+
+#![deny(missing_docs)]
+
+mod error;
+mod fetch;
+pub mod options;
+mod runtime;
+
+use std::sync::Arc;
+
+use fastst_core::source::Source;
+use fastst_core::{Error, Result};
+use object_store::path::Path;
+use object_store::ObjectStore;
+
+pub use fetch::{parts, Part};
+pub use options::{is_url, ConfigError, Tuning};
+pub use runtime::runtime;
+
+/// Bytes fetched by the first request of an open: the size prefix and any
+/// header shorter than this arrive with it.
+pub const FIRST_READ: u64 = 64 << 10;
+
+/// Why an object could not be opened.
+#[derive(Debug)]
+pub enum OpenError {
+    /// The URL or the options are wrong (nothing was requested).
+    Config(ConfigError),
+    /// The store's answer, or its bytes, as a core error.
+    Read(Error),
+}
+
+impl From<Error> for OpenError {
+    fn from(e: Error) -> Self {
+        OpenError::Read(e)
+    }
+}
+
+/// An object read with ranged GETs.
+#[derive(Debug)]
+pub struct RemoteSource {
+    store: Arc<dyn ObjectStore>,
+    path: Path,
+    len: u64,
+    etag: Option<String>,
+    /// The object's first bytes, from the opening request.
+    first: Vec<u8>,
+    tuning: Tuning,
+    in_flight: Arc<tokio::sync::Semaphore>,
+}
+
+impl RemoteSource {
+    /// Opens the object `url` with `options` (`storage_options` keys, see
+    /// [`options`]): one ranged GET of its first bytes, which tells its
+    /// length and ETag. A missing object is an I/O error of kind
+    /// `NotFound` (ENOENT), a refused one of kind `PermissionDenied`
+    /// (EACCES); others name the store's answer (its HTTP status).
+    pub fn open(url: &str, options: &[(String, String)]) -> Result<RemoteSource, OpenError> {
+        let (store, path, tuning) = options::store_for(url, options).map_err(OpenError::Config)?;
+        if path.as_ref().is_empty() || url.ends_with('/') {
+            return Err(OpenError::Config(ConfigError(format!(
+                "{url}: the URL names no object (a prefix ending in /)"
+            ))));
+        }
+        let store: Arc<dyn ObjectStore> = Arc::from(store);
+        let (len, etag, first) = runtime()?.block_on(fetch::open(&*store, &path))?;
+        Ok(RemoteSource {
+            store,
+            path,
+            len,
+            etag,
+            first,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(tuning.concurrency)),
+            tuning,
+        })
+    }
+
+    /// The tuning in force for this object.
+    pub fn tuning(&self) -> Tuning {
+        self.tuning
+    }
+}
+
+impl Source for RemoteSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= self.len)
+            .ok_or_else(|| Error::FileChanged {
+                what: format!(
+                    "a read of {} bytes at offset {offset} goes past the {} bytes the object had",
+                    buf.len(),
+                    self.len
+                ),
+            })?;
+        if end <= self.first.len() as u64 {
+            // Bytes of the opening request (the prefix and the header).
+            buf.copy_from_slice(&self.first[offset as usize..end as usize]);
+            return Ok(());
+        }
+        let object = fetch::Object {
+            store: &*self.store,
+            path: &self.path,
+            len: self.len,
+            etag: self.etag.as_deref(),
+            in_flight: &self.in_flight,
+        };
+        runtime()?.block_on(object.read(offset, buf, self.tuning))
+    }
+
+    fn load_hint(&self) -> Option<(usize, usize)> {
+        Some((self.tuning.concurrency, self.tuning.part))
+    }
+}
+
+/// The names of the objects directly under the prefix `url` (a URL ending
+/// in `/`; sub-prefixes are not descended into), sorted: a remote
+/// "folder". Stores that cannot list (plain HTTP) fail.
+pub fn list(url: &str, options: &[(String, String)]) -> Result<Vec<String>, OpenError> {
+    let (store, prefix, _) = options::store_for(url, options).map_err(OpenError::Config)?;
+    let listed = runtime()?
+        .block_on(store.list_with_delimiter(Some(&prefix)))
+        .map_err(|e| error::from_store("cannot list the prefix", e))?;
+    let mut names: Vec<String> = listed
+        .objects
+        .iter()
+        .filter_map(|o| o.location.filename().map(str::to_owned))
+        .collect();
+    names.sort();
+    Ok(names)
+}

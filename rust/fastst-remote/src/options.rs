@@ -1,0 +1,298 @@
+//! Which store a URL names and how it is configured.
+//!
+//! URLs: `s3://bucket/key` (also `s3a://`), `gs://bucket/key`,
+//! `az://container/key` (also `adl://`, `azure://`, `abfs://`, `abfss://`),
+//! `https://<account>.blob.core.windows.net/container/key`,
+//! `https://s3.<region>.amazonaws.com/bucket/key`, and any other
+//! `http(s)://host/path` as a plain HTTP server (ranged GETs).
+//!
+//! Each cloud store starts from its environment (`AWS_*`, `GOOGLE_*`,
+//! `AZURE_*` variables, as `object_store`'s `from_env` reads them), then
+//! takes the caller's options: `object_store`'s configuration keys and
+//! their aliases (`aws_endpoint`/`endpoint_url`, `aws_region`/`region`,
+//! `aws_access_key_id`, `google_service_account`,
+//! `azure_storage_account_name`, `allow_http`, `timeout`...). A key the
+//! store does not know is refused. An `http://` endpoint or URL allows
+//! plain HTTP by itself.
+//!
+//! Two knobs tune the reads ([`Tuning`]), from the environment or the
+//! options (keys in lower case): `FASTST_REMOTE_CONCURRENCY` (requests in
+//! flight per object) and `FASTST_REMOTE_PART_SIZE` (bytes per request,
+//! or with K/M/G).
+
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+use object_store::http::HttpBuilder;
+use object_store::path::Path;
+use object_store::{ClientConfigKey, ObjectStore, ObjectStoreScheme};
+use url::Url;
+
+/// The variable (and, in lower case, the option) naming the requests in
+/// flight per object.
+pub const CONCURRENCY_ENV: &str = "FASTST_REMOTE_CONCURRENCY";
+/// The variable (and, in lower case, the option) naming the bytes per
+/// request.
+pub const PART_SIZE_ENV: &str = "FASTST_REMOTE_PART_SIZE";
+
+/// How an object's reads are cut and overlapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    /// Ranged GETs in flight at once per object.
+    pub concurrency: usize,
+    /// Bytes per ranged GET of a large read.
+    pub part: usize,
+}
+
+impl Default for Tuning {
+    /// Defaults for real networks, where one stream is limited by its
+    /// round trips and window: many streams of a few MiB each.
+    fn default() -> Self {
+        Tuning {
+            concurrency: 16,
+            part: 8 << 20,
+        }
+    }
+}
+
+/// A configuration the caller got wrong (a `ValueError` in Python).
+#[derive(Debug)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Whether `name` is a URL this crate reads (rather than a local path).
+pub fn is_url(name: &str) -> bool {
+    let Some((scheme, rest)) = name.split_once("://") else {
+        return false;
+    };
+    !rest.is_empty()
+        && matches!(
+            scheme.to_ascii_lowercase().as_str(),
+            "s3" | "s3a" | "gs" | "az" | "adl" | "azure" | "abfs" | "abfss" | "http" | "https"
+        )
+}
+
+/// A count or size: digits, optionally followed by K, M or G (binary, an
+/// optional `iB` or `B` after it).
+fn parse_size(text: &str) -> Option<usize> {
+    let t = text.trim();
+    let lower = t.to_ascii_lowercase();
+    let body = lower
+        .strip_suffix("ib")
+        .or_else(|| lower.strip_suffix('b'))
+        .unwrap_or(&lower);
+    let (digits, shift) = match body.chars().last()? {
+        'k' => (&body[..body.len() - 1], 10),
+        'm' => (&body[..body.len() - 1], 20),
+        'g' => (&body[..body.len() - 1], 30),
+        _ => (body, 0),
+    };
+    let n: usize = digits.trim().parse().ok()?;
+    n.checked_mul(1usize.checked_shl(shift)?)
+        .filter(|&n| n > 0)
+}
+
+impl Tuning {
+    /// The tuning from the environment and then `options` (which win);
+    /// the options it used are taken out of `options`.
+    pub fn read(
+        env: impl Fn(&str) -> Option<String>,
+        options: &mut Vec<(String, String)>,
+    ) -> Result<Tuning, ConfigError> {
+        let mut t = Tuning::default();
+        let mut set = |name: &str, value: &str| -> Result<(), ConfigError> {
+            let n = parse_size(value).ok_or_else(|| {
+                ConfigError(format!(
+                    "{name}={value:?} is not a positive number (bytes, or with K/M/G)"
+                ))
+            })?;
+            if name.eq_ignore_ascii_case(CONCURRENCY_ENV) {
+                t.concurrency = n.min(1024);
+            } else {
+                t.part = n;
+            }
+            Ok(())
+        };
+        for name in [CONCURRENCY_ENV, PART_SIZE_ENV] {
+            if let Some(v) = env(name).filter(|v| !v.trim().is_empty()) {
+                set(name, &v)?;
+            }
+        }
+        let mut rest = Vec::with_capacity(options.len());
+        for (k, v) in options.drain(..) {
+            if k.eq_ignore_ascii_case(CONCURRENCY_ENV) || k.eq_ignore_ascii_case(PART_SIZE_ENV) {
+                set(&k, &v)?;
+            } else {
+                rest.push((k, v));
+            }
+        }
+        *options = rest;
+        Ok(t)
+    }
+}
+
+/// `key` as a configuration key of a store (its own keys, then the
+/// client's), or the error naming it.
+fn key<K: std::str::FromStr>(
+    store: &str,
+    key: &str,
+    wrap: impl Fn(ClientConfigKey) -> K,
+) -> Result<K, ConfigError> {
+    let lower = key.to_ascii_lowercase();
+    if let Ok(k) = lower.parse::<K>() {
+        return Ok(k);
+    }
+    match lower.parse::<ClientConfigKey>() {
+        Ok(k) => Ok(wrap(k)),
+        Err(_) => Err(ConfigError(format!(
+            "storage option {key:?} is not a configuration key of {store}"
+        ))),
+    }
+}
+
+/// Whether an endpoint is plain HTTP.
+fn plain_http(endpoint: Option<String>) -> bool {
+    endpoint.is_some_and(|e| e.to_ascii_lowercase().starts_with("http://"))
+}
+
+/// Retries of failed requests (5xx, 429, timeouts, connection errors):
+/// exponential backoff from 100 ms to 8 s, at most 6 retries within a
+/// minute, so that a store that keeps failing is reported in seconds.
+fn retry_config() -> object_store::RetryConfig {
+    object_store::RetryConfig {
+        backoff: object_store::BackoffConfig {
+            init_backoff: std::time::Duration::from_millis(100),
+            max_backoff: std::time::Duration::from_secs(8),
+            base: 2.0,
+        },
+        max_retries: 6,
+        retry_timeout: std::time::Duration::from_secs(60),
+    }
+}
+
+/// The store holding `url`, the object's path in it, and the tuning.
+pub(crate) fn store_for(
+    url: &str,
+    options: &[(String, String)],
+) -> Result<(Box<dyn ObjectStore>, Path, Tuning), ConfigError> {
+    let bad = |why: String| ConfigError(format!("{url}: {why}"));
+    let parsed = Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
+    let (scheme, path) =
+        ObjectStoreScheme::parse(&parsed).map_err(|e| bad(format!("not an object URL: {e}")))?;
+    let mut options = options.to_vec();
+    let tuning = Tuning::read(|n| std::env::var(n).ok(), &mut options)?;
+    let retry = retry_config();
+    let built = match scheme {
+        ObjectStoreScheme::AmazonS3 => {
+            let mut b = AmazonS3Builder::from_env().with_url(url);
+            for (k, v) in options {
+                b = b.with_config(key("S3", &k, AmazonS3ConfigKey::Client)?, v);
+            }
+            if plain_http(b.get_config_value(&AmazonS3ConfigKey::Endpoint)) {
+                b = b.with_allow_http(true);
+            }
+            b.with_retry(retry).build().map(|s| Box::new(s) as _)
+        }
+        ObjectStoreScheme::GoogleCloudStorage => {
+            let mut b = GoogleCloudStorageBuilder::from_env().with_url(url);
+            for (k, v) in options {
+                b = b.with_config(key("GCS", &k, GoogleConfigKey::Client)?, v);
+            }
+            b.with_retry(retry).build().map(|s| Box::new(s) as _)
+        }
+        ObjectStoreScheme::MicrosoftAzure => {
+            let mut b = MicrosoftAzureBuilder::from_env().with_url(url);
+            for (k, v) in options {
+                b = b.with_config(key("Azure", &k, AzureConfigKey::Client)?, v);
+            }
+            if plain_http(b.get_config_value(&AzureConfigKey::Endpoint)) {
+                b = b.with_allow_http(true);
+            }
+            b.with_retry(retry).build().map(|s| Box::new(s) as _)
+        }
+        ObjectStoreScheme::Http => {
+            let base = &parsed[..url::Position::BeforePath];
+            let mut b = HttpBuilder::new().with_url(base);
+            for (k, v) in options {
+                b = b.with_config(key("HTTP", &k, |c| c)?, v);
+            }
+            if parsed.scheme() == "http" {
+                b = b.with_config(ClientConfigKey::AllowHttp, "true");
+            }
+            b.with_retry(retry).build().map(|s| Box::new(s) as _)
+        }
+        _ => return Err(bad("not an object store or HTTP URL".into())),
+    };
+    let store = built.map_err(|e| bad(format!("cannot configure the store: {e}")))?;
+    Ok((store, path, tuning))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_told_from_paths() {
+        for url in ["s3://b/k", "S3://b/k", "gs://b/k", "az://c/k", "https://h/p", "http://h/p"] {
+            assert!(is_url(url), "{url}");
+        }
+        for path in ["model.safetensors", "/tmp/x", "file:///x", "s3://", "ftp://h/p", "C:\\x"] {
+            assert!(!is_url(path), "{path}");
+        }
+    }
+
+    #[test]
+    fn sizes_read_like_the_rest_of_fastst() {
+        assert_eq!(parse_size("16"), Some(16));
+        assert_eq!(parse_size("8M"), Some(8 << 20));
+        assert_eq!(parse_size("8MiB"), Some(8 << 20));
+        assert_eq!(parse_size("64kb"), Some(64 << 10));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        for bad in ["", "0", "-1", "x", "M", "1T"] {
+            assert_eq!(parse_size(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn options_win_over_the_environment_and_are_taken_out() {
+        let env = |n: &str| (n == CONCURRENCY_ENV).then(|| "4".to_owned());
+        let mut opts = vec![
+            ("fastst_remote_part_size".to_owned(), "1M".to_owned()),
+            ("region".to_owned(), "x".to_owned()),
+        ];
+        let t = Tuning::read(env, &mut opts).unwrap();
+        assert_eq!(
+            t,
+            Tuning {
+                concurrency: 4,
+                part: 1 << 20
+            }
+        );
+        assert_eq!(opts, vec![("region".to_owned(), "x".to_owned())]);
+        let mut bad = vec![(CONCURRENCY_ENV.to_owned(), "0".to_owned())];
+        let err = Tuning::read(|_| None, &mut bad).unwrap_err();
+        assert!(err.0.contains("not a positive number"), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_and_urls_are_refused() {
+        let opts = vec![("no_such_key".to_owned(), "1".to_owned())];
+        let err = store_for("s3://bucket/k", &opts).err().unwrap();
+        assert!(err.0.contains("\"no_such_key\" is not a configuration key of S3"), "{err}");
+        let opts = vec![
+            ("endpoint_url".to_owned(), "http://127.0.0.1:1".to_owned()),
+            ("allow_http".to_owned(), "false".to_owned()),
+            ("region".to_owned(), "us-east-1".to_owned()),
+        ];
+        assert!(store_for("s3://bucket/k", &opts).is_ok());
+        assert!(store_for("http://127.0.0.1:1/a/b", &[]).is_ok());
+    }
+}

@@ -1,0 +1,36 @@
+//! The one tokio runtime every request runs on, made on first use: a few
+//! worker threads drive the connections; the threads that read block on
+//! it (never holding Python's GIL: the glue releases it).
+
+use std::sync::OnceLock;
+
+use fastst_core::{Error, Result};
+use tokio::runtime::Runtime;
+
+/// Worker threads at most: the workers only move bytes between sockets
+/// and buffers.
+const MAX_WORKERS: usize = 4;
+
+/// The crate's runtime, or the I/O error of its start (out of threads or
+/// descriptors), kept. TLS uses rustls with the ring provider, installed as
+/// the process default here unless another one already is.
+pub fn runtime() -> Result<&'static Runtime> {
+    static RUNTIME: OnceLock<std::result::Result<Runtime, String>> = OnceLock::new();
+    let made = RUNTIME.get_or_init(|| {
+        // Fails only when a provider is installed already: that one is used.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let workers = std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .clamp(2, MAX_WORKERS);
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .thread_name("fastst-remote")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    });
+    made.as_ref().map_err(|e| Error::Io {
+        context: "cannot start the runtime of remote reads".into(),
+        source: std::io::Error::other(e.clone()),
+    })
+}
