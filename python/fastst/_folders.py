@@ -26,7 +26,8 @@ Every reader of an index goes through the two rules here:
   between folders, with no ``..`` component, NUL or backslash, whose real
   path (symbolic links resolved) is inside the index's folder, or in the
   ``blobs`` folder of the Hugging Face cache repository whose
-  ``snapshots`` hold the index (the cache's own links).
+  ``snapshots`` hold the index (the cache's own links). For an index read
+  from a URL, :func:`object_problem`: the same name rules, and no URL.
 """
 
 from __future__ import annotations
@@ -162,6 +163,16 @@ def shard_problem(folder: str, shard: Any) -> Optional[Tuple[str, str]]:
     return None
 
 
+def object_problem(shard: Any) -> Optional[Tuple[str, str]]:
+    """:func:`shard_problem` for an index in an object store or on an HTTP
+    server: :func:`name_problem`, and no URL (an object has no links to
+    follow; the name is percent-encoded under the index's prefix)."""
+    problem = name_problem(shard)
+    if problem is None and "://" in shard:
+        return "shard-path", f"shard {shard!r} is a URL, not a name beside the index"
+    return problem
+
+
 def index_shards(
     name: str,
     folder: Optional[str],
@@ -170,12 +181,11 @@ def index_shards(
     """Each shard the ``weight_map`` of the index ``name`` (in ``folder``)
     names, in order, with the tensors it places there; raises the
     ``ShardIndexError`` of the first entry :func:`shard_problem` refuses
-    (:func:`name_problem` for a remote index, ``folder`` None: an object
-    has no links to follow)."""
+    (:func:`object_problem` for a remote index, ``folder`` None)."""
     shards: Dict[str, List[str]] = {}
     for tensor, shard in weight_map.items():
         if not (isinstance(shard, str) and shard in shards):
-            problem = name_problem(shard) if folder is None else shard_problem(folder, shard)
+            problem = object_problem(shard) if folder is None else shard_problem(folder, shard)
             if problem:
                 raise rule_error(problem[0], name, f"tensor {tensor!r}: {problem[1]}", tensor)
             shards[shard] = []

@@ -22,8 +22,10 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from . import _fastst
 from ._errors import rule_error
+from ._fastst import RawFile
 from ._folders import INDEX_SUFFIX, WEIGHTS_SUFFIX, index_cap, parse_index
 from ._raw import RawSource
+from ._sharded import ShardedFile
 
 #: ``(key, value)`` pairs as the compiled store builder takes them.
 Options = List[Tuple[str, str]]
@@ -114,13 +116,25 @@ def checkpoint_under(url: str, opts: Options) -> str:
     raise error
 
 
+def _sharded(url: str, opts: Options, header_cap: int) -> ShardedFile:
+    """The checkpoint whose index is the object at ``url``."""
+    index = read_index(url, opts)[1]
+
+    def open_shard(shard: str) -> Optional[RawFile]:
+        where = shard_url(url, shard)
+        try:
+            return RawFile.from_url(where, display(where), opts, header_cap)
+        except FileNotFoundError:
+            return None
+
+    return ShardedFile.of_objects(display(url), index, open_shard)
+
+
 def open_url(url: str, header_cap: int, storage_options: Optional[Mapping[str, Any]]) -> RawSource:
     """The ``RawSource`` of the object, index or prefix at ``url``."""
-    from ._sharded import ShardedFile
-
     opts = options(storage_options)
     if urlsplit(url).path.endswith("/"):
         url = checkpoint_under(url, opts)
     if urlsplit(url).path.endswith(".index.json"):
-        return ShardedFile.remote(url, opts, header_cap)
-    return _fastst.RawFile.from_url(url, display(url), opts, header_cap)
+        return _sharded(url, opts, header_cap)
+    return RawFile.from_url(url, display(url), opts, header_cap)

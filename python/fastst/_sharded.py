@@ -68,22 +68,14 @@ class ShardedFile:
         self._open(readable(index_path), folder, index, open_shard)
 
     @classmethod
-    def remote(cls, url: str, options: List[Tuple[str, str]], header_cap: int) -> ShardedFile:
-        """The checkpoint whose index is the object at ``url``; its shards
-        are objects under the index's prefix (``fastst._remote``)."""
-        from . import _remote
-
-        index = _remote.read_index(url, options)[1]
-
-        def open_shard(shard: str) -> Optional[RawFile]:
-            where = _remote.shard_url(url, shard)
-            try:
-                return RawFile.from_url(where, _remote.display(where), options, header_cap)
-            except FileNotFoundError:
-                return None
-
+    def of_objects(
+        cls, name: str, index: Dict[str, Any], open_shard: Callable[[str], Optional[RawFile]]
+    ) -> ShardedFile:
+        """The checkpoint of the remote index named ``name`` (its JSON object
+        ``index``): each shard opened by ``open_shard`` (``fastst._remote``),
+        the shard names held to :func:`fastst._folders.object_problem`."""
         self = cls.__new__(cls)
-        self._open(_remote.display(url), None, index, open_shard)
+        self._open(name, None, index, open_shard)
         return self
 
     def _open(

@@ -21,6 +21,9 @@ use crate::source::PySource;
 #[pyclass(frozen, module = "fastst._fastst")]
 pub struct RawFile {
     name: String,
+    /// Reads wait on a network: even small ones release the GIL (the
+    /// server may be Python code in this process).
+    remote: bool,
     inner: Mutex<Option<Arc<MappedFile>>>,
     sorted_keys: GILOnceCell<Py<PyList>>,
 }
@@ -29,6 +32,7 @@ impl RawFile {
     fn holding(file: MappedFile, name: String) -> RawFile {
         RawFile {
             name,
+            remote: false,
             inner: Mutex::new(Some(Arc::new(file))),
             sorted_keys: GILOnceCell::new(),
         }
@@ -173,7 +177,10 @@ impl RawFile {
         let file = py
             .allow_threads(|| MappedFile::from_source(source, options))
             .in_file(&display_name)?;
-        Ok(RawFile::holding(file, display_name))
+        Ok(RawFile {
+            remote: true,
+            ..RawFile::holding(file, display_name)
+        })
     }
 
     /// The name used in error messages.
@@ -259,7 +266,7 @@ impl RawFile {
     fn tensor<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyTuple>> {
         let file = self.file()?;
         let t = self.lookup(&file, name)?;
-        let data = if t.byte_len() >= PRIVATE_MAP_THRESHOLD {
+        let data = if self.remote || t.byte_len() >= PRIVATE_MAP_THRESHOLD {
             py.allow_threads(|| file.tensor_data(t))
         } else {
             file.tensor_data(t)

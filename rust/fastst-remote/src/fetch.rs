@@ -109,9 +109,13 @@ impl Object<'_> {
     /// to [`BODY_RETRIES`] times; the requests themselves are retried by
     /// `object_store` (5xx, timeouts, resets before the body).
     async fn get(&self, range: Range<u64>, dst: &mut [u8]) -> Result<()> {
-        let _permit = self.in_flight.acquire().await.map_err(|_| Error::WorkerFailed {
-            task: "a remote read",
-        })?;
+        let _permit = self
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|_| Error::WorkerFailed {
+                task: "a remote read",
+            })?;
         let mut at = 0usize;
         let mut tries = 0u32;
         loop {
@@ -139,7 +143,10 @@ impl Object<'_> {
             ..GetOptions::default()
         };
         let got = self.store.get_opts(self.path, options).await.map_err(|e| {
-            from_store(&format!("cannot read bytes {}..{}", range.start, range.end), e)
+            from_store(
+                &format!("cannot read bytes {}..{}", range.start, range.end),
+                e,
+            )
         })?;
         if got.meta.size != self.len {
             return Err(changed(format!(
@@ -225,6 +232,53 @@ async fn receive(got: GetResult, range: Range<u64>, dst: &mut [u8]) -> Result<()
 mod tests {
     use super::*;
 
+    /// The answer of a store to a GET of `range` whose body is `chunks`
+    /// (an `Err` chunk breaks the body off).
+    fn answer(range: Range<u64>, chunks: Vec<Result<Vec<u8>, ()>>) -> GetResult {
+        let body = futures::stream::iter(chunks.into_iter().map(|c| {
+            c.map(Into::into)
+                .map_err(|()| object_store::Error::Generic {
+                    store: "test",
+                    source: "connection reset".into(),
+                })
+        }));
+        GetResult {
+            payload: object_store::GetResultPayload::Stream(body.boxed()),
+            meta: object_store::ObjectMeta {
+                location: Path::from("m"),
+                last_modified: Default::default(),
+                size: 100,
+                e_tag: None,
+                version: None,
+            },
+            range,
+            attributes: Default::default(),
+            extensions: Default::default(),
+        }
+    }
+
+    /// What `receive` keeps of an answer to a GET of 10..20: `Ok(10)`
+    /// for all of it, else the bytes it keeps for the next request.
+    fn kept(got: GetResult) -> Result<usize, usize> {
+        let mut dst = [0u8; 10];
+        let out = crate::runtime()
+            .unwrap()
+            .block_on(receive(got, 10..20, &mut dst));
+        out.map(|()| 10).map_err(|short| short.got)
+    }
+
+    #[test]
+    fn answers_are_kept_only_as_far_as_they_fit_the_request() {
+        let ok = |n: usize| Ok(vec![7u8; n]);
+        assert_eq!(kept(answer(10..20, vec![ok(4), ok(6)])), Ok(10));
+        // Cut short, or broken off: what arrived is kept, the rest asked again.
+        assert_eq!(kept(answer(10..20, vec![ok(4)])), Err(4));
+        assert_eq!(kept(answer(10..20, vec![ok(3), Err(()), ok(7)])), Err(3));
+        // More than asked for, or another range: nothing is kept.
+        assert_eq!(kept(answer(10..20, vec![ok(6), ok(6)])), Err(0));
+        assert_eq!(kept(answer(0..10, vec![ok(10)])), Err(0));
+    }
+
     #[test]
     fn reads_are_cut_into_parts_that_tile_the_buffer() {
         assert!(parts(5, 0, 4).is_empty());
@@ -232,12 +286,27 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                Part { range: 10..14, at: 0..4 },
-                Part { range: 14..18, at: 4..8 },
-                Part { range: 18..20, at: 8..10 },
+                Part {
+                    range: 10..14,
+                    at: 0..4
+                },
+                Part {
+                    range: 14..18,
+                    at: 4..8
+                },
+                Part {
+                    range: 18..20,
+                    at: 8..10
+                },
             ]
         );
-        assert_eq!(parts(0, 3, 8), vec![Part { range: 0..3, at: 0..3 }]);
+        assert_eq!(
+            parts(0, 3, 8),
+            vec![Part {
+                range: 0..3,
+                at: 0..3
+            }]
+        );
         assert_eq!(parts(0, 8, 8).len(), 1);
         // A zero part size still makes progress, one byte at a time.
         assert_eq!(parts(0, 2, 0).len(), 2);

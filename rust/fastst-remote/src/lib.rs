@@ -95,7 +95,11 @@ impl RemoteSource {
                 "{url}: the URL names no object (a prefix ending in /)"
             ))));
         }
-        let store: Arc<dyn ObjectStore> = Arc::from(store);
+        Ok(RemoteSource::in_store(Arc::from(store), path, tuning)?)
+    }
+
+    /// Opens the object at `path` in `store`.
+    fn in_store(store: Arc<dyn ObjectStore>, path: Path, tuning: Tuning) -> Result<RemoteSource> {
         let (len, etag, first) = runtime()?.block_on(fetch::open(&*store, &path))?;
         Ok(RemoteSource {
             store,
@@ -165,4 +169,68 @@ pub fn list(url: &str, options: &[(String, String)]) -> Result<Vec<String>, Open
         .collect();
     names.sort();
     Ok(names)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+    use object_store::ObjectStoreExt;
+
+    /// `bytes` as the object `m` of an in-memory store (object_store's
+    /// own store, not a stand-in for it).
+    fn stored(bytes: Vec<u8>) -> (Arc<dyn ObjectStore>, Path) {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let path = Path::from("m");
+        runtime()
+            .unwrap()
+            .block_on(store.put(&path, bytes.into()))
+            .unwrap();
+        (store, path)
+    }
+
+    #[test]
+    fn reads_in_parts_give_the_object_bytes_and_a_replaced_object_is_file_changed() {
+        let bytes: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let (store, path) = stored(bytes.clone());
+        let tuning = Tuning {
+            concurrency: 3,
+            part: 4096,
+        };
+        let src = RemoteSource::in_store(store.clone(), path.clone(), tuning).unwrap();
+        assert_eq!(src.len(), bytes.len() as u64);
+        assert_eq!(src.first.len() as u64, FIRST_READ);
+        for (offset, len) in [(0, 8), (10, 70_000), (65_530, 10), (100_001, 199_999)] {
+            let mut buf = vec![0u8; len];
+            src.read_at(offset as u64, &mut buf).unwrap();
+            assert_eq!(buf, bytes[offset..offset + len], "{offset} {len}");
+        }
+        let mut past = vec![0u8; 2];
+        assert_eq!(
+            src.read_at(bytes.len() as u64 - 1, &mut past)
+                .unwrap_err()
+                .rule(),
+            "file-changed"
+        );
+        runtime()
+            .unwrap()
+            .block_on(store.put(&path, vec![1u8; bytes.len()].into()))
+            .unwrap();
+        // The first bytes were kept at open; later ones are asked for.
+        src.read_at(0, &mut past).unwrap();
+        let mut later = vec![0u8; 10];
+        let err = src.read_at(200_000, &mut later).unwrap_err();
+        assert_eq!(err.rule(), "file-changed", "{err}");
+    }
+
+    #[test]
+    fn a_missing_object_is_not_found() {
+        let (store, _) = stored(vec![1, 2, 3]);
+        let err = RemoteSource::in_store(store, Path::from("nope"), Tuning::default()).unwrap_err();
+        match err {
+            Error::Io { source, .. } => assert_eq!(source.kind(), std::io::ErrorKind::NotFound),
+            other => panic!("{other}"),
+        }
+    }
 }

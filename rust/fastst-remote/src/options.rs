@@ -95,8 +95,7 @@ fn parse_size(text: &str) -> Option<usize> {
         _ => (body, 0),
     };
     let n: usize = digits.trim().parse().ok()?;
-    n.checked_mul(1usize.checked_shl(shift)?)
-        .filter(|&n| n > 0)
+    n.checked_mul(1usize.checked_shl(shift)?).filter(|&n| n > 0)
 }
 
 impl Tuning {
@@ -182,6 +181,7 @@ pub(crate) fn store_for(
     url: &str,
     options: &[(String, String)],
 ) -> Result<(Box<dyn ObjectStore>, Path, Tuning), ConfigError> {
+    crate::runtime::install_tls();
     let bad = |why: String| ConfigError(format!("{url}: {why}"));
     let parsed = Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
     let (scheme, path) =
@@ -241,10 +241,24 @@ mod tests {
 
     #[test]
     fn urls_are_told_from_paths() {
-        for url in ["s3://b/k", "S3://b/k", "gs://b/k", "az://c/k", "https://h/p", "http://h/p"] {
+        for url in [
+            "s3://b/k",
+            "S3://b/k",
+            "gs://b/k",
+            "az://c/k",
+            "https://h/p",
+            "http://h/p",
+        ] {
             assert!(is_url(url), "{url}");
         }
-        for path in ["model.safetensors", "/tmp/x", "file:///x", "s3://", "ftp://h/p", "C:\\x"] {
+        for path in [
+            "model.safetensors",
+            "/tmp/x",
+            "file:///x",
+            "s3://",
+            "ftp://h/p",
+            "C:\\x",
+        ] {
             assert!(!is_url(path), "{path}");
         }
     }
@@ -286,7 +300,11 @@ mod tests {
     fn unknown_keys_and_urls_are_refused() {
         let opts = vec![("no_such_key".to_owned(), "1".to_owned())];
         let err = store_for("s3://bucket/k", &opts).err().unwrap();
-        assert!(err.0.contains("\"no_such_key\" is not a configuration key of S3"), "{err}");
+        assert!(
+            err.0
+                .contains("\"no_such_key\" is not a configuration key of S3"),
+            "{err}"
+        );
         let opts = vec![
             ("endpoint_url".to_owned(), "http://127.0.0.1:1".to_owned()),
             ("allow_http".to_owned(), "false".to_owned()),

@@ -11,14 +11,20 @@ use tokio::runtime::Runtime;
 /// and buffers.
 const MAX_WORKERS: usize = 4;
 
+/// Makes rustls's ring provider the process default, unless a provider is
+/// installed already (then that one is used); before any client is built.
+pub(crate) fn install_tls() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// The crate's runtime, or the I/O error of its start (out of threads or
-/// descriptors), kept. TLS uses rustls with the ring provider, installed as
-/// the process default here unless another one already is.
+/// descriptors), kept.
 pub fn runtime() -> Result<&'static Runtime> {
     static RUNTIME: OnceLock<std::result::Result<Runtime, String>> = OnceLock::new();
     let made = RUNTIME.get_or_init(|| {
-        // Fails only when a provider is installed already: that one is used.
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let workers = std::thread::available_parallelism()
             .map_or(2, |n| n.get())
             .clamp(2, MAX_WORKERS);

@@ -283,9 +283,11 @@ pub fn load_into(
     // Workers run at most this far ahead of the last acknowledged report:
     // two report intervals, or two rounds of requests when more are in
     // flight at once (a remote source), so that the gate never idles them.
-    let window = every
-        .saturating_mul(2)
-        .max((threads as u64).saturating_mul(piece as u64).saturating_mul(2));
+    let window = every.saturating_mul(2).max(
+        (threads as u64)
+            .saturating_mul(piece as u64)
+            .saturating_mul(2),
+    );
     let shared = Mutex::new(Shared {
         queue: parts.into_iter(),
         issued: 0,
