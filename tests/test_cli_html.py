@@ -121,6 +121,17 @@ def test_diff_page(model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "model.layers.1.q_proj.weight" in "".join(page.text)
 
 
+def test_stats_page(model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "stats.html"
+    code, _, err = run(["stats", "--html", str(report), str(model)], capsys)
+    assert code == 0, err
+    page = _parse(report)
+    assert_self_contained(page)
+    _hostile_text_stays_text(page)
+    assert "model.layers.2.q_proj.weight" in "".join(page.text)
+    assert sum(1 for tag, _ in page.tags if tag == "svg") >= 4  # a histogram per tensor
+
+
 def test_stats_section_and_checker_are_not_vacuous() -> None:
     row: Dict[str, Any] = {
         "name": EVIL,

@@ -100,6 +100,8 @@ def _commands(f: Dict[str, Path]) -> List[List[str]]:
         ["meta", single, other],
         ["meta", index],
         ["diff", single, other],
+        ["stats", single, index],
+        ["stats", "--tensor", "model.embed_tokens.weight", single],
         ["sign", single, "--key", str(f["root"] / "key.pem"), "--signature", sig],
         ["verify", single, "--signature", sig, "--public-key", str(f["root"] / "key.pub")],
         ["verify", other, "--signature", sig, "--public-key", str(f["root"] / "key.pub")],

@@ -89,8 +89,14 @@ EXAMPLES = {
         "fastst hash --tensors --check lora.safetensors",
     ),
     "diff": _examples(
-        "fastst diff base.safetensors tuned.safetensors",
-        "fastst diff --json ./llama-a ./llama-b",
+        "fastst diff base.safetensors finetuned.safetensors",
+        "fastst diff --html diff.html ./llama-base ./llama-tuned",
+        "fastst diff --no-values huge-a.safetensors huge-b.safetensors",
+    ),
+    "stats": _examples(
+        "fastst stats model.safetensors",
+        "fastst stats ./llama --tensor '*.mlp.down_proj.weight'",
+        "fastst stats --html values.html --tensor lm_head.weight model.safetensors",
     ),
     "convert": _examples(
         "fastst convert pytorch_model.bin model.safetensors",
@@ -283,11 +289,6 @@ def build_parser() -> argparse.ArgumentParser:
         "change profile (max abs, relative L2, cosine) and a per-layer summary, metadata. "
         "Reads both sides' data once (--no-values: headers only). "
         "Exit 0 identical, 1 different, 2 error.",
-        epilog="examples:\n"
-        "  fastst diff base.safetensors finetuned.safetensors\n"
-        "  fastst diff ./llama-base ./llama-tuned --json\n"
-        "  fastst diff huge-a.safetensors huge-b.safetensors --no-values",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("a", metavar="A", help="a file, an index file or a model folder")
     p.add_argument("b", metavar="B", help="a file, an index file or a model folder")
@@ -310,11 +311,6 @@ def build_parser() -> argparse.ArgumentParser:
         "kinds are summed in float64 (integers exactly) and binned by their value cut to "
         "8 significant bits. Tensors repeated in numbered blocks (model.layers.N.) get "
         "a per-layer profile; a single tensor gets its histogram as bars.",
-        epilog="examples:\n"
-        "  fastst stats model.safetensors\n"
-        "  fastst stats ./llama --tensor '*.mlp.down_proj.weight'\n"
-        "  fastst stats model.safetensors --tensor lm_head.weight --bins 24 --json",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_common(p)
     _add_threads(p)
@@ -329,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"histogram bins, at most {MAX_BINS:,} (default 32)",
     )
     _add_ascii(p)
+    _add_html(p)
 
     p = sub.add_parser(
         "convert",

@@ -361,7 +361,10 @@ def table(out: Out, columns: Sequence[Column], indent: int = 2) -> None:
     way in ``give`` order, each shrinking down to its ``least`` before the
     next one gives, or left out when its ``least`` is 0. ``--wide`` (or
     piped output) shows every column in full."""
-    widths = [max([display_width(c.header)] + [display_width(x) for x in c.cells]) for c in columns]
+    natural = [
+        max([display_width(c.header)] + [display_width(x) for x in c.cells]) for c in columns
+    ]
+    widths = list(natural)
     shown = list(range(len(columns)))
     limit = room(out, indent)
     if limit is not None:
@@ -379,6 +382,11 @@ def table(out: Out, columns: Sequence[Column], indent: int = 2) -> None:
                 continue
             floor = max(columns[i].least, display_width(columns[i].header))
             widths[i] = max(floor, widths[i] - excess)
+        # Room that columns left out gave back goes to those that shrank.
+        for i in reversed(order):
+            spare = limit - total()
+            if i in shown and spare > 0:
+                widths[i] = min(natural[i], widths[i] + spare)
     head = [pad(columns[i].header, widths[i], columns[i].right) for i in shown]
     out.print(" " * indent, ("dim", "  ".join(head).rstrip()))
     for row in range(len(columns[0].cells) if columns else 0):

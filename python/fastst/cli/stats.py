@@ -8,7 +8,7 @@ import argparse
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..tools.stats import layer_of, stats_checkpoint, stats_file
-from . import charts, render
+from . import charts, html, render
 from .exits import EXIT_ERROR, EXIT_OK
 from .inputs import READ_ERRORS, inputs, not_safetensors
 from .text import display_width, pad
@@ -23,6 +23,7 @@ _NAME_MIN = 24
 
 def cmd_stats(args: argparse.Namespace, out: render.Out) -> int:
     results = []
+    sections: List[str] = []
     progress = not args.no_progress and render.stderr_is_terminal()
     options = dict(bins=args.bins, threads=args.threads, header_cap=args.header_cap)
     for kind, path in inputs(out, args.files):
@@ -37,12 +38,16 @@ def cmd_stats(args: argparse.Namespace, out: render.Out) -> int:
             out.error(path, exc)
             continue
         report = {"path": path, "kind": kind, "tensors": rows}
+        if args.html:
+            sections.append(html.stats_section(path, rows))
         if args.json:
             results.append(report)
         else:
             print_stats(out, report, ascii=args.ascii or not charts.unicode_ok(out.stdout))
     if args.json:
         out.json(render.envelope("stats", results, out))
+    if args.html:
+        html.report(out, args.html, "stats", sections, args.files)
     return EXIT_ERROR if out.errors else EXIT_OK
 
 
@@ -62,8 +67,8 @@ def _zeros(t: Dict[str, Any]) -> str:
     return f"{share:.0f}%" if share >= 1 or not t["zero"] else "<1%"
 
 
-#: Columns after the name: (title, value of a row), lowest priority first
-#: (dropped first when the width is short).
+#: Columns after the name: (title, value of a row), in the order they are
+#: left out when the width is short (after the name has shrunk to 24 columns).
 _COLUMNS: Tuple[Tuple[str, Any], ...] = (
     ("shape", lambda t: render.shape_text(t["shape"])),
     ("zeros", _zeros),
@@ -78,7 +83,10 @@ _ORDER = ("dtype", "shape", "min", "max", "mean", "std", "nan+inf", "zeros")
 
 
 def print_stats(out: render.Out, report: Dict[str, Any], *, ascii: bool = False) -> None:
-    """The ``stats`` report of one file or checkpoint."""
+    """The ``stats`` report of one file or checkpoint: one row per tensor
+    (:func:`fastst.cli.render.table`: the name shrinks first, keeping layer
+    numbers and leaves, then columns are left out), the per-layer profile, and
+    the bars of a lone tensor's histogram."""
     tensors: List[Dict[str, Any]] = report["tensors"]
     count = f"  ({render.plural(len(tensors), 'tensor')})"
     room = None if out.width is None else max(8, out.width - len(count))
@@ -87,38 +95,29 @@ def print_stats(out: render.Out, report: Dict[str, Any], *, ascii: bool = False)
         out.blank()
         return
     names = [t["name"] if t["shard"] is None else f"{t['shard']}: {t['name']}" for t in tensors]
-    cells = {title: [value(t) for t in tensors] for title, value in _COLUMNS}
-    widths = {title: max(len(title), *(len(c) for c in col)) for title, col in cells.items()}
+    give = {title: i + 1 for i, (title, _) in enumerate(_COLUMNS)}
+    values = dict(_COLUMNS)
     spark = min(
         _SPARK, max((len(t["histogram"]["counts"]) for t in tensors if t["histogram"]), default=0)
     )
-    name_w = max(4, *(display_width(render.escape(n)) for n in names))
-    kept = [title for title, _ in _COLUMNS]
-
-    def used() -> int:
-        return 2 + sum(widths[c] + 2 for c in kept) + (spark + 2 if spark else 0)
-
-    if out.width is not None:
-        while kept and used() + min(name_w, _NAME_MIN) > out.width:
-            kept.pop(0)
-        if used() + min(name_w, _NAME_MIN) > out.width:
-            spark = max(0, min(spark, out.width - used() - _NAME_MIN))
-        if not out.full:
-            name_w = max(4, min(name_w, out.width - used()))
-    order = [c for c in _ORDER if c in kept]
-    head = ["  ", pad("name", name_w)]
-    for c in order:
-        head += ["  ", pad(c, widths[c], right=c != "dtype")]
+    columns = [
+        render.Column(
+            "name",
+            [render.escape(n) for n in names],
+            least=_NAME_MIN,
+            shorten=render.abbreviate,
+        )
+    ]
+    for title in _ORDER:
+        cells = [values[title](t) for t in tensors]
+        columns.append(render.Column(title, cells, title != "dtype", 0, give[title]))
     if spark:
-        head += ["  ", "histogram"[:spark]]
-    out.print(("dim", "".join(head).rstrip()))
-    for i, t in enumerate(tensors):
-        line = ["  ", pad(out.fit(names[i], name_w), name_w)]
-        for c in order:
-            line += ["  ", pad(cells[c][i], widths[c], right=c != "dtype")]
-        if spark and t["histogram"]:
-            line += ["  ", charts.sparkline(t["histogram"]["counts"], spark, ascii=ascii)]
-        out.print("".join(line).rstrip())
+        sparks = [
+            charts.sparkline(t["histogram"]["counts"], spark, ascii=ascii) if t["histogram"] else ""
+            for t in tensors
+        ]
+        columns.append(render.Column("histogram", sparks, give=len(_COLUMNS) + 1))
+    render.table(out, columns)
     _print_layers(out, tensors, ascii)
     if len(tensors) == 1 and tensors[0]["histogram"]:
         _print_bars(out, tensors[0], ascii)
