@@ -125,12 +125,23 @@ impl Decoder {
                     out.extend((0..4).map(|i| t[((w >> (6 * i)) & 63) as usize]));
                 }
             }
-            Dtype::C64 => out.extend(
+            _ if !t.is_empty() => out.extend(bytes.iter().map(|&b| t[usize::from(b)])),
+            // One loop per common kind (no call per element), so each inlines.
+            Dtype::F32 | Dtype::C64 => out.extend(
                 bytes
                     .chunks_exact(4)
                     .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
             ),
-            _ if !t.is_empty() => out.extend(bytes.iter().map(|&b| t[usize::from(b)])),
+            Dtype::Bf16 => out.extend(
+                bytes
+                    .chunks_exact(2)
+                    .map(|c| f64::from(bf16_to_f32(u16::from_le_bytes([c[0], c[1]])))),
+            ),
+            Dtype::F16 => out.extend(
+                bytes
+                    .chunks_exact(2)
+                    .map(|c| f64::from(f16_to_f32(u16::from_le_bytes([c[0], c[1]])))),
+            ),
             dtype => {
                 if let Some(read) = reader(dtype) {
                     let size = element_len(dtype);
