@@ -60,6 +60,7 @@ class SeaweedS3:
 
     def __init__(self, folder: Path, weed: str) -> None:
         folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
         config = folder / "s3.json"
         identity = {
             "name": "fastst",
@@ -80,6 +81,8 @@ class SeaweedS3:
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
             "-master.telemetry=false",
+            "-volume.max=200",  # a bucket is a collection of its own, with volumes of its own
+            "-master.volumeSizeLimitMB=1024",
             f"-filer.localSocket={folder / 'filer.sock'}",
             f"-s3.localSocket={folder / 's3.sock'}",
         ]
@@ -192,6 +195,16 @@ def parse_range(value: str, size: int) -> Optional[Tuple[int, int]]:
     return (start, end) if start < size else None
 
 
+class _Server(ThreadingHTTPServer):
+    """A threaded server quiet about clients that hang up (the faults make them do so)."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
 class _RangeHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     root: Path
@@ -263,8 +276,7 @@ class RangeHTTPServer:
 
     def __init__(self, root: Path) -> None:
         handler = type("Handler", (_RangeHandler,), {"root": root.resolve()})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), handler)
         self.port = int(self.server.server_address[1])
         self.url = f"http://127.0.0.1:{self.port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -293,8 +305,8 @@ class Record:
 
 @dataclass
 class Fault:
-    """What the proxy does to matching requests (``method``, ``path`` containing ``path``,
-    with a Range header when ``ranged``): the first ``skip`` pass untouched, then the next
+    """What the proxy does to matching requests (``method``, "" for any; ``path`` containing
+    ``path``; with a Range header when ``ranged``): the first ``skip`` pass untouched, then the next
     ``times`` (-1: all) get ``kind``:
 
     - ``"status"``: answer ``status`` with a short body, without asking the server;
@@ -321,7 +333,7 @@ class Fault:
     hits: int = field(default=0, init=False)
 
     def take(self, method: str, path: str, ranged: bool) -> bool:
-        if method != self.method or self.path not in path or (self.ranged and not ranged):
+        if self.method not in ("", method) or self.path not in path or (self.ranged and not ranged):
             return False
         self.hits += 1
         if self.hits <= self.skip:
@@ -487,8 +499,7 @@ class Proxy:
         self.records: List[Record] = []
         self._lock = threading.Lock()
         handler = type("Handler", (_ProxyHandler,), {"proxy": self})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), handler)
         self.port = int(self.server.server_address[1])
         self.url = f"http://127.0.0.1:{self.port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
