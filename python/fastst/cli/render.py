@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, TextIO, Tuple, Union
 
 from .._fastst import __version__
-from .text import ELLIPSIS, display_width, escape, fit, json_text, pad, wrap
+from .text import ELLIPSIS, _take, display_width, escape, fit, json_text, pad, wrap
 
 __all__ = [
     "Out",
@@ -248,10 +248,7 @@ def clip(text: str, columns: Optional[int]) -> str:
     """``text`` (escaped) cut to ``columns`` with an ellipsis at the end."""
     if columns is None or display_width(text) <= columns:
         return text
-    head = fit(text, 2 * columns + 2)  # cheap bound on very long text
-    while head and display_width(head) > columns - 1:
-        head = head[:-1]
-    return head + ELLIPSIS if columns > 0 else ""
+    return _take(text, columns - 1) + ELLIPSIS if columns > 0 else ""
 
 
 def abbreviate(name: str, columns: Optional[int]) -> str:
