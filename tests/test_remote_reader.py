@@ -162,3 +162,47 @@ def test_options_are_checked(remote: Site, local: Path) -> None:
     with pytest.raises(ValueError, match="URLs"):
         fastst.safe_open(str(local), "np", storage_options={"region": "x"})
     assert remote.proxy.records == []  # nothing was asked of the store
+
+
+def _rank(rank: int, world: int, port: int, url: str, out: str) -> None:
+    """One rank of :func:`test_load_distributed_fetches_each_byte_once`."""
+    import os
+    from datetime import timedelta
+
+    import fastst.torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
+    try:
+        got = fastst.torch.load_distributed(url, unit="tensor")
+        sums = {k: float(v.double().sum()) for k, v in got.items()}
+        Path(out, f"rank{rank}.json").write_text(json.dumps(sums))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_load_distributed_fetches_each_byte_once(
+    make_site: Callable[[str], Site], local: Path, tmp_path: Path
+) -> None:
+    """Two gloo ranks load an HTTP checkpoint: the store sends each data byte once in all."""
+    pytest.importorskip("torch.distributed")
+    import socket
+
+    import torch.multiprocessing as mp
+
+    site = make_site("http")
+    url = site.put("d/model.safetensors", local)
+    site.proxy.reset()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    mp.start_processes(_rank, args=(2, port, url, str(tmp_path)), nprocs=2, start_method="spawn")
+    want = {k: float(v.astype(np.float64).sum()) for k, v in _tensors().items()}
+    for rank in range(2):
+        got = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert got.keys() == want.keys() and all(got[k] == pytest.approx(want[k]) for k in want)
+    data = sum(v.nbytes for v in _tensors().values())
+    headers = local.stat().st_size - data
+    assert data <= site.proxy.body_bytes() <= data + 2 * (headers + FIRST)

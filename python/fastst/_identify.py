@@ -43,7 +43,10 @@ _FRAMING = frozenset(
 def identify(path: str) -> Optional[Dict[str, Any]]:
     """What ``path`` is when it is not a safetensors file, else None (see
     :func:`fastst.tools.inspect.identify`). Raises :class:`OSError` when ``path``
-    cannot be examined."""
+    cannot be examined. A URL gives None: its object is read by the
+    reader, whose errors say what is wrong."""
+    if _fastst.is_remote_url(path):
+        return None
     st = os.stat(path)
     for test, kind, description in _SPECIAL:
         if test(st.st_mode):

@@ -62,7 +62,10 @@ def open_source(
 
 def open_raw(path: str, backend: str, header_cap: int) -> RawSource:
     """A ``RawFile`` for a plain file, a ``ShardedFile`` for an index; a
-    folder opens the one checkpoint it holds (see ``fastst._folders``)."""
+    folder opens the one checkpoint it holds (see ``fastst._folders``); a
+    URL is opened with the environment's settings (``fastst._remote``)."""
+    if _remote.is_url(path):
+        return _remote.open_url(path, header_cap, None)
     if os.path.isdir(path):
         path = checkpoint_in(path)
     index = find_index(path)

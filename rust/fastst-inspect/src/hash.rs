@@ -123,7 +123,20 @@ fn read_header(src: &Source, cap: u64) -> Result<std::result::Result<Header, Fin
 
 /// Computes every hash of the file at `path` with positioned reads.
 pub fn hash_path(path: &Path, options: &HashOptions, progress: Progress) -> Result<HashReport> {
-    let src = Source::open(path)?;
+    hash(Source::open(path)?, options, progress)
+}
+
+/// [`hash_path`] of a file read through any core source (an object in a
+/// store).
+pub fn hash_source(
+    source: Box<dyn fastst_core::Source>,
+    options: &HashOptions,
+    progress: Progress,
+) -> Result<HashReport> {
+    hash(Source::new(source), options, progress)
+}
+
+fn hash(src: Source, options: &HashOptions, progress: Progress) -> Result<HashReport> {
     let len = src.len;
     let raw_n = prefix_value(&src.read_range(0, 8)?);
     let data_start = raw_n.and_then(|n| n.checked_add(8)).filter(|&s| s <= len);

@@ -111,13 +111,13 @@ pub use fastst_core::rules::{RuleId, Severity};
 
 pub use canonical::canonical_header;
 pub use diff::{compare_values, diff_values, Side, ValueDiff};
-pub use hash::{hash_path, HashOptions, HashReport, AUTOV1_LEN, AUTOV1_OFFSET};
+pub use hash::{hash_path, hash_source, HashOptions, HashReport, AUTOV1_LEN, AUTOV1_OFFSET};
 pub use lenient::read_metadata;
 pub use metadata::{is_known_metadata_key, HUGE_METADATA_IMAGE, HUGE_METADATA_VALUE};
 pub use stats::{stats_path, Histogram, Number, StatsOptions, TensorStats, MAX_BINS};
 pub use summary::{summarize, DtypeTotals, Summary};
 pub use values::{count_values, ValueCounts};
-pub use verify::{verify_path, VerifyOptions, VerifyReport};
+pub use verify::{verify_path, verify_source, VerifyOptions, VerifyReport};
 
 pub use fastst_core::progress::Progress;
 

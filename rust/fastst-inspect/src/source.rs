@@ -3,23 +3,19 @@
 //! with positioned reads, never through a mapping, so a file truncated by
 //! another program gives an error (rule `file-changed`), never SIGBUS.
 
-use std::ops::Deref;
 use std::path::Path;
 
 use fastst_core::error::Result;
 use fastst_core::identify::SNIFF_LEN;
-use fastst_core::io::{self, OpenFile};
+use fastst_core::io;
 
-/// An open file and its length at open time (opened by [`io::open`], as
-/// every entry point opens files).
-pub(crate) struct Source(OpenFile);
-
-impl Deref for Source {
-    type Target = OpenFile;
-
-    fn deref(&self) -> &OpenFile {
-        &self.0
-    }
+/// A file's bytes and its length at open time: a local file (opened by
+/// [`io::open`], as every entry point opens files) or any other core
+/// source (an object in a store, read by the caller's crate).
+pub(crate) struct Source {
+    inner: Box<dyn fastst_core::Source>,
+    /// The length in bytes when opened.
+    pub len: u64,
 }
 
 /// What a scan of a byte range found.
@@ -32,14 +28,37 @@ pub(crate) struct RegionScan {
 
 impl Source {
     pub fn open(path: &Path) -> Result<Source> {
-        io::open(path).map(Source)
+        Ok(Source::new(Box::new(io::open(path)?)))
+    }
+
+    /// Reads through `inner`.
+    pub fn new(inner: Box<dyn fastst_core::Source>) -> Source {
+        let len = inner.len();
+        Source { inner, len }
+    }
+
+    /// Fills `buf` from `offset` (rule `file-changed` when the file
+    /// shrank).
+    pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.inner.read_at(offset, buf)
+    }
+
+    /// The bytes `[offset, offset + len)`, clipped to the file.
+    pub fn read_range(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let end = offset.saturating_add(len).min(self.len);
+        let n = end.saturating_sub(offset);
+        let mut buf = io::zeroed(n, "")?;
+        if n > 0 {
+            self.read_exact_at(&mut buf, offset)?;
+        }
+        Ok(buf)
     }
 
     /// Reads and checks the length prefix, then reads the header bytes it
     /// announces: `(N, header)`, as the reader does
     /// ([`fastst_core::source::read_header`]).
     pub fn read_header(&self, cap: u64) -> Result<(u64, Vec<u8>)> {
-        fastst_core::source::read_header(&self.0, cap)
+        fastst_core::source::read_header(&*self.inner, cap)
     }
 
     /// Reads `[offset, offset + len)` (clipped to the file) in blocks,

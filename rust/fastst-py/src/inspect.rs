@@ -1,6 +1,8 @@
 //! Forensics and hashes for Python: thin functions over
 //! `fastst_inspect` that release the GIL while they work and return
-//! plain Python data (dicts, lists, tuples, strings, ints).
+//! plain Python data (dicts, lists, tuples, strings, ints). A path that is
+//! a URL is read from its store (`fastst-remote`) by `verify_file`,
+//! `hash_file` and `inspect_file`.
 
 use std::path::PathBuf;
 
@@ -28,6 +30,15 @@ fn finding_dict<'py>(py: Python<'py>, f: &Finding) -> PyResult<Bound<'py, PyDict
 
 fn display(path: &std::path::Path) -> String {
     crate::errors::display_path(path)
+}
+
+/// The object `path` names when it is a URL (`fastst-remote`), opened with
+/// the environment's settings (the command has no `storage_options`).
+fn remote(py: Python<'_>, path: &std::path::Path) -> PyResult<Option<fastst_remote::RemoteSource>> {
+    match path.to_str().filter(|p| fastst_remote::is_url(p)) {
+        Some(url) => crate::remote::open(py, url, url, &Vec::new()).map(Some),
+        None => Ok(None),
+    }
 }
 
 /// Runs `work` without the GIL, with a stderr progress line labelled
@@ -70,8 +81,10 @@ fn verify_file<'py>(
         values,
         threads,
     };
-    let report = with_progress(py, progress.as_deref(), |p| {
-        inspect::verify_path(&path, &options, p)
+    let url = remote(py, &path)?;
+    let report = with_progress(py, progress.as_deref(), |p| match url {
+        Some(src) => inspect::verify_source(Box::new(src), &options, p),
+        None => inspect::verify_path(&path, &options, p),
     })
     .in_file(&name)?;
     let d = PyDict::new(py);
@@ -110,8 +123,10 @@ fn hash_file<'py>(
         threads,
         header_cap,
     };
-    let report = with_progress(py, progress.as_deref(), |p| {
-        inspect::hash_path(&path, &options, p)
+    let url = remote(py, &path)?;
+    let report = with_progress(py, progress.as_deref(), |p| match url {
+        Some(src) => inspect::hash_source(Box::new(src), &options, p),
+        None => inspect::hash_path(&path, &options, p),
     })
     .in_file(&name)?;
     let d = PyDict::new(py);
@@ -158,8 +173,12 @@ fn inspect_file<'py>(
         header_cap,
         backend: Backend::Pread,
     };
+    let url = remote(py, &path)?;
     let file = py
-        .allow_threads(|| MappedFile::open(&path, options))
+        .allow_threads(|| match url {
+            Some(src) => MappedFile::from_source(src, options),
+            None => MappedFile::open(&path, options),
+        })
         .in_file(&name)?;
     let header = file.header();
     let s = py.allow_threads(|| inspect::summarize(header));

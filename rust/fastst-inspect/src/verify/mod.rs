@@ -81,7 +81,20 @@ pub fn verify_path(
     options: &VerifyOptions,
     progress: Progress,
 ) -> Result<VerifyReport> {
-    let src = Source::open(path)?;
+    verify(Source::open(path)?, options, progress)
+}
+
+/// [`verify_path`] of a file read through any core source (an object in a
+/// store).
+pub fn verify_source(
+    source: Box<dyn fastst_core::Source>,
+    options: &VerifyOptions,
+    progress: Progress,
+) -> Result<VerifyReport> {
+    verify(Source::new(source), options, progress)
+}
+
+fn verify(src: Source, options: &VerifyOptions, progress: Progress) -> Result<VerifyReport> {
     let head = src.read_range(0, SNIFF_LEN as u64)?;
     let mut report = VerifyReport {
         file_len: src.len,
