@@ -70,8 +70,10 @@ pub const HANDOUT_ALIGN: usize = 64;
 
 /// Owned copies of at least this many bytes get an anonymous mapping of
 /// their own (page-aligned; backed by transparent huge pages where the
-/// system allows); smaller ones come from the allocator.
-const ANON_MIN: usize = 1 << 20;
+/// system allows); smaller ones come from the allocator, which reuses
+/// memory freed by earlier calls (no fresh pages to fault in) up to about
+/// this size (glibc's largest mmap threshold).
+const ANON_MIN: usize = 32 << 20;
 
 /// Conversions while reading go through a block of this many source bytes
 /// per thread: read, then converted while in cache (with its converted
@@ -364,22 +366,9 @@ impl MappedFile {
             return self.read_part(info, 0, dst);
         }
         let per = len.div_ceil(threads);
-        let results: Vec<Result<()>> = std::thread::scope(|s| {
-            let handles: Vec<_> = dst
-                .chunks_mut(per)
-                .enumerate()
-                .map(|(i, chunk)| s.spawn(move || self.read_part(info, (i * per) as u64, chunk)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or(Err(Error::WorkerFailed {
-                        task: "a parallel read",
-                    }))
-                })
-                .collect()
-        });
-        results.into_iter().collect()
+        split(dst, per, "a parallel read", |i, chunk| {
+            self.read_part(info, (i * per) as u64, chunk)
+        })
     }
 
     /// Converts a tensor into `to` while reading it, writing `dst` (exactly
@@ -401,22 +390,9 @@ impl MappedFile {
             return self.convert_range(info, to, 0, dst);
         }
         let per = n.div_ceil(threads);
-        let results: Vec<Result<()>> = std::thread::scope(|s| {
-            let handles: Vec<_> = dst
-                .chunks_mut(per * ts)
-                .enumerate()
-                .map(|(i, out)| s.spawn(move || self.convert_range(info, to, i * per * fs, out)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or(Err(Error::WorkerFailed {
-                        task: "a parallel conversion",
-                    }))
-                })
-                .collect()
-        });
-        results.into_iter().collect()
+        split(dst, per * ts, "a parallel conversion", |i, out| {
+            self.convert_range(info, to, i * per * fs, out)
+        })
     }
 
     /// Converts the tensor's bytes from `offset` into `out` (whole elements
@@ -482,6 +458,29 @@ impl MappedFile {
             io::advise_sequential(file);
         }
     }
+}
+
+/// Runs `work(i, chunk)` on each chunk `i` of `dst` cut every `per` bytes:
+/// the first on the calling thread (which would otherwise only wait), each
+/// other on a thread of its own. The first error wins; a thread that
+/// panicked is rule `worker-failed` (`task` names the work).
+fn split(
+    dst: &mut [u8],
+    per: usize,
+    task: &'static str,
+    work: impl Fn(usize, &mut [u8]) -> Result<()> + Sync,
+) -> Result<()> {
+    let work = &work;
+    std::thread::scope(|s| {
+        let mut chunks = dst.chunks_mut(per).enumerate();
+        let first = chunks.next();
+        let others: Vec<_> = chunks.map(|(i, c)| s.spawn(move || work(i, c))).collect();
+        let mine = first.map_or(Ok(()), |(i, c)| work(i, c));
+        others.into_iter().fold(mine, |acc, h| {
+            let theirs = h.join().unwrap_or(Err(Error::WorkerFailed { task }));
+            acc.and(theirs)
+        })
+    })
 }
 
 /// Writable memory holding one tensor's bytes.
@@ -674,7 +673,7 @@ mod tests {
     /// (heap and anonymous-mapping memory alike).
     #[test]
     fn copies_handed_out_sit_at_their_file_offset_modulo_64() {
-        let sizes = [1usize, 3, 70, 5000, 3 << 20, 13, 100_001, 7];
+        let sizes = [1usize, 3, 70, 5000, (32 << 20) + 5, 13, 100_001, 7];
         let mut header = String::from("{");
         let mut at = 0;
         for (i, n) in sizes.iter().enumerate() {
