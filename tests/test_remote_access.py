@@ -1,13 +1,17 @@
 """Remote checkpoints (S3 on a real SeaweedFS store, and HTTP) read through a counting proxy:
 opening fetches the header and never the data, a tensor or a slice fetches its own bytes, a
 whole load fetches each byte once and equals the local load bit for bit, sharded checkpoints
-work on URLs."""
+and the command line work on URLs."""
 
 from __future__ import annotations
 
+import json
+import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator
+from typing import Any, Callable, Dict, Iterator, List
 
 import fastst
 import fastst.numpy
@@ -138,3 +142,48 @@ def test_sharded_index_and_prefix(remote: Site, tmp_path: Path) -> None:
     if remote.kind == "s3":  # a prefix is a folder where the store lists
         got = fastst.numpy.load_file(remote.url("sharded/"), storage_options=remote.options)
         _same(got, want)
+
+
+# the command line -----------------------------------------------------------------------------
+
+
+def _cli(remote: Site, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **remote.env}
+    return subprocess.run(
+        [sys.executable, "-m", "fastst", *args], capture_output=True, text=True, env=env
+    )
+
+
+def _results(out: subprocess.CompletedProcess[str]) -> List[Dict[str, Any]]:
+    """The --json results without the fields naming the inputs."""
+    doc = json.loads(out.stdout)
+    assert doc["errors"] == [], doc["errors"]
+    return [{k: v for k, v in r.items() if k not in ("path", "a", "b")} for r in doc["results"]]
+
+
+def test_cli_inspect_fetches_the_header_only(remote: Site, local: Path, header_end: int) -> None:
+    out = _cli(remote, "inspect", "--json", _url(remote))
+    assert out.returncode == 0, out.stderr
+    assert _results(out) == _results(_cli(remote, "inspect", "--json", str(local)))
+    assert remote.proxy.body_bytes() <= header_end + FIRST
+
+
+@pytest.mark.parametrize("command", ["verify", "hash"])
+def test_cli_verify_and_hash_agree_with_local(remote: Site, local: Path, command: str) -> None:
+    out = _cli(remote, command, "--json", _url(remote))
+    here = _cli(remote, command, "--json", str(local))
+    assert out.returncode == here.returncode, out.stderr
+    assert _results(out) == _results(here)
+
+
+def test_cli_diff_agrees_with_local(remote: Site, local: Path, tmp_path: Path) -> None:
+    changed = dict(fastst.numpy.load_file(str(local)))
+    changed["small"] = changed["small"] + 1
+    other = tmp_path / "other.safetensors"
+    fastst.numpy.save_file(changed, str(other), metadata={"format": "pt", "note": "remote"})
+    url = remote.put("dir/other.safetensors", other)
+    out = _cli(remote, "diff", "--json", _url(remote), url)
+    here = _cli(remote, "diff", "--json", str(local), str(other))
+    assert out.returncode == here.returncode == 1, out.stderr
+    assert _results(out) == _results(here)
+    assert _results(out)[0]["different"][0]["name"] == "small"
