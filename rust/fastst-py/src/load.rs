@@ -22,7 +22,7 @@ use crate::file::{writable, RawFile, WritableBytes};
 /// it raises (or a signal handler's, e.g. KeyboardInterrupt) stops the load
 /// and is raised here. `bar`, when given, draws a progress line on stderr
 /// labelled with it (written as given: the caller escapes it). `direct`
-/// (None: only for files larger than half the memory available) reads
+/// (None or True: when most of the data is not cached; False: never) reads
 /// uncached pages around the page cache. `huge_pages` (None: the measured
 /// choice, `HugePages::Auto`; True: keep the allocator's advice; False:
 /// never) governs transparent huge pages for the destinations.
@@ -65,7 +65,7 @@ pub fn load_into(
         threads,
         piece,
         report_every,
-        direct: direct.unwrap_or_else(|| fastst_core::load::direct_pays(&file)),
+        direct: direct.unwrap_or(true),
         huge_pages: match huge_pages {
             None => HugePages::Auto,
             Some(true) => HugePages::Keep,

@@ -1,6 +1,6 @@
 //! Reads that bypass the page cache (`O_DIRECT`, Linux) for whole loads of
-//! files that are not cached, and the aligned per-thread buffers they read
-//! into. Everything here falls back rather than fails: a file system that
+//! files that are not cached (whatever their size), and the aligned
+//! per-thread buffers they read into. Everything here falls back rather than fails: a file system that
 //! refuses direct I/O (tmpfs, some FUSE and network file systems), a read it
 //! rejects, or pages already in the cache make the caller read through the
 //! page cache instead.
@@ -17,26 +17,6 @@ use crate::error::{Error, Result};
 /// buffers they land in are aligned to it (the largest logical block size
 /// in use; page-aligned buffers satisfy every device's memory alignment).
 pub(crate) const DIRECT_ALIGN: u64 = 4096;
-
-/// Whether reading a file of `len` bytes around the page cache pays: only
-/// when it is larger than half the memory available (`MemAvailable`,
-/// Linux), so that the cache could not keep it anyway and filling it would
-/// evict other programs' data. Smaller files are read through the cache,
-/// where the next load finds them.
-pub(crate) fn direct_pays(len: u64) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/meminfo") else {
-        return false;
-    };
-    let available = info
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    match available {
-        Some(kib) => len > kib.saturating_mul(1024) / 2,
-        None => false,
-    }
-}
 
 /// A second descriptor on an open file, opened with `O_DIRECT`, and a
 /// mapping of the file used only to ask which pages are cached.

@@ -82,11 +82,16 @@ pub(crate) fn resident_pages(map: &Mmap, offset: usize, len: usize) -> Option<(u
 }
 
 /// How many of the pages of `file`'s bytes `[offset, offset + len)` are in
-/// the page cache, and how many pages the range spans ([`resident_pages`]
-/// over a read-only mapping that is never touched, so nothing is read);
-/// `None` when the kernel cannot say or the range is not in the file.
+/// the page cache, and how many pages the range spans: from `cachestat`
+/// where the kernel has it (it counts without looking at every page), else
+/// [`resident_pages`] over a read-only mapping that is never touched, so
+/// nothing is read; `None` when the kernel cannot say or the range is not
+/// in the file.
 #[cfg(target_os = "linux")]
 pub(crate) fn cached_pages(file: &File, offset: u64, len: u64) -> Option<(usize, usize)> {
+    if let Some(counts) = super::sys::cachestat(file, offset, len, page_size() as u64) {
+        return Some(counts);
+    }
     let map = map_read_only(file).ok()?;
     resident_pages(
         &map,
@@ -101,12 +106,12 @@ pub(crate) fn cached_pages(_file: &File, _offset: u64, _len: u64) -> Option<(usi
     None
 }
 
-/// Asks the kernel not to back the whole pages inside `mem` with
-/// transparent huge pages (`MADV_NOHUGEPAGE`). Pages already in memory
-/// stay as they are; the contents never change. A hint: failures (memory
-/// that is not an anonymous mapping, a kernel without huge pages) are
-/// ignored.
-pub(crate) fn advise_no_huge_pages(mem: &mut [u8]) {
+/// Asks the kernel to back the whole pages inside `mem` with transparent
+/// huge pages (`huge`: `MADV_HUGEPAGE`) or not to (`MADV_NOHUGEPAGE`).
+/// Pages already in memory stay as they are; the contents never change. A
+/// hint: failures (memory that is not an anonymous mapping, a kernel
+/// without huge pages) are ignored, and the memory is used as it is.
+pub(crate) fn advise_huge_pages(mem: &mut [u8], huge: bool) {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         let page = page_size();
@@ -119,20 +124,21 @@ pub(crate) fn advise_no_huge_pages(mem: &mut [u8]) {
         if stop <= start {
             return;
         }
+        let advice = if huge {
+            libc::MADV_HUGEPAGE
+        } else {
+            libc::MADV_NOHUGEPAGE
+        };
         // SAFETY: `[start, stop)` is a whole-page span inside `mem`, memory
-        // we hold exclusively for the call; MADV_NOHUGEPAGE only changes how
-        // pages faulted in later are backed, never their contents, so no
-        // other owner of neighbouring memory is affected.
+        // we hold exclusively for the call; both pieces of advice only
+        // change how pages faulted in later are backed, never their
+        // contents, so no other owner of neighbouring memory is affected.
         unsafe {
-            libc::madvise(
-                start as *mut libc::c_void,
-                stop - start,
-                libc::MADV_NOHUGEPAGE,
-            );
+            libc::madvise(start as *mut libc::c_void, stop - start, advice);
         }
     }
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    let _ = mem;
+    let _ = (mem, huge);
 }
 
 /// The size of a memory page.

@@ -12,8 +12,8 @@ mod direct;
 pub(crate) mod mmap;
 mod sys;
 
-pub(crate) use direct::{direct_pays, open_direct, DirectFile, ReadBuffer, DIRECT_ALIGN};
-pub(crate) use mmap::{advise_no_huge_pages, cached_pages};
+pub(crate) use direct::{open_direct, DirectFile, ReadBuffer, DIRECT_ALIGN};
+pub(crate) use mmap::{advise_huge_pages, cached_pages};
 #[cfg(target_os = "linux")]
 pub(crate) use sys::link_unnamed;
 #[cfg(all(test, target_os = "linux"))]
@@ -280,6 +280,37 @@ mod tests {
     use super::*;
     use crate::source::read_header;
     use crate::testfs::{TempDir, TempFile};
+
+    /// `cachestat` counts the cached pages of a range as `mincore` does,
+    /// for ranges that start and end inside pages.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn cachestat_counts_what_mincore_counts() {
+        let data = vec![7u8; 1 << 20];
+        let path = TempFile::with("cachestat", &data);
+        let file = File::open(&path).unwrap();
+        if !drop_cached(&file) {
+            return; // a file system that keeps everything cached
+        }
+        advise_random(&file);
+        let mut some = vec![0u8; 100_000];
+        read_exact_at(&file, &mut some, 200_000).unwrap();
+        let map = mmap::map_read_only(&file).unwrap();
+        for (offset, len) in [
+            (0u64, 1u64 << 20),
+            (150_000, 300_000),
+            (4096 * 50, 4096),
+            (5, 1),
+            (204_790, 20),
+            (4095, 2),
+        ] {
+            let by_mincore = mmap::resident_pages(&map, offset as usize, len as usize);
+            if let Some(counts) = sys::cachestat(&file, offset, len, 4096) {
+                assert_eq!(Some(counts), by_mincore, "{offset} {len}");
+            }
+        }
+        assert_eq!(sys::cachestat(&file, 10, 0, 4096), Some((0, 0)));
+    }
 
     #[test]
     fn directories_are_refused_as_is_a_directory() {

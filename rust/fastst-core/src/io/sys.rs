@@ -29,6 +29,84 @@ pub(crate) fn try_zeroed(n: usize) -> Option<Vec<u8>> {
     Some(unsafe { Vec::from_raw_parts(ptr, n, n) })
 }
 
+/// How many of the pages of `file`'s bytes `[offset, offset + len)` are in
+/// the page cache, and how many pages of `page` bytes the range spans, from
+/// `cachestat` (Linux 6.5 and later); `None` where the kernel lacks it.
+#[cfg(all(
+    target_os = "linux",
+    any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64",
+        target_arch = "loongarch64"
+    )
+))]
+pub(crate) fn cachestat(file: &File, offset: u64, len: u64, page: u64) -> Option<(usize, usize)> {
+    use std::os::unix::io::AsRawFd;
+    /// The system call's number on the architectures above (the common
+    /// table; the libc crate does not name it for all of them).
+    const SYS_CACHESTAT: libc::c_long = 451;
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        cache: u64,
+        dirty: u64,
+        writeback: u64,
+        evicted: u64,
+        recently_evicted: u64,
+    }
+    if len == 0 {
+        return Some((0, 0));
+    }
+    let end = offset.checked_add(len)?;
+    let pages = end.div_ceil(page) - offset / page;
+    let range = Range { off: offset, len };
+    let mut stat = Stat::default();
+    // SAFETY: cachestat on a descriptor owned by `file`, alive for the
+    // call; it reads `range` and writes `stat`, both `repr(C)` structs of
+    // the kernel's layout that live across the call.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            file.as_raw_fd(),
+            &range as *const Range,
+            &mut stat as *mut Stat,
+            0 as libc::c_uint,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    Some((
+        usize::try_from(stat.cache.min(pages)).ok()?,
+        usize::try_from(pages).ok()?,
+    ))
+}
+
+/// No `cachestat` here: the caller asks `mincore`.
+#[cfg(not(all(
+    target_os = "linux",
+    any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64",
+        target_arch = "loongarch64"
+    )
+)))]
+pub(crate) fn cachestat(
+    _file: &File,
+    _offset: u64,
+    _len: u64,
+    _page: u64,
+) -> Option<(usize, usize)> {
+    None
+}
+
 /// Tells the kernel that `file` will be read front to back soon: larger
 /// readahead, started now for the whole file. Only a hint: failures change
 /// nothing but speed and are ignored.

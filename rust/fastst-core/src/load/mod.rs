@@ -11,12 +11,17 @@
 //! underneath gives rule `file-changed`, never SIGBUS), and the file's
 //! stamp is checked before each piece.
 //!
-//! With [`LoadOptions::direct`], pieces whose pages are not in the page
-//! cache are read with `O_DIRECT` (Linux) into an aligned per-thread buffer
-//! and copied from there: the page cache is neither filled nor polluted
-//! (the glue asks for it only when [`direct_pays`]). A file system refusing direct I/O
-//! (tmpfs, some FUSE and network file systems), or a read it rejects, falls
-//! back to buffered reads without error.
+//! The path is chosen per load from what the page cache holds of the data
+//! the load reads (`cachestat`, else `mincore`). Mostly cached: the pieces
+//! are read through the cache as above. Mostly not (and with
+//! [`LoadOptions::direct`]): the disk is the limit, so pieces whose pages
+//! are not cached are read with `O_DIRECT` (Linux) by more threads
+//! ([`COLD_THREADS`], a deeper queue) into an aligned per-thread buffer
+//! and copied from there into destinations backed by transparent huge
+//! pages; the page cache is neither filled nor polluted. A piece with
+//! cached pages, a file system refusing direct I/O (tmpfs, some FUSE and
+//! network file systems), or a read it rejects, is read through the cache
+//! without error.
 //!
 //! Progress is reported from the calling thread, never from the workers:
 //! `report(done, total)` is called at most every [`LoadOptions::report_every`]
@@ -73,7 +78,7 @@ pub struct LoadOptions {
     /// Source bytes between two progress reports; 0 picks
     /// [`DEFAULT_REPORT_EVERY`].
     pub report_every: u64,
-    /// Whether `O_DIRECT` may be used when the file is not cached.
+    /// Whether `O_DIRECT` may be used when most of the data is not cached.
     pub direct: bool,
     /// Whether destinations may be backed by transparent huge pages.
     pub huge_pages: HugePages,
@@ -83,12 +88,12 @@ pub struct LoadOptions {
 /// pages (numpy asks for them on its large arrays; torch does not).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum HugePages {
-    /// Measured choice (the default): no huge pages when most of the file's
-    /// data the load reads is not in the page cache (the load waits on the
-    /// disk); the caller's advice is kept otherwise. Measured: with a cold
-    /// page cache, huge-page destinations made copies and conversions
-    /// slower; with a cached file, faster (the figures: `benches/README.md`,
-    /// "Figures formerly in code comments", and docs/io.md, "Owned loads").
+    /// Measured choice (the default): huge pages asked for
+    /// (`MADV_HUGEPAGE`) when the load reads around the page cache (most
+    /// of its data not cached, direct I/O open): the reads then copy into
+    /// the destinations at memory speed and fewer, larger page faults win;
+    /// the caller's advice is kept otherwise (the figures:
+    /// `benches/README.md`, "Cold loads against the peers").
     #[default]
     Auto,
     /// Keep whatever the allocator of the destinations asked for.
@@ -100,6 +105,12 @@ pub enum HugePages {
 /// Reading threads of a load: reads wait on the disk, not on a core, so
 /// more threads than cores keep more requests in flight.
 pub const DEFAULT_THREADS: usize = 4;
+
+/// Reading threads of a load that reads around the page cache (the
+/// default when most of its data is not cached): direct reads skip the
+/// kernel's read-ahead, so the depth of the disk's queue is the number of
+/// reads in flight.
+pub const COLD_THREADS: usize = 16;
 
 /// Bytes per read request (8 MiB).
 pub const DEFAULT_PIECE: usize = 8 << 20;
@@ -125,15 +136,6 @@ impl Default for LoadOptions {
             huge_pages: HugePages::Auto,
         }
     }
-}
-
-/// Whether uncached requests of a load of `file` should be read around the
-/// page cache (the default of [`LoadOptions::direct`] the Python glue uses):
-/// only for files larger than half the memory available, which the cache
-/// could not keep anyway; smaller ones are read through it, so that the
-/// next load of the same file finds it cached.
-pub fn direct_pays(file: &MappedFile) -> bool {
-    io::direct_pays(file.file_len())
 }
 
 /// How a load ended without error.
@@ -173,19 +175,18 @@ fn check(dests: &[Destination<'_>]) -> Result<()> {
 /// (2 MiB on x86-64) cannot fit in them at an aligned address.
 const HUGE_PAGE: usize = 2 << 20;
 
-/// Applies the huge-page choice `how` to the destinations (before anything
-/// touches them: the advice only governs pages faulted in later).
-fn advise_destinations(file: &MappedFile, dests: &mut [Destination<'_>], how: HugePages) {
-    let large = |d: &Destination<'_>| d.dst.len() >= HUGE_PAGE;
-    let avoid = match how {
-        HugePages::Keep => false,
-        HugePages::Avoid => true,
-        HugePages::Auto => dests.iter().any(large) && mostly_uncached(file, dests),
+/// Applies the huge-page choice `how` to the destinations of a load that
+/// reads around the page cache when `direct` (before anything touches
+/// them: the advice only governs pages faulted in later).
+fn advise_destinations(dests: &mut [Destination<'_>], how: HugePages, direct: bool) {
+    let advice = match how {
+        HugePages::Keep => return,
+        HugePages::Avoid => false,
+        HugePages::Auto if direct => true,
+        HugePages::Auto => return,
     };
-    if avoid {
-        for d in dests.iter_mut().filter(|d| large(d)) {
-            io::advise_no_huge_pages(d.dst);
-        }
+    for d in dests.iter_mut().filter(|d| d.dst.len() >= HUGE_PAGE) {
+        io::advise_huge_pages(d.dst, advice);
     }
 }
 
@@ -238,7 +239,6 @@ pub fn load_into(
 ) -> Result<Outcome> {
     check(&dests)?;
     file.check_unchanged()?;
-    advise_destinations(file, &mut dests, options.huge_pages);
     // A source's own shape (a remote object: many requests in flight)
     // replaces the defaults, not what the caller asked for.
     let (hint_threads, hint_piece) = file.load_hint().unwrap_or((DEFAULT_THREADS, DEFAULT_PIECE));
@@ -250,11 +250,19 @@ pub fn load_into(
         0 => DEFAULT_REPORT_EVERY,
         n => n,
     };
+    let total: u64 = dests.iter().map(|d| d.info.byte_len()).sum();
+    let direct = match file.local() {
+        Some(raw) if options.direct && total >= SMALL && mostly_uncached(file, &dests) => {
+            io::open_direct(raw)
+        }
+        _ => None,
+    };
+    advise_destinations(&mut dests, options.huge_pages, direct.is_some());
     let parts = plan(dests, piece);
-    let total: u64 = parts.iter().map(|p| p.len as u64).sum();
-    let threads = match options.threads {
-        0 => hint_threads,
-        n => n,
+    let threads = match (options.threads, &direct) {
+        (0, Some(_)) => COLD_THREADS,
+        (0, None) => hint_threads,
+        (n, _) => n,
     }
     .min(parts.len())
     .max(1);
@@ -262,10 +270,6 @@ pub fn load_into(
     if let (Some(first), Some(raw)) = (parts.first(), file.local()) {
         io::advise_sequential_from(raw, file.header().data_start() + first.begin);
     }
-    let direct = match file.local() {
-        Some(raw) if options.direct && total >= SMALL => io::open_direct(raw),
-        _ => None,
-    };
     if parts.len() <= 1 {
         // One request (a single small tensor, most often): no thread.
         let reader = Reader {

@@ -183,18 +183,25 @@ fn load_all(
     load_into(file, dests, options, report)
 }
 
-/// Whether the memory mapping holding `addr` carries `MADV_NOHUGEPAGE`
-/// ("nh" among its VmFlags in /proc/self/smaps).
+/// The huge-page advice of the memory mapping holding `addr`: "hg"
+/// (`MADV_HUGEPAGE`), "nh" (`MADV_NOHUGEPAGE`) or "" (none), from its
+/// VmFlags in /proc/self/smaps.
 #[cfg(target_os = "linux")]
-fn no_huge_pages_at(addr: usize) -> bool {
-    crate::io::mmap::tests::smaps_field(addr, "VmFlags:")
-        .split_whitespace()
-        .any(|f| f == "nh")
+fn advice_at(addr: usize) -> &'static str {
+    let flags = crate::io::mmap::tests::smaps_field(addr, "VmFlags:");
+    let has = |f: &str| flags.split_whitespace().any(|g| g == f);
+    match (has("hg"), has("nh")) {
+        (true, false) => "hg",
+        (false, true) => "nh",
+        (false, false) => "",
+        _ => "both",
+    }
 }
 
-/// Huge pages: `Avoid` advises every large destination, `Keep` none,
-/// `Auto` every one when the file's data is mostly not cached; small
-/// destinations are never touched.
+/// Huge pages: `Avoid` advises every large destination against them,
+/// `Keep` leaves all alone, `Auto` asks for them when the load reads
+/// around the page cache (the file's data mostly not cached) and leaves
+/// them alone otherwise; small destinations are never touched.
 #[test]
 #[cfg(target_os = "linux")]
 fn huge_page_advice_follows_the_choice() {
@@ -211,14 +218,15 @@ fn huge_page_advice_follows_the_choice() {
     let file = open(&f.0, Backend::Pread);
     let b = file.header().require("b").unwrap();
     let sm = file.header().require("s").unwrap();
-    // Each case: (choice, convert, cold) -> advised?
+    // Each case: (choice, convert, cold) -> advice.
     for (how, convert, cold, advised) in [
-        (HugePages::Keep, true, true, false),
-        (HugePages::Avoid, false, false, true),
-        (HugePages::Auto, true, false, false),
-        (HugePages::Auto, true, true, true),
-        (HugePages::Auto, false, false, false),
-        (HugePages::Auto, false, true, true),
+        (HugePages::Keep, true, true, ""),
+        (HugePages::Avoid, false, false, "nh"),
+        (HugePages::Avoid, false, true, "nh"),
+        (HugePages::Auto, true, false, ""),
+        (HugePages::Auto, true, true, "hg"),
+        (HugePages::Auto, false, false, ""),
+        (HugePages::Auto, false, true, "hg"),
     ] {
         let to = if convert { Dtype::F32 } else { Dtype::Bf16 };
         let width = if convert { 4 } else { 2 };
@@ -257,13 +265,10 @@ fn huge_page_advice_follows_the_choice() {
             Outcome::Done
         );
         let middle = (big_at + big.len() / 2) / 4096 * 4096;
+        assert_eq!(advice_at(middle), advised, "{how:?} {convert} {cold}");
         assert_eq!(
-            no_huge_pages_at(middle),
-            advised,
-            "{how:?} {convert} {cold}"
-        );
-        assert!(
-            !no_huge_pages_at(little_at),
+            advice_at(little_at),
+            "",
             "{how:?}: a small destination was advised"
         );
         assert!(big[..] == expected(&data, b, to)[..]);
@@ -400,7 +405,7 @@ fn huge_page_advice_looks_at_the_loaded_tensors_pages() {
     let (f, data) = layout(&[("a", Dtype::U8, big), ("b", Dtype::U8, big)]);
     let file = open(&f.0, Backend::Pread);
     let start = file.header().data_start();
-    for (cached, load, advised) in [("a", "b", true), ("a", "a", false), ("b", "a", true)] {
+    for (cached, load, advised) in [("a", "b", "hg"), ("a", "a", ""), ("b", "a", "hg")] {
         if !crate::io::drop_cached(file.raw()) {
             return; // a file system that keeps everything cached
         }
@@ -421,17 +426,14 @@ fn huge_page_advice_looks_at_the_loaded_tensors_pages() {
             load_into(&file, dests, LoadOptions::default(), None).unwrap(),
             Outcome::Done
         );
-        assert_eq!(
-            no_huge_pages_at(at / 4096 * 4096),
-            advised,
-            "{cached} {load}"
-        );
+        assert_eq!(advice_at(at / 4096 * 4096), advised, "{cached} {load}");
         assert!(dst[..] == data[info.begin as usize..info.end as usize]);
     }
 }
 
-/// Exactly half of the loaded range cached counts as cached: the
-/// destinations keep their huge pages.
+/// Exactly half of the loaded range cached counts as cached: the load
+/// reads through the page cache and leaves the destinations' advice
+/// alone.
 #[test]
 #[cfg(target_os = "linux")]
 fn half_cached_counts_as_cached() {
@@ -477,7 +479,7 @@ fn half_cached_counts_as_cached() {
         Outcome::Done
     );
     for (i, at) in at.iter().enumerate() {
-        assert!(!no_huge_pages_at(at / 4096 * 4096), "destination {i}");
+        assert_eq!(advice_at(at / 4096 * 4096), "", "destination {i}");
     }
     assert!(outs[0][..] == data[..big] && outs[1][..] == data[big..]);
 }
@@ -527,31 +529,6 @@ fn direct_loads_bypass_the_page_cache_and_buffered_ones_fill_it() {
             );
         }
     }
-}
-
-/// Direct reads are asked for only for files the page cache could not
-/// keep: larger than half the memory available (a sparse file here).
-#[test]
-#[cfg(target_os = "linux")]
-fn direct_reads_pay_only_for_files_larger_than_half_the_memory() {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let total: u64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap();
-    let (small, _) = one_big(4096);
-    assert!(!direct_pays(&open(&small.0, Backend::Pread)));
-    let n = total * 1024 + 4096; // above all the memory there is
-    let header = format!(r#"{{"w":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}}}}"#);
-    let f = build(&header, &[]);
-    let file = std::fs::OpenOptions::new().write(true).open(&f.0).unwrap();
-    if file.set_len(8 + header.len() as u64 + n).is_err() {
-        return; // a file system without sparse files of that size
-    }
-    drop(file);
-    assert!(direct_pays(&open(&f.0, Backend::Pread)));
 }
 
 fn one_big(n: usize) -> (crate::testfs::TempFile, Vec<u8>) {
@@ -740,11 +717,22 @@ fn a_reporter_stops_the_load_within_two_intervals() {
     assert_eq!(outcome, Outcome::Stopped);
 }
 
+/// Truncated between two requests, on every path: through the page
+/// cache (cached, or direct reads not allowed) and around it (cold).
 #[test]
 fn a_file_truncated_during_a_load_is_reported() {
-    for (backend, direct) in [(Backend::Mmap, true), (Backend::Pread, false)] {
+    for (backend, direct, cold) in [
+        (Backend::Mmap, true, false),
+        (Backend::Pread, false, false),
+        (Backend::Pread, true, true),
+        (Backend::Mmap, true, true),
+    ] {
         let (f, _) = one_big(4 << 20);
         let file = open(&f.0, backend);
+        if cold {
+            #[cfg(target_os = "linux")]
+            crate::io::drop_cached(file.raw());
+        }
         let path = f.0.clone();
         let mut report = |_: u64, _: u64| {
             std::fs::OpenOptions::new()
@@ -799,4 +787,98 @@ fn destinations_are_checked_before_reading() {
     .unwrap_err();
     assert_eq!(err.rule(), "conversion-not-allowed");
     assert_eq!(err.tensor(), Some("w"));
+}
+
+/// A file on tmpfs (its pages are the page cache; older kernels refuse
+/// `O_DIRECT` there) loads exactly, with direct reads allowed, whole and
+/// at odd offsets.
+#[test]
+#[cfg(target_os = "linux")]
+fn files_of_memory_file_systems_load_exactly() {
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() {
+        return;
+    }
+    let (f, data, specs) = sample();
+    let copy = crate::testfs::TempFile(shm.join(format!("fastst-load-{}", std::process::id())));
+    std::fs::copy(&f.0, &copy.0).unwrap();
+    let file = open(&copy.0, Backend::Pread);
+    let infos: Vec<&TensorInfo> = specs
+        .iter()
+        .map(|(n, _, _)| file.header().require(n).unwrap())
+        .collect();
+    let mut outs: Vec<Vec<u8>> = infos
+        .iter()
+        .map(|t| vec![0u8; t.byte_len() as usize])
+        .collect();
+    let dests = infos
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(info, dst)| Destination {
+            info,
+            to: info.dtype,
+            dst,
+        })
+        .collect();
+    let options = LoadOptions {
+        threads: 3,
+        piece: 65_537,
+        ..LoadOptions::default()
+    };
+    assert_eq!(
+        load_into(&file, dests, options, None).unwrap(),
+        Outcome::Done
+    );
+    for (info, out) in infos.iter().zip(&outs) {
+        assert!(*out == expected(&data, info, info.dtype), "{}", info.name);
+    }
+}
+
+/// A cold load with the defaults reads around the page cache (it stays
+/// empty) into destinations of every kind of memory the advice may not
+/// apply to (heap, shared, private anonymous), exactly, tensors at odd
+/// offsets and of odd sizes included.
+#[test]
+#[cfg(target_os = "linux")]
+fn cold_loads_read_around_the_cache_into_any_memory() {
+    let (f, data) = layout(&[
+        ("odd", Dtype::U8, 3 + (3 << 20)),
+        ("empty", Dtype::U8, 0),
+        ("tiny", Dtype::U8, 5),
+        ("big", Dtype::Bf16, (5 << 20) + 2),
+        ("last", Dtype::U8, 4097),
+    ]);
+    let file = open(&f.0, Backend::Pread);
+    if !crate::io::drop_cached(file.raw()) {
+        return; // a file system that keeps everything cached
+    }
+    let names = ["odd", "empty", "tiny", "big", "last"];
+    let infos: Vec<&TensorInfo> = names
+        .iter()
+        .map(|n| file.header().require(n).unwrap())
+        .collect();
+    let mut heap = vec![0u8; infos[0].byte_len() as usize];
+    let (mut empty, mut tiny) = (Vec::new(), vec![0u8; 5]);
+    let mut private = memmap2::MmapMut::map_anon(infos[3].byte_len() as usize).unwrap();
+    let mut shared = memmap2::MmapOptions::new().len(4097).map_anon().unwrap();
+    let dsts: [&mut [u8]; 5] = [&mut heap, &mut empty, &mut tiny, &mut private, &mut shared];
+    let dests = infos
+        .iter()
+        .zip(dsts)
+        .map(|(info, dst)| Destination {
+            info,
+            to: info.dtype,
+            dst,
+        })
+        .collect();
+    assert_eq!(
+        load_into(&file, dests, LoadOptions::default(), None).unwrap(),
+        Outcome::Done
+    );
+    let want = |i: usize| &data[infos[i].begin as usize..infos[i].end as usize];
+    assert!(heap[..] == *want(0) && tiny[..] == *want(2));
+    assert!(private[..] == *want(3) && shared[..] == *want(4));
+    let start = file.header().data_start();
+    let (cached, pages) = crate::io::cached_pages(file.raw(), start, data.len() as u64).unwrap();
+    assert!(cached * 4 < pages, "{cached} of {pages} pages cached");
 }
