@@ -1,0 +1,302 @@
+"""Whole owned loads against the fastest peers, cold and warm, one file and sharded.
+
+    python benches/bench_cold_peers.py [--dir DIR] [--rounds N] [--modes cold,warm]
+                                       [--inputs single,sharded] [--cases a,b,...] [--json PATH]
+
+Inputs (generated into ``--dir``, default ``/tmp/fastst-cold-peers``): a TinyLlama-shaped BF16
+checkpoint (22 layers, hidden 2048, MLP 5632, 4 KV heads of 64, vocabulary 32000: about 2.2
+GB) as one file, and the same tensors in 3 shards with a ``model.safetensors.index.json``.
+
+Every measurement is a FRESH interpreter that imports everything first, then (``cold``) runs
+``sync; echo 3 > /proc/sys/vm/drop_caches`` (root) or (``warm``) reads the input once with
+``cat``, then times the load and a pass reading one byte of every page of every tensor
+(``touch``), and checks a checksum of those bytes against one computed here. Reported per case:
+median and min-max seconds, time to the first tensor (peers that yield tensors as their reads
+complete report when the first arrived; fastst's whole loads return every tensor at once, so
+``fastst-first`` measures opening the file and loading its first tensor alone), peak RSS
+(``VmHWM``) and ``AnonHugePages`` of ``/proc/self/smaps_rollup`` after the load. Measurements
+run round-robin, each round starting one place further on.
+
+Peers, at their defaults: ``runai-model-streamer`` (``SafetensorsStreamer().stream_file``,
+tensors iterated with ``get_tensors``), ``fastsafetensors`` on the CPU
+(``fastsafe_open(files, "pt", device="cpu", nogds=True)``, every tensor with ``get_tensor``),
+the reference ``safetensors.torch.load_file`` (tensors mapped from the file, touched), and
+``cat FILE > /dev/null`` (the disk's limit cold, the page cache's warm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from conftest import write_file  # noqa: E402
+
+#: A prime below the page size: every 4 KiB page of every tensor is read.
+STRIDE = 4093
+SHARDS = 3
+INDEX = "model.safetensors.index.json"
+
+
+def tinyllama() -> List[Tuple[str, Tuple[int, ...]]]:
+    hidden, inter, vocab, kv = 2048, 5632, 32000, 256
+    out: List[Tuple[str, Tuple[int, ...]]] = [("model.embed_tokens.weight", (vocab, hidden))]
+    for i in range(22):
+        p = f"model.layers.{i}."
+        out += [
+            (p + "self_attn.q_proj.weight", (hidden, hidden)),
+            (p + "self_attn.k_proj.weight", (kv, hidden)),
+            (p + "self_attn.v_proj.weight", (kv, hidden)),
+            (p + "self_attn.o_proj.weight", (hidden, hidden)),
+            (p + "mlp.gate_proj.weight", (inter, hidden)),
+            (p + "mlp.up_proj.weight", (inter, hidden)),
+            (p + "mlp.down_proj.weight", (hidden, inter)),
+            (p + "input_layernorm.weight", (hidden,)),
+            (p + "post_attention_layernorm.weight", (hidden,)),
+        ]
+    return out + [("model.norm.weight", (hidden,)), ("lm_head.weight", (vocab, hidden))]
+
+
+def prepare(folder: Path) -> Dict[str, List[Path]]:
+    """The input files: ``single`` (one file) and ``sharded`` (shards, then the index)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    layout = sorted(tinyllama())
+    single = folder / "tinyllama-bf16.safetensors"
+    if not single.exists():
+        print(f"writing {single} ...", flush=True)
+        write_file(single, layout, "BF16", 2)
+    sharded = folder / "sharded"
+    index = sharded / INDEX
+    per = -(-len(layout) // SHARDS)
+    names = [f"model-{i + 1:05d}-of-{SHARDS:05d}.safetensors" for i in range(SHARDS)]
+    if not index.exists():
+        sharded.mkdir(exist_ok=True)
+        weight_map = {}
+        for i, name in enumerate(names):
+            part = layout[i * per : (i + 1) * per]
+            print(f"writing {sharded / name} ...", flush=True)
+            write_file(sharded / name, part, "BF16", 2)
+            weight_map.update({t: name for t, _ in part})
+        index.write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return {"single": [single], "sharded": [sharded / n for n in names] + [index]}
+
+
+SETUP = "import numpy as np, torch\n"
+CASES: Dict[str, Tuple[str, str]] = {
+    # name: (imports, timed snippet leaving a dict name -> tensor in `out`)
+    "cat": ("", "cat(SHARDS)\nout = {}"),
+    "fastst-np-copy": (
+        SETUP + "import fastst, fastst.numpy\n",
+        "out = fastst.numpy.load_file(OPEN, copy=True)",
+    ),
+    "fastst-pt-copy": (
+        SETUP + "import fastst, fastst.torch\n",
+        "out = fastst.torch.load_file(OPEN, copy=True)",
+    ),
+    "fastst-pt": (
+        SETUP + "import fastst, fastst.torch\n",
+        "out = fastst.torch.load_file(OPEN)",
+    ),
+    "fastst-first": (
+        SETUP + "import fastst\n",
+        "with fastst.safe_open(OPEN, 'pt') as f:\n"
+        "    k = f.offset_keys()[0]\n"
+        "    out = {k: f.get_tensor(k, copy=True)}\n"
+        "mark()",
+    ),
+    "runai": (
+        SETUP + "from runai_model_streamer import SafetensorsStreamer\n",
+        "out = {}\n"
+        "with SafetensorsStreamer() as s:\n"
+        "    s.stream_files(SHARDS)\n"
+        "    for k, t in s.get_tensors():\n"
+        "        mark()\n"
+        "        out[k] = t\n"
+        "    touched = touch(out)",
+    ),
+    "fastsafetensors": (
+        SETUP + "from fastsafetensors import fastsafe_open\n",
+        "f = fastsafe_open(SHARDS, 'pt', device='cpu', nogds=True)\n"
+        "out = {}\n"
+        "for k in f.keys():\n"
+        "    out[k] = f.get_tensor(k)\n"
+        "    mark()",
+    ),
+    "reference": (
+        SETUP + "import safetensors.torch\n",
+        "out = {}\nfor s in SHARDS:\n    out.update(safetensors.torch.load_file(s))\n    mark()",
+    ),
+}
+
+WORKER = r"""
+import json, os, subprocess, sys, time
+spec = json.loads(sys.argv[1])
+SHARDS, OPEN, STRIDE = spec["shards"], spec["open"], spec["stride"]
+first = None
+
+def mark():
+    global first
+    if first is None:
+        first = time.perf_counter() - start
+
+def touch(tensors):
+    import numpy as np
+    total = 0
+    for t in tensors.values():
+        if hasattr(t, "numpy"):
+            t = t.reshape(-1).view(__import__("torch").uint8).numpy()
+        total += int(t.reshape(-1).view(np.uint8)[::STRIDE].sum(dtype=np.uint64))
+    return total
+
+def cat(files):
+    with open(os.devnull, "wb") as sink:
+        subprocess.run(["cat", *files], stdout=sink, check=True)
+
+exec(compile(spec["setup"], "<setup>", "exec"))
+load = compile(spec["load"], "<load>", "exec")
+if spec["mode"] == "cold":
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as fh:
+        fh.write("3\n")
+else:
+    cat(spec["files"])
+start = time.perf_counter()
+exec(load)
+touched = touch(out) if out and "touched" not in globals() else globals().get("touched", 0)
+took = time.perf_counter() - start
+fields = {}
+for name, key in (("/proc/self/status", "VmHWM:"), ("/proc/self/smaps_rollup", "AnonHugePages:")):
+    with open(name) as fh:
+        fields[key] = next(int(l.split()[1]) for l in fh if l.startswith(key))
+print("RESULT " + json.dumps({
+    "seconds": took, "first": first if first is not None else took, "count": len(out),
+    "checksum": touched, "hwm_mb": fields["VmHWM:"] / 1024,
+    "huge_mb": fields["AnonHugePages:"] / 1024,
+}))
+"""
+
+
+def expected(shards: List[Path]) -> Tuple[int, int]:
+    """(tensor count, checksum of every tensor's sampled bytes) computed from the files."""
+    import numpy as np
+
+    count = total = 0
+    for path in shards:
+        with open(path, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(n))
+        header.pop("__metadata__", None)
+        data = np.memmap(path, dtype=np.uint8, mode="r")
+        for v in header.values():
+            a, b = v["data_offsets"]
+            total += int(data[8 + n + a : 8 + n + b][::STRIDE].sum(dtype=np.uint64))
+            count += 1
+        del data
+    return count, total
+
+
+def measure(case: str, files: List[Path], mode: str) -> dict:
+    shards = [str(f) for f in files if f.name != INDEX]
+    spec = {
+        "shards": shards,
+        "files": shards,
+        "open": str(files[-1]),
+        "stride": STRIDE,
+        "mode": mode,
+        "setup": CASES[case][0],
+        "load": CASES[case][1],
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode or not lines:
+        raise RuntimeError(f"{case} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def ratio(base: Dict[str, float], case: str, med: float) -> str:
+    """How many times faster than ``case`` (its median over this one's)."""
+    return f"{base[case] / med:5.2f}x" if case in base else "    -"
+
+
+def loadavg() -> float:
+    return os.getloadavg()[0]
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--dir", type=Path, default=Path(tempfile.gettempdir()) / "fastst-cold-peers"
+    )
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--modes", default="cold,warm")
+    parser.add_argument("--inputs", default="single,sharded")
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--json", help="also write every measurement as JSON to this file")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0 or not os.access("/proc/sys/vm/drop_caches", os.W_OK):
+        print("bench_cold_peers: skipped, cannot write /proc/sys/vm/drop_caches (needs root)")
+        return 0
+    inputs = prepare(args.dir)
+    cases = [c for c in args.cases.split(",") if c]
+    sums = {name: expected([f for f in files if f.name != INDEX]) for name, files in inputs.items()}
+    units = [
+        (mode, inp, case)
+        for mode in args.modes.split(",")
+        for inp in args.inputs.split(",")
+        for case in cases
+    ]
+    runs: Dict[Tuple[str, str, str], List[dict]] = {u: [] for u in units}
+    loads: List[float] = []
+    for r in range(args.rounds):
+        k = r % len(units)
+        for mode, inp, case in units[k:] + units[:k]:
+            loads.append(loadavg())
+            got = measure(case, inputs[inp], mode)
+            want = sums[inp]
+            if case == "fastst-first":
+                want = (1, got["checksum"])
+            if case != "cat" and (got["count"], got["checksum"]) != want:
+                raise AssertionError(f"{case} {inp}: {got['count']}, {got['checksum']} != {want}")
+            runs[(mode, inp, case)].append(got)
+            print(
+                f"round {r + 1} {mode:4s} {inp:7s} {case:16s} {got['seconds']:7.3f} s "
+                f"first {got['first']:6.3f} s  load {loads[-1]:.1f}",
+                flush=True,
+            )
+    print(f"\nload average during the runs: {min(loads):.1f}-{max(loads):.1f}")
+    for mode in args.modes.split(","):
+        for inp in args.inputs.split(","):
+            print(f"\n{mode}, {inp}: median (min-max) s | vs runai | vs cat | first s | ", end="")
+            print("HWM MB | AnonHugePages MB")
+            base = {c: statistics.median(x["seconds"] for x in runs[(mode, inp, c)]) for c in cases}
+            for case in cases:
+                xs = runs[(mode, inp, case)]
+                secs = [x["seconds"] for x in xs]
+                med = statistics.median(secs)
+                first = statistics.median(x["first"] for x in xs)
+                print(
+                    f"  {case:16s} {med:6.2f} ({min(secs):.2f}-{max(secs):.2f}) | "
+                    f"{ratio(base, 'runai', med)} | {ratio(base, 'cat', med)} | {first:5.2f} | "
+                    f"{max(x['hwm_mb'] for x in xs):6.0f} | {max(x['huge_mb'] for x in xs):5.0f}"
+                )
+    if args.json:
+        doc = [{"mode": m, "input": i, "case": c, "runs": v} for (m, i, c), v in runs.items()]
+        Path(args.json).write_text(json.dumps({"loads": loads, "results": doc}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
