@@ -85,6 +85,16 @@ def test_disagreements_are_flagged(tmp_path: Path, capsys: pytest.CaptureFixture
     )
 
 
+def test_one_layer_is_no_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A single layer has nothing to repeat with: that is what the config says.
+    folder = _model(tmp_path / "m", layers=1, config=dict(LLAMA, num_hidden_layers=1))
+    assert _config(capsys, folder)["mismatches"] == []
+    folder = _model(tmp_path / "n", layers=1, config=dict(LLAMA, num_hidden_layers=3))
+    assert _config(capsys, folder)["mismatches"] == [
+        "config.json declares 3 layers; no block of the weights repeats"
+    ]
+
+
 def test_diffusers_class_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "unet"
     folder.mkdir()

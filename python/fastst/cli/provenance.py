@@ -26,7 +26,7 @@ from .provenance_render import (
     clean,
     print_unchecked,
 )
-from .render import envelope, one_line, paragraph
+from .render import envelope, one_line, paragraph, plural
 from .sarif import signature_sarif_log
 
 __all__ = [
@@ -220,8 +220,8 @@ def run_sbom(args: argparse.Namespace, out: Any) -> int:
         return EXIT_ERROR
     if args.output:
         out.stderr.write(
-            f"fastst: {clean(args.output)}: CycloneDX 1.6 BOM of {result.checkpoints} "
-            f"checkpoint{'s' if result.checkpoints != 1 else ''}, {result.files} files\n"
+            f"fastst: {clean(args.output)}: CycloneDX 1.6 BOM of "
+            f"{plural(result.checkpoints, 'checkpoint')}, {plural(result.files, 'file')}\n"
         )
     else:
         out.stdout.write(result.text)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Dict, Sequence
 
 from .._text import escape as clean
-from .render import paragraph
+from .render import paragraph, plural
 
 _SEVERITIES = ("info", "low", "medium", "high", "critical")
 
@@ -38,7 +38,7 @@ def _print_verify(out: Any, r: Dict[str, Any]) -> None:
         signed = (
             f", signed as {clean(repr(r['signed_model_name']))}" if r["signed_model_name"] else ""
         )
-        verdict = f"VERIFIED ({r['method']}; {r['files_checked']} files checked{signed})"
+        verdict = f"VERIFIED ({r['method']}; {plural(r['files_checked'], 'file')} checked{signed})"
         paragraph(out, "", f"{head}: {verdict}", 2)
         _print_findings(out, r["findings"])
         return
