@@ -559,7 +559,9 @@ class Site:
         self.http: Optional[RangeHTTPServer] = None
         if kind == "s3":
             assert s3 is not None
-            self.bucket = f"b{free_port()}"
+            # One bucket for every site, a folder each: each bucket is a collection of
+            # volumes of its own, and the store runs out of them after a few.
+            self.bucket, self.folder = "sites", f"s{free_port()}/"
             upstream = s3.endpoint
         else:
             assert root is not None
@@ -569,13 +571,13 @@ class Site:
 
     def url(self, name: str) -> str:
         if self.kind == "s3":
-            return f"s3://{self.bucket}/{name}"
+            return f"s3://{self.bucket}/{self.folder}{name}"
         return f"{self.proxy.url}/{name}"
 
     def put(self, name: str, content: Union[bytes, Path]) -> str:
         """Publishes ``content`` as ``name`` (may hold slashes); returns its URL."""
         if self.s3 is not None:
-            self.s3.upload(self.bucket, name, content)
+            self.s3.upload(self.bucket, self.folder + name, content)
         else:
             assert self.root is not None
             dest = self.root / name
