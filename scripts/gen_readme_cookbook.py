@@ -284,4 +284,6 @@ def main(check: bool, only: List[str]) -> int:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if any(a.startswith("-") and a != "--check" for a in args):
+        sys.exit(__doc__)
     sys.exit(main("--check" in args, [a for a in args if a != "--check"]))
