@@ -29,9 +29,20 @@ pub(crate) fn try_zeroed(n: usize) -> Option<Vec<u8>> {
     Some(unsafe { Vec::from_raw_parts(ptr, n, n) })
 }
 
-/// How many of the pages of `file`'s bytes `[offset, offset + len)` are in
-/// the page cache, and how many pages of `page` bytes the range spans, from
-/// `cachestat` (Linux 6.5 and later); `None` where the kernel lacks it.
+/// The counts `cachestat` gives: pages of a range of a file.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct CacheCounts {
+    pub(crate) cache: u64,
+    pub(crate) dirty: u64,
+    pub(crate) writeback: u64,
+    /// Written by the kernel, read by no one.
+    _evicted: [u64; 2],
+}
+
+/// The page-cache counts of `file`'s bytes `[offset, offset + len)` (`len`
+/// 0: to the end of the file), from `cachestat` (Linux 6.5 and later);
+/// `None` where the kernel lacks it.
 #[cfg(all(
     target_os = "linux",
     any(
@@ -41,7 +52,7 @@ pub(crate) fn try_zeroed(n: usize) -> Option<Vec<u8>> {
         target_arch = "loongarch64"
     )
 ))]
-pub(crate) fn cachestat(file: &File, offset: u64, len: u64, page: u64) -> Option<(usize, usize)> {
+pub(crate) fn cache_counts(file: &File, offset: u64, len: u64) -> Option<CacheCounts> {
     use std::os::unix::io::AsRawFd;
     /// The system call's number on the architectures above (the common
     /// table; the libc crate does not name it for all of them).
@@ -51,41 +62,21 @@ pub(crate) fn cachestat(file: &File, offset: u64, len: u64, page: u64) -> Option
         off: u64,
         len: u64,
     }
-    #[repr(C)]
-    #[derive(Default)]
-    struct Stat {
-        cache: u64,
-        dirty: u64,
-        writeback: u64,
-        evicted: u64,
-        recently_evicted: u64,
-    }
-    if len == 0 {
-        return Some((0, 0));
-    }
-    let end = offset.checked_add(len)?;
-    let pages = end.div_ceil(page) - offset / page;
     let range = Range { off: offset, len };
-    let mut stat = Stat::default();
+    let mut counts = CacheCounts::default();
     // SAFETY: cachestat on a descriptor owned by `file`, alive for the
-    // call; it reads `range` and writes `stat`, both `repr(C)` structs of
+    // call; it reads `range` and writes `counts`, both `repr(C)` structs of
     // the kernel's layout that live across the call.
     let r = unsafe {
         libc::syscall(
             SYS_CACHESTAT,
             file.as_raw_fd(),
             &range as *const Range,
-            &mut stat as *mut Stat,
+            &mut counts as *mut CacheCounts,
             0 as libc::c_uint,
         )
     };
-    if r != 0 {
-        return None;
-    }
-    Some((
-        usize::try_from(stat.cache.min(pages)).ok()?,
-        usize::try_from(pages).ok()?,
-    ))
+    (r == 0).then_some(counts)
 }
 
 /// No `cachestat` here: the caller asks `mincore`.
@@ -98,13 +89,24 @@ pub(crate) fn cachestat(file: &File, offset: u64, len: u64, page: u64) -> Option
         target_arch = "loongarch64"
     )
 )))]
-pub(crate) fn cachestat(
-    _file: &File,
-    _offset: u64,
-    _len: u64,
-    _page: u64,
-) -> Option<(usize, usize)> {
+pub(crate) fn cache_counts(_file: &File, _offset: u64, _len: u64) -> Option<CacheCounts> {
     None
+}
+
+/// How many of the pages of `file`'s bytes `[offset, offset + len)` are in
+/// the page cache, and how many pages of `page` bytes the range spans;
+/// `None` where the kernel cannot tell (see [`cache_counts`]).
+pub(crate) fn cachestat(file: &File, offset: u64, len: u64, page: u64) -> Option<(usize, usize)> {
+    if len == 0 {
+        return Some((0, 0));
+    }
+    let end = offset.checked_add(len)?;
+    let pages = end.div_ceil(page) - offset / page;
+    let counts = cache_counts(file, offset, len)?;
+    Some((
+        usize::try_from(counts.cache.min(pages)).ok()?,
+        usize::try_from(pages).ok()?,
+    ))
 }
 
 /// Tells the kernel that `file` will be read front to back soon: larger
@@ -406,37 +408,7 @@ pub(crate) mod tests {
     /// As `cache_state`, for the pages of `[off, off + len)` (`len` 0: to
     /// the end of the file).
     pub(crate) fn cache_state_of(file: &File, off: u64, len: u64) -> Option<(u64, u64, u64)> {
-        use std::os::unix::io::AsRawFd;
-        #[repr(C)]
-        struct Range {
-            off: u64,
-            len: u64,
-        }
-        #[repr(C)]
-        #[derive(Default)]
-        struct Stat {
-            cache: u64,
-            dirty: u64,
-            writeback: u64,
-            evicted: u64,
-            recently_evicted: u64,
-        }
-        const SYS_CACHESTAT: libc::c_long = 451;
-        let range = Range { off, len };
-        let mut stat = Stat::default();
-        // SAFETY: cachestat reads `range` and fills `stat`, both live
-        // repr(C) structs of the kernel's layout; the descriptor is
-        // owned by `file`.
-        let r = unsafe {
-            libc::syscall(
-                SYS_CACHESTAT,
-                file.as_raw_fd(),
-                &range as *const Range,
-                &mut stat as *mut Stat,
-                0u32,
-            )
-        };
-        (r == 0).then_some((stat.cache, stat.dirty, stat.writeback))
+        cache_counts(file, off, len).map(|c| (c.cache, c.dirty, c.writeback))
     }
 
     #[test]
