@@ -143,17 +143,10 @@ fn reading(dtype: Dtype) -> Reading {
         Dtype::F32 | Dtype::C64 => Reading::Float { size: 4 },
         Dtype::F64 => Reading::Float { size: 8 },
         Dtype::I32 | Dtype::U32 | Dtype::I64 | Dtype::U64 => Reading::Int,
-        Dtype::U16 | Dtype::I16 | Dtype::F16 | Dtype::Bf16 => Reading::Codes { bits: 16 },
-        Dtype::F4 => Reading::Codes { bits: 4 },
-        Dtype::F6E2M3 | Dtype::F6E3M2 => Reading::Codes { bits: 6 },
-        Dtype::Bool
-        | Dtype::U8
-        | Dtype::I8
-        | Dtype::F8E4M3
-        | Dtype::F8E5M2
-        | Dtype::F8E4M3Fnuz
-        | Dtype::F8E5M2Fnuz
-        | Dtype::F8E8M0 => Reading::Codes { bits: 8 },
+        // Every other kind has at most 16 bits.
+        _ => Reading::Codes {
+            bits: dtype.bits() as u32,
+        },
     }
 }
 

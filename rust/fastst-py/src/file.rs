@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use fastst_core::read::PRIVATE_MAP_THRESHOLD;
-use fastst_core::{Backend, Dtype, MappedFile, OpenOptions, TensorInfo};
+use fastst_core::{Backend, Dtype, MappedFile, OpenOptions, Source, TensorInfo};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -29,6 +29,23 @@ pub struct RawFile {
 }
 
 impl RawFile {
+    /// Opens a source read only through positioned reads (no local file).
+    fn from_source<S: Source + 'static>(
+        py: Python<'_>,
+        source: S,
+        display_name: String,
+        header_cap: u64,
+    ) -> PyResult<RawFile> {
+        let options = OpenOptions {
+            header_cap,
+            backend: Backend::Pread,
+        };
+        let file = py
+            .allow_threads(|| MappedFile::from_source(source, options))
+            .in_file(&display_name)?;
+        Ok(RawFile::holding(file, display_name))
+    }
+
     fn holding(file: MappedFile, name: String) -> RawFile {
         RawFile {
             name,
@@ -145,14 +162,7 @@ impl RawFile {
         header_cap: u64,
     ) -> PyResult<RawFile> {
         let source = PySource::new(stream)?;
-        let options = OpenOptions {
-            header_cap,
-            backend: Backend::Pread,
-        };
-        let file = py
-            .allow_threads(|| MappedFile::from_source(source, options))
-            .in_file(&display_name)?;
-        Ok(RawFile::holding(file, display_name))
+        RawFile::from_source(py, source, display_name, header_cap)
     }
 
     /// Opens and validates the object at `url` (an object store or an
@@ -170,16 +180,9 @@ impl RawFile {
         header_cap: u64,
     ) -> PyResult<RawFile> {
         let source = crate::remote::open(py, url, &display_name, &options)?;
-        let options = OpenOptions {
-            header_cap,
-            backend: Backend::Pread,
-        };
-        let file = py
-            .allow_threads(|| MappedFile::from_source(source, options))
-            .in_file(&display_name)?;
         Ok(RawFile {
             remote: true,
-            ..RawFile::holding(file, display_name)
+            ..RawFile::from_source(py, source, display_name, header_cap)?
         })
     }
 
