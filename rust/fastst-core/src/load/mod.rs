@@ -92,7 +92,8 @@ pub enum HugePages {
     /// (`MADV_HUGEPAGE`) when the load reads around the page cache (most
     /// of its data not cached, direct I/O open): the reads then copy into
     /// the destinations at memory speed and fewer, larger page faults win;
-    /// the caller's advice is kept otherwise (the figures:
+    /// not (`MADV_NOHUGEPAGE`) otherwise: a copy from the page cache waits
+    /// on the kernel compacting memory for each huge page (the figures:
     /// `benches/README.md`, "Cold loads against the peers").
     #[default]
     Auto,
@@ -182,8 +183,7 @@ fn advise_destinations(dests: &mut [Destination<'_>], how: HugePages, direct: bo
     let advice = match how {
         HugePages::Keep => return,
         HugePages::Avoid => false,
-        HugePages::Auto if direct => true,
-        HugePages::Auto => return,
+        HugePages::Auto => direct,
     };
     for d in dests.iter_mut().filter(|d| d.dst.len() >= HUGE_PAGE) {
         io::advise_huge_pages(d.dst, advice);
