@@ -7,35 +7,13 @@
 
 use std::sync::OnceLock;
 
-use crate::dtype::Dtype;
+use crate::dtype::{Dtype, EIGHT, WIDE};
 use crate::error::{Error, Result};
 use crate::parallel::par_chunks;
-
-/// The float kinds converted to and from one another.
-const WIDE: [Dtype; 4] = [Dtype::F64, Dtype::F32, Dtype::F16, Dtype::Bf16];
-
-/// The 8-bit float kinds, converted to each of [`WIDE`].
-const EIGHT: [Dtype; 5] = [
-    Dtype::F8E4M3,
-    Dtype::F8E5M2,
-    Dtype::F8E4M3Fnuz,
-    Dtype::F8E5M2Fnuz,
-    Dtype::F8E8M0,
-];
 
 /// The conversions supported, `(from, to)`.
 pub fn supported(from: Dtype, to: Dtype) -> bool {
     from == to || (WIDE.contains(&to) && (WIDE.contains(&from) || EIGHT.contains(&from)))
-}
-
-/// The supported conversions in words, for the refusal of another one.
-pub fn supported_text() -> String {
-    let names = |set: &[Dtype]| set.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ");
-    format!(
-        "conversions exist between {} (each way), and from {} to each of those",
-        names(&WIDE),
-        names(&EIGHT)
-    )
 }
 
 #[cold]

@@ -232,6 +232,28 @@ impl fmt::Display for Dtype {
     }
 }
 
+/// The float kinds converted to and from one another on load.
+pub(crate) const WIDE: [Dtype; 4] = [Dtype::F64, Dtype::F32, Dtype::F16, Dtype::Bf16];
+
+/// The 8-bit float kinds, converted on load to each of [`WIDE`].
+pub(crate) const EIGHT: [Dtype; 5] = [
+    Dtype::F8E4M3,
+    Dtype::F8E5M2,
+    Dtype::F8E4M3Fnuz,
+    Dtype::F8E5M2Fnuz,
+    Dtype::F8E8M0,
+];
+
+/// The conversions on load in words, for the refusal of another one.
+pub(crate) fn conversions_text() -> String {
+    let names = |set: &[Dtype]| set.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ");
+    format!(
+        "conversions exist between {} (each way), and from {} to each of those",
+        names(&WIDE),
+        names(&EIGHT)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

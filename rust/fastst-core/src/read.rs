@@ -345,13 +345,6 @@ impl MappedFile {
     /// through a mapping: a file truncated by another program gives an
     /// error (rule `file-changed`), never SIGBUS.
     pub fn copy_tensor_into(&self, info: &TensorInfo, dst: &mut [u8]) -> Result<()> {
-        if self.load_hint().is_some() {
-            // A remote store: the whole-load path follows its request shape.
-            let to = info.dtype;
-            let dests = vec![crate::load::Destination { info, to, dst }];
-            let options = crate::load::LoadOptions::default();
-            return crate::load::load_into(self, dests, options, None).map(drop);
-        }
         self.check_unchanged()?;
         self.copy_unchecked(info, dst)
     }
@@ -384,14 +377,6 @@ impl MappedFile {
     /// SIGBUS), each converted by several threads when large.
     pub fn convert_tensor_into(&self, info: &TensorInfo, to: Dtype, dst: &mut [u8]) -> Result<()> {
         crate::convert::check(&info.name, info.dtype, to, info.byte_len(), dst.len())?;
-        if self.load_hint().is_some() {
-            // A source with a request shape of its own (a remote store, where
-            // one small request per block would wait on the network in turn):
-            // the whole-load path, which follows it.
-            let dests = vec![crate::load::Destination { info, to, dst }];
-            let options = crate::load::LoadOptions::default();
-            return crate::load::load_into(self, dests, options, None).map(drop);
-        }
         self.check_unchanged()?;
         let (fs, ts) = ((info.dtype.bits() / 8) as usize, (to.bits() / 8) as usize);
         if fs == 0 || ts == 0 {

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use fastst_core::load::tensor_into;
 use fastst_core::read::PRIVATE_MAP_THRESHOLD;
 use fastst_core::{Backend, Dtype, MappedFile, OpenOptions, Source, TensorInfo};
 use pyo3::buffer::PyBuffer;
@@ -286,7 +287,7 @@ impl RawFile {
         let t = self.lookup(&file, name)?;
         let dst = writable(&out)?;
         let file = &*file;
-        py.allow_threads(move || file.copy_tensor_into(t, dst.into_slice()))
+        py.allow_threads(move || tensor_into(file, t, t.dtype, dst.into_slice()))
             .in_file(&self.name)
     }
 
@@ -322,7 +323,7 @@ impl RawFile {
             .ok_or_else(|| PyValueError::new_err(format!("unknown dtype {to:?}")))?;
         let dst = writable(&out)?;
         let file = &*file;
-        py.allow_threads(move || file.convert_tensor_into(t, target, dst.into_slice()))
+        py.allow_threads(move || tensor_into(file, t, target, dst.into_slice()))
             .in_file(&self.name)
     }
 

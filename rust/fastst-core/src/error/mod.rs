@@ -312,7 +312,7 @@ pub enum Error {
     #[error(
         "{}no conversion from {from} to {to}: {}",
         tensor_prefix(.tensor),
-        crate::convert::supported_text()
+        crate::dtype::conversions_text()
     )]
     /// No dtype conversion exists between the tensor's dtype and the one asked for.
     ConversionNotAllowed {

@@ -172,6 +172,23 @@ fn check(dests: &[Destination<'_>]) -> Result<()> {
     Ok(())
 }
 
+/// One tensor of `file` copied (`to` its dtype) or converted into `dst`:
+/// [`MappedFile::copy_tensor_into`] / [`MappedFile::convert_tensor_into`],
+/// except for a source with a request shape of its own (a remote store,
+/// where one small request per block would wait on the network in turn),
+/// which goes through [`load_into`], following that shape.
+pub fn tensor_into(file: &MappedFile, info: &TensorInfo, to: Dtype, dst: &mut [u8]) -> Result<()> {
+    if file.load_hint().is_some() {
+        let dests = vec![Destination { info, to, dst }];
+        return load_into(file, dests, LoadOptions::default(), None).map(drop);
+    }
+    if to == info.dtype {
+        file.copy_tensor_into(info, dst)
+    } else {
+        file.convert_tensor_into(info, to, dst)
+    }
+}
+
 /// Destinations smaller than this are left alone: a transparent huge page
 /// (2 MiB on x86-64) cannot fit in them at an aligned address.
 const HUGE_PAGE: usize = 2 << 20;
