@@ -32,10 +32,12 @@ pub(crate) fn open(
         .map_err(|e| open_failed(name, e))
 }
 
-/// Whether `name` is a URL of an object store or an HTTP(S) server.
+/// Whether `name` is a URL of an object store or an HTTP(S) server. A name
+/// that is no UTF-8 text (a `str` holding surrogates for a file name's
+/// undecodable bytes) or no `str` at all is none.
 #[pyfunction]
-fn is_remote_url(name: &str) -> bool {
-    fastst_remote::is_url(name)
+fn is_remote_url(name: &Bound<'_, PyAny>) -> bool {
+    name.extract::<&str>().is_ok_and(fastst_remote::is_url)
 }
 
 /// The bytes of the object `url` (named `name` in errors) when it holds
