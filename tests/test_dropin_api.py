@@ -216,6 +216,35 @@ def test_folder_with_index_and_a_stray_file_is_ambiguous(tmp_path) -> None:
         fastst.safe_open(tmp_path, "np")
 
 
+def test_a_folder_whose_file_links_outside_it_is_refused(tmp_path) -> None:
+    secret = tmp_path / "elsewhere.safetensors"
+    fastst.numpy.save_file({"a": A}, secret, metadata={"k": "do-not-print"})
+    folder = tmp_path / "model"
+    folder.mkdir()
+    os.symlink(secret, folder / "model.safetensors")
+    for opener in (lambda: fastst.safe_open(folder, "np"), lambda: fastst.numpy.load_file(folder)):
+        with pytest.raises(fastst.FolderError) as err:
+            opener()
+        assert err.value.rule == "folder-link" and "do-not-print" not in str(err.value)
+    # By its own path the file opens: the rule is about what a folder claims.
+    with fastst.safe_open(folder / "model.safetensors", "np") as f:
+        assert f.keys() == ["a"]
+
+
+def test_a_folder_file_linked_inside_it_or_into_the_cache_blobs_opens(tmp_path) -> None:
+    folder = tmp_path / "model"
+    (folder / "real").mkdir(parents=True)
+    fastst.numpy.save_file({"a": A}, folder / "real" / "weights.bin")
+    os.symlink(folder / "real" / "weights.bin", folder / "model.safetensors")
+    np.testing.assert_array_equal(fastst.numpy.load_file(folder)["a"], A)
+    repo = tmp_path / "models--org--name"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "snapshots" / "abc").mkdir(parents=True)
+    fastst.numpy.save_file({"a": A}, repo / "blobs" / "0123")
+    os.symlink("../../blobs/0123", repo / "snapshots" / "abc" / "model.safetensors")
+    np.testing.assert_array_equal(fastst.numpy.load_file(repo / "snapshots" / "abc")["a"], A)
+
+
 def test_empty_folder(tmp_path) -> None:
     (tmp_path / "model.safetensors.index.json.bak").write_text(json.dumps({}))
     with pytest.raises(IsADirectoryError, match="no .safetensors file"):

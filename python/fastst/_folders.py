@@ -10,7 +10,10 @@ A folder is accepted when it holds exactly one checkpoint, either
   ``diffusion_pytorch_model.safetensors``, ``adapter_model.safetensors``...).
 
 Anything else is refused with a :class:`fastst.FolderError` that lists what
-was found (several candidates), or an ``IsADirectoryError`` (none); an index
+was found (several candidates), or an ``IsADirectoryError`` (none). The one
+checkpoint found follows the link rule of shards (:func:`shard_problem`): a
+symbolic link leading outside the folder (other than into the Hugging Face
+cache's ``blobs``) is refused (rule ``folder-link``). An index
 that cannot be read raises its error (:func:`read_index`). Files
 inside sub-folders are not looked at (a diffusers pipeline folder holds one
 model per sub-folder: open the sub-folder).
@@ -222,6 +225,14 @@ def checkpoint_in(folder: str) -> str:
         w for w in weights if os.path.normpath(os.path.join(folder, w)) not in shards
     ]
     if len(candidates) == 1:
+        if shard_problem(folder, candidates[0]) is not None:
+            shown = readable(os.path.realpath(os.path.join(folder, candidates[0])))
+            raise rule_error(
+                "folder-link",
+                folder,
+                f"{candidates[0]!r} is a symbolic link leading outside the folder (to {shown!r}); "
+                "open the file by its own path to read it",
+            )
         return os.path.join(folder, candidates[0])
     if not candidates:
         raise IsADirectoryError(

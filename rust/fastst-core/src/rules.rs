@@ -392,6 +392,8 @@ catalogue! {
     // --- drop-in use (model folders, the `safetensors` hook) ----------------
     FolderAmbiguous = "folder-ambiguous", Folder, High,
         "a model folder holds several checkpoints, so which one to open is unclear";
+    FolderLink = "folder-link", Folder, High,
+        "a model folder's checkpoint is a symbolic link leading outside the folder";
     FolderTooDeep = "folder-too-deep", Folder, Medium,
         "a folder scan met folders nested deeper than it enters (256 levels) and left them unexamined";
     HookAfterReference = "hook-after-reference", Hook, High,
