@@ -75,6 +75,44 @@ def test_owned_loads_fetch_in_parts_with_progress(remote: Site, local: Path) -> 
     assert reports[-1] == (data, data) and len(reports) >= 1
 
 
+@pytest.mark.parametrize("layout", ["file", "index"])
+def test_plain_loads_fetch_runs_of_tensors_concurrently(
+    remote: Site, tmp_path: Path, layout: str
+) -> None:
+    """A remote object has no pages to view: a plain ``load_file`` (no copy) is fetched as a
+    ``copy=True`` load is (runs of small tensors in one GET, several GETs in flight), not one
+    GET per tensor one after another; progress ends as a local load's does."""
+    small = {f"s{i:03d}": np.full(1024, i, np.float32) for i in range(96)}
+    folder = tmp_path / layout
+    folder.mkdir()
+    if layout == "file":
+        files = [folder / "small.safetensors"]
+        fastst.numpy.save_file(small, str(files[0]))
+        url = remote.put("small/small.safetensors", files[0])
+    else:
+        index = Path(fastst.numpy.save_sharded(small, folder, max_shard_size=150_000))
+        files = sorted(folder.glob("*.safetensors"))
+        assert len(files) >= 2
+        for f in folder.iterdir():
+            remote.put(f"small/{f.name}", f)
+        url = remote.url(f"small/{index.name}")
+    remote.proxy.reset()
+    reports: List[Tuple[int, int]] = []
+    got = fastst.numpy.load_file(
+        url,
+        progress=lambda done, total: reports.append((done, total)),
+        storage_options=_opts(remote, fastst_remote_part_size="16K", fastst_remote_concurrency="4"),
+    )
+    assert list(got) == list(small) and all(np.array_equal(got[k], small[k]) for k in small)
+    data = sum(v.nbytes for v in small.values())
+    assert reports[-1] == (data, data)
+    # Past each object's first 64 KiB (fetched at open): 16 KiB runs of four tensors.
+    gets = [r for r in remote.proxy.records if r.method == "GET" and r.range]
+    past_first = [r for r in gets if not r.range.startswith("bytes=0-")]  # type: ignore[union-attr]
+    assert len(past_first) <= sum(f.stat().st_size // (16 << 10) + 1 for f in files)
+    assert remote.proxy.body_bytes() <= sum(f.stat().st_size for f in files) + len(files) * FIRST
+
+
 def test_conversions_read_remote_bytes(remote: Site) -> None:
     url = remote.url("m/model.safetensors")
     got = fastst.numpy.load_file(url, dtype="F16", storage_options=remote.options)

@@ -310,8 +310,11 @@ class safe_open:  # noqa: N801 - the reference package's name
         else a plain line on stderr every few seconds and at the end
         (``fastst._progress``). Zero-copy views read nothing here: the
         callback is then called once, at the end.
+
+        A remote object has no pages to view: its tensors are always loaded
+        as with ``copy=True`` (many ranged GETs in flight across tensors).
         """
-        if not copy and dtype is None:
+        if not copy and dtype is None and not self._raw.remote:
             callback, _bar = resolve(progress, self._raw.name)
             out = {name: self.get_tensor(name) for name in self.offset_keys()}
             if callback is not None:

@@ -212,6 +212,10 @@ class ShardedFile:
             return str(raw.backend)
         return "mmap"
 
+    @property
+    def remote(self) -> bool:
+        return any(raw.remote for raw in self._shards.values())
+
 
 _UNITS = {
     "": 1,

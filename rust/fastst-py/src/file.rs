@@ -346,6 +346,14 @@ impl RawFile {
         Ok(self.file()?.header().header_len())
     }
 
+    /// True for an object read from a store or an HTTP(S) server: it has
+    /// no pages to hand out as views, and whole loads go through the
+    /// batched load (many requests in flight across tensors).
+    #[getter]
+    fn remote(&self) -> bool {
+        self.remote
+    }
+
     /// The backend in use, "mmap" or "pread".
     #[getter]
     fn backend(&self) -> PyResult<&'static str> {
