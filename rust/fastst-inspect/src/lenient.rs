@@ -155,7 +155,20 @@ impl<'de> Visitor<'de> for MetadataOnly {
 /// `None` when the header has no metadata (absent or null, or not an
 /// object). Fails when the header itself cannot be located or parsed.
 pub fn read_metadata(path: &Path, header_cap: u64) -> Result<Option<Vec<(String, String)>>> {
-    let (_, json) = Source::open(path)?.read_header(header_cap)?;
+    metadata_of(Source::open(path)?, header_cap)
+}
+
+/// [`read_metadata`] of a file read through any core source (an object in
+/// a store): only its size prefix and header are read.
+pub fn read_metadata_source(
+    source: Box<dyn fastst_core::Source>,
+    header_cap: u64,
+) -> Result<Option<Vec<(String, String)>>> {
+    metadata_of(Source::new(source), header_cap)
+}
+
+fn metadata_of(src: Source, header_cap: u64) -> Result<Option<Vec<(String, String)>>> {
+    let (_, json) = src.read_header(header_cap)?;
     let mut de = serde_json::Deserializer::from_slice(trim_start(&json));
     let node = de.deserialize_map(MetadataOnly).map_err(|e| Error::Json {
         message: e.to_string(),

@@ -830,13 +830,35 @@ pub fn stats_path(
     options: &StatsOptions,
     progress: Progress,
 ) -> Result<Vec<TensorStats>> {
-    let file = MappedFile::open(
-        path,
-        OpenOptions {
-            header_cap: options.header_cap,
-            backend: Backend::Pread,
-        },
-    )?;
+    let file = MappedFile::open(path, open_options(options))?;
+    stats(&file, names, options, progress)
+}
+
+/// [`stats_path`] of a file read through any core source (an object in a
+/// store): each byte of the tensors chosen is read once.
+pub fn stats_source(
+    source: impl fastst_core::Source + 'static,
+    names: Option<&[String]>,
+    options: &StatsOptions,
+    progress: Progress,
+) -> Result<Vec<TensorStats>> {
+    let file = MappedFile::from_source(source, open_options(options))?;
+    stats(&file, names, options, progress)
+}
+
+fn open_options(options: &StatsOptions) -> OpenOptions {
+    OpenOptions {
+        header_cap: options.header_cap,
+        backend: Backend::Pread,
+    }
+}
+
+fn stats(
+    file: &MappedFile,
+    names: Option<&[String]>,
+    options: &StatsOptions,
+    progress: Progress,
+) -> Result<Vec<TensorStats>> {
     let header = file.header();
     let chosen: Vec<&TensorInfo> = match names {
         None => header.tensors().iter().collect(),

@@ -2,7 +2,7 @@
 //! `fastst_inspect` that release the GIL while they work and return
 //! plain Python data (dicts, lists, tuples, strings, ints). A path that is
 //! a URL is read from its store (`fastst-remote`) by `verify_file`,
-//! `hash_file` and `inspect_file`.
+//! `hash_file`, `inspect_file` and `read_metadata`.
 
 use std::path::PathBuf;
 
@@ -28,15 +28,23 @@ fn finding_dict<'py>(py: Python<'py>, f: &Finding) -> PyResult<Bound<'py, PyDict
     Ok(d)
 }
 
-fn display(path: &std::path::Path) -> String {
-    crate::errors::display_path(path)
+/// `path` as messages show it (a URL without its query: a presigned
+/// URL's signature is there).
+pub(crate) fn display(path: &std::path::Path) -> String {
+    match path.to_str().filter(|p| fastst_remote::is_url(p)) {
+        Some(url) => fastst_remote::display(url),
+        None => crate::errors::display_path(path),
+    }
 }
 
 /// The object `path` names when it is a URL (`fastst-remote`), opened with
 /// the environment's settings (the command has no `storage_options`).
-fn remote(py: Python<'_>, path: &std::path::Path) -> PyResult<Option<fastst_remote::RemoteSource>> {
+pub(crate) fn remote(
+    py: Python<'_>,
+    path: &std::path::Path,
+) -> PyResult<Option<fastst_remote::RemoteSource>> {
     match path.to_str().filter(|p| fastst_remote::is_url(p)) {
-        Some(url) => crate::remote::open(py, url, url, &Vec::new()).map(Some),
+        Some(url) => crate::remote::open(py, url, &display(path), &Vec::new()).map(Some),
         None => Ok(None),
     }
 }
@@ -232,8 +240,12 @@ fn read_metadata(
     header_cap: u64,
 ) -> PyResult<Option<Vec<(String, String)>>> {
     let name = display(&path);
-    py.allow_threads(|| inspect::read_metadata(&path, header_cap))
-        .in_file(&name)
+    let url = remote(py, &path)?;
+    py.allow_threads(|| match url {
+        Some(src) => inspect::read_metadata_source(Box::new(src), header_cap),
+        None => inspect::read_metadata(&path, header_cap),
+    })
+    .in_file(&name)
 }
 
 /// The rules `verify` can report (the reader's format rules and the

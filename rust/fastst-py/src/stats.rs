@@ -36,14 +36,16 @@ fn stats_file<'py>(
     header_cap: u64,
     progress: Option<String>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let name = crate::errors::display_path(&path);
+    let name = crate::inspect::display(&path);
     let options = StatsOptions {
         bins,
         threads,
         header_cap,
     };
-    let found = with_progress(py, progress.as_deref(), |p| {
-        inspect::stats_path(&path, names.as_deref(), &options, p)
+    let url = crate::inspect::remote(py, &path)?;
+    let found = with_progress(py, progress.as_deref(), |p| match url {
+        Some(src) => inspect::stats_source(src, names.as_deref(), &options, p),
+        None => inspect::stats_path(&path, names.as_deref(), &options, p),
     })
     .in_file(&name)?;
     // Thousands of small dicts would each wake the cycle collector, which
