@@ -27,6 +27,9 @@ from ._folders import INDEX_SUFFIX, WEIGHTS_SUFFIX, index_cap, parse_index
 from ._raw import RawSource
 from ._sharded import ShardedFile
 
+#: The most objects (at any depth) a listing of a prefix reads.
+LIST_CAP = 10_000
+
 #: ``(key, value)`` pairs as the compiled store builder takes them.
 Options = List[Tuple[str, str]]
 
@@ -91,8 +94,17 @@ def read_index(url: str, opts: Options) -> Tuple[bytes, Dict[str, Any]]:
 
 def checkpoint_under(url: str, opts: Options) -> str:
     """The URL of the one checkpoint (index or single file) directly under
-    the prefix ``url`` (ending in ``/``), as a local folder's."""
-    names = _fastst.list_remote(url, display(url), opts)
+    the prefix ``url`` (ending in ``/``), as a local folder's; a prefix
+    with more than :data:`LIST_CAP` objects under it is refused (rule
+    ``folder-over-cap``) rather than listed whole."""
+    names = _fastst.list_remote(url, display(url), opts, LIST_CAP)
+    if names is None:
+        raise rule_error(
+            "folder-over-cap",
+            display(url),
+            f"the prefix holds more than {LIST_CAP:,} objects, the most one listing reads; "
+            "name the checkpoint's index or file by its URL",
+        )
     indexes = [n for n in names if n.endswith(INDEX_SUFFIX)]
     weights = [n for n in names if n.endswith(WEIGHTS_SUFFIX)]
     claimed = set()

@@ -396,6 +396,8 @@ catalogue! {
         "a model folder's checkpoint is a symbolic link leading outside the folder";
     FolderTooDeep = "folder-too-deep", Folder, Medium,
         "a folder scan met folders nested deeper than it enters (256 levels) and left them unexamined";
+    FolderOverCap = "folder-over-cap", Folder, High,
+        "a prefix in an object store holds more objects than one listing reads (10,000); name the checkpoint's index or file";
     HookAfterReference = "hook-after-reference", Hook, High,
         "the drop-in hook is turned on after the reference package was imported";
     SliceOutOfRange = "slice-out-of-range", ReferenceSlice, High,

@@ -64,11 +64,17 @@ fn read_remote<'py>(
 }
 
 /// The names of the objects directly under the prefix `url` (named `name`
-/// in errors), sorted.
+/// in errors), sorted; `None` when more than `cap` objects lie under it.
 #[pyfunction]
-#[pyo3(signature = (url, name, options))]
-fn list_remote(py: Python<'_>, url: &str, name: &str, options: Options) -> PyResult<Vec<String>> {
-    py.allow_threads(|| fastst_remote::list(url, &options))
+#[pyo3(signature = (url, name, options, cap))]
+fn list_remote(
+    py: Python<'_>,
+    url: &str,
+    name: &str,
+    options: Options,
+    cap: usize,
+) -> PyResult<Option<Vec<String>>> {
+    py.allow_threads(|| fastst_remote::list(url, &options, cap))
         .map_err(|e| open_failed(name, e))
 }
 

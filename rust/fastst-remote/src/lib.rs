@@ -37,17 +37,19 @@
 mod error;
 mod fetch;
 pub mod options;
+mod presigned;
 mod runtime;
 
 use std::sync::Arc;
 
 use fastst_core::source::Source;
 use fastst_core::{Error, Result};
+use futures::StreamExt;
 use object_store::path::Path;
 use object_store::ObjectStore;
 
 pub use fetch::{parts, Part};
-pub use options::{is_url, ConfigError, Tuning};
+pub use options::{display, is_url, ConfigError, Tuning};
 pub use runtime::runtime;
 
 /// Bytes fetched by the first request of an open: the size prefix and any
@@ -92,7 +94,8 @@ impl RemoteSource {
         let (store, path, tuning) = options::store_for(url, options).map_err(OpenError::Config)?;
         if path.as_ref().is_empty() || url.ends_with('/') {
             return Err(OpenError::Config(ConfigError(format!(
-                "{url}: the URL names no object (a prefix ending in /)"
+                "{}: the URL names no object (a prefix ending in /)",
+                display(url)
             ))));
         }
         Ok(RemoteSource::in_store(Arc::from(store), path, tuning)?)
@@ -156,19 +159,35 @@ impl Source for RemoteSource {
 
 /// The names of the objects directly under the prefix `url` (a URL ending
 /// in `/`; sub-prefixes are not descended into), sorted: a remote
-/// "folder". Stores that cannot list (plain HTTP) fail.
-pub fn list(url: &str, options: &[(String, String)]) -> Result<Vec<String>, OpenError> {
+/// "folder". The listing is read page by page; `None` once it met more
+/// than `cap` objects under the prefix (at any depth), so that a bucket
+/// of millions is never listed whole. Stores that cannot list (plain
+/// HTTP) fail.
+pub fn list(
+    url: &str,
+    options: &[(String, String)],
+    cap: usize,
+) -> Result<Option<Vec<String>>, OpenError> {
     let (store, prefix, _) = options::store_for(url, options).map_err(OpenError::Config)?;
-    let listed = runtime()?
-        .block_on(store.list_with_delimiter(Some(&prefix)))
-        .map_err(|e| error::from_store("cannot list the prefix", e))?;
-    let mut names: Vec<String> = listed
-        .objects
-        .iter()
-        .filter_map(|o| o.location.filename().map(str::to_owned))
-        .collect();
-    names.sort();
-    Ok(names)
+    let listed = runtime()?.block_on(async {
+        let mut listed = store.list(Some(&prefix));
+        let mut names = Vec::new();
+        let mut seen = 0usize;
+        while let Some(meta) = listed.next().await {
+            let meta = meta.map_err(|e| error::from_store("cannot list the prefix", e))?;
+            seen += 1;
+            if seen > cap {
+                return Ok(None);
+            }
+            let mut rest = meta.location.prefix_match(&prefix).into_iter().flatten();
+            if let (Some(name), None) = (rest.next(), rest.next()) {
+                names.push(name.as_ref().to_owned());
+            }
+        }
+        names.sort();
+        Ok::<_, Error>(Some(names))
+    })?;
+    Ok(listed)
 }
 
 #[cfg(test)]

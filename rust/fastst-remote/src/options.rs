@@ -176,19 +176,69 @@ fn retry_config() -> object_store::RetryConfig {
     }
 }
 
+/// The plain HTTP store `b` of the server of `parsed`.
+fn http_store(
+    b: HttpBuilder,
+    parsed: &Url,
+    options: Vec<(String, String)>,
+    retry: object_store::RetryConfig,
+) -> Result<Box<dyn ObjectStore>, ConfigError> {
+    let mut b = b.with_url(&parsed[..url::Position::BeforePath]);
+    for (k, v) in options {
+        b = b.with_config(key("HTTP", &k, |c| c)?, v);
+    }
+    if parsed.scheme() == "http" {
+        b = b.with_config(ClientConfigKey::AllowHttp, "true");
+    }
+    let store = b.with_retry(retry).build().map_err(|e| {
+        ConfigError(format!(
+            "{}: cannot configure the store: {e}",
+            display(parsed.as_str())
+        ))
+    })?;
+    Ok(Box::new(store))
+}
+
+/// `url` as messages show it: without its user part, query or fragment
+/// (a presigned URL carries its signature in the query).
+pub fn display(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.set_fragment(None);
+            u.to_string()
+        }
+        Err(_) => url.split(['?', '#']).next().unwrap_or(url).to_owned(),
+    }
+}
+
 /// The store holding `url`, the object's path in it, and the tuning.
 pub(crate) fn store_for(
     url: &str,
     options: &[(String, String)],
 ) -> Result<(Box<dyn ObjectStore>, Path, Tuning), ConfigError> {
     crate::runtime::install_tls();
-    let bad = |why: String| ConfigError(format!("{url}: {why}"));
+    let bad = |why: String| ConfigError(format!("{}: {why}", display(url)));
     let parsed = Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
-    let (scheme, path) =
-        ObjectStoreScheme::parse(&parsed).map_err(|e| bad(format!("not an object URL: {e}")))?;
     let mut options = options.to_vec();
     let tuning = Tuning::read(|n| std::env::var(n).ok(), &mut options)?;
     let retry = retry_config();
+    let signed = parsed
+        .query()
+        .filter(|_| matches!(parsed.scheme(), "http" | "https"));
+    if let Some(query) = signed {
+        // Its own authorisation in the query (presigned, SAS): plain HTTP
+        // whatever the host, the query sent with every request.
+        let path = Path::from_url_path(parsed.path()).map_err(|e| bad(e.to_string()))?;
+        let connector = crate::presigned::WithQuery(query.to_owned());
+        let b = HttpBuilder::new().with_http_connector(connector);
+        let store = http_store(b, &parsed, options, retry).map_err(|e| bad(e.to_string()))?;
+        return Ok((store, path, tuning));
+    }
+    let (scheme, path) =
+        ObjectStoreScheme::parse(&parsed).map_err(|e| bad(format!("not an object URL: {e}")))?;
     let built = match scheme {
         ObjectStoreScheme::AmazonS3 => {
             let mut b = AmazonS3Builder::from_env().with_url(url);
@@ -218,15 +268,11 @@ pub(crate) fn store_for(
             b.with_retry(retry).build().map(|s| Box::new(s) as _)
         }
         ObjectStoreScheme::Http => {
-            let base = &parsed[..url::Position::BeforePath];
-            let mut b = HttpBuilder::new().with_url(base);
-            for (k, v) in options {
-                b = b.with_config(key("HTTP", &k, |c| c)?, v);
-            }
-            if parsed.scheme() == "http" {
-                b = b.with_config(ClientConfigKey::AllowHttp, "true");
-            }
-            b.with_retry(retry).build().map(|s| Box::new(s) as _)
+            return Ok((
+                http_store(HttpBuilder::new(), &parsed, options, retry)?,
+                path,
+                tuning,
+            ))
         }
         _ => return Err(bad("not an object store or HTTP URL".into())),
     };
@@ -294,6 +340,25 @@ mod tests {
         let mut bad = vec![(CONCURRENCY_ENV.to_owned(), "0".to_owned())];
         let err = Tuning::read(|_| None, &mut bad).unwrap_err();
         assert!(err.0.contains("not a positive number"), "{err}");
+    }
+
+    #[test]
+    fn urls_are_shown_without_user_query_or_fragment() {
+        assert_eq!(
+            display("https://u:p@h:8/a/b%20c?X-Amz-Signature=s#f"),
+            "https://h:8/a/b%20c"
+        );
+        assert_eq!(display("s3://b/k?versionId=1"), "s3://b/k");
+        assert_eq!(display("not a url?sig=1"), "not a url");
+    }
+
+    #[test]
+    fn a_url_with_a_query_is_plain_http_whatever_its_host() {
+        let url = "https://s3.us-east-1.amazonaws.com/bucket/dir/m.safetensors?X-Amz-Signature=1";
+        let (_, path, _) = store_for(url, &[]).unwrap();
+        assert_eq!(path.as_ref(), "bucket/dir/m.safetensors");
+        let (_, path, _) = store_for(url.split('?').next().unwrap(), &[]).unwrap();
+        assert_eq!(path.as_ref(), "dir/m.safetensors", "S3 without a query");
     }
 
     #[test]
