@@ -15,7 +15,9 @@ import numpy as np
 
 from .._hook import run as run_with_hook
 from .._identify import NOT_FILES
+from .._remote import is_url
 from ..tools import inspect as fi
+from ..tools.checkpoint import shard_location
 from ..tools.diff import diff
 from ..tools.layers import layer_view
 from ..tools.stale_temp import stale_temp_files
@@ -131,8 +133,9 @@ def _row(r: Sequence[Any]) -> Dict[str, Any]:
 def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
     if prov.wants_signature_check(args):
         return prov.run_verify_signature(args, out)
-    unchecked = prov.unchecked_signatures(args.files)
-    stale = _stale_temp_notes(args.files)
+    local = [p for p in args.files if not is_url(p)]  # nothing beside a URL is looked for
+    unchecked = prov.unchecked_signatures(local)
+    stale = _stale_temp_notes(local)
     threshold = _fail_threshold(args)
     reports: List[Dict[str, Any]] = []
     progress = _progress(args)
@@ -274,9 +277,8 @@ def _cmd_hash(args: argparse.Namespace, out: render.Out) -> int:
                 hashes["kind"] = "file"
                 checked = [hashes]
             if args.check:
-                folder = os.path.dirname(os.path.abspath(path))
                 for h in checked:
-                    where = os.path.join(folder, h["file"]) if "file" in h else path
+                    where = shard_location(path, h["file"]) if "file" in h else path
                     metadata = fi.read_metadata(where, header_cap=args.header_cap)
                     h["check"] = fi.check_hashes(h, metadata)
                     failing = failing or _fails(h["check"], threshold)

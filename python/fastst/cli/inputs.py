@@ -7,6 +7,7 @@ import os
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from .._errors import SafetensorError
+from .._remote import is_url
 from ..tools import inspect as fi
 from ..tools import results
 from ..tools.config import CONFIG_NAME, compare_config, read_config
@@ -38,7 +39,7 @@ def inputs(
             for item in fi.pickle_files(path) if pickles and os.path.isdir(path) else ():
                 found = True
                 yield "file", item
-        except OSError as exc:  # pragma: no cover - os.walk reports through onerror
+        except READ_ERRORS as exc:  # a prefix URL holding no checkpoint, or several
             out.error(path, exc)
             found = True
         if not found:
@@ -62,7 +63,10 @@ def not_safetensors(out: render.Out, path: str) -> bool:
 def model_config(path: str, info: Dict[str, Any]) -> Optional[results.ModelConfig]:
     """The ``config.json`` beside the file or index ``path``, compared with
     what ``info`` (an inspect summary with ``layers`` and ``table``) holds;
-    None when there is none."""
+    None when there is none (a URL's checkpoint has none: nothing beside
+    it is fetched)."""
+    if is_url(path):
+        return None
     config = read_config(os.path.dirname(os.path.abspath(path)))
     if config is not None and config["problem"] is None:
         shapes = {r[0]: r[2] for r in info["table"]}
@@ -74,6 +78,8 @@ def config_beside(kind: str, path: str, header_cap: int) -> Optional[results.Mod
     """:func:`model_config` for ``meta``, which reads no tensor table: the
     table is read here; when the reader refuses the file, the config is
     shown without the comparison."""
+    if is_url(path):
+        return None
     if not os.path.lexists(os.path.join(os.path.dirname(os.path.abspath(path)), CONFIG_NAME)):
         return None
     info: Dict[str, Any]

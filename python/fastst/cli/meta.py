@@ -9,6 +9,7 @@ import argparse
 from .._update import update_metadata
 from ..tools import inspect as fi
 from ..tools.card import strict_json
+from ..tools.checkpoint import shown
 from . import render, report
 from .exits import EXIT_ERROR, EXIT_OK
 from .inputs import READ_ERRORS, config_beside, inputs, not_safetensors
@@ -34,14 +35,14 @@ def cmd_meta(args: argparse.Namespace, out: render.Out) -> int:
         decoded = fi.decode_metadata(metadata)
         config = config_beside(kind, path, args.header_cap)
         if args.json:
-            entry = {"path": path, "kind": kind, "card": card, "metadata": decoded}
+            entry = {"path": shown(path), "kind": kind, "card": card, "metadata": decoded}
             if index_metadata is not None:
                 entry["index_metadata"] = strict_json(index_metadata)
             if config is not None:
                 entry["config"] = config
             results.append(entry)
         else:
-            report.print_meta(out, path, metadata, card, decoded, args.raw, config)
+            report.print_meta(out, shown(path), metadata, card, decoded, args.raw, config)
     if args.json:
         out.json(render.envelope("meta", results, out))
     return EXIT_ERROR if out.errors else EXIT_OK

@@ -9,6 +9,8 @@ import sys
 from typing import Any, Dict, Iterable
 
 from .._fastst import DEFAULT_HEADER_CAP, __version__
+from .._remote import display, is_url
+from .._text import escape
 from ..tools import inspect as fi
 from ..tools.stats import MAX_BINS
 from . import provenance as prov
@@ -422,3 +424,7 @@ def check_conflicts(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             _usage_error(parser, "--output takes exactly one FILE")
         if editing and args.raw:
             _usage_error(parser, "--raw conflicts with --set/--unset")
+        urls = [f for f in [*args.files, args.output or ""] if is_url(f)]
+        if editing and urls:
+            shown = escape(display(urls[0]))
+            _usage_error(parser, f"--set/--unset edit local files; {shown} is a URL (read-only)")

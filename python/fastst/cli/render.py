@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, TextIO, Tuple, Union
 
 from .._fastst import __version__
+from ..tools.checkpoint import shown
 from .text import ELLIPSIS, _take, display_width, escape, fit, json_text, pad, wrap
 
 __all__ = [
@@ -173,6 +174,7 @@ class Out:
     ) -> str:
         """Records an error about ``path`` and writes it as one line on stderr
         (``fastst: PATH: why``); returns the message (not escaped)."""
+        path = shown(path)
         message = exc if isinstance(exc, str) else one_line(exc)
         if rule is None and not isinstance(exc, str):
             rule = getattr(exc, "rule", None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..tools.checkpoint import shown
 from ..tools.stats import layer_of, stats_checkpoint, stats_file
 from . import charts, html, render
 from .exits import EXIT_ERROR, EXIT_OK
@@ -37,9 +38,9 @@ def cmd_stats(args: argparse.Namespace, out: render.Out) -> int:
         except READ_ERRORS as exc:
             out.error(path, exc)
             continue
-        report = {"path": path, "kind": kind, "tensors": rows}
+        report = {"path": shown(path), "kind": kind, "tensors": rows}
         if args.html:
-            sections.append(html.stats_section(path, rows))
+            sections.append(html.stats_section(shown(path), rows))
         if args.json:
             results.append(report)
         else:

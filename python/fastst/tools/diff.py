@@ -14,6 +14,7 @@ from .. import _fastst
 from .._fastst import DEFAULT_HEADER_CAP
 from .._source import open_raw
 from . import results
+from .checkpoint import shown
 from .stats import layer_of
 
 __all__ = ["diff"]
@@ -140,8 +141,8 @@ def _compare(pa: str, pb: str, fa: Any, fb: Any, threads: int, values: bool) -> 
         only_a or only_b or dtype_changed or shape_changed or different or any(metadata.values())
     )
     report = {
-        "a": pa,
-        "b": pb,
+        "a": shown(pa),
+        "b": shown(pb),
         "identical": identical,
         "values_compared": values,
         "tensors": len(common),

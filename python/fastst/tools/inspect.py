@@ -51,8 +51,9 @@ from .checkpoint import (
     hash_checkpoint,
     inspect_checkpoint,
     iter_inputs,
+    shown,
 )
-from .checkpoint import verify_checkpoint as _verify_checkpoint
+from .checkpoint_verify import summarise_truncation, verify_checkpoint
 from .diff import diff
 from .walk import TOO_DEEP, walk
 
@@ -113,7 +114,7 @@ def _given_path(result: Any, path: str) -> Dict[str, Any]:
     """``result`` with ``path`` as given (the core spells paths that are not
     valid UTF-8 lossily)."""
     out = dict(result)
-    out["path"] = path
+    out["path"] = shown(path)
     return out
 
 
@@ -148,31 +149,8 @@ def verify_file(
     found = holds_pickles(p)
     if found is not None:
         out["findings"] = [_pickle_finding(p, found)]
-    _summarise_truncation(out["findings"], out["file_len"])
+    summarise_truncation(out["findings"], out["file_len"])
     return cast(results.FileVerification, out)
-
-
-def verify_checkpoint(
-    index_path: PathLike,
-    *,
-    values: bool = False,
-    header_cap: int = DEFAULT_HEADER_CAP,
-    threads: int = 0,
-    progress: bool = False,
-) -> results.CheckpointVerification:
-    """:func:`fastst.tools.checkpoint.verify_checkpoint`, with each truncated
-    shard's findings summed up in one, as :func:`verify_file` does."""
-    out = _verify_checkpoint(
-        index_path, values=values, header_cap=header_cap, threads=threads, progress=progress
-    )
-    folder = os.path.dirname(os.path.abspath(out["path"]))
-    for shard in out["shards"]:
-        try:
-            size = os.stat(os.path.join(folder, shard["file"])).st_size
-        except OSError:
-            continue
-        _summarise_truncation(out["findings"], size, shard["file"])
-    return out
 
 
 def hash_file(
@@ -406,29 +384,3 @@ def _pickle_finding(path: str, found: Dict[str, Any]) -> Finding:
     )
     finding["offset"] = 0
     return finding
-
-
-#: Rules of tensors whose bytes run past the end of the file.
-_PAST_END = ("data-too-short", "ghost-tensor")
-
-
-def _summarise_truncation(findings: List[Any], file_len: int, shard: Optional[str] = None) -> None:
-    """Replaces, in place, the findings of tensors past the end of a file
-    of ``file_len`` bytes (of ``shard``, in a checkpoint) by one at the
-    place of the first: the file is truncated, and how much of it is there."""
-    cut = [f for f in findings if f["rule"] in _PAST_END and f.get("shard") == shard]
-    if not cut:
-        return
-    end = max((f["offset"] or 0) + (f["length"] or 0) for f in cut)
-    rules = {f["rule"] for f in cut}
-    summary = dict(
-        cut[0],
-        rule="data-too-short" if "data-too-short" in rules else "ghost-tensor",
-        message=f"truncated: {file_len:,} of {end:,} bytes present; re-download",
-        tensor=None,
-        offset=file_len,
-        length=max(end - file_len, 0),
-        count=len(cut),
-    )
-    gone = {id(f) for f in cut[1:]}
-    findings[:] = [summary if f is cut[0] else f for f in findings if id(f) not in gone]

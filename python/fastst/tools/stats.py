@@ -13,16 +13,16 @@ significant bits (``histogram["exact"]`` is then False)."""
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import re
 from typing import Dict, List, Optional, Tuple, Union, cast
 
 from .. import _fastst
 from .._fastst import DEFAULT_HEADER_CAP
-from .._folders import read_index
 from .._paths import progress_label
 from . import results
-from .checkpoint import _strict_index, iter_inputs
+from .checkpoint import _strict_index, iter_inputs, shard_location
 
 __all__ = ["tensor_stats", "stats_file", "stats_checkpoint", "layer_of", "MAX_BINS"]
 
@@ -104,9 +104,8 @@ def stats_checkpoint(
     shard after shard (sorted by name); ``shard`` names each tensor's file.
     Raises the reader's errors when the index and its shards disagree."""
     path = _path(index_path)
-    shards, _meta, _raw = _strict_index(path, header_cap)
-    weight_map: Dict[str, str] = read_index(path)[1]["weight_map"]
-    folder = os.path.dirname(os.path.abspath(path))
+    shards, _meta, raw = _strict_index(path, header_cap)
+    weight_map: Dict[str, str] = json.loads(raw)["weight_map"]
     out: List[results.TensorStats] = []
     for shard in shards:
         names = [
@@ -115,8 +114,8 @@ def stats_checkpoint(
             if f == shard and (pattern is None or fnmatch.fnmatchcase(n, pattern))
         ]
         if names:
-            full = os.path.join(folder, shard)
-            out += _file(full, names, shard, bins, threads, header_cap, progress)
+            where = shard_location(path, shard)
+            out += _file(where, names, shard, bins, threads, header_cap, progress)
     return out
 
 

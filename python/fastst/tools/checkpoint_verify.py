@@ -1,0 +1,296 @@
+"""A sharded checkpoint's index verified against its shards, leniently:
+every shard verified (:func:`fastst.tools.inspect.verify_file`) and the
+disagreements between the index and the shards as findings."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional, cast
+
+from .. import _fastst, _remote
+from .._errors import SafetensorError, ShardIndexError
+from .._fastst import DEFAULT_HEADER_CAP
+from .._folders import object_problem, shard_problem
+from . import results
+from .checkpoint import (
+    PathLike,
+    _index,
+    _open_checkpoint,
+    _path,
+    _verify_file,
+    shard_location,
+    shown,
+)
+
+Finding = Dict[str, Any]
+
+_SEVERITIES = ("info", "low", "medium", "high", "critical")
+
+
+def _severity(rule: str) -> str:
+    for r in _fastst.rule_catalogue():
+        if r["id"] == rule:
+            return r["severity"]
+    raise ValueError(f"no rule {rule!r} in the catalogue")
+
+
+def _cfinding(
+    rule: str,
+    message: str,
+    *,
+    shard: Optional[str] = None,
+    tensor: Optional[str] = None,
+    count: Optional[int] = None,
+) -> Finding:
+    return {
+        "rule": rule,
+        "severity": _severity(rule),
+        "message": message,
+        "tensor": tensor,
+        "key": None,
+        "offset": None,
+        "length": None,
+        "count": count,
+        "shard": shard,
+    }
+
+
+def _q(text: Any) -> str:
+    """``text`` quoted as a JSON string (controls escaped)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _names(names: List[str]) -> str:
+    shown = ", ".join(_q(n) for n in names[:5])
+    return shown + (f" and {len(names) - 5:,} more" if len(names) > 5 else "")
+
+
+def _n(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+def verify_checkpoint(
+    index_path: PathLike,
+    *,
+    values: bool = False,
+    header_cap: int = DEFAULT_HEADER_CAP,
+    threads: int = 0,
+    progress: bool = False,
+) -> results.CheckpointVerification:
+    """Verifies a sharded checkpoint as a whole: the index, every shard
+    (:func:`fastst.tools.inspect.verify_file`, each finding tagged with its ``shard``) and the
+    index against the shards: ``index-json``, ``index-shape``,
+    ``shard-path``, ``shard-missing``, ``shard-lacks-tensor``,
+    ``shard-extra-tensor``, ``shard-duplicate-tensor`` and
+    ``index-total-size`` findings.
+
+    Returns the keys of :func:`fastst.tools.inspect.verify_file` (``file_len`` and ``tensors``
+    summed, ``header_len`` None) plus ``kind`` (``"checkpoint"``) and
+    ``shards`` (``file``, ``accepted``, ``complete``, ``findings`` count
+    each); ``accepted`` says whether ``safe_open`` accepts the checkpoint.
+    A truncated shard's findings are summed up in one, as
+    :func:`fastst.tools.inspect.verify_file` does. ``index_path`` may be
+    a URL (the shards are then the objects it names under its prefix).
+    """
+    path = _path(index_path)
+    url = _remote.is_url(path)
+    findings: List[Finding] = []
+    report: Dict[str, Any] = {
+        "path": shown(path),
+        "kind": "checkpoint",
+        "file_len": 0 if url else os.stat(path).st_size,
+        "header_len": None,
+        "tensors": 0,
+        "accepted": False,
+        "complete": False,
+        "values_checked": 0 if values else None,
+        "findings": findings,
+        "shards": [],
+    }
+    try:
+        raw, index = _index(path)
+    except ShardIndexError as exc:
+        text, name = str(exc), f"{exc.filename}: "
+        findings.append(_cfinding(str(exc.rule), text.removeprefix(name)))
+        return cast(results.CheckpointVerification, report)
+    report["file_len"] = len(raw)
+    folder = os.path.dirname(os.path.abspath(path))
+    placed: Dict[str, List[str]] = {}
+    complete = True
+    for tensor, shard in index["weight_map"].items():
+        known = isinstance(shard, str) and shard in placed
+        problem = None if known else object_problem(shard) if url else shard_problem(folder, shard)
+        if problem:
+            message = f"tensor {_q(tensor)}: {problem[1]}"
+            findings.append(_cfinding(problem[0], message, tensor=tensor))
+            complete = False
+            continue
+        placed.setdefault(shard, []).append(tensor)
+    holders: Dict[str, List[str]] = {}
+    data_bytes = 0
+    for shard, listed in placed.items():
+        shard_path = shard_location(path, shard)
+        try:
+            sub = (
+                _verify_file(
+                    shard_path,
+                    values=values,
+                    header_cap=header_cap,
+                    threads=threads,
+                    progress=progress,
+                )
+                if url or os.path.exists(shard_path)
+                else None
+            )
+        except FileNotFoundError:
+            if not url:
+                raise
+            sub = None
+        except ValueError as exc:  # a name no object can have (control characters)
+            if not url:
+                raise
+            message = f"shard {_q(shard)} cannot be an object's name: {exc}"
+            findings.append(_cfinding("shard-path", message, shard=shard, count=len(listed)))
+            complete = False
+            continue
+        if sub is None:
+            findings.append(
+                _cfinding(
+                    "shard-missing",
+                    f"shard {_q(shard)} listed in the index is missing "
+                    f"({_n(len(listed), 'tensor')} placed in it)",
+                    shard=shard,
+                    count=len(listed),
+                )
+            )
+            complete = False
+            continue
+        sub["findings"].sort(key=lambda f: -_SEVERITIES.index(f["severity"]))
+        summarise_truncation(sub["findings"], sub["file_len"])
+        for f in sub["findings"]:
+            f["shard"] = shard
+            findings.append(f)
+        report["file_len"] += sub["file_len"]
+        report["tensors"] += sub["tensors"] or 0
+        if values and sub["values_checked"] is not None:
+            report["values_checked"] += sub["values_checked"]
+        report["shards"].append(
+            {
+                "file": shard,
+                "accepted": sub["accepted"],
+                "complete": sub["complete"],
+                "findings": len(sub["findings"]),
+            }
+        )
+        if not sub["accepted"]:
+            complete = complete and sub["complete"]
+            continue
+        info = _fastst.inspect_file(shard_path, table=True, header_cap=header_cap)
+        present = [row[0] for row in info["table"]]
+        data_bytes += info["data_len"] - 0
+        for name in present:
+            holders.setdefault(name, []).append(shard)
+        lacking = sorted(set(listed) - set(present))
+        if lacking:
+            findings.append(
+                _cfinding(
+                    "shard-lacks-tensor",
+                    f"{_n(len(lacking), 'tensor')} the index places in this shard "
+                    f"{'are' if len(lacking) != 1 else 'is'} not in it: {_names(lacking)}",
+                    shard=shard,
+                    tensor=lacking[0],
+                    count=len(lacking),
+                )
+            )
+    weight_map = index["weight_map"]
+    for shard_entry in report["shards"]:
+        shard = shard_entry["file"]
+        extra = sorted(
+            n for n, where in holders.items() if shard in where and weight_map.get(n) != shard
+        )
+        duplicated = [n for n in extra if len(holders[n]) > 1]
+        only_here = [n for n in extra if len(holders[n]) == 1]
+        if only_here:
+            findings.append(
+                _cfinding(
+                    "shard-extra-tensor",
+                    f"{_n(len(only_here), 'tensor')} in this shard the index does not place "
+                    f"in it: {_names(only_here)}",
+                    shard=shard,
+                    tensor=only_here[0],
+                    count=len(only_here),
+                )
+            )
+        for name in duplicated:
+            others = [s for s in holders[name] if s != shard]
+            findings.append(
+                _cfinding(
+                    "shard-duplicate-tensor",
+                    f"tensor {_q(name)} is also stored in {', '.join(_q(o) for o in others)}; "
+                    f"the index places it in {_q(weight_map.get(name))}",
+                    shard=shard,
+                    tensor=name,
+                )
+            )
+    meta = index.get("metadata")
+    total = meta.get("total_size") if isinstance(meta, dict) else None
+    if (
+        complete
+        and isinstance(total, int)
+        and not isinstance(total, bool)
+        and all(s["accepted"] for s in report["shards"])
+    ):
+        tensor_bytes = _tensor_bytes(path, report["shards"], header_cap)
+        if total != tensor_bytes:
+            findings.append(
+                _cfinding(
+                    "index-total-size",
+                    f"the index's metadata.total_size is {total:,} but the shards' tensors "
+                    f"hold {_n(tensor_bytes, 'byte')}",
+                )
+            )
+    report["complete"] = complete
+    try:
+        _open_checkpoint(path, header_cap, index)
+        report["accepted"] = True
+    except (OSError, ValueError, KeyError, SafetensorError):
+        report["accepted"] = False
+    findings.sort(key=lambda f: -_SEVERITIES.index(f["severity"]))
+    return cast(results.CheckpointVerification, report)
+
+
+def _tensor_bytes(index_path: str, shards: List[Dict[str, Any]], header_cap: int) -> int:
+    total = 0
+    for s in shards:
+        info = _fastst.inspect_file(
+            shard_location(index_path, s["file"]), table=False, header_cap=header_cap
+        )
+        total += sum(d["bytes"] for d in info["by_dtype"])
+    return total
+
+
+#: Rules of tensors whose bytes run past the end of the file.
+_PAST_END = ("data-too-short", "ghost-tensor")
+
+
+def summarise_truncation(findings: List[Any], file_len: int) -> None:
+    """Replaces, in place, the findings of tensors past the end of a file
+    of ``file_len`` bytes by one at the place of the first: the file is
+    truncated, and how much of it is there."""
+    cut = [f for f in findings if f["rule"] in _PAST_END]
+    if not cut:
+        return
+    end = max((f["offset"] or 0) + (f["length"] or 0) for f in cut)
+    rules = {f["rule"] for f in cut}
+    summary = dict(
+        cut[0],
+        rule="data-too-short" if "data-too-short" in rules else "ghost-tensor",
+        message=f"truncated: {file_len:,} of {end:,} bytes present; re-download",
+        tensor=None,
+        offset=file_len,
+        length=max(end - file_len, 0),
+        count=len(cut),
+    )
+    gone = {id(f) for f in cut[1:]}
+    findings[:] = [summary if f is cut[0] else f for f in findings if id(f) not in gone]
