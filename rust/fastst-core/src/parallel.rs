@@ -1,6 +1,11 @@
 //! Thread policy, in one place: how many threads a piece of work gets, and
 //! the scoped fan-out over matching chunks used by copies and conversions.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use crate::error::{Error, Result};
+
 /// Work below this many elements runs on the calling thread.
 const PARALLEL_MIN: usize = 1 << 20;
 
@@ -25,19 +30,67 @@ pub(crate) fn threads_for(n: usize) -> usize {
         .max(1)
 }
 
-/// Bytes of one tensor each thread of a per-call copy or conversion gets
-/// at least: a thread's start, its first touches of fresh memory and the
-/// wait for the slowest one cost more than they save below this.
-const PER_CALL_THREAD_BYTES: usize = 16 << 20;
+/// Bytes of one tensor per helper thread of a per-call copy or conversion:
+/// below this, a thread's start costs more than its share saves.
+const PER_HELPER_BYTES: usize = 8 << 20;
 
-/// Threads for one call copying or converting a tensor of `bytes` bytes
-/// (read from the file): one per [`PER_CALL_THREAD_BYTES`], up to the
-/// machine's parallelism and at most 16.
-pub(crate) fn threads_for_bytes(bytes: usize) -> usize {
-    available()
-        .clamp(1, MAX_THREADS)
-        .min(bytes / PER_CALL_THREAD_BYTES)
-        .max(1)
+/// Helper threads (besides the calling one) for one call copying or
+/// converting a tensor of `bytes` bytes: one per [`PER_HELPER_BYTES`], up to
+/// the machine's parallelism less the calling thread, at most 15.
+pub(crate) fn helpers_for_bytes(bytes: usize) -> usize {
+    (available().clamp(1, MAX_THREADS) - 1).min(bytes / PER_HELPER_BYTES)
+}
+
+/// Runs `work(start, chunk)` on every chunk of `dst` cut every `block`
+/// items (`start`: the chunk's index in `dst`). The calling thread takes
+/// chunks one after another, and `helpers` threads take chunks too while
+/// any are left: no share is fixed in advance, so a helper that starts late
+/// or runs slowly on a busy machine does less, and the call never takes
+/// much longer than the calling thread alone would. Returns once every
+/// chunk taken is done, with the first error (no chunk is taken after it);
+/// a helper that panicked is rule `worker-failed` (`task` names the work).
+pub(crate) fn steal<T: Send>(
+    dst: &mut [T],
+    block: usize,
+    helpers: usize,
+    task: &'static str,
+    work: impl Fn(usize, &mut [T]) -> Result<()> + Sync,
+) -> Result<()> {
+    let block = block.max(1);
+    let helpers = helpers.min(dst.len().div_ceil(block).saturating_sub(1));
+    let chunks = Mutex::new(dst.chunks_mut(block).enumerate());
+    let first: Mutex<Option<Error>> = Mutex::new(None);
+    let stop = AtomicBool::new(false);
+    let fail = |e: Error| {
+        stop.store(true, Ordering::Relaxed);
+        first
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert(e);
+    };
+    let run = || loop {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let next = chunks.lock().unwrap_or_else(PoisonError::into_inner).next();
+        let Some((i, chunk)) = next else { return };
+        if let Err(e) = work(i * block, chunk) {
+            fail(e);
+        }
+    };
+    std::thread::scope(|s| {
+        let others: Vec<_> = (0..helpers).map(|_| s.spawn(run)).collect();
+        run();
+        for h in others {
+            if h.join().is_err() {
+                fail(Error::WorkerFailed { task });
+            }
+        }
+    });
+    first
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner)
+        .map_or(Ok(()), Err)
 }
 
 /// Worker threads for whole-file work (`verify --values`, `hash`):
@@ -78,6 +131,7 @@ pub(crate) fn par_chunks(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -91,12 +145,60 @@ mod tests {
     }
 
     #[test]
-    fn per_call_threads_get_16_mib_each() {
+    fn per_call_helpers_get_8_mib_each() {
         let machine = available().clamp(1, MAX_THREADS);
-        assert_eq!(threads_for_bytes(0), 1);
-        assert_eq!(threads_for_bytes((32 << 20) - 1), 1);
-        assert_eq!(threads_for_bytes(32 << 20), machine.min(2));
-        assert_eq!(threads_for_bytes(usize::MAX), machine);
+        assert_eq!(helpers_for_bytes(0), 0);
+        assert_eq!(helpers_for_bytes((8 << 20) - 1), 0);
+        assert_eq!(helpers_for_bytes(16 << 20), (machine - 1).min(2));
+        assert_eq!(helpers_for_bytes(usize::MAX), machine - 1);
+    }
+
+    /// Every chunk is worked on once, whatever the helpers; the first error
+    /// is returned and stops new chunks; a panicking helper is rule
+    /// `worker-failed`.
+    #[test]
+    fn stealing_covers_every_chunk_once_and_stops_at_an_error() {
+        for helpers in [0, 1, 3] {
+            let mut dst = vec![0u32; 1000];
+            steal(&mut dst, 7, helpers, "a test", |start, chunk| {
+                for (j, x) in chunk.iter_mut().enumerate() {
+                    *x += (start + j) as u32;
+                }
+                Ok(())
+            })
+            .unwrap();
+            assert!(dst.iter().enumerate().all(|(i, &x)| x == i as u32));
+        }
+        let mut dst = vec![0u8; 100];
+        let err = steal(&mut dst, 10, 2, "a test", |start, _| match start {
+            50 => Err(Error::WorkerFailed { task: "chunk 50" }),
+            _ => Ok(()),
+        });
+        assert!(matches!(err, Err(Error::WorkerFailed { task: "chunk 50" })));
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let err = steal(&mut dst, 10, 0, "a test", |start, _| {
+            done.fetch_add(1, Ordering::Relaxed);
+            match start {
+                0 => Err(Error::WorkerFailed { task: "first" }),
+                _ => Ok(()),
+            }
+        });
+        assert!(err.is_err());
+        assert_eq!(done.into_inner(), 1, "no chunk is taken after an error");
+        let on_caller = std::thread::current().id();
+        let helper_ran = AtomicBool::new(false);
+        let err = steal(&mut dst, 1, 1, "a test", |_, _| {
+            if std::thread::current().id() != on_caller {
+                helper_ran.store(true, Ordering::Relaxed);
+                panic!("a helper fails");
+            }
+            // The calling thread leaves chunks for the helper.
+            while !helper_ran.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Ok(())
+        });
+        assert!(matches!(err, Err(Error::WorkerFailed { task: "a test" })));
     }
 
     #[test]

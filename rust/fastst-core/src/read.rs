@@ -75,6 +75,11 @@ pub const HANDOUT_ALIGN: usize = 64;
 /// this size (glibc's largest mmap threshold).
 const ANON_MIN: usize = 32 << 20;
 
+/// Copies and conversions of one tensor shared between threads are cut
+/// into chunks of this many bytes of the file, taken by whichever thread is
+/// free ([`crate::parallel::steal`]).
+const STEAL_BLOCK: usize = 1 << 20;
+
 /// Conversions while reading go through a block of this many source bytes
 /// per thread: read, then converted while in cache (with its converted
 /// bytes, within a core's L2 cache).
@@ -315,13 +320,19 @@ impl MappedFile {
         // page-aligned): numerics that depend on addresses (vectorised
         // kernels' peeling) come out as for a view.
         let at = (start % HANDOUT_ALIGN as u64) as usize;
-        let mut buf = OwnedBytes::zeroed(len, at, &info.name)?;
-        match self.small_slice(start, len) {
+        let buf = match (self.small_slice(start, len), self.local()) {
             // Small tensors: one memory copy out of the mapping, just after
             // the change check above (cheaper than a read system call).
-            Some(src) => buf.as_mut_slice().copy_from_slice(src),
-            None => self.copy_unchecked(info, buf.as_mut_slice())?,
-        }
+            (Some(src), _) => OwnedBytes::copy_of(src, at, &info.name)?,
+            // Heap memory (reused from earlier calls) filled by the reads
+            // alone, with no zero-fill pass first.
+            (None, Some(file)) if len < ANON_MIN => self.read_fresh(file, info, at)?,
+            _ => {
+                let mut buf = OwnedBytes::zeroed(len, at, &info.name)?;
+                self.copy_unchecked(info, buf.as_mut_slice())?;
+                buf
+            }
+        };
         Ok(TensorData::Owned(buf))
     }
 }
@@ -349,6 +360,29 @@ impl MappedFile {
         self.copy_unchecked(info, dst)
     }
 
+    /// The tensor's bytes read from the local `file` into fresh heap
+    /// memory at `at` modulo [`HANDOUT_ALIGN`], without the change check.
+    fn read_fresh(&self, file: &File, info: &TensorInfo, at: usize) -> Result<OwnedBytes> {
+        let (start, len) = self.absolute(info);
+        let helpers = crate::parallel::helpers_for_bytes(len);
+        let (mem, offset) = io::read_fresh(
+            file,
+            start,
+            len,
+            at,
+            HANDOUT_ALIGN,
+            STEAL_BLOCK,
+            helpers,
+            &info.name,
+        )
+        .map_err(|e| self.shrunk(reading(&info.name, e)))?;
+        Ok(OwnedBytes {
+            mem: OwnedMemory::Heap(mem),
+            offset,
+            len,
+        })
+    }
+
     fn copy_unchecked(&self, info: &TensorInfo, dst: &mut [u8]) -> Result<()> {
         let len = info.byte_len() as usize;
         if dst.len() != len {
@@ -361,13 +395,12 @@ impl MappedFile {
         }
         // Positioned reads copy in the kernel straight from the page cache
         // (no page faults on a mapping) and fail cleanly past a new end.
-        let threads = crate::parallel::threads_for_bytes(len);
-        if threads <= 1 {
+        let helpers = crate::parallel::helpers_for_bytes(len);
+        if helpers == 0 {
             return self.read_part(info, 0, dst);
         }
-        let per = len.div_ceil(threads);
-        split(dst, per, "a parallel read", |i, chunk| {
-            self.read_part(info, (i * per) as u64, chunk)
+        crate::parallel::steal(dst, STEAL_BLOCK, helpers, "a parallel read", |at, chunk| {
+            self.read_part(info, at as u64, chunk)
         })
     }
 
@@ -382,16 +415,15 @@ impl MappedFile {
         if fs == 0 || ts == 0 {
             return crate::convert::convert(info.dtype, to, &[], dst);
         }
-        // Each thread converts its own range of elements, reading it in
-        // cache-sized chunks.
-        let n = info.byte_len() as usize / fs;
-        let threads = crate::parallel::threads_for_bytes(info.byte_len() as usize);
-        if threads <= 1 {
+        // Threads take chunks of elements in turn, each read and converted
+        // in cache-sized blocks.
+        let helpers = crate::parallel::helpers_for_bytes(info.byte_len() as usize);
+        if helpers == 0 {
             return self.convert_range(info, to, 0, dst);
         }
-        let per = n.div_ceil(threads);
-        split(dst, per * ts, "a parallel conversion", |i, out| {
-            self.convert_range(info, to, i * per * fs, out)
+        let per = STEAL_BLOCK / fs * ts;
+        crate::parallel::steal(dst, per, helpers, "a parallel conversion", |at, out| {
+            self.convert_range(info, to, at / ts * fs, out)
         })
     }
 
@@ -460,29 +492,6 @@ impl MappedFile {
     }
 }
 
-/// Runs `work(i, chunk)` on each chunk `i` of `dst` cut every `per` bytes:
-/// the first on the calling thread (which would otherwise only wait), each
-/// other on a thread of its own. The first error wins; a thread that
-/// panicked is rule `worker-failed` (`task` names the work).
-fn split(
-    dst: &mut [u8],
-    per: usize,
-    task: &'static str,
-    work: impl Fn(usize, &mut [u8]) -> Result<()> + Sync,
-) -> Result<()> {
-    let work = &work;
-    std::thread::scope(|s| {
-        let mut chunks = dst.chunks_mut(per).enumerate();
-        let first = chunks.next();
-        let others: Vec<_> = chunks.map(|(i, c)| s.spawn(move || work(i, c))).collect();
-        let mine = first.map_or(Ok(()), |(i, c)| work(i, c));
-        others.into_iter().fold(mine, |acc, h| {
-            let theirs = h.join().unwrap_or(Err(Error::WorkerFailed { task }));
-            acc.and(theirs)
-        })
-    })
-}
-
 /// Writable memory holding one tensor's bytes.
 #[derive(Debug)]
 pub enum TensorData {
@@ -503,7 +512,7 @@ pub enum TensorData {
     Shared(SharedRegion),
 }
 
-/// Zero-filled memory of its own, at a chosen address modulo
+/// Memory of its own holding a tensor's bytes, at a chosen address modulo
 /// [`HANDOUT_ALIGN`] (see [`TensorData::Owned`]).
 #[derive(Debug)]
 pub struct OwnedBytes {
@@ -544,6 +553,30 @@ impl OwnedBytes {
         let offset = (at + HANDOUT_ALIGN - buf.as_ptr() as usize % HANDOUT_ALIGN) % HANDOUT_ALIGN;
         Ok(OwnedBytes {
             mem: OwnedMemory::Heap(buf),
+            offset,
+            len,
+        })
+    }
+
+    /// A copy of `src` starting at an address equal to `at` modulo
+    /// [`HANDOUT_ALIGN`] (no zero-fill pass); rule `out-of-memory` (naming
+    /// `tensor`) when the memory cannot be had.
+    fn copy_of(src: &[u8], at: usize, tensor: &str) -> Result<OwnedBytes> {
+        let len = src.len();
+        let oom = || Error::OutOfMemory {
+            bytes: len as u64,
+            tensor: tensor.to_owned(),
+        };
+        let total = len.checked_add(HANDOUT_ALIGN).ok_or_else(oom)?;
+        let mut mem = Vec::new();
+        mem.try_reserve_exact(total).map_err(|_| oom())?;
+        let offset = (at % HANDOUT_ALIGN + HANDOUT_ALIGN - mem.as_ptr() as usize % HANDOUT_ALIGN)
+            % HANDOUT_ALIGN;
+        mem.resize(offset, 0);
+        mem.extend_from_slice(src);
+        mem.resize(total, 0);
+        Ok(OwnedBytes {
+            mem: OwnedMemory::Heap(mem),
             offset,
             len,
         })
@@ -899,6 +932,8 @@ mod tests {
             file.copy_unchecked(&big, &mut dst).unwrap_err().rule(),
             "file-changed"
         );
+        let fresh = file.read_fresh(file.raw(), &big, 0).map(drop);
+        assert_eq!(fresh.unwrap_err().rule(), "file-changed");
     }
 
     #[test]

@@ -9,10 +9,12 @@
 //! the fallible allocation [`zeroed`].
 
 mod direct;
+mod fresh;
 pub(crate) mod mmap;
 mod sys;
 
 pub(crate) use direct::{open_direct, DirectFile, ReadBuffer, DIRECT_ALIGN};
+pub(crate) use fresh::read_fresh;
 pub(crate) use mmap::{advise_huge_pages, cached_pages};
 #[cfg(target_os = "linux")]
 pub(crate) use sys::link_unnamed;
