@@ -1,5 +1,5 @@
 //! Fresh memory filled by positioned reads, without a zero-fill pass first:
-//! on reused heap memory that pass costs about as much as the read itself.
+//! on reused heap memory that pass is a second full write of the memory.
 //! The reads write every byte before anything reads one, which is what this
 //! module's `unsafe` rests on.
 #![allow(unsafe_code)]
