@@ -8,13 +8,18 @@ the generator of ``benches/conftest.py``), then measures, round-robin (every cas
 round, each round starting one place further on), each case in a FRESH process:
 
 - ``fastst``: ``fastst.torch.load_file("s3://…")`` at its defaults; ``fastst-cN``: with
-  ``FASTST_REMOTE_CONCURRENCY=N`` (the sweep);
+  ``FASTST_REMOTE_CONCURRENCY=N``, ``fastst-pN``: with ``FASTST_REMOTE_PART_SIZE=N`` (the
+  sweeps);
+- ``fastst-warm``: the same load (``load_into``) into destinations written once beforehand,
+  the load alone timed: the client without the cost of fresh memory;
 - ``runai``: Run:ai's model streamer (``runai-model-streamer`` + ``-s3``), ``SafetensorsStreamer``
   at its defaults (``RUNAI_STREAMER_CONCURRENCY`` unset), every tensor taken; ``runai-cN``: with
   ``RUNAI_STREAMER_CONCURRENCY=N``;
 - ``download``: boto3 ``download_file`` to a local file, then ``fastst.torch.load_file(copy=True)``;
 - ``curl``: one ``curl`` stream of the object to /dev/null (the server's single-stream limit);
-- ``curl16``: 16 ``curl`` processes, each one range of the object (the physical limit here).
+- ``curl16``: 16 ``curl`` processes, each one range of the object (the physical limit here);
+- ``curl16-mem``: the same into memory (files in ``/dev/shm``, removed after), as a load
+  must: every byte lands in fresh pages.
 
 Python cases import everything first and time the load alone; they report CPU seconds of the
 load (user + system, all threads) and peak extra memory (peak RSS minus the RSS after imports),
@@ -23,8 +28,8 @@ across cases, so that a broken case cannot look fast. ``curl`` cases report the 
 of the curl processes (``wait4``), not their memory. Also measured once: the bytes
 ``fastst inspect s3://…`` transfers (through a counting proxy) against the header's size.
 
-Prints a table (median and min-max seconds, GB/s, share of ``curl16``, CPU seconds, extra
-memory) and, with ``--json``, every measurement.
+Prints a table (median and min-max seconds, GB/s, shares of ``curl16`` and ``curl16-mem``,
+CPU seconds, extra memory) and, with ``--json``, every measurement.
 """
 
 from __future__ import annotations
@@ -48,8 +53,9 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 SWEEP = [1, 4, 8, 16, 32, 64]
-CASES = ["fastst", *(f"fastst-c{n}" for n in SWEEP), "runai", "runai-c32", "download"]
-CASES += ["curl", "curl16"]
+PARTS = ["2M", "32M"]
+CASES = ["fastst", *(f"fastst-c{n}" for n in SWEEP), *(f"fastst-p{n}" for n in PARTS)]
+CASES += ["fastst-warm", "runai", "download", "curl", "curl16", "curl16-mem"]
 
 
 # --- in the measured process ------------------------------------------------------------------
@@ -89,8 +95,19 @@ def child(case: str, url: str, cfg: Dict[str, Any]) -> None:
             "s3", endpoint_url=cfg["endpoint"], config=Config(s3={"addressing_style": "path"})
         )
         bucket, key = url.removeprefix("s3://").split("/", 1)
+    if case == "fastst-warm":
+        import numpy as np
+        import torch
+        from fastst._fastst import load_into
+
+        f = fastst.safe_open(url, "pt")
+        names = f.offset_keys()
+        outs = [np.ones(end - begin, np.uint8) for _d, _s, begin, end in map(f._raw.info, names)]
     base, cpu0, t0 = _rss(), _cpu(), time.perf_counter()
-    if case.startswith("fastst"):
+    if case == "fastst-warm":
+        load_into(f._raw, names, outs, [None] * len(names))
+        out = {n: torch.from_numpy(o) for n, o in zip(names, outs)}
+    elif case.startswith("fastst"):
         out = fastst.torch.load_file(url)
     elif case.startswith("runai"):
         with SafetensorsStreamer() as streamer:
@@ -134,22 +151,30 @@ def measure(case: str, url: str, size: int, env: Dict[str, str], cfg: Dict[str, 
             f"{env['AWS_ACCESS_KEY_ID']}:{env['AWS_SECRET_ACCESS_KEY']}",
         ]
         target = f"{env['AWS_ENDPOINT_URL']}/{bucket_key}"
-        n = 16 if case == "curl16" else 1
+        n = 16 if case.startswith("curl16") else 1
         step = -(-size // n)
-        t0 = time.perf_counter()
-        procs = [
-            subprocess.Popen(
-                ["curl", "-sf", "-o", "/dev/null", *auth, "-r", f"{a}-{min(a + step, size) - 1}"]
-                + [target]
-            )
-            for a in range(0, size, step)
-        ]
-        got = _wait(procs)
-        return {"seconds": time.perf_counter() - t0, **got, "digest": None}
+        shm = tempfile.mkdtemp(dir="/dev/shm") if case == "curl16-mem" else None
+        try:
+            t0 = time.perf_counter()
+            procs = [
+                subprocess.Popen(
+                    ["curl", "-sf", "-o", f"{shm}/{a}" if shm else "/dev/null", *auth]
+                    + ["-r", f"{a}-{min(a + step, size) - 1}", target]
+                )
+                for a in range(0, size, step)
+            ]
+            got = _wait(procs)
+            return {"seconds": time.perf_counter() - t0, **got, "digest": None}
+        finally:
+            if shm:
+                shutil.rmtree(shm)
     child_env = {**os.environ, **env}
-    for knob in ("FASTST_REMOTE_CONCURRENCY", "RUNAI_STREAMER_CONCURRENCY"):
+    for knob in ("FASTST_REMOTE_CONCURRENCY", "FASTST_REMOTE_PART_SIZE"):
         child_env.pop(knob, None)
-    if "-c" in case:
+    child_env.pop("RUNAI_STREAMER_CONCURRENCY", None)
+    if case.startswith("fastst-p"):
+        child_env["FASTST_REMOTE_PART_SIZE"] = case.removeprefix("fastst-p")
+    elif "-c" in case:
         knob = (
             "FASTST_REMOTE_CONCURRENCY"
             if case.startswith("fastst")
@@ -234,9 +259,12 @@ def main() -> None:
 def report(runs: Dict[str, List[Dict]], size: int, header_end: int, inspected: Dict, a) -> None:
     ok = {c: [x for x in rs if x["seconds"] is not None] for c, rs in runs.items()}
     med = {c: statistics.median(x["seconds"] for x in rs) for c, rs in ok.items() if rs}
-    limit = med.get("curl16")
+    limit, in_memory = med.get("curl16"), med.get("curl16-mem")
     print(f"\n{size / 1e9:.2f} GB checkpoint, {a.rounds} rounds, medians (min-max)")
-    print(f"{'case':<12} {'seconds':>18} {'GB/s':>6} {'/curl16':>8} {'CPU s':>6} {'extra GB':>9}")
+    print(
+        f"{'case':<12} {'seconds':>18} {'GB/s':>6} {'/curl16':>8} {'/c16-mem':>9} {'CPU s':>6}"
+        f" {'extra GB':>9}"
+    )
     for c, rs in ok.items():
         failed = len(runs[c]) - len(rs)
         if not rs:
@@ -244,13 +272,15 @@ def report(runs: Dict[str, List[Dict]], size: int, header_end: int, inspected: D
             continue
         s = [x["seconds"] for x in rs]
         share = f"{limit / med[c]:.2f}" if limit else "-"
+        share_mem = f"{in_memory / med[c]:.2f}" if in_memory else "-"
         cpu = statistics.median(x["cpu"] for x in rs)
         mem = [x["extra"] for x in rs if x["extra"] is not None]
         extra = f"{statistics.median(mem) / 1e9:.2f}" if mem else "-"
         span = f"{med[c]:.2f} ({min(s):.2f}-{max(s):.2f})"
         rate = size / med[c] / 1e9
         note = f"  ({failed} failed)" if failed else ""
-        print(f"{c:<12} {span:>18} {rate:>6.2f} {share:>8} {cpu:>6.1f} {extra:>9}{note}")
+        shares = f"{share:>8} {share_mem:>9}"
+        print(f"{c:<12} {span:>18} {rate:>6.2f} {shares} {cpu:>6.1f} {extra:>9}{note}")
     print(
         f"fastst inspect s3://: {'FAILED ' if inspected['failed'] else ''}"
         f"{inspected['body']} body bytes ({inspected['headers']} of HTTP "
