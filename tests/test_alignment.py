@@ -7,7 +7,10 @@ and its pread back end are copies wherever the allocator puts them. fastst
 hands out every tensor at its file offset's alignment (views, and the small
 tensors and pread tensors it copies alike), directly and through the
 drop-in switch; memory of its own (``copy=True``, ``dtype=``) starts at a
-multiple of 64 bytes, like torch's allocator."""
+multiple of 64 bytes, like torch's allocator, except copies of 1 MiB and
+more: they start at their file offset modulo 4096, so that a cold load
+reads them from the disk straight into place (modulo 64: where the
+reference's views of them sit)."""
 
 from __future__ import annotations
 
@@ -84,6 +87,38 @@ def test_memory_of_its_own_is_64_byte_aligned(odd, framework, options) -> None:
         every = f.get_tensors(copy=True) if "copy" in options else {}
     assert set(one.values()) == {0}
     assert {pointer(t) % 64 for t in every.values()} <= {0}
+
+
+@pytest.fixture(scope="module")
+def large(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("align") / "large.safetensors"
+    tensors = {
+        "a": np.arange(5, dtype=np.uint8),
+        "h": np.ones(600_003, dtype=np.float16),
+        "w": np.ones(300_001, dtype=np.float32),
+        "z": np.ones(1 << 20, dtype=np.uint8),
+    }
+    fastst.numpy.save_file(tensors, path, metadata={"pad": "x" * 13})
+    return path
+
+
+@pytest.mark.parametrize("framework", ["pt", "np"])
+def test_large_copies_sit_at_their_file_offset_modulo_4096(large, framework) -> None:
+    with fastst.safe_open(large, "np") as f:
+        start = f._raw.data_start
+        want = {k: (start + f._raw.info(k)[2]) % 4096 for k in f.keys()}
+    assert len({want[k] % 64 for k in "hwz"}) > 1, "the offsets are spread"
+    want["a"] = 0  # small: a multiple of 64
+    load = fastst.torch.load_file if framework == "pt" else fastst.numpy.load_file
+    loaded = load(large, copy=True)
+    assert {k: pointer(t) % (4096 if k != "a" else 64) for k, t in loaded.items()} == want
+    with fastst.safe_open(large, framework) as f:
+        assert pointer(f.get_tensor("w", copy=True)) % 4096 == want["w"]
+        # Conversions have no file offset to keep.
+        assert pointer(f.get_tensor("w", dtype="F64")) % 64 == 0
+    assert all(
+        np.all(np.asarray(t) == (np.arange(5) if k == "a" else 1)) for k, t in loaded.items()
+    )
 
 
 DROP_IN = r"""

@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 from conftest import raw_file
 from fastst._fastst import load_into
+from fastst._frameworks import OWNED_ALIGN, placement
+from fastst._open import _aligned_empty
 
 ITEM = {
     "BOOL": 1, "U8": 1, "I8": 1, "U16": 2, "I16": 2, "F16": 2, "BF16": 2, "U32": 4,
@@ -330,15 +332,30 @@ def test_the_progress_line_escapes_a_hostile_file_name(tmp_path, capfd, monkeypa
     assert err.endswith("\n") and err.replace("\r\x1b[K", "")[:-1].isprintable()
 
 
+def evict(path: Path) -> None:
+    """Drops the file's pages from the page cache."""
+    os.sync()
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+
+
 def test_a_file_truncated_during_a_batch_load_is_file_changed(tmp_path):
     path = tmp_path / "shrinks.safetensors"
     data, _ = sample(["U8"], big=6 << 20)
     path.write_bytes(data)
-    for backend in ("mmap", "pread"):
+    # Cached, and cold into destinations placed at their file offsets
+    # (direct reads straight into them, where the file system allows).
+    for backend, cold in (("mmap", False), ("pread", False), ("pread", True)):
         path.write_bytes(data)
+        if cold:
+            evict(path)
         with fastst.safe_open(path, "np", backend=backend) as f:
             names = f.offset_keys()
-            arrays = [np.empty(e - b, np.uint8) for _d, _s, b, e in map(f._raw.info, names)]
+            arrays = [
+                _aligned_empty(e - b, placement(e - b, f._raw.data_start + b, 1))
+                for _d, _s, b, e in map(f._raw.info, names)
+            ]
 
             def shrink(_done, _total):
                 os.truncate(path, 1000)
@@ -440,7 +457,7 @@ def test_a_failed_allocation_names_the_tensor(every_dtype, monkeypatch):
         def empty(shape, dtype=float):
             # A destination of 65 537 four-byte values (plus room to start
             # at a multiple of 64 bytes).
-            if shape == 65_537 * 4 + opened.OWNED_ALIGN and np.dtype(dtype) == np.uint8:
+            if shape == 65_537 * 4 + OWNED_ALIGN and np.dtype(dtype) == np.uint8:
                 raise MemoryError("no")
             return real(shape, dtype=dtype)
 

@@ -93,6 +93,34 @@ class Where(NamedTuple):
         return rule_error(rule, self.filename, f"tensor {self.tensor!r}: {message}", self.tensor)
 
 
+#: Owned memory starts at a multiple of this many bytes (as torch's
+#: allocator gives; numpy's gives 16)...
+OWNED_ALIGN = 64
+#: ... except owned copies of at least ``PLACED`` bytes: they start at their
+#: file offset modulo ``PLACE_ALIGN`` (the block size of direct I/O), so that
+#: a cold load reads them from the disk straight into place (modulo 64, that
+#: is where the reference's views of them sit), in the first block of a
+#: transparent huge page (``HUGE_PAGE``): fresh memory is faulted in fastest
+#: in huge pages, and the fewer 4 KiB pages at a tensor's ends the better.
+PLACED = 1 << 20
+PLACE_ALIGN = 4096
+HUGE_PAGE = 2 << 20
+
+#: Where owned memory starts: ``(alignment, offset modulo it)``.
+Placement = Tuple[int, int]
+
+
+def placement(nbytes: int, at: Optional[int], itemsize: int) -> Placement:
+    """Where the owned destination of ``nbytes`` bytes of a tensor starts:
+    at its file offset ``at`` modulo :data:`PLACE_ALIGN`, in the first block
+    of a huge page, for a large copy (``at`` None: a conversion) whose offset
+    is a multiple of the element size, else at a multiple of
+    :data:`OWNED_ALIGN`."""
+    if at is not None and nbytes >= PLACED and at % itemsize == 0:
+        return HUGE_PAGE, at % PLACE_ALIGN
+    return OWNED_ALIGN, 0
+
+
 @dataclass(frozen=True)
 class Backend:
     """How one framework receives tensors from a file.
@@ -104,10 +132,11 @@ class Backend:
     the file and tensor for error messages. ``settle(device)`` returns once
     every tensor handed out for that device has landed there (a no-op where
     tensors are complete when handed out). Owned loads allocate each
-    destination with ``empty(dtype, shape, where)`` -> ``(tensor, its bytes
-    as a writable uint8 numpy array)`` where a framework has its own memory
-    (None: numpy arrays, wrapped by ``tensor``), and hand the filled tensor
-    out through ``place(tensor, device)``.
+    destination with ``empty(dtype, shape, where, place)`` -> ``(tensor, its
+    bytes as a writable uint8 numpy array)``, the bytes starting at
+    ``place[1]`` modulo ``place[0]`` (:func:`placement`), where a framework
+    has its own memory (None: numpy arrays, wrapped by ``tensor``), and hand
+    the filled tensor out through ``place(tensor, device)``.
     """
 
     name: str
@@ -115,7 +144,7 @@ class Backend:
     tensor: Callable[[Buffer, str, Shape, Any, Where], Any]
     index: Callable[[Buffer, str, Shape, Any, Any, Where], Any]
     settle: Callable[[Any], None] = lambda _device: None
-    empty: Optional[Callable[[str, Shape, Where], Tuple[Any, np.ndarray]]] = None
+    empty: Optional[Callable[[str, Shape, Where, Placement], Tuple[Any, np.ndarray]]] = None
     place: Optional[Callable[[Any, Any], Any]] = None
 
 

@@ -231,13 +231,28 @@ def settle(device: Target) -> None:
     device.synchronize()
 
 
-def empty(dtype: str, shape: Sequence[int], where: _frameworks.Where) -> Tuple[Any, Any]:
+def empty(
+    dtype: str, shape: Sequence[int], where: _frameworks.Where, place: _frameworks.Placement
+) -> Tuple[Any, Any]:
     """An uninitialised CPU tensor for tensor ``where`` of header dtype
-    ``dtype`` and ``shape`` (torch's own memory, filled by an owned load),
-    and its bytes as a writable uint8 numpy array (no copy)."""
+    ``dtype`` and ``shape`` (filled by an owned load): torch's own memory,
+    or where ``place`` asks for more than torch's alignment (and the
+    element size allows) memory from numpy's allocator placed there; and
+    its bytes as a writable uint8 numpy array (no copy)."""
     dims, tdtype = torch_shape(dtype, shape, where), torch_dtype(dtype, where)
+    align, phase = place
     try:
-        made = torch.empty(dims, dtype=tdtype)
+        if align == _frameworks.OWNED_ALIGN or phase % tdtype.itemsize:
+            made = torch.empty(dims, dtype=tdtype)
+        else:
+            # Placed as asked: exactly its bytes, inside a block from numpy's
+            # allocator that the tensor's storage holds.
+            nbytes = tdtype.itemsize
+            for d in dims:
+                nbytes *= d
+            block = _np.empty(nbytes + align, dtype=_np.uint8)
+            skip = (phase - block.ctypes.data) % align
+            made = torch.from_numpy(block[skip : skip + nbytes]).view(tdtype).view(dims)
     except RuntimeError as exc:
         # torch's CPU allocator reports a failed allocation as RuntimeError.
         if "allocate" not in str(exc):

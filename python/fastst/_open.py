@@ -11,6 +11,7 @@ from . import _frameworks, _prefetch
 from ._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
 from ._errors import closed_file_error, rule_error
 from ._fastst import DEFAULT_HEADER_CAP, RawFile, load_into
+from ._frameworks import placement
 from ._paths import progress_label
 from ._progress import Progress, resolve
 from ._raw import RawSource
@@ -32,16 +33,12 @@ def _offset_report(
     return report
 
 
-#: Owned numpy destinations start at an address that is a multiple of this
-#: (as torch's allocator gives; numpy's gives 16).
-OWNED_ALIGN = 64
-
-
-def _aligned_empty(nbytes: int) -> np.ndarray:
-    """``nbytes`` uninitialised bytes starting at a multiple of
-    :data:`OWNED_ALIGN`."""
-    block = np.empty(nbytes + OWNED_ALIGN, dtype=np.uint8)
-    skip = -block.ctypes.data % OWNED_ALIGN
+def _aligned_empty(nbytes: int, place: _frameworks.Placement) -> np.ndarray:
+    """``nbytes`` uninitialised bytes starting at ``place[1]`` modulo
+    ``place[0]`` (:func:`fastst._frameworks.placement`)."""
+    align, phase = place
+    block = np.empty(nbytes + align, dtype=np.uint8)
+    skip = (phase - block.ctypes.data) % align
     return block[skip : skip + nbytes]
 
 
@@ -259,20 +256,24 @@ class safe_open:  # noqa: N801 - the reference package's name
         src, shape, begin, end = file.info(name)
         target = src if dtype is None else target_dtype(dtype)
         where = self._where(name)
+        # A copy's file offset: large ones are placed to match it.
+        at = file.data_start + begin if target == src else None
         try:
             empty = self._backend.empty
             if empty is not None:
-                result, out = empty(target, shape, where)
+                result, out = empty(target, shape, where, placement(end - begin, at, 1))
             elif target == src and src in PACKED_BITS:
                 # Unpacked into an array once the bytes are read.
-                out = _aligned_empty(end - begin)
+                out = _aligned_empty(end - begin, placement(end - begin, at, 1))
                 result = (out, target, shape, True)
             else:
                 kind = NUMPY_DTYPES[target]
                 count = 1
                 for d in shape:
                     count *= d
-                out = _aligned_empty(count * kind.itemsize)  # no zero-fill pass
+                nbytes = count * kind.itemsize
+                # No zero-fill pass.
+                out = _aligned_empty(nbytes, placement(nbytes, at, kind.itemsize))
                 result = (out.view(kind).reshape(shape), target, shape, False)
         except MemoryError:
             raise rule_error(

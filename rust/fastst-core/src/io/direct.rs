@@ -1,6 +1,8 @@
 //! Reads that bypass the page cache (`O_DIRECT`, Linux) for whole loads of
-//! files that are not cached (whatever their size), and the aligned
-//! per-thread buffers they read into. Everything here falls back rather than fails: a file system that
+//! files that are not cached (whatever their size): straight into
+//! destinations placed at their file offset modulo [`DIRECT_ALIGN`], else
+//! into aligned per-thread buffers. Everything here falls back rather than
+//! fails: a file system that
 //! refuses direct I/O (tmpfs, some FUSE and network file systems), a read it
 //! rejects, or pages already in the cache make the caller read through the
 //! page cache instead.
@@ -79,25 +81,86 @@ impl DirectFile {
         len: usize,
         buf: &mut [u8],
     ) -> Option<std::io::Result<Range<usize>>> {
-        use std::os::unix::fs::FileExt;
-        if self.refused.load(Ordering::Relaxed) || len == 0 {
+        if len == 0 {
             return None;
         }
         let end = start.checked_add(len as u64)?;
         let lo = start - start % DIRECT_ALIGN;
         let hi = end.checked_next_multiple_of(DIRECT_ALIGN)?;
         let want = usize::try_from(hi - lo).ok()?;
-        if want > buf.len() || buf.as_ptr() as usize % DIRECT_ALIGN as usize != 0 {
-            return None;
-        }
-        if self.any_cached(lo, want) {
-            return None;
-        }
         let lead = (start - lo) as usize;
         let need = lead + len;
+        match self.read_blocks(lo, buf.get_mut(..want)?, need)? {
+            Ok(()) => Some(Ok(lead..need)),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// Whether [`DirectFile::read_into`] can read the file's bytes at
+    /// `start` straight into `dst`: `dst` sits at `start`'s place modulo
+    /// [`DIRECT_ALIGN`], so that the aligned blocks of the file land on
+    /// aligned memory.
+    pub(crate) fn fits(start: u64, dst: &[u8]) -> bool {
+        (dst.as_ptr() as u64).wrapping_sub(start) % DIRECT_ALIGN == 0
+    }
+
+    /// Reads the file's bytes `[start, start + dst.len())` into `dst`, which
+    /// [`DirectFile::fits`]: the whole blocks inside the range with direct
+    /// reads straight into `dst`, the partial blocks at either end through
+    /// `scratch` (aligned, at least `2 * DIRECT_ALIGN` long). `None` and
+    /// `Some(Err(..))` as for [`DirectFile::read`] (part of `dst` may be
+    /// written then).
+    #[cfg(unix)]
+    pub(crate) fn read_into(
+        &self,
+        start: u64,
+        dst: &mut [u8],
+        scratch: &mut [u8],
+    ) -> Option<std::io::Result<()>> {
+        if !Self::fits(start, dst) || dst.is_empty() {
+            return None;
+        }
+        let end = start.checked_add(dst.len() as u64)?;
+        let mid_lo = start.checked_next_multiple_of(DIRECT_ALIGN)?;
+        let mid_hi = (end - end % DIRECT_ALIGN).max(mid_lo);
+        let head = usize::try_from(mid_lo.min(end) - start).ok()?;
+        let mid = usize::try_from(mid_hi - mid_lo).ok()?;
+        let (head_dst, rest) = dst.split_at_mut(head);
+        let (mid_dst, tail_dst) = rest.split_at_mut(mid);
+        if mid > 0 {
+            if let Err(e) = self.read_blocks(mid_lo, mid_dst, mid)? {
+                return Some(Err(e));
+            }
+        }
+        for (at, part) in [(start, head_dst), (mid_hi, tail_dst)] {
+            if part.is_empty() {
+                continue;
+            }
+            match self.read(at, part.len(), scratch)? {
+                Ok(range) => part.copy_from_slice(&scratch[range]),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(Ok(()))
+    }
+
+    /// Reads whole blocks of the file from `lo` (a multiple of
+    /// [`DIRECT_ALIGN`]) into `buf` (aligned, a whole number of blocks)
+    /// until at least `need` bytes are in; a read may stop short at the end
+    /// of the file past them. `None` and `Some(Err(..))` as for
+    /// [`DirectFile::read`].
+    #[cfg(unix)]
+    fn read_blocks(&self, lo: u64, buf: &mut [u8], need: usize) -> Option<std::io::Result<()>> {
+        use std::os::unix::fs::FileExt;
+        if self.refused.load(Ordering::Relaxed)
+            || buf.as_ptr() as usize % DIRECT_ALIGN as usize != 0
+            || self.any_cached(lo, buf.len())
+        {
+            return None;
+        }
         let mut got = 0usize;
         while got < need {
-            match self.file.read_at(&mut buf[got..want], lo + got as u64) {
+            match self.file.read_at(&mut buf[got..], lo + got as u64) {
                 Ok(0) => {
                     return Some(Err(std::io::ErrorKind::UnexpectedEof.into()));
                 }
@@ -117,7 +180,7 @@ impl DirectFile {
                 },
             }
         }
-        Some(Ok(lead..need))
+        Some(Ok(()))
     }
 
     /// Direct reads need Unix.
@@ -128,6 +191,17 @@ impl DirectFile {
         _len: usize,
         _buf: &mut [u8],
     ) -> Option<std::io::Result<Range<usize>>> {
+        None
+    }
+
+    /// Direct reads need Unix.
+    #[cfg(not(unix))]
+    pub(crate) fn read_into(
+        &self,
+        _start: u64,
+        _dst: &mut [u8],
+        _scratch: &mut [u8],
+    ) -> Option<std::io::Result<()>> {
         None
     }
 
@@ -310,6 +384,58 @@ mod tests {
         // Once refused, every later read is declined.
         direct.refused.store(true, Ordering::Relaxed);
         assert!(direct.read(0, 4096, buf.as_mut_slice()).is_none());
+    }
+
+    /// Reads straight into destinations placed at their file offset modulo
+    /// [`DIRECT_ALIGN`]: exact at odd offsets and sizes (inside one block,
+    /// across two, from a block boundary, to the end of the file), nothing
+    /// written around them; a destination placed elsewhere, or an empty
+    /// one, is declined untouched.
+    #[test]
+    fn direct_reads_into_placed_destinations_are_exact() {
+        let len = 300_001;
+        let Some((_path, data, _file, direct)) = uncached("direct-into", len) else {
+            return;
+        };
+        let mut mem = ReadBuffer::new(128 << 10, "t").unwrap();
+        let mut scratch = ReadBuffer::new(2 * DIRECT_ALIGN as usize, "t").unwrap();
+        let block = DIRECT_ALIGN as usize;
+        for (start, n) in [
+            (10usize, 90usize),
+            (4000, 200),
+            (4096, 10_000),
+            (1, 8190),
+            (12_345, 100_000),
+            (len - 70_001, 70_001),
+            (len - 5, 5),
+        ] {
+            let at = start % block;
+            mem.as_mut_slice().fill(0xA5);
+            let dst = &mut mem.as_mut_slice()[at + block..at + block + n];
+            assert!(DirectFile::fits(start as u64, dst));
+            let got = direct.read_into(start as u64, dst, scratch.as_mut_slice());
+            got.unwrap().unwrap();
+            let mem = mem.as_slice();
+            assert!(
+                mem[at + block..at + block + n] == data[start..start + n],
+                "{start} {n}"
+            );
+            assert!(mem[..at + block].iter().all(|&b| b == 0xA5), "{start} {n}");
+            assert!(
+                mem[at + block + n..].iter().all(|&b| b == 0xA5),
+                "{start} {n}"
+            );
+        }
+        mem.as_mut_slice().fill(0xA5);
+        let misplaced = &mut mem.as_mut_slice()[block + 11..block + 5000];
+        assert!(!DirectFile::fits(10, misplaced));
+        assert!(direct
+            .read_into(10, misplaced, scratch.as_mut_slice())
+            .is_none());
+        assert!(direct
+            .read_into(0, &mut [], scratch.as_mut_slice())
+            .is_none());
+        assert!(mem.as_slice().iter().all(|&b| b == 0xA5));
     }
 
     #[test]

@@ -16,9 +16,11 @@
 //! are read through the cache as above. Mostly not (and with
 //! [`LoadOptions::direct`]): the disk is the limit, so pieces whose pages
 //! are not cached are read with `O_DIRECT` (Linux) by more threads
-//! ([`COLD_THREADS`], a deeper queue) into an aligned per-thread buffer
-//! and copied from there into destinations backed by transparent huge
-//! pages; the page cache is neither filled nor polluted. A piece with
+//! ([`COLD_THREADS`], a deeper queue) into destinations backed by
+//! transparent huge pages: straight into a destination placed at its file
+//! offset modulo 4096 (only the partial blocks at a tensor's ends go
+//! through a small per-thread buffer), through a per-thread buffer
+//! otherwise; the page cache is neither filled nor polluted. A piece with
 //! cached pages, a file system refusing direct I/O (tmpfs, some FUSE and
 //! network file systems), or a read it rejects, is read through the cache
 //! without error.
@@ -51,7 +53,7 @@ use crate::io;
 use crate::read::MappedFile;
 
 use self::plan::{plan, Part};
-use self::worker::{Reader, Worker};
+use self::worker::{Buffers, Reader, Worker};
 
 mod plan;
 mod worker;
@@ -275,7 +277,7 @@ pub fn load_into(
         _ => None,
     };
     advise_destinations(&mut dests, options.huge_pages, direct.is_some());
-    let parts = plan(dests, piece);
+    let parts = plan(dests, piece, file.header().data_start());
     let threads = match (options.threads, &direct) {
         (0, Some(_)) => COLD_THREADS,
         (0, None) => hint_threads,
@@ -283,7 +285,6 @@ pub fn load_into(
     }
     .min(parts.len())
     .max(1);
-    let largest = parts.iter().map(|p| p.len).max().unwrap_or(0);
     if let (Some(first), Some(raw)) = (parts.first(), file.local()) {
         io::advise_sequential_from(raw, file.header().data_start() + first.begin);
     }
@@ -292,11 +293,10 @@ pub fn load_into(
         let reader = Reader {
             file,
             direct: direct.as_ref(),
-            buffer_len: largest.max(CONVERT_CHUNK),
         };
-        let mut buffer = None;
+        let mut buffers = Buffers::default();
         for part in parts {
-            reader.read(part, &mut buffer)?;
+            reader.read(part, &mut buffers)?;
         }
         return Ok(finish(report, total));
     }
@@ -324,7 +324,6 @@ pub fn load_into(
         reader: Reader {
             file,
             direct: direct.as_ref(),
-            buffer_len: largest.max(CONVERT_CHUNK),
         },
         shared: &shared,
         wake_workers: &wake_workers,

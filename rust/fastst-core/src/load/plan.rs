@@ -1,9 +1,13 @@
 //! A load's read requests: the destinations, in file order, cut into
-//! pieces of at most `piece` source bytes (whole elements; the destination
-//! split to match), runs of small neighbouring tensors joined into one.
+//! pieces of about `piece` source bytes (conversions: at most, in whole
+//! elements, the destination split to match; copies: on the file's
+//! [`DIRECT_ALIGN`] block boundaries, so that a direct read straight into
+//! the destination reads no partial block inside a tensor), runs of small
+//! neighbouring tensors joined into one.
 
 use super::{Destination, SMALL};
 use crate::dtype::Dtype;
+use crate::io::DIRECT_ALIGN;
 use crate::table::TensorInfo;
 
 /// A tensor (or part of one) inside a read request.
@@ -35,9 +39,14 @@ impl Part<'_> {
     }
 }
 
-/// Splits the destinations (in file order) into read requests of at most
-/// `piece` source bytes.
-pub(super) fn plan(mut dests: Vec<Destination<'_>>, piece: usize) -> Vec<Part<'_>> {
+/// Splits the destinations (in file order) into read requests of about
+/// `piece` source bytes; the data section starts at `data_start` in the
+/// file.
+pub(super) fn plan(
+    mut dests: Vec<Destination<'_>>,
+    piece: usize,
+    data_start: u64,
+) -> Vec<Part<'_>> {
     dests.sort_by_key(|d| d.info.begin);
     let mut parts: Vec<Part<'_>> = Vec::new();
     let mut run: Option<Part<'_>> = None;
@@ -68,6 +77,29 @@ pub(super) fn plan(mut dests: Vec<Destination<'_>>, piece: usize) -> Vec<Part<'_
             continue;
         }
         parts.extend(run.take());
+        if d.to == d.info.dtype && piece as u64 >= DIRECT_ALIGN {
+            // Each cut at the last block boundary before the next `piece`.
+            let at = data_start + d.info.begin;
+            let (mut offset, mut rest) = (0u64, d.dst);
+            while !rest.is_empty() {
+                let cut = (at + offset + piece as u64) / DIRECT_ALIGN * DIRECT_ALIGN - at;
+                let n = (cut - offset).min(rest.len() as u64) as usize;
+                let (dst, tail) = std::mem::take(&mut rest).split_at_mut(n);
+                parts.push(Part {
+                    begin: d.info.begin + offset,
+                    len: n,
+                    members: vec![Member {
+                        info: d.info,
+                        to: d.to,
+                        len: n,
+                        dst,
+                    }],
+                });
+                offset += n as u64;
+                rest = tail;
+            }
+            continue;
+        }
         let (fs, ts) = (elem_size(d.info.dtype), elem_size(d.to));
         // Whole source elements per piece; the destination is split to match.
         let src_piece = (piece / fs).max(1) * fs;

@@ -320,7 +320,7 @@ fn requests(file: &MappedFile, names: &[&str], to: Option<Dtype>, piece: usize) 
             dst,
         })
         .collect();
-    plan(dests, piece)
+    plan(dests, piece, file.header().data_start())
         .into_iter()
         .map(|p| {
             let members = p
@@ -394,6 +394,16 @@ fn plan_runs_small_neighbours_and_splits_large_tensors() {
     let odd = requests(&file, &["g"], Some(Dtype::F32), 7);
     assert_eq!(odd[0], (g, 6, vec![m("g", 6, 12)]));
     assert_eq!(odd.iter().map(|p| p.1).sum::<usize>(), 3 * mib + 2);
+    // Copied, it is cut on the file's 4096-byte blocks instead: every
+    // request but the first starts on one, none is longer than `piece`.
+    let start = file.header().data_start();
+    let copies = requests(&file, &["g"], None, mib + 1);
+    assert_eq!(copies.iter().map(|p| p.1).sum::<usize>(), 3 * mib + 2);
+    assert_eq!(copies.len(), 4);
+    for (begin, len, _) in &copies[1..] {
+        assert_eq!((start + begin) % 4096, 0);
+        assert!(*len <= mib + 1);
+    }
 }
 
 /// Huge-page advice for copies looks at the pages of the tensors
@@ -560,7 +570,6 @@ fn a_worker_leaves_when_nothing_is_left_whatever_the_limit() {
             reader: Reader {
                 file: &file,
                 direct: None,
-                buffer_len: 1,
             },
             shared: &shared,
             wake_workers: &wake_workers,
@@ -879,6 +888,66 @@ fn cold_loads_read_around_the_cache_into_any_memory() {
     assert!(heap[..] == *want(0) && tiny[..] == *want(2));
     assert!(private[..] == *want(3) && shared[..] == *want(4));
     let start = file.header().data_start();
+    let (cached, pages) = crate::io::cached_pages(file.raw(), start, data.len() as u64).unwrap();
+    assert!(cached * 4 < pages, "{cached} of {pages} pages cached");
+}
+
+/// A cold load of copies into destinations placed at their file offset
+/// modulo 4096 reads them straight in: exact (odd offsets and sizes, an
+/// empty tensor, the end of the file), and no request goes through a
+/// bounce buffer.
+#[test]
+#[cfg(target_os = "linux")]
+fn cold_copies_into_placed_destinations_need_no_bounce_buffer() {
+    let (f, data) = layout(&[
+        ("odd", Dtype::U8, 3 + (3 << 20)),
+        ("empty", Dtype::U8, 0),
+        ("big", Dtype::Bf16, (5 << 20) + 2),
+        ("last", Dtype::U8, (1 << 20) + 4097),
+    ]);
+    let file = open(&f.0, Backend::Pread);
+    let direct = crate::io::open_direct(file.raw());
+    if !crate::io::drop_cached(file.raw()) || direct.is_none() {
+        return; // a file system that keeps everything cached
+    }
+    let start = file.header().data_start();
+    let infos = file.header().tensors();
+    let mut maps: Vec<memmap2::MmapMut> = infos
+        .iter()
+        .map(|t| memmap2::MmapMut::map_anon(t.byte_len() as usize + 4096).unwrap())
+        .collect();
+    let dests: Vec<Destination<'_>> = infos
+        .iter()
+        .zip(maps.iter_mut())
+        .map(|(info, map)| {
+            let at = ((start + info.begin) % 4096) as usize;
+            Destination {
+                info,
+                to: info.dtype,
+                dst: &mut map[at..at + info.byte_len() as usize],
+            }
+        })
+        .collect();
+    let reader = Reader {
+        file: &file,
+        direct: direct.as_ref(),
+    };
+    let mut buffers = Buffers::default();
+    let parts = plan(dests, 1 << 20, start);
+    assert!(parts.len() > 8);
+    for part in parts {
+        reader.read(part, &mut buffers).unwrap();
+    }
+    assert!(!buffers.bounced());
+    for (info, map) in infos.iter().zip(&maps) {
+        let at = ((start + info.begin) % 4096) as usize;
+        let got = &map[at..at + info.byte_len() as usize];
+        assert!(
+            got == &data[info.begin as usize..info.end as usize],
+            "{}",
+            info.name
+        );
+    }
     let (cached, pages) = crate::io::cached_pages(file.raw(), start, data.len() as u64).unwrap();
     assert!(cached * 4 < pages, "{cached} of {pages} pages cached");
 }

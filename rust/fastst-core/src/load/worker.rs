@@ -1,7 +1,9 @@
 //! The reading threads of a load: each takes the next request in file
 //! order (within the limit the reporter allows), reads it straight into its
-//! destination or through a per-thread buffer (direct I/O, conversions),
-//! and records the first failure in file order.
+//! destination (direct reads too, where the destination sits at its file
+//! offset modulo [`DIRECT_ALIGN`]) or through a per-thread buffer (runs of
+//! small tensors, conversions, direct reads into other memory), and
+//! records the first failure in file order.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
@@ -25,15 +27,30 @@ pub(super) struct Worker<'s, 'a> {
 pub(super) struct Reader<'s> {
     pub(super) file: &'s MappedFile,
     pub(super) direct: Option<&'s DirectFile>,
-    /// Size of a per-thread buffer (the largest request).
-    pub(super) buffer_len: usize,
+}
+
+/// One reading thread's buffers, allocated on first use: `bounce` as large
+/// as the largest request that went through it, `scratch` the partial
+/// blocks at either end of a direct read straight into a destination.
+#[derive(Default)]
+pub(super) struct Buffers {
+    bounce: Option<io::ReadBuffer>,
+    scratch: Option<io::ReadBuffer>,
+}
+
+impl Buffers {
+    /// Whether a request went through the bounce buffer.
+    #[cfg(test)]
+    pub(super) fn bounced(&self) -> bool {
+        self.bounce.is_some()
+    }
 }
 
 impl<'a> Worker<'_, 'a> {
     pub(super) fn run(&self) {
-        let mut buffer: Option<io::ReadBuffer> = None;
+        let mut buffers = Buffers::default();
         while let Some((at, part)) = self.next() {
-            match self.reader.read(part, &mut buffer) {
+            match self.reader.read(part, &mut buffers) {
                 Ok(n) => {
                     self.done.fetch_add(n, Ordering::AcqRel);
                 }
@@ -78,21 +95,24 @@ impl<'a> Worker<'_, 'a> {
 
 impl Reader<'_> {
     /// Reads (and converts) one request; returns its source bytes.
-    pub(super) fn read(
-        &self,
-        mut part: Part<'_>,
-        buffer: &mut Option<io::ReadBuffer>,
-    ) -> Result<u64> {
+    pub(super) fn read(&self, mut part: Part<'_>, buffers: &mut Buffers) -> Result<u64> {
         self.file.check_unchanged()?;
         let start = self.file.header().data_start() + part.begin;
         let len = part.len;
         if part.is_direct_copy() {
             let m = &mut part.members[0];
             if let Some(direct) = self.direct {
-                let buf = self.buffer(buffer, &m.info.name)?;
-                if let Some(range) = direct.read(start, len, buf.as_mut_slice()) {
-                    let range = range.map_err(|e| self.file.read_failed(e))?;
-                    m.dst.copy_from_slice(&buf.as_slice()[range]);
+                let done = if DirectFile::fits(start, m.dst) {
+                    let scratch = buffer(&mut buffers.scratch, 0, &m.info.name)?;
+                    direct.read_into(start, m.dst, scratch.as_mut_slice())
+                } else {
+                    let buf = buffer(&mut buffers.bounce, len, &m.info.name)?;
+                    direct
+                        .read(start, len, buf.as_mut_slice())
+                        .map(|got| got.map(|range| m.dst.copy_from_slice(&buf.as_slice()[range])))
+                };
+                if let Some(done) = done {
+                    done.map_err(|e| self.file.read_failed(e))?;
                     return Ok(len as u64);
                 }
             }
@@ -100,7 +120,7 @@ impl Reader<'_> {
             self.file.read_at(start, m.dst, &m.info.name)?;
             return Ok(len as u64);
         }
-        let buf = self.buffer(buffer, &part.members[0].info.name)?;
+        let buf = buffer(&mut buffers.bounce, len, &part.members[0].info.name)?;
         let src = self.fill(start, len, buf, &part.members[0].info.name)?;
         let mut at = 0usize;
         for m in &mut part.members {
@@ -117,22 +137,6 @@ impl Reader<'_> {
             }
         }
         Ok(len as u64)
-    }
-
-    /// This thread's reading buffer, allocated on first use (rule
-    /// `out-of-memory` naming `tensor` when it cannot be had).
-    fn buffer<'b>(
-        &self,
-        buffer: &'b mut Option<io::ReadBuffer>,
-        tensor: &str,
-    ) -> Result<&'b mut io::ReadBuffer> {
-        match buffer {
-            Some(b) => Ok(b),
-            None => Ok(buffer.insert(io::ReadBuffer::new(
-                self.buffer_len + 2 * DIRECT_ALIGN as usize,
-                tensor,
-            )?)),
-        }
     }
 
     /// Reads `len` bytes at absolute offset `start` into `buf`, directly
@@ -155,4 +159,23 @@ impl Reader<'_> {
         self.file.read_at(start, out, tensor)?;
         Ok(out)
     }
+}
+
+/// A thread's buffer for requests of `len` bytes (read directly, from and
+/// to whole aligned blocks), allocated or grown (to a power of two, so
+/// that it seldom grows again) on first need (rule
+/// `out-of-memory` naming `tensor` when it cannot be had).
+fn buffer<'b>(
+    slot: &'b mut Option<io::ReadBuffer>,
+    len: usize,
+    tensor: &str,
+) -> Result<&'b mut io::ReadBuffer> {
+    let want = (len + 2 * DIRECT_ALIGN as usize).next_power_of_two();
+    if slot.as_ref().is_some_and(|b| b.as_slice().len() >= want) {
+        if let Some(b) = slot {
+            return Ok(b);
+        }
+    }
+    *slot = None;
+    Ok(slot.insert(io::ReadBuffer::new(want, tensor)?))
 }
