@@ -21,7 +21,11 @@ Peers, at their defaults: ``runai-model-streamer`` (``SafetensorsStreamer().stre
 tensors iterated with ``get_tensors``), ``fastsafetensors`` on the CPU
 (``fastsafe_open(files, "pt", device="cpu", nogds=True)``, every tensor with ``get_tensor``),
 the reference ``safetensors.torch.load_file`` (tensors mapped from the file, touched), and
-``cat FILE > /dev/null`` (the disk's limit cold, the page cache's warm).
+``cat FILE > /dev/null`` (the disk's limit cold, the page cache's warm). Floors (bytes, not
+tensors): ``floor`` reads the files with ``O_DIRECT`` preads of 8 MiB by 16 threads into fresh
+private anonymous memory advised ``MADV_HUGEPAGE``, ``floor-nohuge`` the same without the
+advice, ``floor-touched`` into such memory allocated and touched before the clock: what no
+loader of fresh memory can beat, and what fresh memory costs.
 """
 
 from __future__ import annotations
