@@ -211,9 +211,9 @@ def test_pread_slice_reads_a_part(sample, monkeypatch) -> None:
             def __getattr__(self, name):
                 return getattr(real, name)
 
-            def read_range_into(self, name, offset, out):
-                calls.append((offset, len(out)))
-                real.read_range_into(name, offset, out)
+            def read_slice_into(self, name, dims, out):
+                calls.append((dims, len(out)))
+                real.read_slice_into(name, dims, out)
 
             def tensor(self, name):  # the whole-tensor path must not be taken
                 raise AssertionError("whole tensor read")
@@ -222,8 +222,8 @@ def test_pread_slice_reads_a_part(sample, monkeypatch) -> None:
         part = f.get_slice("a")[2:4, ::2]
         f._raw = real
     np.testing.assert_array_equal(part, A[2:4, ::2])
-    row = 5 * 4 * 4
-    assert calls == [(2 * row, 2 * row)]
+    # Rows 2 and 3, every other index of the next dimension, all of the last.
+    assert calls == [([(2, 2, 1), (0, 3, 2), (0, 4, 1)], 2 * 3 * 4 * 4)]
     assert isinstance(real, RawFile)
 
 

@@ -395,72 +395,103 @@ class SafeSlice:
         if owner.closed:
             raise closed_file_error(owner._raw.name)
         if owner._raw.backend == "pread":
-            rows = self._read_rows(index)
-            if rows is not None:
-                buffer, shape, index = rows
-                where = owner._where(self._name)
-                try:
-                    return owner._backend.index(
-                        buffer, self._dtype, shape, index, owner._device, where
-                    )
-                except IndexError as exc:
-                    # The message names the shape of the rows read: name the
-                    # tensor's own, as the whole-tensor path does.
-                    prefix, message = f"{where} of shape {list(shape)}: ", str(exc)
-                    if not message.startswith(prefix):
-                        raise
-                    rest = message[len(prefix) :]
-                    raise IndexError(f"{where} of shape {list(self._shape)}: {rest}") from None
+            part = self._read_part(index)
+            if part is not None:
+                return owner._backend.index(*part, owner._device, owner._where(self._name))
         try:
             buffer, dtype, shape = owner._raw.tensor(self._name)
         except MemoryError:
             # The whole tensor could be neither mapped nor copied (an
-            # address-space limit): read only the rows the index selects.
-            rows = self._read_rows(index)
-            if rows is None:
+            # address-space limit): read only the part the index selects.
+            part = self._read_part(index)
+            if part is None:
                 raise
-            buffer, shape, index = rows
-            dtype = self._dtype
+            buffer, dtype, shape, index = part
         return owner._backend.index(
             buffer, dtype, shape, index, owner._device, owner._where(self._name)
         )
 
-    def _read_rows(self, index: Any) -> Optional[Tuple[np.ndarray, Tuple[int, ...], Any]]:
-        """Under the pread back end, reads only the rows (outermost
-        dimension) the index selects: ``(bytes, their shape, the index
-        rewritten for them)``, or None when the whole tensor must be read
-        (packed dtypes, 0-d tensors, an index starting with ``...``/``None``,
-        negative steps, out-of-range ints: the full path raises the errors)."""
-        shape = self._shape
-        if not shape or self._dtype in PACKED_BITS:
+    def _read_part(self, index: Any) -> Optional[Tuple[np.ndarray, str, Tuple[int, ...], Any]]:
+        """Reads only the byte ranges the index selects (the pread back
+        end: remote objects, file objects): ``(bytes, dtype, their shape,
+        the index that takes the result out of them)``, or None when the
+        whole tensor must be read (an index the full path refuses, with the
+        framework's own error)."""
+        bits = PACKED_BITS.get(self._dtype, 0)
+        plan = _plan(index, self._shape, bits)
+        if plan is None:
             return None
-        items = index if isinstance(index, tuple) else (index,)
-        if not items:
-            return None
-        first, rest = items[0], items[1:]
-        n0 = shape[0]
-        if isinstance(first, slice):
-            start, stop, step = first.indices(n0)
-            if step < 0:
+        dims, shape, key = plan
+        nbits = bits or 8 * NUMPY_DTYPES[self._dtype].itemsize
+        for n in shape:
+            nbits *= n
+        out = np.empty(nbits // 8, dtype=np.uint8)
+        self._owner._raw.read_slice_into(self._name, dims, out)
+        return out, self._dtype, shape, key
+
+
+def _plan(
+    index: Any, shape: Tuple[int, ...], packed_bits: int
+) -> Optional[Tuple[List[Tuple[int, int, int]], Tuple[int, ...], Tuple[Any, ...]]]:
+    """What a basic index reads: per dimension ``(start, count, step)``
+    with a positive step, the shape of what is read, and the index that
+    takes the result out of it (ints drop their dimension, ``None`` adds
+    one, a negative step reverses). Packed dtypes (``packed_bits`` per
+    element, else 0) read their innermost dimension whole. None for what the whole-tensor
+    path must refuse: more indices than dimensions, several ``...``, ints
+    out of range, zero steps, packed rows that are not whole bytes."""
+    items = index if isinstance(index, tuple) else (index,)
+    ellipses = sum(item is Ellipsis for item in items)
+    taken = sum(item is not None and item is not Ellipsis for item in items)
+    if ellipses > 1 or taken > len(shape):
+        return None
+    if shape and shape[-1] * packed_bits % 8:
+        return None
+    fill = [slice(None)] * (len(shape) - taken)
+    full: List[Any] = []
+    for item in items:
+        full += fill if item is Ellipsis else [item]
+    if not ellipses:
+        full += fill
+    dims: List[Tuple[int, int, int]] = []
+    read: List[int] = []
+    key: List[Any] = []
+    axis = 0
+    for item in full:
+        if item is None:
+            key.append(None)
+            continue
+        n = shape[axis]
+        axis += 1
+        if isinstance(item, slice):
+            if item.step == 0:
                 return None
-            stop = max(start, stop)
-            lead: Any = slice(None, None, step)
-        elif not isinstance(first, bool) and hasattr(first, "__index__"):
-            i = first.__index__()
-            if i < 0:
-                i += n0
-            if not 0 <= i < n0:
-                return None
-            start, stop, lead = i, i + 1, 0
+            start, stop, step = item.indices(n)
+            count = len(range(start, stop, step))
+            whole = packed_bits and axis == len(shape)
+            if whole:
+                dims.append((0, n, 1))
+                key.append(item)
+            elif step > 0:
+                dims.append((start, count, step))
+                key.append(slice(None))
+            else:
+                dims.append((start + (count - 1) * step if count else 0, count, -step))
+                key.append(slice(None, None, -1))
+            read.append(n if whole else count)
         else:
-            return None
-        row = NUMPY_DTYPES[self._dtype].itemsize
-        for d in shape[1:]:
-            row *= d
-        out = np.empty((stop - start) * row, dtype=np.uint8)
-        if out.size:
-            self._owner._raw.read_range_into(self._name, start * row, out)
-        return out, (stop - start, *shape[1:]), (lead, *rest)
+            i = item.__index__()
+            if not -n <= i < n:
+                return None
+            if packed_bits and axis == len(shape):
+                dims.append((0, n, 1))
+                read.append(n)
+                key.append(i)
+            else:
+                dims.append((i % n, 1, 1))
+                read.append(1)
+                key.append(0)
+    return dims, tuple(read), tuple(key)
 
 
 class _safe_open_handle:  # noqa: N801 - the reference package's name

@@ -198,6 +198,9 @@ class ShardedFile:
     def read_range_into(self, name: str, offset: int, out: Any) -> None:
         self._shard(name).read_range_into(name, offset, out)
 
+    def read_slice_into(self, name: str, dims: List[Tuple[int, int, int]], out: Any) -> None:
+        self._shard(name).read_slice_into(name, dims, out)
+
     def convert_into(self, name: str, out: Any, to: str) -> None:
         self._shard(name).convert_into(name, out, to)
 

@@ -47,6 +47,8 @@
 //! - [`source`]: the one seam for every input ([`Source`]; the local file is
 //!   one) and the header read of every source.
 //! - [`read`]: [`MappedFile`], an open file's header and tensor bytes.
+//! - [`slice`]: the parts of a tensor a basic index selects, read with few
+//!   requests.
 //! - [`convert`]: dtype conversion kernels and the allowed pairs.
 //! - [`load`]: whole loads of many tensors into caller-owned memory.
 //! - [`prefetch`]: reading a file's pages ahead of their consumer.
@@ -114,6 +116,7 @@ pub mod prefetch;
 pub mod progress;
 pub mod read;
 pub mod rules;
+pub mod slice;
 pub mod source;
 pub mod table;
 #[cfg(test)]

@@ -175,6 +175,11 @@ impl MappedFile {
         self.source.local()
     }
 
+    /// The source the file is read from.
+    pub(crate) fn source(&self) -> &dyn Source {
+        &*self.source
+    }
+
     /// The source's own `(reading threads, bytes per request)` for whole
     /// loads ([`Source::load_hint`]).
     pub(crate) fn load_hint(&self) -> Option<(usize, usize)> {
@@ -340,7 +345,7 @@ impl MappedFile {
 /// The error of a read of tensor `name`: an I/O error names the tensor
 /// (a remote store's failure reaches the user with the tensor it was for).
 #[cold]
-fn reading(name: &str, err: Error) -> Error {
+pub(crate) fn reading(name: &str, err: Error) -> Error {
     match err {
         Error::Io { context, source } if !name.is_empty() => Error::Io {
             context: format!("tensor {name:?}: {context}"),

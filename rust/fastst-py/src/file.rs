@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use fastst_core::load::tensor_into;
 use fastst_core::read::PRIVATE_MAP_THRESHOLD;
+use fastst_core::slice::Dim;
 use fastst_core::{Backend, Dtype, MappedFile, OpenOptions, Source, TensorInfo};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
@@ -305,6 +306,29 @@ impl RawFile {
         let dst = writable(&out)?;
         let file = &*file;
         py.allow_threads(move || file.read_tensor_into(t, offset, dst.into_slice()))
+            .in_file(&self.name)
+    }
+
+    /// Copies the elements of tensor `name` that `dims` select, one
+    /// `(start, count, step)` per dimension, into `out` (a writable
+    /// C-contiguous byte buffer of exactly their length), in C order: only
+    /// the byte ranges they need are read, nearby ones as one.
+    fn read_slice_into(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        dims: Vec<(u64, u64, u64)>,
+        out: PyBuffer<u8>,
+    ) -> PyResult<()> {
+        let file = self.file()?;
+        let t = self.lookup(&file, name)?;
+        let dims: Vec<Dim> = dims
+            .into_iter()
+            .map(|(start, count, step)| Dim { start, count, step })
+            .collect();
+        let dst = writable(&out)?;
+        let file = &*file;
+        py.allow_threads(move || file.read_slice_into(t, &dims, dst.into_slice()))
             .in_file(&self.name)
     }
 

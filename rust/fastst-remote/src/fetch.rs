@@ -89,13 +89,24 @@ impl Object<'_> {
     /// Fills `buf` with the bytes at `offset`: concurrent ranged GETs of at
     /// most `tuning.part` bytes, each streamed into its place.
     pub(crate) async fn read(&self, offset: u64, buf: &mut [u8], tuning: Tuning) -> Result<()> {
-        let plan = parts(offset, buf.len(), tuning.part);
-        let mut rest = buf;
-        let mut pieces = Vec::with_capacity(plan.len());
-        for p in plan {
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(p.at.len());
-            pieces.push((p.range, head));
-            rest = tail;
+        self.read_many(&mut [(offset, buf)], tuning).await
+    }
+
+    /// Fills each buffer of `reads` with the bytes at its offset: the
+    /// parts of all of them in one queue, `tuning.concurrency` in flight.
+    pub(crate) async fn read_many(
+        &self,
+        reads: &mut [(u64, &mut [u8])],
+        tuning: Tuning,
+    ) -> Result<()> {
+        let mut pieces = Vec::with_capacity(reads.len());
+        for (offset, buf) in reads.iter_mut() {
+            let mut rest: &mut [u8] = buf;
+            for p in parts(*offset, rest.len(), tuning.part) {
+                let (head, tail) = std::mem::take(&mut rest).split_at_mut(p.at.len());
+                pieces.push((p.range, head));
+                rest = tail;
+            }
         }
         futures::stream::iter(pieces.into_iter().map(|(range, dst)| self.get(range, dst)))
             .buffer_unordered(tuning.concurrency.max(1))

@@ -56,6 +56,12 @@ pub use runtime::runtime;
 /// header shorter than this arrive with it.
 pub const FIRST_READ: u64 = 64 << 10;
 
+/// Two byte ranges of one read closer than this are fetched as one range
+/// (the bytes between are dropped): a request costs a round trip before
+/// its first byte, in which one stream of a real network would have
+/// brought about this much (see docs/remote.md, "What is fetched").
+pub const COALESCE_GAP: u64 = 1 << 20;
+
 /// Why an object could not be opened.
 #[derive(Debug)]
 pub enum OpenError {
@@ -119,14 +125,11 @@ impl RemoteSource {
     pub fn tuning(&self) -> Tuning {
         self.tuning
     }
-}
 
-impl Source for RemoteSource {
-    fn len(&self) -> u64 {
-        self.len
-    }
-
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+    /// Checks that `buf.len()` bytes at `offset` lie inside the object
+    /// (else rule `file-changed`), and fills `buf` when they are bytes of
+    /// the opening request (the prefix and the header): true then.
+    fn kept(&self, offset: u64, buf: &mut [u8]) -> Result<bool> {
         let end = offset
             .checked_add(buf.len() as u64)
             .filter(|&e| e <= self.len)
@@ -137,19 +140,57 @@ impl Source for RemoteSource {
                     self.len
                 ),
             })?;
-        if end <= self.first.len() as u64 {
-            // Bytes of the opening request (the prefix and the header).
-            buf.copy_from_slice(&self.first[offset as usize..end as usize]);
-            return Ok(());
+        if end > self.first.len() as u64 {
+            return Ok(false);
         }
-        let object = fetch::Object {
+        buf.copy_from_slice(&self.first[offset as usize..end as usize]);
+        Ok(true)
+    }
+
+    /// What the requests for this object need.
+    fn object(&self) -> fetch::Object<'_> {
+        fetch::Object {
             store: &*self.store,
             path: &self.path,
             len: self.len,
             etag: self.etag.as_deref(),
             in_flight: &self.in_flight,
-        };
-        runtime()?.block_on(object.read(offset, buf, self.tuning))
+        }
+    }
+}
+
+impl Source for RemoteSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        if self.kept(offset, buf)? {
+            return Ok(());
+        }
+        runtime()?.block_on(self.object().read(offset, buf, self.tuning))
+    }
+
+    /// Nearby ranges are fetched as one when the bytes between take less
+    /// time to arrive than a request of its own takes to answer
+    /// ([`COALESCE_GAP`]).
+    fn coalesce_gap(&self) -> u64 {
+        COALESCE_GAP
+    }
+
+    /// The reads' parts all in one queue, [`Tuning::concurrency`] GETs in
+    /// flight.
+    fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Result<()> {
+        let mut fetched = Vec::with_capacity(reads.len());
+        for (offset, buf) in reads.iter_mut() {
+            if !self.kept(*offset, buf)? {
+                fetched.push((*offset, &mut **buf));
+            }
+        }
+        if fetched.is_empty() {
+            return Ok(());
+        }
+        runtime()?.block_on(self.object().read_many(&mut fetched, self.tuning))
     }
 
     fn load_hint(&self) -> Option<(usize, usize)> {
@@ -225,7 +266,18 @@ mod tests {
             src.read_at(offset as u64, &mut buf).unwrap();
             assert_eq!(buf, bytes[offset..offset + len], "{offset} {len}");
         }
+        // Many reads at once: kept bytes, a read in parts, a small one.
+        let (mut a, mut b, mut c) = (vec![0u8; 10], vec![0u8; 70_000], vec![0u8; 3]);
+        src.read_many(&mut [(5, &mut a), (100_000, &mut b), (299_990, &mut c)])
+            .unwrap();
+        assert_eq!(
+            (a, c),
+            (bytes[5..15].to_vec(), bytes[299_990..299_993].to_vec())
+        );
+        assert!(b == bytes[100_000..170_000]);
         let mut past = vec![0u8; 2];
+        let err = src.read_many(&mut [(0, &mut [0u8; 4][..]), (299_999, &mut past)]);
+        assert_eq!(err.unwrap_err().rule(), "file-changed");
         assert_eq!(
             src.read_at(bytes.len() as u64 - 1, &mut past)
                 .unwrap_err()

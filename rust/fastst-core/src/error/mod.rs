@@ -297,6 +297,14 @@ pub enum Error {
         /// The tensor's length in bytes.
         tensor_len: u64,
     },
+    #[error("tensor {tensor:?}: the slice {reason}")]
+    /// A slice asks for indices outside the tensor (rule `read-past-end`).
+    SliceOutside {
+        /// The tensor involved.
+        tensor: String,
+        /// Which, in words.
+        reason: String,
+    },
     #[error("{}{what} holds {got} bytes but {expected} are needed", tensor_prefix(.tensor))]
     /// A destination buffer's size differs from the bytes to read or convert.
     DestinationSize {

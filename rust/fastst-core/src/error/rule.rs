@@ -47,7 +47,7 @@ impl Error {
             DataTooShort { .. } => RuleId::DataTooShort,
             TrailingBytes { .. } => RuleId::TrailingBytes,
             TensorNotFound { .. } => RuleId::TensorNotFound,
-            ReadPastEnd { .. } => RuleId::ReadPastEnd,
+            ReadPastEnd { .. } | SliceOutside { .. } => RuleId::ReadPastEnd,
             DestinationSize { .. } => RuleId::DestinationSize,
             ConversionNotAllowed { .. } => RuleId::ConversionNotAllowed,
             OutOfMemory { .. } => RuleId::OutOfMemory,
@@ -85,6 +85,7 @@ impl Error {
             | Overlap { tensor, .. }
             | DataTooShort { tensor, .. }
             | ReadPastEnd { tensor, .. }
+            | SliceOutside { tensor, .. }
             | BadTensorSize { tensor, .. }
             | UnsupportedDtype { tensor, .. }
             | DataLength { tensor, .. } => Some(tensor),

@@ -50,6 +50,24 @@ pub trait Source: Send + Sync + Debug {
         None
     }
 
+    /// The gap between two wanted byte ranges below which reading them as
+    /// one range (and dropping the bytes between) costs less than a second
+    /// read. The default, a page, suits positioned reads of a local file:
+    /// the kernel reads whole pages anyway, and a system call costs about
+    /// what copying a few pages does.
+    fn coalesce_gap(&self) -> u64 {
+        4096
+    }
+
+    /// Fills each buffer of `reads` with the bytes at its offset, as
+    /// [`Source::read_at`] does; the default reads them one after another,
+    /// a remote source runs them concurrently.
+    fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Result<()> {
+        reads
+            .iter_mut()
+            .try_for_each(|(offset, buf)| self.read_at(*offset, buf))
+    }
+
     /// How a whole load should read this source, `(reading threads, bytes
     /// per request)`, when the loader's defaults (made for local disks)
     /// do not fit it: a remote object wants many requests in flight.
