@@ -8,6 +8,7 @@ from typing import Any, BinaryIO, Callable, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from . import _frameworks, _prefetch
+from ._basic_index import check_index, read_plan
 from ._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
 from ._errors import closed_file_error, rule_error
 from ._fastst import DEFAULT_HEADER_CAP, RawFile, load_into
@@ -335,23 +336,6 @@ class safe_open:  # noqa: N801 - the reference package's name
         return SafeSlice(self, name, dtype, shape)
 
 
-_BASIC = (int, slice, type(Ellipsis), type(None))
-
-
-def _check_index(index: Any) -> Any:
-    if isinstance(index, list) and not index:
-        # The reference's one list form: selects nothing along dimension 0.
-        return slice(0, 0)
-    items = index if isinstance(index, tuple) else (index,)
-    for item in items:
-        if isinstance(item, bool) or not (isinstance(item, _BASIC) or hasattr(item, "__index__")):
-            raise TypeError(
-                "get_slice supports basic indexing only (ints, slices, ..., None); "
-                f"got {type(item).__name__}"
-            )
-    return index
-
-
 class SafeSlice:
     """A tensor not read yet; ``s[...]`` reads only the part asked for, with
     basic indexing (ints, slices, ``...``, ``None``; out-of-range slice bounds
@@ -390,7 +374,7 @@ class SafeSlice:
         return self._shape[0]
 
     def __getitem__(self, index: Any) -> Any:
-        index = _check_index(index)
+        index = check_index(index)
         owner = self._owner
         if owner.closed:
             raise closed_file_error(owner._raw.name)
@@ -418,7 +402,7 @@ class SafeSlice:
         whole tensor must be read (an index the full path refuses, with the
         framework's own error)."""
         bits = PACKED_BITS.get(self._dtype, 0)
-        plan = _plan(index, self._shape, bits)
+        plan = read_plan(index, self._shape, bits)
         if plan is None:
             return None
         dims, shape, key = plan
@@ -428,70 +412,6 @@ class SafeSlice:
         out = np.empty(nbits // 8, dtype=np.uint8)
         self._owner._raw.read_slice_into(self._name, dims, out)
         return out, self._dtype, shape, key
-
-
-def _plan(
-    index: Any, shape: Tuple[int, ...], packed_bits: int
-) -> Optional[Tuple[List[Tuple[int, int, int]], Tuple[int, ...], Tuple[Any, ...]]]:
-    """What a basic index reads: per dimension ``(start, count, step)``
-    with a positive step, the shape of what is read, and the index that
-    takes the result out of it (ints drop their dimension, ``None`` adds
-    one, a negative step reverses). Packed dtypes (``packed_bits`` per
-    element, else 0) read their innermost dimension whole. None for what the whole-tensor
-    path must refuse: more indices than dimensions, several ``...``, ints
-    out of range, zero steps, packed rows that are not whole bytes."""
-    items = index if isinstance(index, tuple) else (index,)
-    ellipses = sum(item is Ellipsis for item in items)
-    taken = sum(item is not None and item is not Ellipsis for item in items)
-    if ellipses > 1 or taken > len(shape):
-        return None
-    if shape and shape[-1] * packed_bits % 8:
-        return None
-    fill = [slice(None)] * (len(shape) - taken)
-    full: List[Any] = []
-    for item in items:
-        full += fill if item is Ellipsis else [item]
-    if not ellipses:
-        full += fill
-    dims: List[Tuple[int, int, int]] = []
-    read: List[int] = []
-    key: List[Any] = []
-    axis = 0
-    for item in full:
-        if item is None:
-            key.append(None)
-            continue
-        n = shape[axis]
-        axis += 1
-        if isinstance(item, slice):
-            if item.step == 0:
-                return None
-            start, stop, step = item.indices(n)
-            count = len(range(start, stop, step))
-            whole = packed_bits and axis == len(shape)
-            if whole:
-                dims.append((0, n, 1))
-                key.append(item)
-            elif step > 0:
-                dims.append((start, count, step))
-                key.append(slice(None))
-            else:
-                dims.append((start + (count - 1) * step if count else 0, count, -step))
-                key.append(slice(None, None, -1))
-            read.append(n if whole else count)
-        else:
-            i = item.__index__()
-            if not -n <= i < n:
-                return None
-            if packed_bits and axis == len(shape):
-                dims.append((0, n, 1))
-                read.append(n)
-                key.append(i)
-            else:
-                dims.append((i % n, 1, 1))
-                read.append(1)
-                key.append(0)
-    return dims, tuple(read), tuple(key)
 
 
 class _safe_open_handle:  # noqa: N801 - the reference package's name
