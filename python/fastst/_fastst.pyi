@@ -200,6 +200,7 @@ def load_into(
     report_every: int = 0,
     direct: Optional[bool] = None,
     huge_pages: Optional[bool] = None,
+    stream: bool = False,
 ) -> None: ...
 
 # objects in object stores and behind HTTP(S)

@@ -4,7 +4,7 @@
 
 use std::ops::ControlFlow;
 
-use fastst_core::load::{Destination, HugePages, LoadOptions, Outcome};
+use fastst_core::load::{Destination, HugePages, LoadOptions, Outcome, Progress};
 use fastst_core::progress::StderrLine;
 use fastst_core::Dtype;
 use pyo3::buffer::PyBuffer;
@@ -25,9 +25,12 @@ use crate::file::{writable, RawFile, WritableBytes};
 /// (None or True: when most of the data is not cached; False: never) reads
 /// uncached pages around the page cache. `huge_pages` (None: the measured
 /// choice, `HugePages::Auto`; True: keep the allocator's advice; False:
-/// never) governs transparent huge pages for the destinations.
+/// never) governs transparent huge pages for the destinations. `stream`:
+/// `progress(done, total, filled)` is also called each time more tensors
+/// are filled (every tensor ending at or before `filled` in the data
+/// section), and once more before a read error is raised.
 #[pyfunction]
-#[pyo3(signature = (raw, names, outs, targets, progress = None, bar = None, threads = 0, piece = 0, report_every = 0, direct = None, huge_pages = None))]
+#[pyo3(signature = (raw, names, outs, targets, progress = None, bar = None, threads = 0, piece = 0, report_every = 0, direct = None, huge_pages = None, stream = false))]
 #[allow(clippy::too_many_arguments)]
 pub fn load_into(
     py: Python<'_>,
@@ -42,6 +45,7 @@ pub fn load_into(
     report_every: u64,
     direct: Option<bool>,
     huge_pages: Option<bool>,
+    stream: bool,
 ) -> PyResult<()> {
     let raw = raw.get();
     if names.len() != outs.len() || names.len() != targets.len() {
@@ -87,12 +91,18 @@ pub fn load_into(
                 dst: bytes.into_slice(),
             })
             .collect();
-        let mut report = |done: u64, total: u64| -> ControlFlow<()> {
+        let mut report = |p: Progress| -> ControlFlow<()> {
+            let Progress {
+                done,
+                total,
+                filled,
+            } = p;
             if let Some(line) = &line {
                 line.report(done, total);
             }
             Python::with_gil(|py| {
                 let called = py.check_signals().and_then(|()| match progress {
+                    Some(cb) if stream => cb.call1(py, (done, total, filled)).map(drop),
                     Some(cb) => cb.call1(py, (done, total)).map(drop),
                     None => Ok(()),
                 });
@@ -105,7 +115,18 @@ pub fn load_into(
                 }
             })
         };
-        let outcome = fastst_core::load::load_into(file_ref, dests, options, Some(&mut report));
+        let outcome = if stream {
+            fastst_core::load::load_streaming(file_ref, dests, options, &mut report)
+        } else {
+            let mut steps = |done, total| {
+                report(Progress {
+                    done,
+                    total,
+                    filled: 0,
+                })
+            };
+            fastst_core::load::load_into(file_ref, dests, options, Some(&mut steps))
+        };
         if let Some(line) = &line {
             line.finish();
         }

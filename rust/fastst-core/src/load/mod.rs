@@ -36,6 +36,13 @@
 //! the load (or a file changed by it) takes effect within a bounded amount
 //! of work.
 //!
+//! [`load_streaming`] also tells which destinations are filled, so that a
+//! caller can hand them out while the rest is read: the workers record the
+//! requests they finish, and the calling thread reports again each time
+//! the run of finished requests from the start of the file grows
+//! ([`Progress::filled`]), and once more after a failure (what was read
+//! before the failing request).
+//!
 //! Here: the options, the checks made before anything is read, the
 //! huge-page choice and the calling thread's part (progress, stopping,
 //! the outcome); `plan` cuts the destinations into read requests, `worker`
@@ -153,6 +160,18 @@ pub enum Outcome {
 /// A progress reporter: `(source bytes done, source bytes in all)`.
 pub type Reporter<'r> = &'r mut dyn FnMut(u64, u64) -> ControlFlow<()>;
 
+/// Where a streaming load stands (see [`load_streaming`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Source bytes read so far.
+    pub done: u64,
+    /// Source bytes the load reads in all.
+    pub total: u64,
+    /// Every destination whose tensor ends at or before this offset in the
+    /// data section is filled (`u64::MAX` once the load is complete).
+    pub filled: u64,
+}
+
 /// Checks every destination before anything is read: its length, and that
 /// the conversion asked for exists.
 fn check(dests: &[Destination<'_>]) -> Result<()> {
@@ -238,9 +257,11 @@ struct Shared<'a> {
     limit: u64,
     stop: bool,
     /// The first error, with the position of its piece in file order.
-    error: Option<(u64, Error)>,
+    error: Option<(usize, Error)>,
     /// Workers still running.
     running: usize,
+    /// Which requests (by their place in file order) are read.
+    finished: Vec<bool>,
 }
 
 /// Reads (and converts) every destination from `file`.
@@ -252,9 +273,41 @@ struct Shared<'a> {
 /// the tensor) when a reading buffer cannot be had.
 pub fn load_into(
     file: &MappedFile,
+    dests: Vec<Destination<'_>>,
+    options: LoadOptions,
+    report: Option<Reporter<'_>>,
+) -> Result<Outcome> {
+    match report {
+        Some(r) => run(
+            file,
+            dests,
+            options,
+            Some(&mut |p| r(p.done, p.total)),
+            false,
+        ),
+        None => run(file, dests, options, None, false),
+    }
+}
+
+/// [`load_into`] reporting to `report` also each time more destinations
+/// are filled (in file order: [`Progress::filled`]), and, when a read
+/// fails, once more (its answer ignored) before the error is returned.
+pub fn load_streaming(
+    file: &MappedFile,
+    dests: Vec<Destination<'_>>,
+    options: LoadOptions,
+    report: &mut dyn FnMut(Progress) -> ControlFlow<()>,
+) -> Result<Outcome> {
+    run(file, dests, options, Some(report), true)
+}
+
+/// [`load_into`], reporting fills too when `stream`.
+fn run(
+    file: &MappedFile,
     mut dests: Vec<Destination<'_>>,
     options: LoadOptions,
-    mut report: Option<Reporter<'_>>,
+    mut report: Option<&mut dyn FnMut(Progress) -> ControlFlow<()>>,
+    stream: bool,
 ) -> Result<Outcome> {
     check(&dests)?;
     file.check_unchanged()?;
@@ -309,6 +362,7 @@ pub fn load_into(
             .saturating_mul(piece as u64)
             .saturating_mul(2),
     );
+    let begins: Vec<u64> = parts.iter().map(|p| p.begin).collect();
     let shared = Mutex::new(Shared {
         queue: parts.into_iter(),
         issued: 0,
@@ -316,6 +370,7 @@ pub fn load_into(
         stop: false,
         error: None,
         running: threads,
+        finished: vec![false; begins.len()],
     });
     let wake_workers = Condvar::new();
     let done = AtomicU64::new(0);
@@ -331,12 +386,15 @@ pub fn load_into(
         caller: &caller,
     };
     let mut stopped = false;
+    // Requests finished from the start of the file, and as last reported.
+    let (mut filled, mut told) = (0usize, 0usize);
     let panicked = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads).map(|_| s.spawn(|| ctx.run())).collect();
         let mut mark = 0u64;
         loop {
             let (running, halted) = {
                 let g = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                filled = g.filled_from(filled);
                 (g.running, g.halted())
             };
             if running == 0 {
@@ -344,9 +402,16 @@ pub fn load_into(
             }
             let now = done.load(Ordering::Acquire);
             if let Some(r) = report.as_mut() {
-                if !halted && report_due(now, mark, every, total) {
+                // The whole load is `finish`'s to report, once.
+                let more = stream && filled > told && filled < begins.len();
+                if !halted && (more || report_due(now, mark, every, total)) {
                     mark = step_start(now, every);
-                    let flow = r(now, total);
+                    told = filled;
+                    let flow = r(Progress {
+                        done: now,
+                        total,
+                        filled: filled_offset(&begins, filled),
+                    });
                     let mut g = shared.lock().unwrap_or_else(PoisonError::into_inner);
                     if flow.is_break() {
                         g.stop = true;
@@ -366,11 +431,16 @@ pub fn load_into(
             .map(|h| h.join().is_err())
             .fold(false, |a, b| a | b)
     });
-    let error = shared
-        .into_inner()
-        .unwrap_or_else(PoisonError::into_inner)
-        .error;
-    if let Some((_, e)) = error {
+    let mut shared = shared.into_inner().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, e)) = shared.error.take() {
+        if let (true, Some(r)) = (stream, report) {
+            let filled = shared.filled_from(filled);
+            let _ = r(Progress {
+                done: done.load(Ordering::Acquire),
+                total,
+                filled: filled_offset(&begins, filled),
+            });
+        }
         return Err(e);
     }
     if panicked {
@@ -386,8 +456,13 @@ pub fn load_into(
 
 /// The last report of a complete load: the reporter may still stop it (the
 /// destinations are then not handed out).
-fn finish(report: Option<Reporter<'_>>, total: u64) -> Outcome {
-    match report.map(|r| r(total, total)) {
+fn finish(report: Option<&mut dyn FnMut(Progress) -> ControlFlow<()>>, total: u64) -> Outcome {
+    let end = Progress {
+        done: total,
+        total,
+        filled: u64::MAX,
+    };
+    match report.map(|r| r(end)) {
         Some(ControlFlow::Break(())) => Outcome::Stopped,
         _ => Outcome::Done,
     }
@@ -407,11 +482,23 @@ fn report_due(done: u64, mark: u64, every: u64, total: u64) -> bool {
     done >= mark.saturating_add(every) && done < total
 }
 
+/// The offset in the data section below which the first `filled`
+/// requests (of those starting at `begins`) hold every byte of the load.
+fn filled_offset(begins: &[u64], filled: usize) -> u64 {
+    begins.get(filled).copied().unwrap_or(u64::MAX)
+}
+
 impl Shared<'_> {
     /// True once the load ends early: a read failed, or the reporter said
     /// stop. Nothing more is reported then.
     fn halted(&self) -> bool {
         self.error.is_some() || self.stop
+    }
+
+    /// How many requests from the start of the file are finished, knowing
+    /// that the first `from` are.
+    fn filled_from(&self, from: usize) -> usize {
+        from + self.finished[from..].iter().take_while(|&&f| f).count()
     }
 }
 

@@ -563,6 +563,7 @@ fn a_worker_leaves_when_nothing_is_left_whatever_the_limit() {
             stop: false,
             error: None,
             running: 1,
+            finished: Vec::new(),
         });
         let (wake_workers, done) = (Condvar::new(), AtomicU64::new(0));
         let caller = std::thread::current();
@@ -608,13 +609,14 @@ fn a_report_is_due_each_whole_step_until_the_end() {
 
 #[test]
 fn a_load_that_failed_or_was_stopped_is_halted() {
-    let shared = |stop, error: Option<(u64, Error)>| Shared {
+    let shared = |stop, error: Option<(usize, Error)>| Shared {
         queue: Vec::new().into_iter(),
         issued: 0,
         limit: 0,
         stop,
         error,
         running: 1,
+        finished: Vec::new(),
     };
     assert!(!shared(false, None).halted());
     assert!(shared(true, None).halted());
@@ -950,4 +952,84 @@ fn cold_copies_into_placed_destinations_need_no_bounce_buffer() {
     }
     let (cached, pages) = crate::io::cached_pages(file.raw(), start, data.len() as u64).unwrap();
     assert!(cached * 4 < pages, "{cached} of {pages} pages cached");
+}
+
+/// Sixteen 256 KiB tensors, loaded in 64 KiB pieces by three threads
+/// with `load_streaming`, reporting every 64 KiB (so that the workers
+/// wait for the reports: the load cannot end before the first), the file
+/// truncated at the first report when asked: the outcome and the reports.
+fn streamed(truncate_at_first: bool) -> (Result<Outcome>, Vec<Progress>) {
+    let tensors: Vec<(String, Dtype, usize)> = (0..16)
+        .map(|i| (format!("t{i:02}"), Dtype::U8, 256 << 10))
+        .collect();
+    let specs: Vec<(&str, Dtype, usize)> = tensors
+        .iter()
+        .map(|(n, d, l)| (n.as_str(), *d, *l))
+        .collect();
+    let (f, _) = layout(&specs);
+    let file = open(&f.0, Backend::Pread);
+    let infos = file.header().tensors();
+    let mut outs: Vec<Vec<u8>> = infos
+        .iter()
+        .map(|t| vec![0; t.byte_len() as usize])
+        .collect();
+    let dests = infos
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(info, dst)| Destination {
+            info,
+            to: info.dtype,
+            dst,
+        })
+        .collect();
+    let options = LoadOptions {
+        threads: 3,
+        piece: 64 << 10,
+        report_every: 64 << 10,
+        direct: false,
+        huge_pages: HugePages::Keep,
+    };
+    let mut calls = Vec::new();
+    let path = f.0.clone();
+    let mut report = |p: Progress| {
+        if truncate_at_first && calls.is_empty() {
+            let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            file.set_len(100).unwrap();
+        }
+        calls.push(p);
+        ControlFlow::Continue(())
+    };
+    let outcome = load_streaming(&file, dests, options, &mut report);
+    (outcome, calls)
+}
+
+/// Filled destinations are reported as requests finish: growing, on
+/// request boundaries, never past what is done, completely once, at the end.
+#[test]
+fn streaming_loads_report_what_is_filled_as_it_is() {
+    let (outcome, calls) = streamed(false);
+    assert_eq!(outcome.unwrap(), Outcome::Done);
+    let (last, before) = calls.split_last().unwrap();
+    assert_eq!((last.done, last.filled), (4 << 20, u64::MAX));
+    assert!(before.iter().any(|p| p.filled > 0), "{calls:?}");
+    for w in calls.windows(2) {
+        assert!(w[0].filled <= w[1].filled, "{calls:?}");
+    }
+    for p in before {
+        assert!(p.filled % (64 << 10) == 0 && p.filled <= p.done, "{p:?}");
+    }
+}
+
+/// A failed read ends the load with its error, after one more report of
+/// what was filled before it (never past the failed request).
+#[test]
+fn a_failed_streaming_load_reports_what_was_read_before_the_failure() {
+    let (outcome, calls) = streamed(true);
+    assert_eq!(outcome.unwrap_err().rule(), "file-changed");
+    assert!(calls.len() >= 2, "{calls:?}");
+    let last = calls.last().unwrap();
+    assert!(
+        last.filled < 4 << 20 && last.filled >= calls[0].filled,
+        "{calls:?}"
+    );
 }

@@ -53,6 +53,8 @@ impl<'a> Worker<'_, 'a> {
             match self.reader.read(part, &mut buffers) {
                 Ok(n) => {
                     self.done.fetch_add(n, Ordering::AcqRel);
+                    let mut g = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+                    g.finished[at] = true;
                 }
                 Err(e) => {
                     let mut g = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
@@ -72,18 +74,19 @@ impl<'a> Worker<'_, 'a> {
         self.caller.unpark();
     }
 
-    /// The next request in file order, with its place in the file, or
+    /// The next request in file order, with its place in that order, or
     /// `None` when there is none left or the load stops.
-    pub(super) fn next(&self) -> Option<(u64, Part<'a>)> {
+    pub(super) fn next(&self) -> Option<(usize, Part<'a>)> {
         let mut g = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             if g.stop {
                 return None;
             }
             if g.issued < g.limit || g.queue.len() == 0 {
+                let at = g.finished.len() - g.queue.len();
                 let part = g.queue.next()?;
                 g.issued += part.len as u64;
-                return Some((part.begin, part));
+                return Some((at, part));
             }
             g = self
                 .wake_workers
