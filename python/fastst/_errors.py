@@ -128,6 +128,11 @@ def closed_file_error(filename: str) -> BaseException:
     return _fastst.closed_file_error(filename)
 
 
+class LoadStopped(Exception):
+    """Raised inside a background load (``iter_tensors``) to end it: its
+    iterator was left, its file closed, or the interpreter is exiting."""
+
+
 class FolderError(SafetensorError, ValueError):
     """A model folder given as a file holds several checkpoints (listed in
     the message and in ``candidates``): open one of them by its path."""

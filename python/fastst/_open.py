@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any, BinaryIO, Callable, Dict, List, Mapping, Optional, Tuple, Union, cast
 
 import numpy as np
@@ -18,6 +19,7 @@ from ._progress import Progress, resolve
 from ._raw import RawSource
 from ._sharded import ShardedFile
 from ._source import open_source
+from ._stream import Plan, stream
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -209,16 +211,12 @@ class safe_open:  # noqa: N801 - the reference package's name
             array.reshape(-1).view(np.uint8), target, shape, self._device, self._where(name)
         )
 
-    def _load_owned(self, names: List[str], dtype: Any, progress: Progress) -> Dict[str, Any]:
-        """Tensors ``names`` in memory of their own (converted to ``dtype``
-        when given): every destination allocated first, then one batch load
-        per file (the core's ``load_into``)."""
-        raw = self._raw
-        callback, bar = resolve(progress, raw.name)
-        groups = _batches(raw, names)
+    def _allocate(self, names: List[str], dtype: Any) -> Tuple[Dict[str, Any], List[Plan]]:
+        """Every destination of tensors ``names`` (nothing read): what
+        :meth:`_finish` takes per name, and one :data:`Plan` per file."""
         made: Dict[str, Any] = {}
-        plans = []
-        for file, members in groups:
+        plans: List[Plan] = []
+        for file, members in _batches(self._raw, names):
             outs, targets, size = [], [], 0
             for name in members:
                 result, out_bytes, target, src, nbytes = self._destination(file, name, dtype)
@@ -227,6 +225,15 @@ class safe_open:  # noqa: N801 - the reference package's name
                 targets.append(None if target == src else target)
                 size += nbytes
             plans.append((file, members, outs, targets, size))
+        return made, plans
+
+    def _load_owned(self, names: List[str], dtype: Any, progress: Progress) -> Dict[str, Any]:
+        """Tensors ``names`` in memory of their own (converted to ``dtype``
+        when given): every destination allocated first, then one batch load
+        per file (the core's ``load_into``)."""
+        raw = self._raw
+        callback, bar = resolve(progress, raw.name)
+        made, plans = self._allocate(names, dtype)
         grand = sum(p[4] for p in plans)
         base = 0
         for file, members, outs, targets, size in plans:
@@ -324,6 +331,28 @@ class safe_open:  # noqa: N801 - the reference package's name
                 callback(total, total)
             return out
         return self._load_owned(self.offset_keys(), dtype, progress)
+
+    def iter_tensors(
+        self, *, copy: bool = True, dtype: Any = None, progress: Progress = None
+    ) -> Iterator[Tuple[str, Any]]:
+        """``(name, tensor)`` for every tensor in file order, each handed out
+        as soon as it is read (and converted), the rest being read in the
+        background: the load of :meth:`get_tensors` (``copy``, ``dtype``,
+        ``progress`` as there; ``progress`` is called from the iterating
+        thread). A failed read (rule ``file-changed``) or a raising
+        ``progress`` is raised by the ``next()`` after the tensors read
+        before it. Leaving the loop early, or :meth:`close`, stops the
+        reading; tensors handed out stay valid. ``copy=False`` without
+        ``dtype``: zero-copy views (``progress`` unused). See docs/api.md.
+        """
+        names = self.offset_keys()
+        if not copy and dtype is None:
+            return ((name, self.get_tensor(name)) for name in names)
+        callback, bar = resolve(progress, self._raw.name)
+        made, plans = self._allocate(names, dtype)
+        if self._prefetch is not None:
+            self._prefetch.consumed(sum(p[4] for p in plans))
+        return stream(self._raw, plans, callback, bar, lambda n: self._finish(n, made.pop(n)))
 
     def _settle(self) -> None:
         """Returns once every tensor handed out has landed on its device
