@@ -12,8 +12,9 @@ Every measurement is a FRESH interpreter that imports everything first, then (``
 ``cat``, then times the load and a pass reading one byte of every page of every tensor
 (``touch``), and checks a checksum of those bytes against one computed here. Reported per case:
 median and min-max seconds, time to the first tensor (peers that yield tensors as their reads
-complete report when the first arrived; fastst's whole loads return every tensor at once, so
-``fastst-first`` measures opening the file and loading its first tensor alone), peak RSS
+complete report when the first arrived, as do fastst's ``*-stream`` cases, ``iter_tensors``;
+fastst's other whole loads return every tensor at once, so ``fastst-first`` measures opening
+the file and loading its first tensor alone), peak RSS
 (``VmHWM``) and ``AnonHugePages`` of ``/proc/self/smaps_rollup`` after the load. Measurements
 run round-robin, each round starting one place further on.
 
@@ -113,6 +114,22 @@ CASES: Dict[str, Tuple[str, str]] = {
     "fastst-pt-copy": (
         SETUP + "import fastst, fastst.torch\n",
         "out = fastst.torch.load_file(OPEN, copy=True)",
+    ),
+    "fastst-np-stream": (
+        SETUP + "import fastst\n",
+        "out = {}\n"
+        "with fastst.safe_open(OPEN, 'np') as f:\n"
+        "    for k, t in f.iter_tensors():\n"
+        "        mark()\n"
+        "        out[k] = t",
+    ),
+    "fastst-pt-stream": (
+        SETUP + "import fastst\n",
+        "out = {}\n"
+        "with fastst.safe_open(OPEN, 'pt') as f:\n"
+        "    for k, t in f.iter_tensors():\n"
+        "        mark()\n"
+        "        out[k] = t",
     ),
     "fastst-pt": (
         SETUP + "import fastst, fastst.torch\n",
