@@ -346,7 +346,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         ``dtype``: zero-copy views (``progress`` unused). See docs/api.md.
         """
         names = self.offset_keys()
-        if not copy and dtype is None:
+        if not copy and dtype is None and not self._raw.remote:
             return ((name, self.get_tensor(name)) for name in names)
         callback, bar = resolve(progress, self._raw.name)
         made, plans = self._allocate(names, dtype)
