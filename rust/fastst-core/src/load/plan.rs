@@ -31,7 +31,17 @@ pub(super) struct Part<'a> {
     pub(super) members: Vec<Member<'a>>,
 }
 
-impl Part<'_> {
+impl<'a> Part<'a> {
+    /// The request for `len` source bytes of one tensor from `offset` in
+    /// it, read (converted `to`) into `dst`.
+    fn of(info: &'a TensorInfo, to: Dtype, offset: u64, len: usize, dst: &'a mut [u8]) -> Self {
+        Part {
+            begin: info.begin + offset,
+            len,
+            members: vec![Member { info, to, len, dst }],
+        }
+    }
+
     /// True when the part is one plain copy that can be read straight into
     /// its destination.
     pub(super) fn is_direct_copy(&self) -> bool {
@@ -85,16 +95,7 @@ pub(super) fn plan(
                 let cut = (at + offset + piece as u64) / DIRECT_ALIGN * DIRECT_ALIGN - at;
                 let n = (cut - offset).min(rest.len() as u64) as usize;
                 let (dst, tail) = std::mem::take(&mut rest).split_at_mut(n);
-                parts.push(Part {
-                    begin: d.info.begin + offset,
-                    len: n,
-                    members: vec![Member {
-                        info: d.info,
-                        to: d.to,
-                        len: n,
-                        dst,
-                    }],
-                });
+                parts.push(Part::of(d.info, d.to, offset, n, dst));
                 offset += n as u64;
                 rest = tail;
             }
@@ -107,16 +108,7 @@ pub(super) fn plan(
         let mut offset = 0u64;
         for dst in d.dst.chunks_mut(dst_piece) {
             let n = dst.len() / ts * fs;
-            parts.push(Part {
-                begin: d.info.begin + offset,
-                len: n,
-                members: vec![Member {
-                    info: d.info,
-                    to: d.to,
-                    len: n,
-                    dst,
-                }],
-            });
+            parts.push(Part::of(d.info, d.to, offset, n, dst));
             offset += n as u64;
         }
     }
