@@ -83,6 +83,7 @@ class SeaweedS3:
             "-master.telemetry=false",
             "-volume.max=200",  # a bucket is a collection of its own, with volumes of its own
             "-master.volumeSizeLimitMB=1024",
+            "-volume.minFreeSpace=512MiB",  # not 1% of the disk: a shared disk may be nearly full
             f"-filer.localSocket={folder / 'filer.sock'}",
             f"-s3.localSocket={folder / 's3.sock'}",
         ]
