@@ -58,4 +58,12 @@ def write(tmp_path: Path):
 
 
 # Real servers for the remote-source tests (tests/remote_servers.py).
-from remote_servers import http_dir, make_site, proxy_factory, s3_server  # noqa: E402, F401
+from remote_servers import (  # noqa: E402, F401
+    http_dir,
+    make_site,
+    proxy_factory,
+    published,
+    remote,
+    s3_server,
+    site,
+)

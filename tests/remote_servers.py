@@ -11,7 +11,10 @@
 - :class:`Site`: where a test module publishes files (S3 or HTTP) behind a proxy.
 
 Fixtures: ``s3_server`` (session), ``http_dir`` (a fresh server over a fresh folder),
-``proxy_factory`` and ``make_site`` (sites stopped after the test or module that made them).
+``proxy_factory`` and ``make_site`` (sites stopped after the test or module that made them),
+``site`` (a test module's S3 site, then its HTTP site, holding the files of the module's
+``published`` fixture) and ``remote`` (that site with its proxy's records and faults cleared
+before and after the test).
 """
 
 from __future__ import annotations
@@ -664,3 +667,28 @@ def make_site(
     yield make
     for site in made:
         site.stop()
+
+
+@pytest.fixture(scope="module")
+def published() -> Dict[str, Path]:
+    """{name: local file} that ``site`` publishes: a test module overrides it (none here)."""
+    return {}
+
+
+@pytest.fixture(scope="module", params=["s3", "http"])
+def site(
+    request: pytest.FixtureRequest, make_site: Callable[[str], Site], published: Dict[str, Path]
+) -> Site:
+    """This module's site of each kind (its tests run once per kind) holding ``published``."""
+    made = make_site(request.param)
+    for name, path in published.items():
+        made.put(name, path)
+    return made
+
+
+@pytest.fixture
+def remote(site: Site) -> Iterator[Site]:
+    """The site with its proxy's records and faults cleared before and after the test."""
+    site.proxy.reset()
+    yield site
+    site.proxy.reset()

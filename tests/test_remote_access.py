@@ -11,7 +11,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List
+from typing import Any, Dict, List
 
 import fastst
 import fastst.numpy
@@ -50,19 +50,9 @@ def header_end(local: Path) -> int:
         return 8 + struct.unpack("<Q", f.read(8))[0]
 
 
-@pytest.fixture(scope="module", params=["s3", "http"])
-def site(request: pytest.FixtureRequest, make_site: Callable[[str], Site], local: Path) -> Site:
-    site = make_site(request.param)
-    site.put("dir/model.safetensors", local)
-    return site
-
-
-@pytest.fixture
-def remote(site: Site) -> Iterator[Site]:
-    """The site with its proxy's records and faults cleared."""
-    site.proxy.reset()
-    yield site
-    site.proxy.reset()
+@pytest.fixture(scope="module")
+def published(local: Path) -> Dict[str, Path]:
+    return {"dir/model.safetensors": local}
 
 
 def _url(site: Site) -> str:

@@ -34,11 +34,6 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module", params=["s3", "http"])
-def site(request: pytest.FixtureRequest, make_site: Callable[[str], Site]) -> Site:
-    return make_site(request.param)
-
-
 @pytest.fixture
 def remote(site: Site, local: Path, request: pytest.FixtureRequest) -> Iterator[Site]:
     """The site holding a fresh copy of the checkpoint at ``site.name``, records cleared."""

@@ -34,17 +34,9 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module", params=["s3", "http"])
-def site(request: pytest.FixtureRequest, make_site: Callable[[str], Site], local: Path) -> Site:
-    site = make_site(request.param)
-    site.put("m/model.safetensors", local)
-    return site
-
-
-@pytest.fixture
-def remote(site: Site) -> Site:
-    site.proxy.reset()
-    return site
+@pytest.fixture(scope="module")
+def published(local: Path) -> Dict[str, Path]:
+    return {"m/model.safetensors": local}
 
 
 def _gets(site: Site) -> List[str]:
