@@ -19,7 +19,7 @@ section "cargo fmt"; cargo fmt --all -- --check
 section "cargo clippy"; cargo clippy --all-targets --release --quiet -- -D warnings
 section "cargo test"; cargo test --release --quiet
 section "ruff"; ruff check python tests benches; ruff format --check python tests benches
-section "pytest"; python -m pytest -q -p no:cacheprovider tests
+section "pytest"; python -m pytest -q -p no:cacheprovider --durations=25 tests
 section "stubtest"
 python -m mypy.stubtest fastst --mypy-config-file pyproject.toml --allowlist scripts/stubtest_allowlist.txt
 section "release artefacts (scripts/build_release.sh)"; bash scripts/build_release.sh

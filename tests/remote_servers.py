@@ -20,6 +20,7 @@ before and after the test).
 from __future__ import annotations
 
 import email.utils
+import functools
 import http.client
 import json
 import os
@@ -43,6 +44,7 @@ ACCESS_KEY = "fastst-test-key"
 SECRET_KEY = "fastst-test-secret"
 REGION = "us-east-1"
 CHUNK = 1 << 16
+CompletedProcess = subprocess.CompletedProcess[str]
 
 
 def free_port() -> int:
@@ -176,6 +178,23 @@ class SeaweedS3:
         for port in self.ports:  # the sockets it makes in /tmp whatever it is told
             for sock in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
                 sock.unlink(missing_ok=True)
+
+
+def fastst_cli(*args: str, env: Optional[Dict[str, str]] = None) -> CompletedProcess:
+    """``python -m fastst ARGS`` with ``env`` added to this process's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "fastst", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@functools.cache
+def local_cli(*args: str) -> CompletedProcess:
+    """:func:`fastst_cli` on local files, run once per arguments in a test session: the answer
+    that each site's (S3's, HTTP's) is compared with."""
+    return fastst_cli(*args)
 
 
 # --- an HTTP server that honours Range ---------------------------------------------------------

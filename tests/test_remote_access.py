@@ -6,10 +6,8 @@ and the command line work on URLs."""
 from __future__ import annotations
 
 import json
-import os
 import struct
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -17,7 +15,7 @@ import fastst
 import fastst.numpy
 import numpy as np
 import pytest
-from remote_servers import Site
+from remote_servers import Site, fastst_cli, local_cli
 
 FIRST = 64 << 10  # what opening may fetch besides the size prefix and the header
 ROWS, COLS = 4096, 4096  # "big": 64 MiB of F32, so that fetching the data by mistake shows
@@ -138,10 +136,7 @@ def test_sharded_index_and_prefix(remote: Site, tmp_path: Path) -> None:
 
 
 def _cli(remote: Site, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **remote.env}
-    return subprocess.run(
-        [sys.executable, "-m", "fastst", *args], capture_output=True, text=True, env=env
-    )
+    return fastst_cli(*args, env=remote.env)
 
 
 def _results(out: subprocess.CompletedProcess[str]) -> List[Dict[str, Any]]:
@@ -154,14 +149,14 @@ def _results(out: subprocess.CompletedProcess[str]) -> List[Dict[str, Any]]:
 def test_cli_inspect_fetches_the_header_only(remote: Site, local: Path, header_end: int) -> None:
     out = _cli(remote, "inspect", "--json", _url(remote))
     assert out.returncode == 0, out.stderr
-    assert _results(out) == _results(_cli(remote, "inspect", "--json", str(local)))
+    assert _results(out) == _results(local_cli("inspect", "--json", str(local)))
     assert remote.proxy.body_bytes() <= header_end + FIRST
 
 
 @pytest.mark.parametrize("command", ["verify", "hash"])
 def test_cli_verify_and_hash_agree_with_local(remote: Site, local: Path, command: str) -> None:
     out = _cli(remote, command, "--json", _url(remote))
-    here = _cli(remote, command, "--json", str(local))
+    here = local_cli(command, "--json", str(local))
     assert out.returncode == here.returncode, out.stderr
     assert _results(out) == _results(here)
 
@@ -173,7 +168,7 @@ def test_cli_diff_agrees_with_local(remote: Site, local: Path, tmp_path: Path) -
     fastst.numpy.save_file(changed, str(other), metadata={"format": "pt", "note": "remote"})
     url = remote.put("dir/other.safetensors", other)
     out = _cli(remote, "diff", "--json", _url(remote), url)
-    here = _cli(remote, "diff", "--json", str(local), str(other))
+    here = local_cli("diff", "--json", str(local), str(other))
     assert out.returncode == here.returncode == 1, out.stderr
     assert _results(out) == _results(here)
     assert _results(out)[0]["different"][0]["name"] == "small"

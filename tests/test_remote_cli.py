@@ -5,7 +5,6 @@ the real servers of remote_servers.py behind their counting proxy."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ import fastst.tools.inspect
 import numpy as np
 import pytest
 from fastst import _remote
-from remote_servers import Site
+from remote_servers import Site, fastst_cli, local_cli
 
 FIRST = 64 << 10  # what opening may fetch besides the size prefix and the header
 
@@ -56,10 +55,7 @@ def published(local: Path, single: Path) -> Dict[str, Path]:
 
 
 def _cli(remote: Site, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **remote.env}
-    return subprocess.run(
-        [sys.executable, "-m", "fastst", *args], capture_output=True, text=True, env=env
-    )
+    return fastst_cli(*args, env=remote.env)
 
 
 def _unnamed(value: Any) -> Any:
@@ -98,7 +94,7 @@ def test_an_index_url_is_the_whole_checkpoint(
     remote: Site, local: Path, command: List[str]
 ) -> None:
     out = _cli(remote, *command, "--json", _index_url(remote, local))
-    here = _cli(remote, *command, "--json", str(local))
+    here = local_cli(*command, "--json", str(local))
     assert out.returncode == here.returncode, out.stderr
     got = _results(out)
     assert got == _results(here)
@@ -110,7 +106,7 @@ def test_a_prefix_is_the_checkpoint_under_it(remote: Site, local: Path) -> None:
         pytest.skip("plain HTTP servers do not list")
     for command in (["inspect", "--tensors"], ["hash"], ["verify"]):
         out = _cli(remote, *command, "--json", remote.url("ckpt/"))
-        here = _cli(remote, *command, "--json", str(local.parent))
+        here = local_cli(*command, "--json", str(local.parent))
         assert out.returncode == here.returncode, out.stderr
         assert _results(out) == _results(here)
         assert json.loads(out.stdout)["results"][0]["path"] == _index_url(remote, local)
@@ -124,7 +120,7 @@ def test_diff_of_index_urls_agrees_with_local(remote: Site, local: Path, tmp_pat
         remote.put(f"changed/{f.name}", f)
     url = remote.url(f"changed/{Path(index).name}")
     out = _cli(remote, "diff", "--json", _index_url(remote, local), url)
-    here = _cli(remote, "diff", "--json", str(local), str(index))
+    here = local_cli("diff", "--json", str(local), str(index))
     assert out.returncode == here.returncode == 1, out.stderr
     assert _results(out) == _results(here)
     assert _results(out)[0]["different"][0]["name"] == "embed"
@@ -137,7 +133,7 @@ def test_diff_of_index_urls_agrees_with_local(remote: Site, local: Path, tmp_pat
 def test_meta_and_stats_of_a_url_agree_with_local(remote: Site, single: Path, command: str) -> None:
     """``meta`` reads the header only, ``stats`` each byte once."""
     out = _cli(remote, command, "--json", remote.url("one/model.safetensors"))
-    here = _cli(remote, command, "--json", str(single))
+    here = local_cli(command, "--json", str(single))
     assert out.returncode == 0, out.stderr
     assert _results(out) == _results(here)
     if command == "meta":
