@@ -98,6 +98,12 @@ def test_json_text_is_exact_and_terminal_safe() -> None:
     assert json.loads(text) == data
 
 
+def test_json_text_escapes_delete_in_ascii_text() -> None:
+    # JSON escapes the other ASCII controls itself; DEL it leaves raw.
+    text = json_text({"name": "a\x7fb", "rows": [1, 2]})
+    assert "\x7f" not in text and json.loads(text) == {"name": "a\x7fb", "rows": [1, 2]}
+
+
 def test_json_text_is_strict_json_whatever_a_file_holds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -111,11 +111,15 @@ def json_text(data: Any) -> str:
     text stays readable. It is strict JSON: NaN and infinities that a file's
     metadata may hold are written as strings (see :func:`strict_json`)."""
     text = json.dumps(strict_json(data), indent=2, ensure_ascii=False, allow_nan=False)
-    if text.isprintable() or all(ch == "\n" or not is_unsafe(ch) for ch in text):
+    if text.isascii() and "\x7f" not in text:  # JSON escapes the other ASCII controls
         return text
+    return "\n".join(line if line.isprintable() else _json_line(line) for line in text.split("\n"))
+
+
+def _json_line(line: str) -> str:
     parts: List[str] = []
-    for ch in text:
-        if ch != "\n" and is_unsafe(ch):
+    for ch in line:
+        if is_unsafe(ch):
             # Outside strings JSON is ASCII and printable, so ch is inside a
             # string, where a \\u escape means the same character.
             code = ord(ch)
