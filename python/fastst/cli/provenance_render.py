@@ -7,16 +7,15 @@ from __future__ import annotations
 from typing import Any, Dict, Sequence
 
 from .._text import escape as clean
+from ..tools.results import SEVERITIES
 from .render import paragraph, plural
-
-_SEVERITIES = ("info", "low", "medium", "high", "critical")
 
 
 def _counts(findings: Sequence[Dict[str, Any]]) -> str:
     counts: Dict[str, int] = {}
     for f in findings:
         counts[f["severity"]] = counts.get(f["severity"], 0) + 1
-    return ", ".join(f"{counts[s]} {s}" for s in reversed(_SEVERITIES) if s in counts)
+    return ", ".join(f"{counts[s]} {s}" for s in reversed(SEVERITIES) if s in counts)
 
 
 def _print_findings(out: Any, findings: Sequence[Dict[str, Any]]) -> None:
@@ -29,7 +28,7 @@ def _print_findings(out: Any, findings: Sequence[Dict[str, Any]]) -> None:
 
 
 def _rank(severity: str) -> int:
-    return _SEVERITIES.index(severity)
+    return SEVERITIES.index(severity)
 
 
 def _print_verify(out: Any, r: Dict[str, Any]) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional, cast
+from functools import partial
+from typing import Any, Dict, List, cast
 
 from .. import _fastst, _remote
 from .._errors import SafetensorError, ShardIndexError
@@ -25,35 +26,16 @@ from .checkpoint import (
 
 Finding = Dict[str, Any]
 
-_SEVERITIES = ("info", "low", "medium", "high", "critical")
+
+#: A checkpoint's finding: its ``shard`` is always said (None: the index).
+_cfinding = partial(results.finding, shard=None)
 
 
-def _severity(rule: str) -> str:
-    for r in _fastst.rule_catalogue():
-        if r["id"] == rule:
-            return r["severity"]
-    raise ValueError(f"no rule {rule!r} in the catalogue")
-
-
-def _cfinding(
-    rule: str,
-    message: str,
-    *,
-    shard: Optional[str] = None,
-    tensor: Optional[str] = None,
-    count: Optional[int] = None,
-) -> Finding:
-    return {
-        "rule": rule,
-        "severity": _severity(rule),
-        "message": message,
-        "tensor": tensor,
-        "key": None,
-        "offset": None,
-        "length": None,
-        "count": count,
-        "shard": shard,
-    }
+def _tensors_finding(rule: str, shard: str, names: List[str], claim: str) -> Finding:
+    """A finding about the tensors ``names`` of ``shard``: how many, the
+    ``claim`` about them, the first few names."""
+    message = f"{_n(len(names), 'tensor')} {claim}: {_names(names)}"
+    return _cfinding(rule, message, shard=shard, tensor=names[0], count=len(names))
 
 
 def _q(text: Any) -> str:
@@ -128,7 +110,6 @@ def verify_checkpoint(
             continue
         placed.setdefault(shard, []).append(tensor)
     holders: Dict[str, List[str]] = {}
-    data_bytes = 0
     for shard, listed in placed.items():
         shard_path = shard_location(path, shard)
         try:
@@ -166,7 +147,7 @@ def verify_checkpoint(
             )
             complete = False
             continue
-        sub["findings"].sort(key=lambda f: -_SEVERITIES.index(f["severity"]))
+        sub["findings"].sort(key=lambda f: -results.SEVERITIES.index(f["severity"]))
         summarise_truncation(sub["findings"], sub["file_len"])
         for f in sub["findings"]:
             f["shard"] = shard
@@ -188,21 +169,13 @@ def verify_checkpoint(
             continue
         info = _fastst.inspect_file(shard_path, table=True, header_cap=header_cap)
         present = [row[0] for row in info["table"]]
-        data_bytes += info["data_len"] - 0
         for name in present:
             holders.setdefault(name, []).append(shard)
         lacking = sorted(set(listed) - set(present))
         if lacking:
-            findings.append(
-                _cfinding(
-                    "shard-lacks-tensor",
-                    f"{_n(len(lacking), 'tensor')} the index places in this shard "
-                    f"{'are' if len(lacking) != 1 else 'is'} not in it: {_names(lacking)}",
-                    shard=shard,
-                    tensor=lacking[0],
-                    count=len(lacking),
-                )
-            )
+            are = "are" if len(lacking) != 1 else "is"
+            claim = f"the index places in this shard {are} not in it"
+            findings.append(_tensors_finding("shard-lacks-tensor", shard, lacking, claim))
     weight_map = index["weight_map"]
     for shard_entry in report["shards"]:
         shard = shard_entry["file"]
@@ -212,16 +185,8 @@ def verify_checkpoint(
         duplicated = [n for n in extra if len(holders[n]) > 1]
         only_here = [n for n in extra if len(holders[n]) == 1]
         if only_here:
-            findings.append(
-                _cfinding(
-                    "shard-extra-tensor",
-                    f"{_n(len(only_here), 'tensor')} in this shard the index does not place "
-                    f"in it: {_names(only_here)}",
-                    shard=shard,
-                    tensor=only_here[0],
-                    count=len(only_here),
-                )
-            )
+            claim = "in this shard the index does not place in it"
+            findings.append(_tensors_finding("shard-extra-tensor", shard, only_here, claim))
         for name in duplicated:
             others = [s for s in holders[name] if s != shard]
             findings.append(
@@ -256,7 +221,7 @@ def verify_checkpoint(
         report["accepted"] = True
     except (OSError, ValueError, KeyError, SafetensorError):
         report["accepted"] = False
-    findings.sort(key=lambda f: -_SEVERITIES.index(f["severity"]))
+    findings.sort(key=lambda f: -results.SEVERITIES.index(f["severity"]))
     return cast(results.CheckpointVerification, report)
 
 

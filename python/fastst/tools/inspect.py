@@ -55,13 +55,12 @@ from .checkpoint import (
 )
 from .checkpoint_verify import summarise_truncation, verify_checkpoint
 from .diff import diff
+from .results import SEVERITIES
 from .walk import TOO_DEEP, walk
 
 PathLike = Union[str, "os.PathLike[str]"]
 Finding = Dict[str, Any]
 
-#: Severities, lowest first.
-SEVERITIES: Tuple[str, ...] = ("info", "low", "medium", "high", "critical")
 
 __all__ = [
     "SEVERITIES",
@@ -214,29 +213,15 @@ def check_hashes(
                 f"(bytes after the header) hashes to {computed}"
             )
         if computed is None or embedded != computed:
-            found.append(_finding("hash-mismatch", "high", message, key=key))
+            found.append(results.finding("hash-mismatch", message, key=key))
     if compared == 0:
         found.append(
-            _finding(
+            results.finding(
                 "no-embedded-hash",
-                "info",
                 "__metadata__ holds no sshs_model_hash or modelspec.hash_sha256 to check",
             )
         )
     return cast(List[results.Finding], found)
-
-
-def _finding(rule: str, severity: str, message: str, *, key: Optional[str] = None) -> Finding:
-    return {
-        "rule": rule,
-        "severity": severity,
-        "message": message,
-        "tensor": None,
-        "key": key,
-        "offset": None,
-        "length": None,
-        "count": None,
-    }
 
 
 def inspect_file(
@@ -377,10 +362,9 @@ def pickle_files(folder: PathLike) -> Iterator[str]:
 def _pickle_finding(path: str, found: Dict[str, Any]) -> Finding:
     target = os.path.splitext(path)[0] + ".safetensors"
     hint = f"fastst convert {shlex.quote(path)} {shlex.quote(target)}"
-    finding = _finding(
+    return results.finding(
         "foreign-content",
-        "critical" if found["executable"] else "high",
         f"{not_safetensors_message(found)}: {PICKLE_RISK}; convert it with `{hint}`",
+        severity="critical" if found["executable"] else "high",
+        offset=0,
     )
-    finding["offset"] = 0
-    return finding

@@ -14,6 +14,7 @@ works on Python 3.9). ``Annotated[..., Schema(...)]`` adds JSON Schema
 keywords (bounds, patterns) that a Python type cannot say.
 """
 
+from functools import cache
 from typing import (
     Annotated,
     Any,
@@ -24,7 +25,10 @@ from typing import (
     Tuple,
     TypedDict,
     Union,
+    get_args,
 )
+
+from .. import _fastst
 
 
 class Schema:
@@ -37,6 +41,8 @@ class Schema:
 Count = Annotated[int, Schema(minimum=0)]
 Sha256 = Annotated[str, Schema(pattern="^[0-9a-f]{64}$")]
 Severity = Literal["info", "low", "medium", "high", "critical"]
+#: Severities, lowest first.
+SEVERITIES: Tuple[str, ...] = get_args(Severity)
 #: An input as a whole: one ``.safetensors`` file, or a sharded checkpoint
 #: (an ``*.index.json`` and its shards).
 Kind = Literal["file", "checkpoint"]
@@ -73,6 +79,24 @@ class Finding(_Finding, total=False):
     """One thing verification found."""
 
     shard: Optional[str]  # in a checkpoint: the shard file it is about
+
+
+_UNPLACED = dict.fromkeys(_Finding.__annotations__)
+
+
+@cache
+def _severity(rule: str) -> str:
+    for r in _fastst.rule_catalogue():
+        if r["id"] == rule:
+            return str(r["severity"])
+    raise ValueError(f"no rule {rule!r} in the catalogue")
+
+
+def finding(rule: str, message: str, **where: Any) -> Dict[str, Any]:
+    """A :class:`Finding` of ``rule`` at its catalogue severity; ``where``
+    sets the other keys (``tensor``, ``key``, ``offset``, ``count``,
+    ``shard``, or another ``severity``)."""
+    return {**_UNPLACED, "rule": rule, "severity": _severity(rule), "message": message, **where}
 
 
 # inspect -------------------------------------------------------------------------

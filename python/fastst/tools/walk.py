@@ -10,7 +10,7 @@ import errno
 import os
 from typing import Any, Dict, Iterator, List, Tuple
 
-from .. import _fastst
+from . import results
 
 #: How many levels below the folder given a scan enters.
 MAX_DEPTH = 256
@@ -60,17 +60,6 @@ TOO_DEEP = (
 def too_deep_report(folder: str) -> Dict[str, Any]:
     """The ``verify`` report of a folder a scan did not enter: kind
     ``"folder"``, one ``folder-too-deep`` finding, ``complete`` false."""
-    severity = next(r["severity"] for r in _fastst.rule_catalogue() if r["id"] == "folder-too-deep")
-    finding = {
-        "rule": "folder-too-deep",
-        "severity": severity,
-        "message": TOO_DEEP,
-        "tensor": None,
-        "key": None,
-        "offset": None,
-        "length": None,
-        "count": None,
-    }
     return {
         "path": folder,
         "kind": "folder",
@@ -80,5 +69,5 @@ def too_deep_report(folder: str) -> Dict[str, Any]:
         "accepted": False,
         "complete": False,
         "values_checked": None,
-        "findings": [finding],
+        "findings": [results.finding("folder-too-deep", TOO_DEEP)],
     }
