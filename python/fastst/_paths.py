@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Optional, Union
 
+from . import _fastst
 from ._text import escape
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
@@ -28,15 +29,8 @@ def progress_label(path: str, progress: bool) -> Optional[str]:
 
 
 def readable(path: str) -> str:
-    """``path`` for messages: the name itself when it is valid text, else
-    with each byte that is not UTF-8 shown as ``\\xNN`` (``model\\xff.st``)."""
-    try:
-        path.encode("utf-8")
-        return path
-    except UnicodeEncodeError:
-        pass
-    try:
-        raw = os.fsencode(path)
-    except UnicodeEncodeError:
-        return path.encode("utf-8", "backslashreplace").decode("ascii")
-    return raw.decode("utf-8", "backslashreplace")
+    """``path`` (a file or a URL) as every message shows it, the core's
+    errors included (one rule, the core's): a URL without user, password,
+    query or fragment; a file name as it is when it is valid text, else with
+    each byte that is not UTF-8 shown as ``\\xNN`` (``model\\xff.st``)."""
+    return _fastst.display_path(os.fsencode(path))

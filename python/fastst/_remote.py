@@ -24,6 +24,7 @@ from . import _fastst
 from ._errors import rule_error
 from ._fastst import RawFile
 from ._folders import INDEX_SUFFIX, WEIGHTS_SUFFIX, index_cap, parse_index
+from ._paths import readable
 from ._raw import RawSource
 from ._sharded import ShardedFile
 
@@ -60,11 +61,9 @@ def options(storage_options: Optional[Mapping[str, Any]]) -> Options:
 
 
 def display(url: str) -> str:
-    """``url`` as messages show it: without user, password, query or
-    fragment."""
-    parts = urlsplit(url)
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+    """``url`` as messages show it (:func:`fastst._paths.readable`, the one
+    rule): without user, password, query or fragment."""
+    return readable(url)
 
 
 def shard_url(index_url: str, shard: str) -> str:

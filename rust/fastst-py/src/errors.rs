@@ -125,27 +125,38 @@ pub fn to_pyerr(file: &str, err: Error) -> PyErr {
     rule_error(err.rule(), file, err.tensor(), &err.to_string())
 }
 
-/// `path` for messages: as it is when it is valid UTF-8, else with each
-/// byte that is not shown as `\xNN` (as Python's `backslashreplace` does),
-/// so that no name is lost to a replacement character.
+/// `path` as every message shows it: [`display_name`] of its bytes.
 pub fn display_path(path: &std::path::Path) -> String {
     #[cfg(unix)]
-    {
-        use std::fmt::Write;
-        use std::os::unix::ffi::OsStrExt;
-        let mut out = String::new();
-        for chunk in path.as_os_str().as_bytes().utf8_chunks() {
-            out.push_str(chunk.valid());
-            for b in chunk.invalid() {
-                let _ = write!(out, "\\x{b:02x}");
-            }
-        }
-        out
-    }
+    return display_name(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()));
     #[cfg(not(unix))]
+    display_name(path.to_string_lossy().as_bytes())
+}
+
+/// `name` (a file name's bytes or a URL) as every message shows it, the
+/// one rule (Python's `fastst._paths.readable` calls it): a URL without
+/// user, password, query (a presigned URL's signature) or fragment
+/// (`fastst_remote::display`); a file name as it is when valid UTF-8, else
+/// each byte that is not shown as `\xNN` (as Python's `backslashreplace`
+/// does), so that no name is lost to a replacement character.
+#[pyfunction]
+#[pyo3(name = "display_path")]
+pub fn display_name(name: &[u8]) -> String {
+    use std::fmt::Write;
+    if let Some(url) = std::str::from_utf8(name)
+        .ok()
+        .filter(|n| fastst_remote::is_url(n))
     {
-        path.to_string_lossy().into_owned()
+        return fastst_remote::display(url);
     }
+    let mut out = String::new();
+    for chunk in name.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out
 }
 
 /// The error for any use of a closed file (the one place it is made).

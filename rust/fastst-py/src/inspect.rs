@@ -13,7 +13,7 @@ use fastst_inspect::{self as inspect, Finding, HashOptions, VerifyOptions};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use crate::errors::InFile;
+use crate::errors::{display_path, InFile};
 
 fn finding_dict<'py>(py: Python<'py>, f: &Finding) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -28,15 +28,6 @@ fn finding_dict<'py>(py: Python<'py>, f: &Finding) -> PyResult<Bound<'py, PyDict
     Ok(d)
 }
 
-/// `path` as messages show it (a URL without its query: a presigned
-/// URL's signature is there).
-pub(crate) fn display(path: &std::path::Path) -> String {
-    match path.to_str().filter(|p| fastst_remote::is_url(p)) {
-        Some(url) => fastst_remote::display(url),
-        None => crate::errors::display_path(path),
-    }
-}
-
 /// The object `path` names when it is a URL (`fastst-remote`), opened with
 /// the environment's settings (the command has no `storage_options`).
 pub(crate) fn remote(
@@ -44,7 +35,7 @@ pub(crate) fn remote(
     path: &std::path::Path,
 ) -> PyResult<Option<fastst_remote::RemoteSource>> {
     match path.to_str().filter(|p| fastst_remote::is_url(p)) {
-        Some(url) => crate::remote::open(py, url, &display(path), &Vec::new()).map(Some),
+        Some(url) => crate::remote::open(py, url, &display_path(path), &Vec::new()).map(Some),
         None => Ok(None),
     }
 }
@@ -83,7 +74,7 @@ fn verify_file<'py>(
     threads: usize,
     progress: Option<String>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let name = display(&path);
+    let name = display_path(&path);
     let options = VerifyOptions {
         header_cap,
         values,
@@ -125,7 +116,7 @@ fn hash_file<'py>(
     threads: usize,
     progress: Option<String>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let name = display(&path);
+    let name = display_path(&path);
     let options = HashOptions {
         tensors,
         threads,
@@ -176,7 +167,7 @@ fn inspect_file<'py>(
     table: bool,
     header_cap: u64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let name = display(&path);
+    let name = display_path(&path);
     let options = OpenOptions {
         header_cap,
         backend: Backend::Pread,
@@ -239,7 +230,7 @@ fn read_metadata(
     path: PathBuf,
     header_cap: u64,
 ) -> PyResult<Option<Vec<(String, String)>>> {
-    let name = display(&path);
+    let name = display_path(&path);
     let url = remote(py, &path)?;
     py.allow_threads(|| match url {
         Some(src) => inspect::read_metadata_source(Box::new(src), header_cap),

@@ -72,6 +72,8 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     inspect::register(m)?;
     // the catalogue of rules, dtype facts and conversions
     catalogue::register(m)?;
+    // the one way a path or URL is shown in messages
+    m.add_function(wrap_pyfunction!(errors::display_name, m)?)?;
     // what a file that is not safetensors is
     identify::register(m)?;
     // the values of two tensors compared (fastst diff)

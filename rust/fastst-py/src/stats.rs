@@ -36,7 +36,7 @@ fn stats_file<'py>(
     header_cap: u64,
     progress: Option<String>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let name = crate::inspect::display(&path);
+    let name = crate::errors::display_path(&path);
     let options = StatsOptions {
         bins,
         threads,

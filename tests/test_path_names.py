@@ -1,0 +1,57 @@
+"""A path or URL is shown the same way in every message, whether the core
+names it or Python does (one rule, the core's): hostile names included."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, List
+
+import pytest
+from cli_files import run
+from fastst import SafetensorError, _fastst, _folders, _remote
+from fastst._paths import readable
+
+#: An object URL with a user, a presigned query, a fragment, a space and
+#: characters that act on a terminal; the path cannot name an object, so
+#: opening it fails before any request.
+URL = "s3://user:secret@bucket/a b\x1b[31m\u202e.safetensors?X-Amz-Signature=SIGNED#frag"
+
+
+def _local_names(tmp_path: Path) -> List[str]:
+    hostile = tmp_path / os.fsdecode(b"ctl\x1b]0;x\x07\xe2\x80\xae\xff\xfe.index.json")
+    deep = tmp_path.joinpath(*["d" * 200] * 8)
+    deep.mkdir(parents=True)
+    names = [str(hostile), str(deep / "long.index.json")]
+    for name in names:
+        Path(name).write_bytes(b"{not json")
+    return names
+
+
+def _message(call: Callable[..., Any], *args: Any, **options: Any) -> str:
+    with pytest.raises((SafetensorError, OSError, ValueError)) as caught:
+        call(*args, **options)
+    return str(caught.value)
+
+
+def test_the_core_and_python_name_a_hostile_file_alike(tmp_path: Path) -> None:
+    for name in _local_names(tmp_path):
+        shown = readable(name)
+        assert "\\xff\\xfe" in shown or len(shown) > 1600
+        by_python = _message(_folders.read_index, name)
+        by_core = _message(_fastst.inspect_file, name, table=False)
+        assert by_python.startswith(f"{shown}: ") and by_core.startswith(f"{shown}: ")
+
+
+def test_the_core_and_python_name_a_hostile_url_alike() -> None:
+    shown = readable(URL)
+    by_python = _message(_remote.read_index, URL, [])  # named by Python
+    by_core = _message(_fastst.inspect_file, URL, table=False)  # named by the core
+    assert by_python.startswith(f"{shown}: ") and by_core.startswith(f"{shown}: ")
+    for message in (shown, by_python, by_core):
+        assert "secret" not in message and "SIGNED" not in message and "frag" not in message
+
+
+def test_the_command_names_a_hostile_url_once(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _out, err = run(["inspect", URL], capsys)
+    assert code == 2 and err.count("s3://") == 1 and "SIGNED" not in err
