@@ -23,7 +23,7 @@ pytest.importorskip("diffusers")
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dropin_loaders.py")
 
 
-def _run(out: str, through_fastst: bool) -> dict:
+def _start(out: str, through_fastst: bool) -> subprocess.Popen:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env.pop("FASTST_AS_SAFETENSORS", None)
     if through_fastst:
@@ -33,16 +33,28 @@ def _run(out: str, through_fastst: bool) -> dict:
         # The reference run must not see a fastst checkout on PYTHONPATH
         # (it would not matter for `import safetensors`, but keep it clean).
         env.pop("PYTHONPATH", None)
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _result(proc: subprocess.Popen) -> dict:
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-4000:]
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    reference = _run(str(tmp_path_factory.mktemp("reference")), through_fastst=False)
-    ours = _run(str(tmp_path_factory.mktemp("fastst")), through_fastst=True)
-    return reference, ours
+    """The reference's run and fastst's, side by side (separate folders and processes)."""
+    reference = _start(str(tmp_path_factory.mktemp("reference")), through_fastst=False)
+    ours = _start(str(tmp_path_factory.mktemp("fastst")), through_fastst=True)
+    try:
+        return _result(reference), _result(ours)
+    finally:
+        for proc in (reference, ours):
+            proc.kill()
+            proc.wait()
 
 
 def test_the_hook_served_fastst(runs) -> None:
