@@ -54,16 +54,17 @@ def sparkline(
     value (the lowest level) to the largest (a profile), blanks only for
     missing values."""
     levels = _ASCII_LEVELS if ascii else _LEVELS
-    known = [v is not None and math.isfinite(v) for v in values]
-    clean = [float(v) if k and v is not None else 0.0 for v, k in zip(values, known)]
     top: Optional[float] = None
     if relative:
+        known = [v is not None and math.isfinite(v) for v in values]
+        clean = [float(v) if k and v is not None else 0.0 for v, k in zip(values, known)]
         low = min((v for v, k in zip(clean, known) if k), default=0.0)
         step = (max(clean, default=0.0) - low) / (len(levels) - 1)
         if step <= 0:  # flat: every known value at the lowest level
             step, top = 1.0, float(len(levels))
         clean = [v - low + step if k else 0.0 for v, k in zip(clean, known)]
-    clean = [max(v, 0.0) for v in clean]
+    else:
+        clean = [float(v) if v is not None and v > 0 and math.isfinite(v) else 0.0 for v in values]
     if columns is not None:
         clean = resample(clean, columns, merge)
     top = max(clean, default=0.0) if top is None else top

@@ -360,9 +360,8 @@ def table(out: Out, columns: Sequence[Column], indent: int = 2) -> None:
     way in ``give`` order, each shrinking down to its ``least`` before the
     next one gives, or left out when its ``least`` is 0. ``--wide`` (or
     piped output) shows every column in full."""
-    natural = [
-        max([display_width(c.header)] + [display_width(x) for x in c.cells]) for c in columns
-    ]
+    cell_widths = [[display_width(x) for x in c.cells] for c in columns]
+    natural = [max([display_width(c.header), *w]) for c, w in zip(columns, cell_widths)]
     widths = list(natural)
     shown = list(range(len(columns)))
     limit = room(out, indent)
@@ -391,10 +390,11 @@ def table(out: Out, columns: Sequence[Column], indent: int = 2) -> None:
     for row in range(len(columns[0].cells) if columns else 0):
         cells = []
         for i in shown:
-            cell = columns[i].cells[row]
-            if display_width(cell) > widths[i]:
+            cell, width = columns[i].cells[row], cell_widths[i][row]
+            if width > widths[i]:
                 cell = columns[i].shorten(cell, widths[i])
-            cells.append(pad(cell, widths[i], columns[i].right))
+                width = display_width(cell)
+            cells.append(pad(cell, widths[i], columns[i].right, width))
         out.print(" " * indent, "  ".join(cells).rstrip())
 
 

@@ -38,7 +38,7 @@ def display_width(text: str) -> int:
     """Terminal columns ``text`` takes (``text`` already escaped)."""
     if text.isascii():
         return len(text)
-    return sum(_char_width(ch) for ch in text)
+    return sum(map(_char_width, text))
 
 
 def _take(text: str, columns: int, from_end: bool = False) -> str:
@@ -73,9 +73,10 @@ def fit(text: str, columns: Optional[int]) -> str:
     return head + ELLIPSIS + tail
 
 
-def pad(text: str, columns: int, right: bool = False) -> str:
-    """``text`` padded with spaces to ``columns`` terminal columns."""
-    gap = " " * max(0, columns - display_width(text))
+def pad(text: str, columns: int, right: bool = False, width: Optional[int] = None) -> str:
+    """``text`` (``width`` columns wide, when known) padded with spaces to
+    ``columns`` terminal columns."""
+    gap = " " * max(0, columns - (display_width(text) if width is None else width))
     return gap + text if right else text + gap
 
 
