@@ -77,9 +77,13 @@ def strict_json(value: Any, depth: int = 0) -> Any:
         return value
     if depth >= MAX_DEPTH:
         return f"(nested more than {MAX_DEPTH} deep; left out)"
+    # Text, integers, True, False and None as they are, without a call each.
     if isinstance(value, dict):
-        return {k: strict_json(v, depth + 1) for k, v in value.items()}
-    return [strict_json(v, depth + 1) for v in value]
+        return {k: v if type(v) in _AS_IS else strict_json(v, depth + 1) for k, v in value.items()}
+    return [v if type(v) in _AS_IS else strict_json(v, depth + 1) for v in value]
+
+
+_AS_IS = frozenset((str, int, bool, type(None)))
 
 
 def decode_metadata(metadata: Optional[Dict[str, str]]) -> Dict[str, Any]:
