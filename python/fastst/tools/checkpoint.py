@@ -20,6 +20,7 @@ from .._folders import (
     index_shards,
     read_index,
 )
+from .._paths import os_path as _path
 from .._paths import progress_label, readable
 from .._sharded import ShardedFile
 from . import results
@@ -27,11 +28,6 @@ from .walk import walk
 
 PathLike = Union[str, "os.PathLike[str]"]
 Finding = Dict[str, Any]
-
-
-def _path(path: PathLike) -> str:
-    p = os.fspath(path)
-    return os.fsdecode(p) if isinstance(p, bytes) else p
 
 
 def shown(path: str) -> str:

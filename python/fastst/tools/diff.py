@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union, cast
 
 from .. import _fastst
 from .._fastst import DEFAULT_HEADER_CAP
+from .._paths import os_path as _path
 from .._source import open_raw
 from . import results
 from .checkpoint import shown
@@ -20,11 +21,6 @@ from .stats import layer_of
 __all__ = ["diff"]
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-def _path(path: PathLike) -> str:
-    p = os.fspath(path)
-    return os.fsdecode(p) if isinstance(p, bytes) else p
 
 
 def _metadata_diff(a: Optional[Dict[str, str]], b: Optional[Dict[str, str]]) -> Dict[str, Any]:

@@ -41,11 +41,13 @@ from .._errors import rule_error
 from .._fastst import DEFAULT_HEADER_CAP
 from .._identify import not_safetensors_message
 from .._open import safe_open
+from .._paths import os_path as _path
 from .._paths import readable
 from . import results
 from .card import decode_metadata, metadata_card
 from .checkpoint import (
     _hash_file,
+    _read_metadata,
     _verify_file,
     checkpoint_metadata,
     hash_checkpoint,
@@ -102,11 +104,6 @@ def rules() -> List[Dict[str, str]]:
     """The catalogue of rules: dicts with ``id``, ``severity`` (the default)
     and ``summary``."""
     return list(_fastst.verify_rules())
-
-
-def _path(path: PathLike) -> str:
-    p = os.fspath(path)
-    return os.fsdecode(p) if isinstance(p, bytes) else p
 
 
 def _given_path(result: Any, path: str) -> Dict[str, Any]:
@@ -257,13 +254,7 @@ def read_metadata(
     """The ``__metadata__`` map, read without validating the tensor table
     (so it works on files the reader rejects); None when there is none.
     A key repeated in the header keeps its first value."""
-    pairs = _fastst.read_metadata(_path(path), header_cap=header_cap)
-    if pairs is None:
-        return None
-    out: Dict[str, str] = {}
-    for key, value in pairs:
-        out.setdefault(key, value)
-    return out
+    return _read_metadata(_path(path), header_cap)
 
 
 def iter_safetensors(paths: Iterable[PathLike]) -> Iterator[str]:

@@ -7,14 +7,10 @@ import os
 import re
 from typing import Iterable, List, Union
 
+from .._paths import os_path as _path
 from .walk import walk
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-def _path(path: PathLike) -> str:
-    p = os.fspath(path)
-    return os.fsdecode(p) if isinstance(p, bytes) else p
 
 
 #: Name of a temporary file a fastst save writes where ``O_TMPFILE`` is not

@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Tuple, Union, cast
 
 from .. import _fastst
 from .._fastst import DEFAULT_HEADER_CAP
+from .._paths import os_path as _path
 from .._paths import progress_label
 from . import results
 from .checkpoint import _strict_index, iter_inputs, shard_location
@@ -41,11 +42,6 @@ def layer_of(name: str) -> Optional[Tuple[str, int, str]]:
     ``("model.layers", 3, "mlp.weight")``; None for other names."""
     m = _LAYER.fullmatch(name)
     return (m[1], int(m[2]), m[3]) if m else None
-
-
-def _path(path: PathLike) -> str:
-    p = os.fspath(path)
-    return os.fsdecode(p) if isinstance(p, bytes) else p
 
 
 def _file(
