@@ -167,6 +167,60 @@ def test_slices_equal_numpy_and_fetch_only_their_bytes(site: Site, opened: Any, 
     _check(site, opened, name, index)
 
 
+#: Indexes refused by numpy's rules, torch's or both: each must fail before any byte is read.
+INVALID = [
+    np.s_[30],  # past the end
+    np.s_[-31],
+    np.s_[0, 0, 0],  # more indices than dimensions
+    np.s_[::0],
+    np.s_[0, ::0],
+    np.s_[..., ...],  # numpy's rules only (torch takes it)
+    np.s_[None, 2:, 100],
+    np.s_[1.5],
+    np.s_[0:1.5],
+    np.s_["a"],
+    np.s_[[1, 2]],
+    np.s_[True],
+    np.s_[np.array([1, 2])],
+    np.s_[::-1],  # torch's rules only (a negative step)
+    np.s_[3:, ::-2],
+]
+#: What each framework takes of those.
+TAKEN = {"np": [np.s_[::-1], np.s_[3:, ::-2]], "pt": [np.s_[..., ...]]}
+
+
+def _failure(f: Any, name: str, index: Any) -> Tuple[type, str]:
+    """The error ``f.get_slice(name)[index]`` raises, its message with the file's name cut out;
+    ``(type(None), "")`` when it succeeds."""
+    try:
+        f.get_slice(name)[index]
+    except Exception as exc:  # noqa: BLE001 - the error is the result
+        return type(exc), str(exc).replace(f._raw.name, "<file>")
+    return type(None), ""
+
+
+@pytest.mark.parametrize("framework", ["np", "pt"])
+def test_an_invalid_index_fails_as_on_a_local_file_before_any_byte(
+    site: Site, local: Path, framework: str
+) -> None:
+    taken = []
+    with (
+        fastst.safe_open(local, framework) as near,
+        fastst.safe_open(site.url(site.name), framework, storage_options=site.options) as far,
+    ):
+        for index in INVALID:
+            want = _failure(near, "ids", index)
+            site.proxy.reset()
+            got = _failure(far, "ids", index)
+            assert got == want, index
+            if want[0] is type(None):
+                taken.append(index)
+                continue
+            assert want[0] is not IndexError or "<file>: tensor 'ids' of shape" in want[1], want
+            assert (site.proxy.body_bytes(), len(site.proxy.records)) == (0, 0), index
+    assert taken == TAKEN[framework]
+
+
 def test_an_object_replaced_mid_slice_is_file_changed(site: Site, local: Path) -> None:
     name = "replaced.safetensors"
     url = site.put(name, local)

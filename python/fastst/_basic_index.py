@@ -3,9 +3,10 @@ what part of a tensor one reads."""
 
 from __future__ import annotations
 
+import operator
 from typing import Any, List, Optional, Tuple
 
-_BASIC = (int, slice, type(Ellipsis), type(None))
+_SPECIAL = (slice, type(Ellipsis), type(None))
 
 
 def check_index(index: Any) -> Any:
@@ -16,11 +17,19 @@ def check_index(index: Any) -> Any:
         return slice(0, 0)
     items = index if isinstance(index, tuple) else (index,)
     for item in items:
-        if isinstance(item, bool) or not (isinstance(item, _BASIC) or hasattr(item, "__index__")):
+        if isinstance(item, _SPECIAL):
+            continue
+        try:
+            # Ints and what stands for one (numpy's integer scalars); not
+            # arrays of several, which the frameworks take as fancy indexes.
+            if isinstance(item, bool):
+                raise TypeError
+            operator.index(item)
+        except TypeError:
             raise TypeError(
                 "get_slice supports basic indexing only (ints, slices, ..., None); "
                 f"got {type(item).__name__}"
-            )
+            ) from None
     return index
 
 

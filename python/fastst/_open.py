@@ -428,8 +428,9 @@ class SafeSlice:
         """Reads only the byte ranges the index selects (the pread back
         end: remote objects, file objects): ``(bytes, dtype, their shape,
         the index that takes the result out of them)``, or None when the
-        whole tensor must be read (an index the full path refuses, with the
-        framework's own error)."""
+        whole tensor must be read (an index only the framework plans). An
+        index the framework refuses raises its error before any read."""
+        self._refuse(index)
         bits = PACKED_BITS.get(self._dtype, 0)
         plan = read_plan(index, self._shape, bits)
         if plan is None:
@@ -441,6 +442,25 @@ class SafeSlice:
         out = np.empty(nbits // 8, dtype=np.uint8)
         self._owner._raw.read_slice_into(self._name, dims, out)
         return out, self._dtype, shape, key
+
+    def _refuse(self, index: Any) -> None:
+        """Raises what indexing the whole tensor would (the framework's rules and
+        messages), reading nothing: the index is applied to a stand-in of the
+        tensor's shape whose elements all share one byte."""
+        shape = self._shape
+        stand_in: Any
+        if self._owner._framework == "torch":
+            import torch
+
+            stand_in = torch.zeros((), dtype=torch.uint8).expand(shape)
+        else:
+            stand_in = np.ndarray(shape, np.uint8, buffer=b"\0", strides=(0,) * len(shape))
+        try:
+            stand_in[index]
+        except IndexError as exc:
+            # As the framework backends word it for the whole tensor.
+            where = self._owner._where(self._name)
+            raise IndexError(f"{where} of shape {list(shape)}: {exc}") from None
 
 
 class _safe_open_handle:  # noqa: N801 - the reference package's name
