@@ -221,6 +221,39 @@ def test_an_invalid_index_fails_as_on_a_local_file_before_any_byte(
     assert taken == TAKEN[framework]
 
 
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_tensor_parallel_column_shard_fetches_only_its_bytes(
+    site: Site, opened: Any, monkeypatch: pytest.MonkeyPatch, rank: int
+) -> None:
+    # The slice reader of get_slice: each tensor's ranges coalesced and fetched a batch at a
+    # time, not one GET per row.
+    torch = pytest.importorskip("torch")
+    from fastst._distributed import split_bounds
+    from fastst.torch import load_tensor_parallel
+
+    for key, value in site.env.items():
+        monkeypatch.setenv(key, value)
+    url = site.url(site.name)
+    site.proxy.reset()
+    fastst.safe_open(url, "pt").close()
+    opening, opening_gets = site.proxy.body_bytes(), len(site.proxy.records)
+    plan = {"wide": "column", "big": "column", "cube": 2}
+    site.proxy.reset()
+    got = load_tensor_parallel(url, plan, rank=rank, world_size=2, default="skip")
+    fetched, gets = site.proxy.body_bytes() - opening, len(site.proxy.records) - opening_gets
+    needed = slack = 0
+    for name, tensor in got.items():
+        n = TENSORS[name].shape[plan[name] if name == "cube" else 1]
+        index = (slice(None),) * (2 if name == "cube" else 1) + (slice(*split_bounds(n, rank, 2)),)
+        want = TENSORS[name][index]
+        assert tensor.dtype == getattr(torch, str(want.dtype)) and tensor.is_contiguous()
+        assert tensor.numpy().tobytes() == want.tobytes(), name
+        part, gaps = _expected(opened, name, index)
+        needed, slack = needed + part, slack + gaps
+    assert sorted(got) == sorted(plan)
+    assert needed <= fetched <= needed + slack and gets <= 8, (needed, slack, fetched, gets)
+
+
 def test_an_object_replaced_mid_slice_is_file_changed(site: Site, local: Path) -> None:
     name = "replaced.safetensors"
     url = site.put(name, local)

@@ -365,6 +365,10 @@ class safe_open:  # noqa: N801 - the reference package's name
         return SafeSlice(self, name, dtype, shape)
 
 
+def _bytes(nbytes: int) -> np.ndarray:
+    return np.empty(nbytes, dtype=np.uint8)
+
+
 class SafeSlice:
     """A tensor not read yet; ``s[...]`` reads only the part asked for, with
     basic indexing (ints, slices, ``...``, ``None``; out-of-range slice bounds
@@ -424,12 +428,15 @@ class SafeSlice:
             buffer, dtype, shape, index, owner._device, owner._where(self._name)
         )
 
-    def _read_part(self, index: Any) -> Optional[Tuple[np.ndarray, str, Tuple[int, ...], Any]]:
+    def _read_part(
+        self, index: Any, empty: Callable[[int], np.ndarray] = _bytes
+    ) -> Optional[Tuple[np.ndarray, str, Tuple[int, ...], Any]]:
         """Reads only the byte ranges the index selects (the pread back
-        end: remote objects, file objects): ``(bytes, dtype, their shape,
-        the index that takes the result out of them)``, or None when the
-        whole tensor must be read (an index only the framework plans). An
-        index the framework refuses raises its error before any read."""
+        end: remote objects, file objects; tensor-parallel loads) into
+        ``empty(nbytes)``, a writable uint8 array: ``(it, dtype, its shape,
+        the index that takes the result out of it)``, or None when the whole
+        tensor must be read (an index only the framework plans). An index the
+        framework refuses raises its error before any read."""
         self._refuse(index)
         bits = PACKED_BITS.get(self._dtype, 0)
         plan = read_plan(index, self._shape, bits)
@@ -439,8 +446,12 @@ class SafeSlice:
         nbits = bits or 8 * NUMPY_DTYPES[self._dtype].itemsize
         for n in shape:
             nbits *= n
-        out = np.empty(nbits // 8, dtype=np.uint8)
-        self._owner._raw.read_slice_into(self._name, dims, out)
+        out = empty(nbits // 8)
+        if shape == self._shape:
+            # All of it: the whole-tensor read, several threads or GETs at once.
+            self._owner._raw.read_into(self._name, out)
+        else:
+            self._owner._raw.read_slice_into(self._name, dims, out)
         return out, self._dtype, shape, key
 
     def _refuse(self, index: Any) -> None:

@@ -81,8 +81,9 @@ def resolve_path(path: PathLike) -> str:
 
 def open_table(path: PathLike) -> Tuple[safe_open, List[Entry], Optional[Dict[str, str]]]:
     """Opens the checkpoint with positioned reads (only the headers are read
-    now) and lists its tensors in load order (the order of ``load_file``)."""
-    handle = safe_open(resolve_path(path), framework="pt", backend="pread")
+    now, and nothing is read ahead: each rank reads only its share) and lists
+    its tensors in load order (the order of ``load_file``)."""
+    handle = safe_open(resolve_path(path), framework="pt", backend="pread", prefetch=None)
     try:
         raw: Any = handle._raw  # a ShardedFile has shard_of, a RawFile not
         sharded = hasattr(raw, "shard_of")

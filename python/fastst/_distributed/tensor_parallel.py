@@ -1,14 +1,13 @@
 """The tensor-parallel load: each rank reads only its part of each tensor
-(a row or column split by rank, or an explicit index), with positioned reads
-of the minimal byte ranges; no tensor data moves between ranks."""
+(a row or column split by rank, or an explicit index) through the slice
+reader of ``get_slice``; no tensor data moves between ranks."""
 
 from __future__ import annotations
 
 import fnmatch
-import itertools
 import numbers
 import os
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -90,109 +89,25 @@ def _bad_plan(entry: Entry, spec: Spec, why: str) -> DistributedLoadError:
     )
 
 
-def _box(
-    index: Any, shape: Tuple[int, ...]
-) -> Optional[Tuple[List[int], List[int], Tuple[Any, ...]]]:
-    """The smallest box ``[lo, hi)`` per dimension holding what ``index``
-    selects, and the index that takes the selection out of that box; None
-    when the index is not plain (negative steps, out-of-range ints, ...):
-    ``get_slice`` then does the work, errors included."""
-    items = index if isinstance(index, tuple) else (index,)
-    ellipses = sum(1 for it in items if it is Ellipsis)
-    real = sum(1 for it in items if it is not None and it is not Ellipsis)
-    if ellipses > 1 or real > len(shape):
-        return None
-    expanded: List[Any] = []
-    for it in items:
-        if it is Ellipsis:
-            expanded.extend([slice(None)] * (len(shape) - real))
-        else:
-            expanded.append(it)
-    if not ellipses:
-        expanded.extend([slice(None)] * (len(shape) - real))
-    lo: List[int] = []
-    hi: List[int] = []
-    rest: List[Any] = []
-    d = 0
-    for it in expanded:
-        if it is None:
-            rest.append(None)
-            continue
-        n = shape[d]
-        if isinstance(it, slice):
-            start, stop, step = it.indices(n)
-            if step <= 0:
-                return None
-            count = len(range(start, stop, step))
-            last = start + (count - 1) * step + 1 if count else start
-            lo.append(start)
-            hi.append(last)
-            rest.append(slice(None) if step == 1 else slice(None, None, step))
-        elif not isinstance(it, bool) and hasattr(it, "__index__"):
-            i = it.__index__()
-            if i < 0:
-                i += n
-            if not 0 <= i < n:
-                return None
-            lo.append(i)
-            hi.append(i + 1)
-            rest.append(0)
-        else:
-            return None
-        d += 1
-    return lo, hi, tuple(rest)
-
-
-def box_runs(
-    shape: Sequence[int], itemsize: int, lo: Sequence[int], hi: Sequence[int]
-) -> Iterator[Tuple[int, int]]:
-    """``(offset, length)`` of the contiguous byte runs of the box, in order."""
-    if any(h <= low for low, h in zip(lo, hi)):
-        return
-    ndim = len(shape)
-    k = ndim - 1
-    while k >= 0 and lo[k] == 0 and hi[k] == shape[k]:
-        k -= 1
-    strides = [itemsize] * ndim
-    for d in range(ndim - 2, -1, -1):
-        strides[d] = strides[d + 1] * shape[d + 1]
-    if k < 0:
-        total = itemsize
-        for n in shape:
-            total *= n
-        yield 0, total
-        return
-    run = (hi[k] - lo[k]) * strides[k]
-    inner = lo[k] * strides[k]
-    for outer in itertools.product(*(range(lo[d], hi[d]) for d in range(k))):
-        yield sum(i * strides[d] for d, i in enumerate(outer)) + inner, run
-
-
 def _read_part(handle: safe_open, entry: Entry, index: Any, pinned: bool) -> torch.Tensor:
-    dtype, tshape = _torch_layout(entry)
-    box = None if entry.dtype in PACKED_BITS else _box(index, entry.shape)
-    if box is None:
-        return handle.get_slice(entry.name)[index]
-    lo, hi, rest = box
-    raw = handle._raw
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    dims = [h - low for low, h in zip(lo, hi)]
-    nbytes = itemsize
-    for n in dims:
-        nbytes *= n
-    flat = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
-    out = flat.numpy()
-    at = 0
-    for offset, length in box_runs(entry.shape, itemsize, lo, hi):
-        if length == entry.nbytes:
-            raw.read_into(entry.name, out)  # the whole tensor: several threads
-        else:
-            raw.read_range_into(entry.name, offset, out[at : at + length])
-        at += length
-    part = flat.view(dtype).view(dims)
-    if all(isinstance(r, slice) and r == slice(None) for r in rest):
-        return part
-    return part[rest]
+    """This rank's part of ``entry``: what ``get_slice`` reads for ``index``
+    (only the byte ranges it selects), in memory of its own, pinned for a
+    CUDA target."""
+    dtype, _shape = _torch_layout(entry)
+    part = handle.get_slice(entry.name)
+    if entry.dtype not in PACKED_BITS:
+        made: List[torch.Tensor] = []
+
+        def empty(nbytes: int) -> Any:
+            made.append(torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned))
+            return made[0].numpy()
+
+        read = part._read_part(index, empty)
+        if read is not None:
+            _out, _dtype, shape, key = read
+            got = made[0].view(dtype).view(shape)
+            return got if all(k == slice(None) for k in key) else got[key]
+    return part[index]
 
 
 def load_tensor_parallel(
