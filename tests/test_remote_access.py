@@ -5,6 +5,7 @@ and the command line work on URLs."""
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 import subprocess
@@ -21,9 +22,11 @@ FIRST = 64 << 10  # what opening may fetch besides the size prefix and the heade
 ROWS, COLS = 4096, 4096  # "big": 64 MiB of F32, so that fetching the data by mistake shows
 
 
+@functools.cache
 def _tensors() -> Dict[str, np.ndarray]:
+    """The checkpoint's tensors, made once: read-only, since every test shares them."""
     rng = np.random.default_rng(0)
-    return {
+    tensors = {
         "big": rng.standard_normal((ROWS, COLS), dtype=np.float32),
         "small": rng.standard_normal((16, 16), dtype=np.float32),
         "half": rng.standard_normal((300, 70)).astype(np.float16),
@@ -32,6 +35,9 @@ def _tensors() -> Dict[str, np.ndarray]:
         "scalar": np.array(2.5, dtype=np.float64),
         "empty": np.zeros((0, 5), dtype=np.float32),
     }
+    for array in tensors.values():
+        array.setflags(write=False)
+    return tensors
 
 
 @pytest.fixture(scope="module")
