@@ -78,7 +78,8 @@ class SeaweedS3:
         self.ports = [*ports.values(), *grpc.values()]
         self.port = ports["s3"]
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        args = [weed, "server", f"-dir={folder / 'data'}", "-ip=127.0.0.1", "-s3"]
+        # -logtostderr: its log goes to weed.log, not to files of its own in /tmp.
+        args = [weed, "-logtostderr", "server", f"-dir={folder / 'data'}", "-ip=127.0.0.1", "-s3"]
         args += [f"-{n}.port={p}" for n, p in ports.items()]
         args += [f"-{n}.port.grpc={p}" for n, p in grpc.items()]
         args += [
