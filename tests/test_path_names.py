@@ -4,13 +4,16 @@ names it or Python does (one rule, the core's): hostile names included."""
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, List
 
+import fastst
 import pytest
 from cli_files import run
 from fastst import SafetensorError, _fastst, _folders, _remote
 from fastst._paths import readable
+from fastst.tools import inspect, stats
 
 #: An object URL with a user, a presigned query, a fragment, a space and
 #: characters that act on a terminal; the path cannot name an object, so
@@ -55,3 +58,22 @@ def test_the_core_and_python_name_a_hostile_url_alike() -> None:
 def test_the_command_names_a_hostile_url_once(capsys: pytest.CaptureFixture[str]) -> None:
     code, _out, err = run(["inspect", URL], capsys)
     assert code == 2 and err.count("s3://") == 1 and "SIGNED" not in err
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        partial(fastst.safe_open, framework="numpy"),
+        inspect.verify_file,
+        inspect.hash_file,
+        inspect.inspect_file,
+        inspect.read_metadata,
+        stats.stats_file,
+        stats.tensor_stats,
+    ],
+)
+def test_a_name_no_file_can_have_is_python_s_error_not_a_crash(call: Callable[..., Any]) -> None:
+    # A lone surrogate cannot be encoded as a file name: the error Python's
+    # own file functions raise, never a panic of the compiled part.
+    with pytest.raises(UnicodeEncodeError):
+        call("model\ud800.safetensors")

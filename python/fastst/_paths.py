@@ -16,8 +16,10 @@ PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 def os_path(path: PathLike) -> str:
     """``path`` as the ``str`` the operating system functions take: bytes
     are decoded as Python decodes file names (invalid UTF-8 bytes become
-    surrogate escapes), so every name the filesystem holds round-trips."""
-    return os.fsdecode(os.fspath(path))
+    surrogate escapes), so every name the filesystem holds round-trips; a
+    ``str`` no file can be named (a lone surrogate) is the
+    ``UnicodeEncodeError`` Python's own file functions raise."""
+    return os.fsdecode(os.fsencode(path))
 
 
 def progress_label(path: str, progress: bool) -> Optional[str]:
