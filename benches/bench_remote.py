@@ -106,7 +106,7 @@ def child(case: str, url: str, cfg: Dict[str, Any]) -> None:
     base, cpu0, t0 = _rss(), _cpu(), time.perf_counter()
     if case == "fastst-warm":
         load_into(f._raw, names, outs, [None] * len(names))
-        out = {n: torch.from_numpy(o) for n, o in zip(names, outs)}
+        out = {n: torch.from_numpy(o) for n, o in zip(names, outs, strict=True)}
     elif case.startswith("fastst"):
         out = fastst.torch.load_file(url)
     elif case.startswith("runai"):

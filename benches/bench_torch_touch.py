@@ -53,9 +53,10 @@ def main() -> None:
             res[who].append((w1 - w0, c1 - c0, w2 - w0, c2 - c0, f1 - f0))
     print(f"{path}: {rounds} interleaved rounds, medians (ms)")
     for who, rows in res.items():
-        cols = list(zip(*rows))
+        cols = list(zip(*rows, strict=True))
         values = "  ".join(
-            f"{name} {statistics.median(col) * 1e3:7.1f}" for name, col in zip(COLUMNS, cols)
+            f"{name} {statistics.median(col) * 1e3:7.1f}"
+            for name, col in zip(COLUMNS, cols, strict=True)
         )
         print(f"  {who:18} {values}  faults {statistics.median(cols[4]):.0f}")
 

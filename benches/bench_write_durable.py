@@ -127,7 +127,7 @@ def main() -> int:
 
     def ratio(label: str, num: str, den: str) -> None:
         if num in med and den in med:
-            paired = statistics.median(a / b for a, b in zip(times[num], times[den]))
+            paired = statistics.median(a / b for a, b in zip(times[num], times[den], strict=True))
             print(f"  {label}: {med[num] / med[den]:.2f} (median of round ratios {paired:.2f})")
 
     print("ratios (time of the limit / time of fastst; 1.0 = as fast as the limit):")

@@ -481,7 +481,7 @@ def test_four_ranks(files: Dict[str, str], tmp_path: Path) -> None:
 
 def _entries(sizes: List[int], files: List[str]) -> List[D.Entry]:
     out, offset = [], {f: 0 for f in files}
-    for i, (size, f) in enumerate(zip(sizes, files)):
+    for i, (size, f) in enumerate(zip(sizes, files, strict=True)):
         out.append(D.Entry(f"t{i}", "U8", (size,), f, offset[f], offset[f] + size))
         offset[f] += size
     return out

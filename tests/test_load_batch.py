@@ -264,7 +264,9 @@ def test_progress_reports_bytes_from_the_calling_thread(every_dtype):
     # come before the final one, however late this thread is scheduled.
     assert 3 <= len(steps) <= 6, steps
     dones = [0] + [d for d, _t in steps]
-    assert all(0 < b - a <= (8 << 20) + (1 << 20) for a, b in zip(dones, dones[1:])), steps
+    assert all(
+        0 < b - a <= (8 << 20) + (1 << 20) for a, b in zip(dones, dones[1:], strict=False)
+    ), steps
     dones = dones[1:]
     # One report per 4 MiB step crossed, at most.
     steps_crossed = [d // (4 << 20) for d in dones[:-1]]
@@ -404,7 +406,7 @@ def test_loads_from_tmpfs_fall_back_without_error(tmp_path):
                 load_into(f._raw, names, outs, [None] * len(names), direct=True)
                 assert all(
                     o.tobytes() == as_bytes(views[n])
-                    for n, o in zip(names, outs)
+                    for n, o in zip(names, outs, strict=True)
                     if n not in PACKED
                 )
     finally:
@@ -432,7 +434,9 @@ def test_cold_loads_read_around_the_page_cache_exactly(every_dtype):
             names = f.offset_keys()
             outs = [np.empty(e - b, np.uint8) for _d, _s, b, e in map(f._raw.info, names)]
             load_into(f._raw, names, outs, [None] * len(names), direct=True, threads=3)
-            assert all(o.tobytes() == views[n] for n, o in zip(names, outs) if n not in PACKED)
+            assert all(
+                o.tobytes() == views[n] for n, o in zip(names, outs, strict=True) if n not in PACKED
+            )
 
 
 def test_overlapping_destinations_are_refused(every_dtype):

@@ -122,7 +122,7 @@ def test_slice_ranges_cover_exactly_the_bytes_the_index_reads(shape, index) -> N
     covered = set(itertools.chain.from_iterable(range(o, o + n) for o, n in got))
     assert covered == _touched_bytes(shape, 4, index)
     assert got == sorted(got)
-    for (o1, n1), (o2, _) in zip(got, got[1:]):
+    for (o1, n1), (o2, _) in zip(got, got[1:], strict=False):
         assert o1 + n1 < o2  # merged: no two ranges touch
 
 

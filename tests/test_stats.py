@@ -199,7 +199,7 @@ def test_extremes_of_every_integer_kind(tmp_path: Path) -> None:
         tensors.append((dtype.lower(), dtype, [4], values.tobytes()))
     path = tmp_path / "ints.safetensors"
     _write(path, tensors)
-    for (_, dtype, _, raw), got in zip(tensors, tensor_stats(path, bins=BINS)):
+    for (_, dtype, _, raw), got in zip(tensors, tensor_stats(path, bins=BINS), strict=True):
         _check(dtype, raw, got)
 
 
@@ -213,7 +213,7 @@ def test_large_tensors_over_many_chunks_and_threads(tmp_path: Path) -> None:
     _write(path, tensors)
     one = tensor_stats(path, bins=BINS, threads=1)
     assert tensor_stats(path, bins=BINS, threads=3) == one
-    for (_, dtype, _, raw), got in zip(tensors, one):
+    for (_, dtype, _, raw), got in zip(tensors, one, strict=True):
         _check(dtype, raw, got)
 
 

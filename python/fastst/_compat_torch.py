@@ -21,7 +21,9 @@ def _end_ptr(tensor: torch.Tensor) -> int:
     element's address when it is empty)."""
     if not tensor.nelement():
         return int(tensor.data_ptr())
-    offset = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    offset = sum(
+        (size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
+    )
     return int(tensor.data_ptr()) + offset * tensor.element_size() + _SIZE[tensor.dtype]
 
 

@@ -139,12 +139,12 @@ def slice_ranges(
     outer = [sorted(r) for r in picks[: k - 1]]
     count = math.prod(len(r) for r in outer) * len(runs)
     if count > _MAX_RANGES:
-        first = sum(s * min(r) for s, r in zip(strides, picks))
-        last = sum(s * max(r) for s, r in zip(strides, picks)) + block
+        first = sum(s * min(r) for s, r in zip(strides, picks, strict=False))
+        last = sum(s * max(r) for s, r in zip(strides, picks, strict=False)) + block
         return [(first, last - first)]
     out: List[Tuple[int, int]] = []
     for position in itertools.product(*outer):
-        base = sum(s * p for s, p in zip(strides, position))
+        base = sum(s * p for s, p in zip(strides, position, strict=False))
         for start, n in runs:
             offset, length = base + start * strides[k - 1], n * block
             if out and out[-1][0] + out[-1][1] == offset:

@@ -82,7 +82,9 @@ def _hand_out(
     grand = sum(p[4] for p in plans)
     base = mark = 0
     try:
-        for k, ((_file, members, *_rest, size), file_ends) in enumerate(zip(plans, ends)):
+        for k, ((_file, members, *_rest, size), file_ends) in enumerate(
+            zip(plans, ends, strict=True)
+        ):
             i = 0
             while i < len(members):
                 event = events.get()

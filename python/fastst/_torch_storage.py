@@ -44,7 +44,9 @@ def _extent(tensor: torch.Tensor) -> Tuple[int, int]:
     start = tensor.data_ptr()
     if tensor.nelement() == 0:
         return start, start
-    last = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    last = sum(
+        (size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
+    )
     return start, start + (last + 1) * tensor.element_size()
 
 

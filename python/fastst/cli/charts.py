@@ -57,12 +57,14 @@ def sparkline(
     top: Optional[float] = None
     if relative:
         known = [v is not None and math.isfinite(v) for v in values]
-        clean = [float(v) if k and v is not None else 0.0 for v, k in zip(values, known)]
-        low = min((v for v, k in zip(clean, known) if k), default=0.0)
+        clean = [
+            float(v) if k and v is not None else 0.0 for v, k in zip(values, known, strict=True)
+        ]
+        low = min((v for v, k in zip(clean, known, strict=True) if k), default=0.0)
         step = (max(clean, default=0.0) - low) / (len(levels) - 1)
         if step <= 0:  # flat: every known value at the lowest level
             step, top = 1.0, float(len(levels))
-        clean = [v - low + step if k else 0.0 for v, k in zip(clean, known)]
+        clean = [v - low + step if k else 0.0 for v, k in zip(clean, known, strict=True)]
     else:
         clean = [float(v) if v is not None and v > 0 and math.isfinite(v) else 0.0 for v in values]
     if columns is not None:

@@ -67,7 +67,11 @@ def _table(
     cls = ["n" if n else "" for n in numeric]
     out = ["<table>"]
     if any(head):
-        out += ["<tr>", *(f'<th class="{c}">{text(h)}</th>' for h, c in zip(head, cls)), "</tr>"]
+        out += [
+            "<tr>",
+            *(f'<th class="{c}">{text(h)}</th>' for h, c in zip(head, cls, strict=False)),
+            "</tr>",
+        ]
     rows = list(rows)
     for row in rows[:ROWS]:
         out.append("<tr>")

@@ -361,7 +361,9 @@ def table(out: Out, columns: Sequence[Column], indent: int = 2) -> None:
     next one gives, or left out when its ``least`` is 0. ``--wide`` (or
     piped output) shows every column in full."""
     cell_widths = [[display_width(x) for x in c.cells] for c in columns]
-    natural = [max([display_width(c.header), *w]) for c, w in zip(columns, cell_widths)]
+    natural = [
+        max([display_width(c.header), *w]) for c, w in zip(columns, cell_widths, strict=True)
+    ]
     widths = list(natural)
     shown = list(range(len(columns)))
     limit = room(out, indent)

@@ -164,7 +164,7 @@ def _print_bars(out: render.Out, t: Dict[str, Any], ascii: bool) -> None:
     title = f"  {len(counts)} bins of {number(step)}{note}"
     out.print(("dim", out.fit(title, out.width)))
     top = max(counts)
-    for left, c in zip(lefts, counts):
+    for left, c in zip(lefts, counts, strict=True):
         bar = charts.bar(c, top, room, ascii=ascii)
         out.print("    ", pad(left, label_w, right=True), "  ", pad(bar, room), " ", f"{c:,}")
 

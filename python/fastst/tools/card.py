@@ -375,7 +375,9 @@ def metadata_card(metadata: Optional[Dict[str, str]]) -> results.MetadataCard:
     merges = r.json("sd_merge_models", dict)
     if merged_from is None and merges:
         names = [v.get("name") if isinstance(v, dict) else None for v in merges.values()]
-        merged_from = ", ".join(n if isinstance(n, str) else k for n, k in zip(names, merges))
+        merged_from = ", ".join(
+            n if isinstance(n, str) else k for n, k in zip(names, merges, strict=True)
+        )
     covers = r.json("ssmd_cover_images", list)
 
     card = {

@@ -229,7 +229,7 @@ def scan_zip(fh: IO[bytes], size: int, where: str, cap: int) -> None:
             )
         root = parts[0][0] if parts else ""
         members: Dict[str, zipfile.ZipInfo] = {}
-        for info, (head, slash, rest) in zip(infos, parts):
+        for info, (head, slash, rest) in zip(infos, parts, strict=True):
             problem = None
             if head != root or not slash or head in ("", ".", "..") or "\\" in info.filename:
                 problem = "lies outside the archive's one folder"

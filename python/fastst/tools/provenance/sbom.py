@@ -204,6 +204,7 @@ def sbom(
             zip(
                 [f.name for f in st_files],
                 pool.map(lambda f: _file_facts(f.path, per_thread), st_files),
+                strict=True,
             )
         )
     plain = [c.index for c in cps if c.index is not None] + others
