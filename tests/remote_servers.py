@@ -160,14 +160,11 @@ class SeaweedS3:
         }
 
     def env(self, endpoint: Optional[str] = None) -> Dict[str, str]:
-        """The environment variables the ``fastst`` command reads its S3 settings from."""
-        return {
-            "AWS_ENDPOINT_URL": endpoint or self.endpoint,
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_REGION": REGION,
-            "AWS_ALLOW_HTTP": "true",
-        }
+        """The environment variables the ``fastst`` command reads its S3 settings from: those of
+        :meth:`storage_options`, upper-cased (the endpoint as ``AWS_ENDPOINT_URL``)."""
+        options = self.storage_options(endpoint)
+        options["aws_endpoint_url"] = options.pop("aws_endpoint")
+        return {k.upper(): v for k, v in options.items()}
 
     def stop(self) -> None:
         if self.proc.poll() is None:
