@@ -1,8 +1,7 @@
 //! Reads that bypass the page cache (`O_DIRECT`, Linux) for whole loads of
 //! files that are not cached (whatever their size): straight into
-//! destinations placed at their file offset modulo [`DIRECT_ALIGN`], else
-//! into aligned per-thread buffers. Everything here falls back rather than
-//! fails: a file system that
+//! destinations wherever they sit, else into aligned per-thread buffers.
+//! Everything here falls back rather than fails: a file system that
 //! refuses direct I/O (tmpfs, some FUSE and network file systems), a read it
 //! rejects, or pages already in the cache make the caller read through the
 //! page cache instead.
@@ -96,20 +95,15 @@ impl DirectFile {
         }
     }
 
-    /// Whether [`DirectFile::read_into`] can read the file's bytes at
-    /// `start` straight into `dst`: `dst` sits at `start`'s place modulo
-    /// [`DIRECT_ALIGN`], so that the aligned blocks of the file land on
-    /// aligned memory.
-    pub(crate) fn fits(start: u64, dst: &[u8]) -> bool {
-        (dst.as_ptr() as u64).wrapping_sub(start) % DIRECT_ALIGN == 0
-    }
-
-    /// Reads the file's bytes `[start, start + dst.len())` into `dst`, which
-    /// [`DirectFile::fits`]: the whole blocks inside the range with direct
-    /// reads straight into `dst`, the partial blocks at either end through
-    /// `scratch` (aligned, at least `2 * DIRECT_ALIGN` long). `None` and
-    /// `Some(Err(..))` as for [`DirectFile::read`] (part of `dst` may be
-    /// written then).
+    /// Reads the file's bytes `[start, start + dst.len())` into `dst`: the
+    /// whole blocks inside the range with direct reads into `dst` itself,
+    /// the partial blocks at either end through `scratch` (aligned, at
+    /// least `2 * DIRECT_ALIGN` long). Where `dst` does not sit at `start`'s
+    /// place modulo [`DIRECT_ALIGN`], the blocks are read that many bytes
+    /// (`shift`) below their place, onto aligned memory, then moved up into
+    /// it; the first block joins the head when there is no room below it.
+    /// Everything stays inside `dst`. `None` and `Some(Err(..))` as for
+    /// [`DirectFile::read`] (part of `dst` may be written then).
     #[cfg(unix)]
     pub(crate) fn read_into(
         &self,
@@ -117,21 +111,31 @@ impl DirectFile {
         dst: &mut [u8],
         scratch: &mut [u8],
     ) -> Option<std::io::Result<()>> {
-        if !Self::fits(start, dst) || dst.is_empty() {
+        if dst.is_empty() {
             return None;
         }
         let end = start.checked_add(dst.len() as u64)?;
-        let mid_lo = start.checked_next_multiple_of(DIRECT_ALIGN)?;
+        let mut mid_lo = start.checked_next_multiple_of(DIRECT_ALIGN)?;
+        let shift = (dst.as_ptr() as u64).wrapping_add(mid_lo - start) % DIRECT_ALIGN;
+        if shift > mid_lo - start {
+            mid_lo = mid_lo.checked_add(DIRECT_ALIGN)?;
+        }
         let mid_hi = (end - end % DIRECT_ALIGN).max(mid_lo);
         let head = usize::try_from(mid_lo.min(end) - start).ok()?;
         let mid = usize::try_from(mid_hi - mid_lo).ok()?;
-        let (head_dst, rest) = dst.split_at_mut(head);
-        let (mid_dst, tail_dst) = rest.split_at_mut(mid);
         if mid > 0 {
-            if let Err(e) = self.read_blocks(mid_lo, mid_dst, mid)? {
+            // `head >= shift` here: the blocks start at or past `shift`.
+            let below = head - shift as usize;
+            let blocks = dst.get_mut(below..below + mid)?;
+            if let Err(e) = self.read_blocks(mid_lo, blocks, mid)? {
                 return Some(Err(e));
             }
+            if below != head {
+                dst.copy_within(below..below + mid, head);
+            }
         }
+        let (head_dst, rest) = dst.split_at_mut(head);
+        let tail_dst = &mut rest[mid..];
         for (at, part) in [(start, head_dst), (mid_hi, tail_dst)] {
             if part.is_empty() {
                 continue;
@@ -386,56 +390,64 @@ mod tests {
         assert!(direct.read(0, 4096, buf.as_mut_slice()).is_none());
     }
 
-    /// Reads straight into destinations placed at their file offset modulo
-    /// [`DIRECT_ALIGN`]: exact at odd offsets and sizes (inside one block,
-    /// across two, from a block boundary, to the end of the file), nothing
-    /// written around them; a destination placed elsewhere, or an empty
-    /// one, is declined untouched.
+    /// Reads straight into destinations, placed at their file offset modulo
+    /// [`DIRECT_ALIGN`] or anywhere else (the blocks shifted, then moved into
+    /// place): exact for every mix of file offset, destination address and
+    /// length (inside one block, one whole block, across blocks, to the end
+    /// of the file), nothing written around them; an empty one is declined.
     #[test]
-    fn direct_reads_into_placed_destinations_are_exact() {
+    fn direct_reads_into_any_destination_are_exact() {
         let len = 300_001;
         let Some((_path, data, _file, direct)) = uncached("direct-into", len) else {
             return;
         };
-        let mut mem = ReadBuffer::new(128 << 10, "t").unwrap();
-        let mut scratch = ReadBuffer::new(2 * DIRECT_ALIGN as usize, "t").unwrap();
         let block = DIRECT_ALIGN as usize;
-        for (start, n) in [
-            (10usize, 90usize),
-            (4000, 200),
-            (4096, 10_000),
-            (1, 8190),
-            (12_345, 100_000),
-            (len - 70_001, 70_001),
-            (len - 5, 5),
-        ] {
-            let at = start % block;
-            mem.as_mut_slice().fill(0xA5);
-            let dst = &mut mem.as_mut_slice()[at + block..at + block + n];
-            assert!(DirectFile::fits(start as u64, dst));
-            let got = direct.read_into(start as u64, dst, scratch.as_mut_slice());
-            got.unwrap().unwrap();
-            let mem = mem.as_slice();
-            assert!(
-                mem[at + block..at + block + n] == data[start..start + n],
-                "{start} {n}"
-            );
-            assert!(mem[..at + block].iter().all(|&b| b == 0xA5), "{start} {n}");
-            assert!(
-                mem[at + block + n..].iter().all(|&b| b == 0xA5),
-                "{start} {n}"
-            );
+        let mut mem = ReadBuffer::new(96 << 10, "t").unwrap();
+        let mut scratch = ReadBuffer::new(2 * block, "t").unwrap();
+        let starts = [0usize, 1, 10, 56, 4000, 4095, 4096, 12_345, len - 70_001];
+        let lengths = [1usize, 5, 90, 4095, 4096, 4097, 8191, 8192, 8193, 70_001];
+        for start in starts {
+            let placed = start % block;
+            for at in [placed, 0, 1, 8, 64, 2048, 4032, 4095, (placed + 1) % block] {
+                for n in lengths.into_iter().chain([len - start]) {
+                    if start + n > len || n > 80 << 10 {
+                        continue;
+                    }
+                    mem.as_mut_slice().fill(0xA5);
+                    let dst = &mut mem.as_mut_slice()[block + at..block + at + n];
+                    let got = direct.read_into(start as u64, dst, scratch.as_mut_slice());
+                    got.unwrap().unwrap();
+                    let (mem, what) = (mem.as_slice(), (start, at, n));
+                    assert!(mem[block + at..][..n] == data[start..start + n], "{what:?}");
+                    assert!(mem[..block + at].iter().all(|&b| b == 0xA5), "{what:?}");
+                    assert!(mem[block + at + n..].iter().all(|&b| b == 0xA5), "{what:?}");
+                }
+            }
         }
-        mem.as_mut_slice().fill(0xA5);
-        let misplaced = &mut mem.as_mut_slice()[block + 11..block + 5000];
-        assert!(!DirectFile::fits(10, misplaced));
-        assert!(direct
-            .read_into(10, misplaced, scratch.as_mut_slice())
-            .is_none());
         assert!(direct
             .read_into(0, &mut [], scratch.as_mut_slice())
             .is_none());
-        assert!(mem.as_slice().iter().all(|&b| b == 0xA5));
+    }
+
+    /// A read into a destination off its file offset's place, of a file
+    /// that shrank underneath: an error or declined (the caller's buffered
+    /// read then reports it), never a success with stale bytes.
+    #[test]
+    fn shifted_direct_reads_of_a_file_that_shrank_fail() {
+        let Some((path, _data, _file, direct)) = uncached("direct-into-shrunk", 64 << 10) else {
+            return;
+        };
+        let mut mem = ReadBuffer::new(64 << 10, "t").unwrap();
+        let mut scratch = ReadBuffer::new(2 * DIRECT_ALIGN as usize, "t").unwrap();
+        let writer = File::options().write(true).open(&path).unwrap();
+        for cut in [3 * 4096, 3 * 4096 + 100, 5000] {
+            writer.set_len(cut).unwrap();
+            for at in [64, 4095] {
+                let dst = &mut mem.as_mut_slice()[at..at + 6 * 4096];
+                let got = direct.read_into(4096 + 10, dst, scratch.as_mut_slice());
+                assert!(!matches!(got, Some(Ok(()))), "{cut} {at}");
+            }
+        }
     }
 
     #[test]

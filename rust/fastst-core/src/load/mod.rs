@@ -17,10 +17,10 @@
 //! [`LoadOptions::direct`]): the disk is the limit, so pieces whose pages
 //! are not cached are read with `O_DIRECT` (Linux) by more threads
 //! ([`COLD_THREADS`], a deeper queue) into destinations backed by
-//! transparent huge pages: straight into a destination placed at its file
-//! offset modulo 4096 (only the partial blocks at a tensor's ends go
-//! through a small per-thread buffer), through a per-thread buffer
-//! otherwise; the page cache is neither filled nor polluted. A piece with
+//! transparent huge pages: copies straight into their destination (only
+//! the partial blocks at a tensor's ends go through a small per-thread
+//! buffer), runs of small tensors and conversions through a per-thread
+//! buffer; the page cache is neither filled nor polluted. A piece with
 //! cached pages, a file system refusing direct I/O (tmpfs, some FUSE and
 //! network file systems), or a read it rejects, is read through the cache
 //! without error.

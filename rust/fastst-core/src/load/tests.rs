@@ -894,13 +894,14 @@ fn cold_loads_read_around_the_cache_into_any_memory() {
     assert!(cached * 4 < pages, "{cached} of {pages} pages cached");
 }
 
-/// A cold load of copies into destinations placed at their file offset
-/// modulo 4096 reads them straight in: exact (odd offsets and sizes, an
-/// empty tensor, the end of the file), and no request goes through a
-/// bounce buffer.
+/// A cold load of copies reads them straight into their destinations,
+/// whether placed at their file offset modulo 4096 or 64-byte aligned
+/// elsewhere (the blocks shifted into place): exact (odd offsets and
+/// sizes, an empty tensor, the end of the file), and no request goes
+/// through a bounce buffer.
 #[test]
 #[cfg(target_os = "linux")]
-fn cold_copies_into_placed_destinations_need_no_bounce_buffer() {
+fn cold_copies_into_any_destination_need_no_bounce_buffer() {
     let (f, data) = layout(&[
         ("odd", Dtype::U8, 3 + (3 << 20)),
         ("empty", Dtype::U8, 0),
@@ -909,49 +910,51 @@ fn cold_copies_into_placed_destinations_need_no_bounce_buffer() {
     ]);
     let file = open(&f.0, Backend::Pread);
     let direct = crate::io::open_direct(file.raw());
-    if !crate::io::drop_cached(file.raw()) || direct.is_none() {
-        return; // a file system that keeps everything cached
-    }
     let start = file.header().data_start();
     let infos = file.header().tensors();
-    let mut maps: Vec<memmap2::MmapMut> = infos
-        .iter()
-        .map(|t| memmap2::MmapMut::map_anon(t.byte_len() as usize + 4096).unwrap())
-        .collect();
-    let dests: Vec<Destination<'_>> = infos
-        .iter()
-        .zip(maps.iter_mut())
-        .map(|(info, map)| {
-            let at = ((start + info.begin) % 4096) as usize;
-            Destination {
+    let placed = |info: &TensorInfo| ((start + info.begin) % 4096) as usize;
+    let aligned = |info: &TensorInfo| if placed(info) == 64 { 128 } else { 64 };
+    assert!(infos.iter().any(|t| placed(t) % 64 != 0));
+    for place in [&placed as &dyn Fn(&TensorInfo) -> usize, &aligned] {
+        if !crate::io::drop_cached(file.raw()) || direct.is_none() {
+            return; // a file system that keeps everything cached
+        }
+        let mut maps: Vec<memmap2::MmapMut> = infos
+            .iter()
+            .map(|t| memmap2::MmapMut::map_anon(t.byte_len() as usize + 4096).unwrap())
+            .collect();
+        let dests: Vec<Destination<'_>> = infos
+            .iter()
+            .zip(maps.iter_mut())
+            .map(|(info, map)| Destination {
                 info,
                 to: info.dtype,
-                dst: &mut map[at..at + info.byte_len() as usize],
-            }
-        })
-        .collect();
-    let reader = Reader {
-        file: &file,
-        direct: direct.as_ref(),
-    };
-    let mut buffers = Buffers::default();
-    let parts = plan(dests, 1 << 20, start);
-    assert!(parts.len() > 8);
-    for part in parts {
-        reader.read(part, &mut buffers).unwrap();
+                dst: &mut map[place(info)..place(info) + info.byte_len() as usize],
+            })
+            .collect();
+        let reader = Reader {
+            file: &file,
+            direct: direct.as_ref(),
+        };
+        let mut buffers = Buffers::default();
+        let parts = plan(dests, 1 << 20, start);
+        assert!(parts.len() > 8);
+        for part in parts {
+            reader.read(part, &mut buffers).unwrap();
+        }
+        assert!(!buffers.bounced());
+        for (info, map) in infos.iter().zip(&maps) {
+            let got = &map[place(info)..place(info) + info.byte_len() as usize];
+            assert!(
+                got == &data[info.begin as usize..info.end as usize],
+                "{}",
+                info.name
+            );
+        }
+        let (cached, pages) =
+            crate::io::cached_pages(file.raw(), start, data.len() as u64).unwrap();
+        assert!(cached * 4 < pages, "{cached} of {pages} pages cached");
     }
-    assert!(!buffers.bounced());
-    for (info, map) in infos.iter().zip(&maps) {
-        let at = ((start + info.begin) % 4096) as usize;
-        let got = &map[at..at + info.byte_len() as usize];
-        assert!(
-            got == &data[info.begin as usize..info.end as usize],
-            "{}",
-            info.name
-        );
-    }
-    let (cached, pages) = crate::io::cached_pages(file.raw(), start, data.len() as u64).unwrap();
-    assert!(cached * 4 < pages, "{cached} of {pages} pages cached");
 }
 
 /// Sixteen 256 KiB tensors, loaded in 64 KiB pieces by three threads

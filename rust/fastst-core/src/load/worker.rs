@@ -1,8 +1,7 @@
 //! The reading threads of a load: each takes the next request in file
 //! order (within the limit the reporter allows), reads it straight into its
-//! destination (direct reads too, where the destination sits at its file
-//! offset modulo [`DIRECT_ALIGN`]) or through a per-thread buffer (runs of
-//! small tensors, conversions, direct reads into other memory), and
+//! destination (direct reads too) or through a per-thread buffer (runs of
+//! small tensors, conversions), and
 //! records the first failure in file order.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -105,15 +104,8 @@ impl Reader<'_> {
         if part.is_direct_copy() {
             let m = &mut part.members[0];
             if let Some(direct) = self.direct {
-                let done = if DirectFile::fits(start, m.dst) {
-                    let scratch = buffer(&mut buffers.scratch, 0, &m.info.name)?;
-                    direct.read_into(start, m.dst, scratch.as_mut_slice())
-                } else {
-                    let buf = buffer(&mut buffers.bounce, len, &m.info.name)?;
-                    direct
-                        .read(start, len, buf.as_mut_slice())
-                        .map(|got| got.map(|range| m.dst.copy_from_slice(&buf.as_slice()[range])))
-                };
+                let scratch = buffer(&mut buffers.scratch, 0, &m.info.name)?;
+                let done = direct.read_into(start, m.dst, scratch.as_mut_slice());
                 if let Some(done) = done {
                     done.map_err(|e| self.file.read_failed(e))?;
                     return Ok(len as u64);
