@@ -203,11 +203,9 @@ def test_owned_copies(backend, write) -> None:
         tensors = f.get_tensors(copy=True)
         one = f.get_tensor("big", copy=True)
     assert tensors["big"].flags.writeable and one.flags.writeable
-    # Memory of its own: copies of 1 MiB and more at their file offset
-    # modulo 4096 (read in place by direct I/O; modulo 64 where the
-    # reference's views sit), smaller ones 64-byte aligned like torch's
-    # allocator (numpy's own gives 16).
-    assert big_at % 64 and all(a.ctypes.data % 4096 == big_at % 4096 for a in (tensors["big"], one))
+    # Memory of its own, of any size: 64-byte aligned like torch's allocator
+    # (numpy's own gives 16), wherever the file has the tensor.
+    assert big_at % 64 and all(a.ctypes.data % 64 == 0 for a in (tensors["big"], one))
     assert tensors["s"].ctypes.data % 64 == 0
     np.testing.assert_array_equal(tensors["big"], big)
     np.testing.assert_array_equal(one, big)

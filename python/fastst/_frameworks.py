@@ -96,28 +96,23 @@ class Where(NamedTuple):
 #: Owned memory starts at a multiple of this many bytes (as torch's
 #: allocator gives; numpy's gives 16)...
 OWNED_ALIGN = 64
-#: ... except owned copies of at least ``PLACED`` bytes: they start at their
-#: file offset modulo ``PLACE_ALIGN`` (the block size of direct I/O), so that
-#: a cold load reads them from the disk straight into place (modulo 64, that
-#: is where the reference's views of them sit), in the first block of a
-#: transparent huge page (``HUGE_PAGE``): fresh memory is faulted in fastest
-#: in huge pages, and the fewer 4 KiB pages at a tensor's ends the better.
+#: ... and owned copies of at least ``PLACED`` bytes start a transparent huge
+#: page (``HUGE_PAGE``): fresh memory is faulted in fastest in huge pages. A
+#: cold load still reads them from the disk into place (the core shifts its
+#: direct reads' blocks into place).
 PLACED = 1 << 20
-PLACE_ALIGN = 4096
 HUGE_PAGE = 2 << 20
 
 #: Where owned memory starts: ``(alignment, offset modulo it)``.
 Placement = Tuple[int, int]
 
 
-def placement(nbytes: int, at: Optional[int], itemsize: int) -> Placement:
-    """Where the owned destination of ``nbytes`` bytes of a tensor starts:
-    at its file offset ``at`` modulo :data:`PLACE_ALIGN`, in the first block
-    of a huge page, for a large copy (``at`` None: a conversion) whose offset
-    is a multiple of the element size, else at a multiple of
-    :data:`OWNED_ALIGN`."""
-    if at is not None and nbytes >= PLACED and at % itemsize == 0:
-        return HUGE_PAGE, at % PLACE_ALIGN
+def placement(nbytes: int, copy: bool) -> Placement:
+    """Where the owned destination of ``nbytes`` bytes of a tensor starts: at
+    the start of a huge page for a large copy (``copy`` False: a
+    conversion), else at a multiple of :data:`OWNED_ALIGN`."""
+    if copy and nbytes >= PLACED:
+        return HUGE_PAGE, 0
     return OWNED_ALIGN, 0
 
 

@@ -264,15 +264,14 @@ class safe_open:  # noqa: N801 - the reference package's name
         src, shape, begin, end = file.info(name)
         target = src if dtype is None else target_dtype(dtype)
         where = self._where(name)
-        # A copy's file offset: large ones are placed to match it.
-        at = file.data_start + begin if target == src else None
+        copy = target == src
         try:
             empty = self._backend.empty
             if empty is not None:
-                result, out = empty(target, shape, where, placement(end - begin, at, 1))
+                result, out = empty(target, shape, where, placement(end - begin, copy))
             elif target == src and src in PACKED_BITS:
                 # Unpacked into an array once the bytes are read.
-                out = _aligned_empty(end - begin, placement(end - begin, at, 1))
+                out = _aligned_empty(end - begin, placement(end - begin, copy))
                 result = (out, target, shape, True)
             else:
                 kind = NUMPY_DTYPES[target]
@@ -281,7 +280,7 @@ class safe_open:  # noqa: N801 - the reference package's name
                     count *= d
                 nbytes = count * kind.itemsize
                 # No zero-fill pass.
-                out = _aligned_empty(nbytes, placement(nbytes, at, kind.itemsize))
+                out = _aligned_empty(nbytes, placement(nbytes, copy))
                 result = (out.view(kind).reshape(shape), target, shape, False)
         except MemoryError:
             raise rule_error(
