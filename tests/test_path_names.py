@@ -55,6 +55,15 @@ def test_the_core_and_python_name_a_hostile_url_alike() -> None:
         assert "secret" not in message and "SIGNED" not in message and "frag" not in message
 
 
+def test_a_password_in_a_url_never_reaches_a_message() -> None:
+    # Nothing listens on port 9: the store's answer quotes the URL it asked.
+    url = "http://user:s3cret@127.0.0.1:9/x.safetensors"
+    for call in (partial(fastst.safe_open, framework="numpy"), inspect.inspect_file):
+        message = _message(call, url)
+        assert message.startswith("http://127.0.0.1:9/x.safetensors: ")
+        assert "s3cret" not in message and "user" not in message, message
+
+
 def test_the_command_names_a_hostile_url_once(capsys: pytest.CaptureFixture[str]) -> None:
     code, _out, err = run(["inspect", URL], capsys)
     assert code == 2 and err.count("s3://") == 1 and "SIGNED" not in err
