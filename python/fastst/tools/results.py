@@ -14,7 +14,6 @@ works on Python 3.9). ``Annotated[..., Schema(...)]`` adds JSON Schema
 keywords (bounds, patterns) that a Python type cannot say.
 """
 
-from functools import cache
 from typing import (
     Annotated,
     Any,
@@ -84,12 +83,16 @@ class Finding(_Finding, total=False):
 _UNPLACED = dict.fromkeys(_Finding.__annotations__)
 
 
-@cache
+_SEVERITY: Dict[str, str] = {}  # rule id -> severity, filled on first use
+
+
 def _severity(rule: str) -> str:
-    for r in _fastst.rule_catalogue():
-        if r["id"] == rule:
-            return str(r["severity"])
-    raise ValueError(f"no rule {rule!r} in the catalogue")
+    if not _SEVERITY:
+        _SEVERITY.update((r["id"], str(r["severity"])) for r in _fastst.rule_catalogue())
+    try:
+        return _SEVERITY[rule]
+    except KeyError:
+        raise ValueError(f"no rule {rule!r} in the catalogue") from None
 
 
 def finding(rule: str, message: str, **where: Any) -> Dict[str, Any]:
