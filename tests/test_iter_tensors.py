@@ -179,10 +179,14 @@ def test_abandoning_the_iterator_stops_the_load(path: Path, outcomes: List[str],
         if how == "del":
             del it
         elif how == "gc":
-            cycle: List[Any] = [it]
-            cycle.append(cycle)
-            del it, cycle
-            gc.collect()
+            gc.disable()  # this thread's collection, not one on another thread
+            try:
+                cycle: List[Any] = [it]
+                cycle.append(cycle)
+                del it, cycle
+                gc.collect()
+            finally:
+                gc.enable()
         else:
             it.close()  # what the loop's end does once nothing refers to it
         assert not _loaders()
@@ -305,3 +309,47 @@ threading.Timer(0.2, src.gate.set).start()
     )
     assert done.returncode == 0, done.stderr
     assert "ended: LoadStopped" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_collection_on_a_thread_the_reads_wait_on_does_not_deadlock(path: Path) -> None:
+    # The abandoned iterator is collected inside the file object's readinto,
+    # on a reading thread: waiting there for the load would wait for itself.
+    script = f"""
+import gc, sys, threading
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import fastst, fastst._stream
+from test_iter_tensors import Gated, _gated
+real = fastst._stream.load_into
+def load_into(*a, **k):
+    try:
+        real(*a, **k)
+    except BaseException as exc:
+        print("ended:", type(exc).__name__, flush=True)
+        raise
+fastst._stream.load_into = load_into
+class Collecting(Gated):
+    def readinto(self, b):
+        if self.gate.is_set() and not hasattr(self, "by"):
+            self.by = threading.current_thread().name
+            gc.collect()
+        return super().readinto(b)
+src = _gated(__import__("pathlib").Path({str(path)!r}))
+src.__class__ = Collecting
+f = fastst.safe_open(src, "np")
+it = f.iter_tensors()
+next(it)
+gc.disable()
+cycle = [it]
+cycle.append(cycle)
+del it, cycle
+src.gate.set()
+for t in threading.enumerate():
+    if t.name == "fastst-load":
+        t.join()
+print("collected on:", src.by, flush=True)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "ended: LoadStopped" in done.stdout, done.stdout + done.stderr
+    by = done.stdout.split("collected on: ")[1].strip()
+    assert by not in ("MainThread", "fastst-load"), by

@@ -8,7 +8,9 @@ tensor of the ``file``-th file ending at or before ``filled`` in its data
 section being read (a failure: the exception). The
 iterating thread takes them off the queue and hands out the tensors below
 ``filled``, in file order. The loader stops at its next report once the
-iterator is finished with (or the file closed); the iterator waits for it.
+iterator is finished with (or the file closed); the thread that iterated
+waits for it. A garbage collection on another thread only stops it: that
+thread may be one the reads wait on (a file object's ``readinto``).
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ def _hand_out(
     loader.start()
     grand = sum(p[4] for p in plans)
     base = mark = 0
+    consumer = threading.get_ident()
     try:
         for k, ((_file, members, *_rest, size), file_ends) in enumerate(
             zip(plans, ends, strict=True)
@@ -100,6 +103,7 @@ def _hand_out(
                         raise closed_file_error(raw.name)
                     name = members[i]
                     i += 1
+                    consumer = threading.get_ident()
                     yield name, finish(name)
                 now = base + done
                 if callback is not None and mark + EVERY <= now < grand:
@@ -110,5 +114,5 @@ def _hand_out(
             callback(grand, grand)
     finally:
         stop.set()
-        if loader is not threading.current_thread():
+        if threading.get_ident() == consumer:
             loader.join()
