@@ -348,7 +348,9 @@ for t in threading.enumerate():
         t.join()
 print("collected on:", src.by, flush=True)
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert "ended: LoadStopped" in done.stdout, done.stdout + done.stderr
     by = done.stdout.split("collected on: ")[1].strip()
