@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any, Callable, List
 
 import fastst
+import fastst.numpy as fastst_numpy
+import numpy as np
 import pytest
 from cli_files import run
 from fastst import SafetensorError, _fastst, _folders, _remote
@@ -86,3 +88,26 @@ def test_a_name_no_file_can_have_is_python_s_error_not_a_crash(call: Callable[..
     # own file functions raise, never a panic of the compiled part.
     with pytest.raises(UnicodeEncodeError):
         call("model\ud800.safetensors")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        partial(_fastst.RawFile, display_name="n"),
+        _fastst.verify_file,
+        _fastst.hash_file,
+        _fastst.inspect_file,
+        _fastst.read_metadata,
+        _fastst.stats_file,
+    ],
+)
+def test_the_compiled_part_takes_any_path_and_refuses_a_lone_surrogate(
+    call: Callable[..., Any], tmp_path: Path
+) -> None:
+    # Called straight, past the public entry points' own checks.
+    with pytest.raises(UnicodeEncodeError):
+        call("model\ud800.safetensors")
+    path = tmp_path / "m\udcff.safetensors"  # an undecodable byte, surrogate-escaped
+    fastst_numpy.save_file({"t": np.ones(3, np.float32)}, str(path), metadata={"k": "v"})
+    for form in (str(path), os.fsencode(path), path):
+        assert call(form) is not None

@@ -3,6 +3,9 @@
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, final
 
+#: A path argument: what ``os.fsencode`` takes.
+_Path = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
+
 __version__: str
 DEFAULT_HEADER_CAP: int
 
@@ -24,7 +27,7 @@ class RawFile:
 
     def __new__(
         cls,
-        path: Union[str, os.PathLike[str]],
+        path: _Path,
         display_name: str,
         backend: str = "mmap",
         header_cap: int = ...,
@@ -88,7 +91,7 @@ class WritePlan:
     def total_len(self) -> int: ...
     def write_file(
         self,
-        path: Union[str, os.PathLike[str]],
+        path: _Path,
         display_name: str,
         sources: Sequence[object],
         durable: Optional[bool] = None,
@@ -106,25 +109,21 @@ def parse_bytes(
 # --- forensics and hashes: the fastst command (python/fastst/inspect.py) -------
 
 def verify_file(
-    path: Union[str, os.PathLike[str]],
+    path: _Path,
     values: bool = False,
     header_cap: int = ...,
     threads: int = 0,
     progress: Optional[str] = None,
 ) -> Dict[str, Any]: ...
 def hash_file(
-    path: Union[str, os.PathLike[str]],
+    path: _Path,
     tensors: bool = False,
     header_cap: int = ...,
     threads: int = 0,
     progress: Optional[str] = None,
 ) -> Dict[str, Any]: ...
-def inspect_file(
-    path: Union[str, os.PathLike[str]], table: bool = False, header_cap: int = ...
-) -> Dict[str, Any]: ...
-def read_metadata(
-    path: Union[str, os.PathLike[str]], header_cap: int = ...
-) -> Optional[List[Tuple[str, str]]]: ...
+def inspect_file(path: _Path, table: bool = False, header_cap: int = ...) -> Dict[str, Any]: ...
+def read_metadata(path: _Path, header_cap: int = ...) -> Optional[List[Tuple[str, str]]]: ...
 def verify_rules() -> List[Dict[str, str]]: ...
 
 # --- the rule catalogue and dtype facts (single sources in the core) ------------
@@ -156,7 +155,7 @@ def diff_buffers(
     profile: bool = False,
 ) -> Dict[str, Any]: ...
 def stats_file(
-    path: Union[str, os.PathLike[str]],
+    path: _Path,
     names: Optional[List[str]] = None,
     bins: int = 32,
     threads: int = 0,

@@ -2,7 +2,7 @@
 //! (a path, or a file object through [`PySource`]). The Python `safe_open`
 //! wraps it and turns its buffers into framework tensors.
 
-use std::path::PathBuf;
+use crate::paths::FsPath;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use fastst_core::load::tensor_into;
@@ -132,7 +132,7 @@ impl RawFile {
     #[pyo3(signature = (path, display_name, backend = "mmap", header_cap = fastst_core::DEFAULT_HEADER_CAP))]
     fn new(
         py: Python<'_>,
-        path: PathBuf,
+        path: FsPath,
         display_name: String,
         backend: &str,
         header_cap: u64,

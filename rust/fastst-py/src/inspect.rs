@@ -4,7 +4,7 @@
 //! a URL is read from its store (`fastst-remote`) by `verify_file`,
 //! `hash_file`, `inspect_file` and `read_metadata`.
 
-use std::path::PathBuf;
+use crate::paths::FsPath;
 
 use fastst_core::progress::StderrLine;
 use fastst_core::RuleId;
@@ -68,7 +68,7 @@ pub(crate) fn with_progress<T: Send>(
 #[pyo3(signature = (path, values = false, header_cap = DEFAULT_HEADER_CAP, threads = 0, progress = None))]
 fn verify_file<'py>(
     py: Python<'py>,
-    path: PathBuf,
+    path: FsPath,
     values: bool,
     header_cap: u64,
     threads: usize,
@@ -110,7 +110,7 @@ fn verify_file<'py>(
 #[pyo3(signature = (path, tensors = false, header_cap = DEFAULT_HEADER_CAP, threads = 0, progress = None))]
 fn hash_file<'py>(
     py: Python<'py>,
-    path: PathBuf,
+    path: FsPath,
     tensors: bool,
     header_cap: u64,
     threads: usize,
@@ -163,7 +163,7 @@ fn hash_file<'py>(
 #[pyo3(signature = (path, table = false, header_cap = DEFAULT_HEADER_CAP))]
 fn inspect_file<'py>(
     py: Python<'py>,
-    path: PathBuf,
+    path: FsPath,
     table: bool,
     header_cap: u64,
 ) -> PyResult<Bound<'py, PyDict>> {
@@ -227,7 +227,7 @@ fn inspect_file<'py>(
 #[pyo3(signature = (path, header_cap = DEFAULT_HEADER_CAP))]
 fn read_metadata(
     py: Python<'_>,
-    path: PathBuf,
+    path: FsPath,
     header_cap: u64,
 ) -> PyResult<Option<Vec<(String, String)>>> {
     let name = display_path(&path);

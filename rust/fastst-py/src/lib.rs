@@ -36,6 +36,7 @@
 //!   its rule's family (`result.in_file(name)?`).
 //! - `inspect`: `verify_file`, `hash_file`, `inspect_file`, `verify_rules`,
 //!   `read_metadata` (over `fastst-inspect`).
+//! - `paths`: `FsPath`, a path argument (`str`, `bytes`, `os.PathLike`).
 //! - `diff`: `diff_buffers`, two tensors' values compared.
 //! - `stats`: `stats_file`, what each tensor's values look like.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -48,6 +49,7 @@ mod file;
 mod identify;
 mod inspect;
 mod load;
+mod paths;
 mod prefetch;
 mod remote;
 mod source;

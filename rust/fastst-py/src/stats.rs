@@ -1,7 +1,7 @@
 //! `stats_file`: what each tensor's values look like (the forensics
 //! crate's `stats_path`), without the GIL, as plain Python data.
 
-use std::path::PathBuf;
+use crate::paths::FsPath;
 
 use fastst_core::DEFAULT_HEADER_CAP;
 use fastst_inspect::{self as inspect, Number, StatsOptions};
@@ -29,7 +29,7 @@ fn number<'py>(py: Python<'py>, n: Option<Number>) -> PyResult<Bound<'py, PyAny>
 #[pyo3(signature = (path, names = None, bins = 32, threads = 0, header_cap = DEFAULT_HEADER_CAP, progress = None))]
 fn stats_file<'py>(
     py: Python<'py>,
-    path: PathBuf,
+    path: FsPath,
     names: Option<Vec<String>>,
     bins: usize,
     threads: usize,

@@ -3,7 +3,7 @@
 //! are `fastst-core`'s; this module moves bytes from Python buffers to them
 //! with the GIL released.
 
-use std::path::PathBuf;
+use crate::paths::FsPath;
 
 use fastst_core::write::{write_atomic, NewTensor, TensorStream, WritePlan};
 use fastst_core::{Dtype, Error};
@@ -180,7 +180,7 @@ impl PyWritePlan {
     fn write_file(
         &self,
         py: Python<'_>,
-        path: PathBuf,
+        path: FsPath,
         display_name: &str,
         sources: &Bound<'_, PyAny>,
         durable: Option<bool>,
