@@ -247,3 +247,76 @@ def test_an_index_over_the_cap_is_refused_unread(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("FASTST_INDEX_CAP", "lots")
     with pytest.raises(ValueError, match="FASTST_INDEX_CAP"):
         fastst.safe_open(tmp_path, "np")
+
+
+def test_shards_load_two_at_a_time(tensors, tmp_path, monkeypatch) -> None:
+    # The next shard's reads start while the one before still loads: the
+    # first two loads meet (one after the other, they never would).
+    import threading
+
+    import fastst._open
+
+    index = save_sharded(tensors, tmp_path, max_shard_size=3 * 1024 + 10)
+    real, met, order = fastst._open.load_into, threading.Barrier(2, timeout=20), []
+
+    def load_into(file, *args):
+        order.append(os.path.basename(file.name))
+        if len(order) <= 2:
+            met.wait()
+        return real(file, *args)
+
+    monkeypatch.setattr(fastst._open, "load_into", load_into)
+    got = fastst.numpy.load_file(index, copy=True)
+    assert sorted(order) == sorted(p.name for p in tmp_path.glob("model-*.safetensors"))
+    assert got.keys() == tensors.keys()
+    for k, v in tensors.items():
+        np.testing.assert_array_equal(got[k], v)
+
+
+def test_shards_that_fail_raise_the_first_in_file_order(tensors, tmp_path, monkeypatch) -> None:
+    import time
+
+    import fastst._open
+
+    index = save_sharded(tensors, tmp_path, max_shard_size=3 * 1024 + 10)
+    real = fastst._open.load_into
+
+    def load_into(file, *args):
+        name = os.path.basename(file.name)
+        if name.startswith("model-00001"):
+            time.sleep(0.5)  # fails after the second shard has failed
+        if name.startswith(("model-00001", "model-00002")):
+            raise fastst.SafetensorError(f"{name} failed")
+        return real(file, *args)
+
+    monkeypatch.setattr(fastst._open, "load_into", load_into)
+    with pytest.raises(fastst.SafetensorError, match="model-00001"):
+        fastst.numpy.load_file(index, copy=True)
+
+
+def test_a_failed_shard_stops_the_load_beside_it(tensors, tmp_path, monkeypatch) -> None:
+    import threading
+
+    import fastst._open
+
+    index = save_sharded(tensors, tmp_path, max_shard_size=3 * 1024 + 10)
+    failed, seen = threading.Event(), []
+
+    def load_into(file, members, outs, targets, report):
+        if os.path.basename(file.name).startswith("model-00001"):
+            failed.set()
+            raise fastst.SafetensorError("the first shard failed")
+        assert failed.wait(10)
+        for _ in range(100):  # what the core does at each report
+            try:
+                report(0, 1)
+            except BaseException as exc:
+                seen.append(type(exc).__name__)
+                raise
+            threading.Event().wait(0.05)
+        seen.append("never stopped")
+
+    monkeypatch.setattr(fastst._open, "load_into", load_into)
+    with pytest.raises(fastst.SafetensorError, match="first shard"):
+        fastst.numpy.load_file(index, copy=True)
+    assert seen and set(seen) == {"LoadStopped"}  # every load that started stopped
