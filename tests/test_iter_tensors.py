@@ -283,37 +283,10 @@ def test_no_more_memory_than_get_tensors(path: Path) -> None:
     assert peaks[1] <= peaks[0] + (256 << 10), peaks
 
 
-def test_the_interpreter_exits_without_finishing_an_abandoned_load(path: Path) -> None:
-    script = f"""
-import sys, threading
-sys.path.insert(0, {str(Path(__file__).parent)!r})
-import fastst, fastst._stream
-from test_iter_tensors import _gated
-real = fastst._stream.load_into
-def load_into(*a, **k):
-    try:
-        real(*a, **k)
-    except BaseException as exc:
-        print("ended:", type(exc).__name__, flush=True)
-        raise
-    print("ended: done", flush=True)
-fastst._stream.load_into = load_into
-src = _gated(__import__("pathlib").Path({str(path)!r}))
-f = fastst.safe_open(src, "np")
-it = f.iter_tensors()
-next(it)
-threading.Timer(0.2, src.gate.set).start()
-"""
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    assert "ended: LoadStopped" in done.stdout, done.stdout + done.stderr
-
-
-def test_a_collection_on_a_thread_the_reads_wait_on_does_not_deadlock(path: Path) -> None:
-    # The abandoned iterator is collected inside the file object's readinto,
-    # on a reading thread: waiting there for the load would wait for itself.
+def _run_watched(path: Path, body: str) -> str:
+    """Runs ``body`` in a fresh interpreter where ``src`` is the gated file
+    at ``path`` and every background load prints how it ended; its
+    output."""
     script = f"""
 import gc, sys, threading
 sys.path.insert(0, {str(Path(__file__).parent)!r})
@@ -326,14 +299,42 @@ def load_into(*a, **k):
     except BaseException as exc:
         print("ended:", type(exc).__name__, flush=True)
         raise
+    print("ended: done", flush=True)
 fastst._stream.load_into = load_into
+src = _gated(__import__("pathlib").Path({str(path)!r}))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script + body], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout + done.stderr
+
+
+def test_the_interpreter_exits_without_finishing_an_abandoned_load(path: Path) -> None:
+    out = _run_watched(
+        path,
+        """
+f = fastst.safe_open(src, "np")
+it = f.iter_tensors()
+next(it)
+threading.Timer(0.2, src.gate.set).start()
+""",
+    )
+    assert "ended: LoadStopped" in out, out
+
+
+def test_a_collection_on_a_thread_the_reads_wait_on_does_not_deadlock(path: Path) -> None:
+    # The abandoned iterator is collected inside the file object's readinto,
+    # on a reading thread: waiting there for the load would wait for itself.
+    out = _run_watched(
+        path,
+        """
 class Collecting(Gated):
     def readinto(self, b):
         if self.gate.is_set() and not hasattr(self, "by"):
             self.by = threading.current_thread().name
             gc.collect()
         return super().readinto(b)
-src = _gated(__import__("pathlib").Path({str(path)!r}))
 src.__class__ = Collecting
 f = fastst.safe_open(src, "np")
 it = f.iter_tensors()
@@ -347,11 +348,8 @@ for t in threading.enumerate():
     if t.name == "fastst-load":
         t.join()
 print("collected on:", src.by, flush=True)
-"""
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+""",
     )
-    assert done.returncode == 0, done.stderr
-    assert "ended: LoadStopped" in done.stdout, done.stdout + done.stderr
-    by = done.stdout.split("collected on: ")[1].strip()
+    assert "ended: LoadStopped" in out, out
+    by = out.split("collected on: ")[1].split()[0]
     assert by not in ("MainThread", "fastst-load"), by
