@@ -254,10 +254,10 @@ def test_shards_load_two_at_a_time(tensors, tmp_path, monkeypatch) -> None:
     # first two loads meet (one after the other, they never would).
     import threading
 
-    import fastst._open
+    import fastst._stream
 
     index = save_sharded(tensors, tmp_path, max_shard_size=3 * 1024 + 10)
-    real, met, order = fastst._open.load_into, threading.Barrier(2, timeout=20), []
+    real, met, order = fastst._stream.load_into, threading.Barrier(2, timeout=20), []
 
     def load_into(file, *args):
         order.append(os.path.basename(file.name))
@@ -265,7 +265,7 @@ def test_shards_load_two_at_a_time(tensors, tmp_path, monkeypatch) -> None:
             met.wait()
         return real(file, *args)
 
-    monkeypatch.setattr(fastst._open, "load_into", load_into)
+    monkeypatch.setattr(fastst._stream, "load_into", load_into)
     got = fastst.numpy.load_file(index, copy=True)
     assert sorted(order) == sorted(p.name for p in tmp_path.glob("model-*.safetensors"))
     assert got.keys() == tensors.keys()
@@ -276,10 +276,10 @@ def test_shards_load_two_at_a_time(tensors, tmp_path, monkeypatch) -> None:
 def test_shards_that_fail_raise_the_first_in_file_order(tensors, tmp_path, monkeypatch) -> None:
     import time
 
-    import fastst._open
+    import fastst._stream
 
     index = save_sharded(tensors, tmp_path, max_shard_size=3 * 1024 + 10)
-    real = fastst._open.load_into
+    real = fastst._stream.load_into
 
     def load_into(file, *args):
         name = os.path.basename(file.name)
@@ -289,7 +289,7 @@ def test_shards_that_fail_raise_the_first_in_file_order(tensors, tmp_path, monke
             raise fastst.SafetensorError(f"{name} failed")
         return real(file, *args)
 
-    monkeypatch.setattr(fastst._open, "load_into", load_into)
+    monkeypatch.setattr(fastst._stream, "load_into", load_into)
     with pytest.raises(fastst.SafetensorError, match="model-00001"):
         fastst.numpy.load_file(index, copy=True)
 
@@ -297,7 +297,7 @@ def test_shards_that_fail_raise_the_first_in_file_order(tensors, tmp_path, monke
 def test_a_failed_shard_stops_the_load_beside_it(tensors, tmp_path, monkeypatch) -> None:
     import threading
 
-    import fastst._open
+    import fastst._stream
 
     index = save_sharded(tensors, tmp_path, max_shard_size=3 * 1024 + 10)
     failed, seen = threading.Event(), []
@@ -316,7 +316,7 @@ def test_a_failed_shard_stops_the_load_beside_it(tensors, tmp_path, monkeypatch)
             threading.Event().wait(0.05)
         seen.append("never stopped")
 
-    monkeypatch.setattr(fastst._open, "load_into", load_into)
+    monkeypatch.setattr(fastst._stream, "load_into", load_into)
     with pytest.raises(fastst.SafetensorError, match="first shard"):
         fastst.numpy.load_file(index, copy=True)
     assert seen and set(seen) == {"LoadStopped"}  # every load that started stopped

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO, Callable, Dict, List, Mapping, Optional, Tuple, Union, cast
 
 import numpy as np
@@ -13,7 +11,7 @@ import numpy as np
 from . import _frameworks, _prefetch
 from ._basic_index import check_index, read_plan
 from ._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
-from ._errors import LoadStopped, closed_file_error, rule_error
+from ._errors import closed_file_error, rule_error
 from ._fastst import DEFAULT_HEADER_CAP, RawFile, load_into
 from ._frameworks import placement
 from ._paths import progress_label
@@ -21,7 +19,7 @@ from ._progress import Progress, resolve
 from ._raw import RawSource
 from ._sharded import ShardedFile
 from ._source import open_source
-from ._stream import Plan, stream
+from ._stream import Plan, load_side_by_side, stream
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -36,29 +34,6 @@ def _offset_report(
         callback(base + done, grand)
 
     return report
-
-
-def _load_side_by_side(plans: List[Plan]) -> None:
-    """The loads of several files (shards), two at a time, so that the next
-    file's reads start while the last reads of the one before are in
-    flight. The first error in file order is raised; an error or an
-    interrupt of the calling thread stops the loads still running at their
-    next report."""
-    stop = threading.Event()
-
-    def check(_done: int, _total: int) -> None:
-        if stop.is_set():
-            raise LoadStopped
-
-    with ThreadPoolExecutor(2, thread_name_prefix="fastst-load") as pool:
-        loads = [pool.submit(load_into, p[0], p[1], p[2], p[3], check) for p in plans]
-        try:
-            for load in loads:
-                load.result()
-        finally:
-            stop.set()
-            for load in loads:
-                load.cancel()
 
 
 def _aligned_empty(nbytes: int, place: _frameworks.Placement) -> np.ndarray:
@@ -262,7 +237,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         grand = sum(p[4] for p in plans)
         base = 0
         if len(plans) > 1 and callback is None and not bar:
-            _load_side_by_side(plans)
+            load_side_by_side(plans)
             plans = []
         for file, members, outs, targets, size in plans:
             if len(members) == 1 and callback is None and not bar:

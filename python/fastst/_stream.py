@@ -1,5 +1,6 @@
-"""Owned loads handed out tensor by tensor as their reads complete
-(``safe_open.iter_tensors``).
+"""Owned loads in background threads: handed out tensor by tensor as
+their reads complete (``safe_open.iter_tensors``), and the loads of
+several files side by side (:func:`load_side_by_side`).
 
 One background thread runs the core's whole load (``load_into`` with
 ``stream=True``, the GIL released while bytes move), file after file, and
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple
 
@@ -116,3 +118,26 @@ def _hand_out(
         stop.set()
         if threading.get_ident() == consumer:
             loader.join()
+
+
+def load_side_by_side(plans: List[Plan]) -> None:
+    """The loads of several files (shards), two at a time, so that the next
+    file's reads start while the last reads of the one before are in
+    flight. The first error in file order is raised; an error or an
+    interrupt of the calling thread stops the loads still running at their
+    next report."""
+    stop = threading.Event()
+
+    def check(_done: int, _total: int) -> None:
+        if stop.is_set():
+            raise LoadStopped
+
+    with ThreadPoolExecutor(2, thread_name_prefix="fastst-load") as pool:
+        loads = [pool.submit(load_into, p[0], p[1], p[2], p[3], check) for p in plans]
+        try:
+            for load in loads:
+                load.result()
+        finally:
+            stop.set()
+            for load in loads:
+                load.cancel()
