@@ -236,10 +236,10 @@ class safe_open:  # noqa: N801 - the reference package's name
         made, plans = self._allocate(names, dtype)
         grand = sum(p[4] for p in plans)
         base = 0
-        if len(plans) > 1 and callback is None and not bar:
+        side_by_side = len(plans) > 1 and callback is None and not bar
+        if side_by_side:
             load_side_by_side(plans)
-            plans = []
-        for file, members, outs, targets, size in plans:
+        for file, members, outs, targets, size in [] if side_by_side else plans:
             if len(members) == 1 and callback is None and not bar:
                 # One tensor: read (or converted while read) straight into
                 # its destination, several threads when large.

@@ -2,7 +2,6 @@
 //! (a path, or a file object through [`PySource`]). The Python `safe_open`
 //! wraps it and turns its buffers into framework tensors.
 
-use crate::paths::FsPath;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use fastst_core::load::tensor_into;
@@ -17,6 +16,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use crate::buffer::TensorBuffer;
 use crate::errors::{closed, InFile};
+use crate::paths::FsPath;
 use crate::source::PySource;
 
 /// An open `.safetensors` file (the header is parsed and validated).

@@ -4,8 +4,6 @@
 //! a URL is read from its store (`fastst-remote`) by `verify_file`,
 //! `hash_file`, `inspect_file` and `read_metadata`.
 
-use crate::paths::FsPath;
-
 use fastst_core::progress::StderrLine;
 use fastst_core::RuleId;
 use fastst_core::{Backend, MappedFile, OpenOptions, DEFAULT_HEADER_CAP};
@@ -14,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::errors::{display_path, InFile};
+use crate::paths::FsPath;
 
 fn finding_dict<'py>(py: Python<'py>, f: &Finding) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);

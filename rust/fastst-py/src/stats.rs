@@ -1,8 +1,6 @@
 //! `stats_file`: what each tensor's values look like (the forensics
 //! crate's `stats_path`), without the GIL, as plain Python data.
 
-use crate::paths::FsPath;
-
 use fastst_core::DEFAULT_HEADER_CAP;
 use fastst_inspect::{self as inspect, Number, StatsOptions};
 use pyo3::prelude::*;
@@ -10,6 +8,7 @@ use pyo3::types::{PyDict, PyList};
 
 use crate::errors::InFile;
 use crate::inspect::with_progress;
+use crate::paths::FsPath;
 
 fn number<'py>(py: Python<'py>, n: Option<Number>) -> PyResult<Bound<'py, PyAny>> {
     Ok(match n {

@@ -3,8 +3,6 @@
 //! are `fastst-core`'s; this module moves bytes from Python buffers to them
 //! with the GIL released.
 
-use crate::paths::FsPath;
-
 use fastst_core::write::{write_atomic, NewTensor, TensorStream, WritePlan};
 use fastst_core::{Dtype, Error};
 use pyo3::buffer::PyBuffer;
@@ -13,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyIterator, PyList, PyTuple};
 
 use crate::errors::{to_pyerr, InFile};
+use crate::paths::FsPath;
 
 /// Chunks at least this long are written with the GIL released; shorter
 /// ones are not worth the hand-off.
