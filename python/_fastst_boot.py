@@ -6,7 +6,7 @@ module only when the variable holds a true value (``1``, ``true``, ``yes``,
 shared with fastst's hook), fastst least of all: :func:`start` puts a small finder
 first on :data:`sys.meta_path`, and fastst itself (with numpy) is loaded only
 when ``safetensors`` is first imported. That finder then hands the import to
-``fastst._hook``, or, when fastst cannot be loaded, says so in one line on
+``fastst._dropin.hook``, or, when fastst cannot be loaded, says so in one line on
 stderr and lets the reference package be imported.
 """
 
@@ -27,7 +27,7 @@ class Finder:
         # Inert, not removed: the import system is iterating sys.meta_path.
         self.active = False
         try:
-            from fastst import _hook
+            from fastst._dropin import hook as _hook
 
             spec = _hook.take_over(fullname, path, target)
         except Exception as exc:

@@ -1,6 +1,6 @@
 """What fastst's drop-in switch (``FASTST_AS_SAFETENSORS``) shares between
 its start-up half (``_fastst_boot``, loaded by the ``.pth`` file before
-fastst) and fastst's hook (``fastst._hook``): the variable and its true
+fastst) and fastst's hook (``fastst._dropin.hook``): the variable and its true
 values, and who imported the reference package. Standard library only, and
 it imports nothing (``os`` and ``sys`` are loaded before any ``.pth`` file).
 """

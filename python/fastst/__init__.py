@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from ._dropin.hook import install, installed, uninstall
 from ._errors import (
     ClosedFileError,
     DropinWarning,
@@ -25,11 +26,10 @@ from ._errors import (
     UnsupportedDtypeError,
 )
 from ._fastst import __version__
-from ._hook import install, installed, uninstall
-from ._load import deserialize, serialize, serialize_file
-from ._open import SafeSlice, _safe_open_handle, safe_open
-from ._update import update_metadata
-from ._write import TensorSpec
+from ._read.load import deserialize
+from ._read.safe_open import SafeSlice, _safe_open_handle, safe_open
+from ._write.metadata import update_metadata
+from ._write.tensors import TensorSpec, serialize, serialize_file
 
 __all__ = [
     "__version__",

@@ -1,12 +1,12 @@
 """``python -m fastst``: the ``fastst`` command; ``python -m fastst run
 (script.py | -m module) [args...]`` (or ``fastst run ...``) runs a program
 with ``import safetensors`` served by fastst, in the processes it starts too
-(see ``fastst._hook.run``)."""
+(see ``fastst._dropin.hook.run``)."""
 
 import sys
 
 if sys.argv[1:2] == ["run"]:
-    from ._hook import run
+    from ._dropin.hook import run
 
     sys.exit(run(sys.argv[2:]))
 

@@ -10,7 +10,7 @@ from typing import Any, Dict, Sequence, Tuple
 import ml_dtypes
 import numpy as np
 
-from ._errors import SafetensorError, UnsupportedDtypeError
+from ._errors import rule_error
 from ._fastst import dtype_facts
 
 #: Header name -> ``{"bits", "packed", "float"}``, as the core defines them.
@@ -63,7 +63,7 @@ def header_dtype(dtype: np.dtype) -> str:
     if name is None and dt.byteorder == ">":
         name = _FROM_NUMPY.get(dt.newbyteorder("<"))
     if name is None:
-        raise UnsupportedDtypeError(f"numpy dtype {dt} has no safetensors equivalent")
+        raise rule_error("framework-dtype", "", f"numpy dtype {dt} has no safetensors equivalent")
     return name
 
 
@@ -83,7 +83,9 @@ def target_dtype(spec: object) -> str:
     try:
         dt = np.dtype(spec)  # type: ignore[call-overload]
     except TypeError as exc:
-        raise UnsupportedDtypeError(f"dtype {spec!r} is not a dtype fastst knows: {exc}") from None
+        raise rule_error(
+            "framework-dtype", "", f"dtype {spec!r} is not a dtype fastst knows: {exc}"
+        ) from None
     return header_dtype(dt)
 
 
@@ -106,7 +108,9 @@ def pack_bits(values: np.ndarray, bits: int) -> bytes:
     """Inverse of :func:`unpack_bits`: packs the low ``bits`` of each byte."""
     flat = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
     if (flat.size * bits) % 8:
-        raise SafetensorError(f"{flat.size} elements of {bits} bits do not fill whole bytes")
+        raise rule_error(
+            "bad-tensor-size", "", f"{flat.size} elements of {bits} bits do not fill whole bytes"
+        )
     fields = np.unpackbits(flat[:, None], axis=1, bitorder="little")[:, :bits]
     return np.packbits(fields.reshape(-1), bitorder="little").tobytes()
 

@@ -105,6 +105,9 @@ def parse_bytes(
     List[Tuple[str, str, Tuple[int, ...], int, int]],
     Optional[List[Tuple[str, str]]],
 ]: ...
+def replace_file(
+    path: object, display_name: str, data: bytes, durable: bool = True
+) -> None: ...
 
 # --- forensics and hashes: the fastst command (python/fastst/inspect.py) -------
 

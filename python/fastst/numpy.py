@@ -14,8 +14,8 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 
 import numpy as np
 
-from ._load import FrameworkIO
-from ._sharded import write_sharded
+from ._frameworks.io import FrameworkIO
+from ._write.sharded import write_sharded
 
 __all__ = ["save", "save_file", "load", "load_file", "save_sharded"]
 
@@ -115,4 +115,4 @@ def save_sharded(
 
 
 # The reference's private helpers, for callers that import them.
-from ._compat_numpy import *  # noqa: E402,F401,F403
+from ._dropin.compat_numpy import *  # noqa: E402,F401,F403

@@ -12,15 +12,15 @@ import numpy as np
 
 from . import _frameworks
 from ._dtypes import NUMPY_DTYPES
-from ._errors import UnsupportedDtypeError
-from ._load import FrameworkIO
+from ._errors import rule_error
+from ._frameworks.io import FrameworkIO
 
 try:
     import paddle
 except ImportError as _exc:
     raise _frameworks.missing("paddle", _exc) from _exc
 
-from . import _fw_paddle  # noqa: E402  (needs paddle imported first)
+from ._frameworks import paddle as _fw_paddle  # noqa: E402  (needs paddle imported first)
 
 __all__ = ["save", "save_file", "load", "load_file"]
 
@@ -46,8 +46,11 @@ def _as_numpy(name: str, tensor: paddle.Tensor, keep_alive: List[Any]) -> np.nda
         tensor = tensor.cpu()
     header = _HEADER_NAMES.get(tensor.dtype)
     if header is None:
-        raise UnsupportedDtypeError(
-            f"tensor {name!r}: paddle dtype {tensor.dtype} has no safetensors equivalent"
+        raise rule_error(
+            "framework-dtype",
+            "",
+            f"tensor {name!r}: paddle dtype {tensor.dtype} has no safetensors equivalent",
+            name,
         )
     np_dtype = NUMPY_DTYPES[header]
     shape = tuple(int(d) for d in tensor.shape)

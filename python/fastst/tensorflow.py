@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 import numpy as np
 
 from . import _frameworks
-from ._load import FrameworkIO
+from ._frameworks.io import FrameworkIO
 
 try:
     import tensorflow as tf

@@ -15,18 +15,18 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _frameworks
 from ._dtypes import NUMPY_DTYPES
-from ._errors import UnsupportedDtypeError
-from ._load import FrameworkIO
-from ._sharded import write_sharded
-from ._write import TensorSpec
+from ._errors import rule_error
+from ._frameworks.io import FrameworkIO
+from ._write.sharded import write_sharded
+from ._write.tensors import TensorSpec
 
 try:
     import torch
 except ImportError as _exc:
     raise _frameworks.missing("torch", _exc) from _exc
 
-from . import _fw_torch  # noqa: E402  (needs torch imported first)
 from ._distributed import DistributedLoadError, load_distributed, load_tensor_parallel  # noqa: E402
+from ._frameworks import torch as _fw_torch  # noqa: E402  (needs torch imported first)
 
 __all__ = [
     "load_file",
@@ -47,7 +47,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 Device = Union[str, int, Any]
 
 # Re-exported: the reference's module has these names and loaders reach for them.
-from ._torch_storage import (  # noqa: E402,F401
+from ._frameworks.torch_storage import (  # noqa: E402,F401
     _SHARED_DOCS,
     _SIZE,
     _TYPES,
@@ -79,8 +79,11 @@ def _as_numpy(name: str, tensor: torch.Tensor, keep_alive: List[Any]) -> Any:
         tensor = tensor.to("cpu")
     header = _fw_torch.HEADER_NAMES.get(tensor.dtype)
     if header is None:
-        raise UnsupportedDtypeError(
-            f"tensor {name!r}: torch dtype {tensor.dtype} has no safetensors equivalent"
+        raise rule_error(
+            "framework-dtype",
+            "",
+            f"tensor {name!r}: torch dtype {tensor.dtype} has no safetensors equivalent",
+            name,
         )
     tensor = tensor.resolve_conj().resolve_neg()
     if header == "F4":
@@ -308,4 +311,4 @@ def load_model(
 
 
 # The reference's private helpers, for callers that import them.
-from ._compat_torch import *  # noqa: E402,F401,F403
+from ._dropin.compat_torch import *  # noqa: E402,F401,F403

@@ -18,10 +18,11 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union, 
 import torch
 import torch.distributed as dist
 
-from .. import _frameworks, _fw_torch
+from .. import _frameworks
 from .._errors import DistributedLoadError, SafetensorError, rule_error
-from .._open import safe_open
-from .._sharded import INDEX_SUFFIX
+from .._frameworks import torch as _fw_torch
+from .._read.safe_open import safe_open
+from .._sources.folders import INDEX_SUFFIX
 
 PathLike = Union[str, bytes, "os.PathLike[str]"]
 

@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-from .. import _fw_torch
-from .._open import safe_open
+from .._frameworks import torch as _fw_torch
+from .._read.safe_open import safe_open
 from .agreement import (
     Entry,
     PathLike,

@@ -12,10 +12,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 import torch
 import torch.distributed as dist
 
-from .. import _fw_torch
 from .._dtypes import PACKED_BITS
 from .._errors import DistributedLoadError
-from .._open import safe_open
+from .._frameworks import torch as _fw_torch
+from .._read.safe_open import safe_open
 from .agreement import (
     Entry,
     PathLike,

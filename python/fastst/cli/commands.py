@@ -13,9 +13,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
-from .._hook import run as run_with_hook
-from .._identify import NOT_FILES
-from .._remote import is_url
+from .._dropin.hook import run as run_with_hook
+from .._sources.identify import NOT_FILES
+from .._sources.remote import is_url
 from ..tools import inspect as fi
 from ..tools.checkpoint import shard_location
 from ..tools.diff import diff

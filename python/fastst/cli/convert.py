@@ -7,7 +7,7 @@ import argparse
 import os
 from typing import Any, Callable, Dict
 
-from .._sharded import parse_size
+from .._settings import parse_size
 from ..tools.convert import MAX_PICKLE_BYTES, convert_pickle
 from . import render
 from .report import print_converted
@@ -31,9 +31,13 @@ def run(
                 out.stderr.write(f"fastst: {render.escape(message)}\n")
 
         try:
-            shard_size = parse_size(args.max_shard_size) if args.max_shard_size else None
+            shard_size = (
+                parse_size(args.max_shard_size, "--max-shard-size") if args.max_shard_size else None
+            )
             pickle_size = (
-                parse_size(args.max_pickle_size) if args.max_pickle_size else MAX_PICKLE_BYTES
+                parse_size(args.max_pickle_size, "--max-pickle-size")
+                if args.max_pickle_size
+                else MAX_PICKLE_BYTES
             )
             result = convert_pickle(
                 args.source,

@@ -23,7 +23,7 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .._fastst import __version__
 from .._text import escape
-from ..tools.provenance.signing import _write_atomic
+from .._write.atomic import replace_bytes
 from .render import Out, count_text, plural, shape_text, size_text
 
 __all__ = [
@@ -381,7 +381,6 @@ def report(out: Out, path: str, command: str, sections: List[str], inputs: Seque
 
 
 def write(path: str, content: str) -> None:
-    """Writes ``content`` to ``path`` atomically (a temporary file in the
-    same folder, then a rename: a link at ``path`` is replaced, not
-    followed)."""
-    _write_atomic(path, content.encode("utf-8"))
+    """Writes ``content`` to ``path`` whole or not at all
+    (:func:`fastst._write.atomic.replace_bytes`)."""
+    replace_bytes(path, content.encode("utf-8"))

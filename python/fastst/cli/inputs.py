@@ -7,7 +7,7 @@ import os
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from .._errors import SafetensorError
-from .._remote import is_url
+from .._sources.remote import is_url
 from ..tools import inspect as fi
 from ..tools import results
 from ..tools.config import CONFIG_NAME, compare_config, read_config

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from .._update import update_metadata
+from .._write.metadata import update_metadata
 from ..tools import inspect as fi
 from ..tools.card import strict_json
 from ..tools.checkpoint import shown

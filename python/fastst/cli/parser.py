@@ -9,7 +9,7 @@ import sys
 from typing import Any, Dict, Iterable
 
 from .._fastst import DEFAULT_HEADER_CAP, __version__
-from .._remote import display, is_url
+from .._sources.remote import display, is_url
 from .._text import escape
 from ..tools import inspect as fi
 from ..tools.stats import MAX_BINS

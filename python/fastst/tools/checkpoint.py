@@ -11,18 +11,14 @@ import posixpath
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union, cast
 from urllib.parse import unquote, urlsplit
 
-from .. import _fastst, _remote
+from .. import _fastst
 from .._errors import SafetensorError
 from .._fastst import DEFAULT_HEADER_CAP
-from .._folders import (
-    INDEX_SUFFIX,
-    claimed_shards,
-    index_shards,
-    read_index,
-)
 from .._paths import os_path as _path
 from .._paths import progress_label, readable
-from .._sharded import ShardedFile
+from .._sources import remote as _remote
+from .._sources.folders import INDEX_SUFFIX, claimed_shards, index_shards, read_index
+from .._sources.sharded import ShardedFile
 from . import results
 from .walk import walk
 
@@ -67,7 +63,7 @@ def _index(path: str) -> Tuple[bytes, Dict[str, Any]]:
 def shard_location(index_path: str, shard: str) -> str:
     """Where the shard ``shard`` (a checked name) of the index ``index_path``
     is: the file beside it, or the object under the index URL's prefix
-    (:func:`fastst._remote.shard_url`)."""
+    (:func:`fastst._sources.remote.shard_url`)."""
     if _remote.is_url(index_path):
         return _remote.shard_url(index_path, shard)
     return os.path.join(os.path.dirname(os.path.abspath(index_path)), shard)
@@ -87,7 +83,7 @@ def iter_inputs(paths: Iterable[PathLike]) -> Iterator[Tuple[str, str]]:
     a folder for the first folder under it nested too deep to scan
     (:func:`fastst.tools.walk.walk`). A URL is an object, an index, or a
     prefix ending in ``/`` holding one checkpoint
-    (:func:`fastst._remote.checkpoint_under`: its error when it holds none
+    (:func:`fastst._sources.remote.checkpoint_under`: its error when it holds none
     or several)."""
     for raw in paths:
         path = _path(raw)

@@ -9,10 +9,11 @@ import os
 from functools import partial
 from typing import Any, Dict, List, cast
 
-from .. import _fastst, _remote
+from .. import _fastst
 from .._errors import SafetensorError, ShardIndexError
 from .._fastst import DEFAULT_HEADER_CAP
-from .._folders import object_problem, shard_problem
+from .._sources import remote as _remote
+from .._sources.folders import object_problem, shard_problem
 from . import results
 from .checkpoint import (
     PathLike,

@@ -20,7 +20,7 @@ import os
 import stat
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
 
-from .._folders import shard_problem
+from .._sources.folders import shard_problem
 from . import results
 from .layers import number_after, span_text
 

@@ -25,10 +25,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 from .. import _fastst
 from .._errors import rule_error
 from .._fastst import DEFAULT_HEADER_CAP
-from .._folders import read_index
-from .._identify import NOT_FILES, identify, not_safetensors_message
 from .._paths import readable
-from .._source import open_raw
+from .._sources.folders import read_index
+from .._sources.identify import NOT_FILES, identify, not_safetensors_message
+from .._sources.opener import open_raw
 from . import results
 from .torch_pickle import MAX_PICKLE_BYTES, check_torch, scan_legacy, scan_zip
 
@@ -63,7 +63,7 @@ def _check_written(path: str, tensors: Dict[str, Any], torch: Any) -> None:
     be written: the same names, dtypes and shapes, and the same bytes (NaN
     payloads and signed zeros included), compared by the core on several
     threads without the GIL."""
-    from .._fw_torch import HEADER_NAMES
+    from .._frameworks.torch import HEADER_NAMES
 
     raw = open_raw(path, "mmap", DEFAULT_HEADER_CAP)
     try:

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union, cast
 from .. import _fastst
 from .._fastst import DEFAULT_HEADER_CAP
 from .._paths import os_path as _path
-from .._source import open_raw
+from .._sources.opener import open_raw
 from . import results
 from .checkpoint import shown
 from .stats import layer_of

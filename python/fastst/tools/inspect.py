@@ -35,14 +35,15 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union, 
 
 import numpy as np
 
-from .. import _fastst, _identify
+from .. import _fastst
 from .._dtypes import NARROW_FLOATS
 from .._errors import rule_error
 from .._fastst import DEFAULT_HEADER_CAP
-from .._identify import not_safetensors_message
-from .._open import safe_open
 from .._paths import os_path as _path
 from .._paths import readable
+from .._read.safe_open import safe_open
+from .._sources import identify as _identify
+from .._sources.identify import not_safetensors_message
 from . import results
 from .card import decode_metadata, metadata_card
 from .checkpoint import (

@@ -12,61 +12,71 @@
 //! (the tensor table and an optional `__metadata__` map), then the tensors'
 //! bytes. Reading goes down this path:
 //!
-//! 1. [`MappedFile::open`] opens the file ([`io::open`]: regular files only,
-//!    never blocking) and hands it, as a [`Source`], to
+//! 1. [`MappedFile::open`] opens the file ([`internal::open`]: regular
+//!    files only, never blocking) and hands it, as a [`Source`], to
 //!    [`MappedFile::from_source`] (which opens any source the same way). The
 //!    length prefix and the header are read through the source
-//!    ([`source::read_header`], [`header::check_prefix`]) and parsed
-//!    strictly with [`Header::parse`]: [`header`] types the JSON,
-//!    [`validate`] applies the entry and layout rules, and the result is a
-//!    table of [`TensorInfo`] ([`table`]) plus the metadata.
+//!    ([`read_header`], [`check_prefix`]) and parsed strictly with
+//!    [`Header::parse`]: the JSON is typed, the entry and layout rules are
+//!    applied, and the result is a table of [`TensorInfo`] plus the
+//!    metadata.
 //! 2. Tensor bytes come out as private copy-on-write mappings or copies
 //!    ([`MappedFile::tensor_data`], [`MappedFile::copy_tensor_into`]),
-//!    converted on the way where asked ([`convert`]); [`load`] fills many
-//!    caller-owned destinations in one call, [`prefetch`] reads pages ahead
-//!    of a consumer.
+//!    converted on the way where asked ([`MappedFile::convert_tensor_into`]);
+//!    [`load_into`] fills many caller-owned destinations in one call, a
+//!    [`Prefetcher`] reads pages ahead of a consumer.
 //! 3. Anything wrong is an [`Error`]: one variant per rule of the catalogue
-//!    ([`rules`]), which also gives the Python exception family.
+//!    ([`RuleId`]), which also gives the Python exception family
+//!    ([`Family`]).
 //!
 //! Writing goes the other way: a [`WritePlan`] orders the tensors and
-//! renders the header ([`write`](mod@write)), a [`TensorStream`] checks each
-//! tensor gets exactly its bytes, and [`AtomicFile`] replaces the target
-//! only once the new file is complete.
+//! renders the header, a [`TensorStream`] checks each tensor gets exactly
+//! its bytes, and [`AtomicFile`] replaces the target only once the new file
+//! is complete.
 //!
-//! The modules, one job each:
+//! The modules, one job each (all private: what a caller may use is
+//! re-exported at the crate root, and what only fastst's sibling crates may
+//! use is gathered in [`internal`]):
 //!
-//! - [`dtype`]: the element types and the one byte-size rule.
-//! - [`table`]: [`TensorInfo`], one entry of the tensor table.
-//! - [`header`]: the length prefix and the strict JSON reading of a header.
-//! - [`validate`]: the entry and layout rules, fail-fast for the reader,
+//! - `dtype`: the element types ([`Dtype`]) and the one byte-size rule.
+//! - `table`: [`TensorInfo`], one entry of the tensor table.
+//! - `header`: the length prefix ([`check_prefix`]) and the strict JSON
+//!   reading of a header ([`Header::parse`]).
+//! - `validate`: the entry and layout rules, fail-fast for the reader,
 //!   collect-all for `fastst verify`.
-//! - [`rules`]: the catalogue of every rule id, family, severity, summary.
-//! - [`error`]: [`Error`], each variant mapped to one rule.
-//! - [`io`]: the one file opener, positioned reads, mappings (the only
+//! - `rules`: the catalogue of every rule id, family, severity, summary
+//!   ([`RuleId`], [`Family`], [`Severity`]).
+//! - `error`: [`Error`], each variant mapped to one rule.
+//! - `io`: the one file opener, positioned reads, mappings (the only
 //!   `unsafe` code).
-//! - [`source`]: the one seam for every input ([`Source`]; the local file is
-//!   one) and the header read of every source.
-//! - [`read`]: [`MappedFile`], an open file's header and tensor bytes.
-//! - [`slice`]: the parts of a tensor a basic index selects, read with few
-//!   requests.
-//! - [`convert`]: dtype conversion kernels and the allowed pairs.
-//! - [`load`]: whole loads of many tensors into caller-owned memory.
-//! - [`prefetch`]: reading a file's pages ahead of their consumer.
-//! - [`write`](mod@write): plans, the tensor stream, atomic replacement,
-//!   write-back.
-//! - [`identify`]: what a file that is not safetensors is, from its first
-//!   bytes (the reader's errors say it).
-//! - [`json`]: JSON text helpers (escaping, numbers, leading whitespace).
-//! - [`parallel`]: the thread policy.
-//! - [`progress`]: progress callbacks and the one stderr renderer.
+//! - `source`: the one seam for every input ([`Source`]; the local file is
+//!   one) and the header read of every source ([`read_header`]).
+//! - `read`: [`MappedFile`], an open file's header and tensor bytes.
+//! - `slice`: the parts of a tensor a basic index selects ([`Dim`]), read
+//!   with few requests.
+//! - `convert`: dtype conversion kernels and the allowed pairs
+//!   ([`supported`], [`conversions`]).
+//! - `load`: whole loads of many tensors into caller-owned memory
+//!   ([`load_into`], [`load_streaming`]).
+//! - `prefetch`: reading a file's pages ahead of their consumer
+//!   ([`Prefetcher`]).
+//! - `write`: plans, the tensor stream, atomic replacement, write-back
+//!   ([`write_atomic`], [`write_file`], [`serialize`]).
+//! - `identify`: what a file that is not safetensors is, from its first
+//!   bytes ([`identify()`]; the reader's errors say it).
+//! - `json`: JSON text helpers (escaping, numbers, leading whitespace).
+//! - `parallel`: the thread policy.
+//! - `progress`: progress callbacks ([`Progress`]) and the one stderr
+//!   renderer ([`StderrLine`]).
 //!
 //! # Example
 //!
 //! Write a file with two tensors, open it and read one back:
 //!
 //! ```
-//! use fastst_core::write::write_file;
-//! use fastst_core::{Dtype, MappedFile, NewTensor, OpenOptions, WritePlan, DEFAULT_HEADER_CAP};
+//! use fastst_core::{
+//!     write_file, Dtype, MappedFile, NewTensor, OpenOptions, WritePlan, DEFAULT_HEADER_CAP,
+//! };
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let dir = std::env::temp_dir().join(format!("fastst-core-doc-{}", std::process::id()));
@@ -103,32 +113,74 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod convert;
-pub mod dtype;
-pub mod error;
-pub mod header;
-pub mod identify;
-pub mod io;
-pub mod json;
-pub mod load;
-pub mod parallel;
-pub mod prefetch;
-pub mod progress;
-pub mod read;
-pub mod rules;
-pub mod slice;
-pub mod source;
-pub mod table;
-#[cfg(test)]
-pub(crate) mod testfs;
-pub mod validate;
-pub mod write;
+mod convert;
+mod dtype;
+mod error;
+mod header;
+mod identify;
+mod io;
+mod json;
+mod load;
+mod parallel;
+mod prefetch;
+mod progress;
+mod read;
+mod rules;
+mod slice;
+mod source;
+mod table;
+#[cfg(any(test, feature = "testfs"))]
+mod testfs;
+mod validate;
+mod write;
 
-pub use dtype::Dtype;
+pub use convert::{bf16_to_f32, conversions, f16_to_f32, f32_to_f16, supported};
+pub use dtype::{Dtype, SizeError};
 pub use error::{Error, Result};
-pub use header::{parse_file_bytes, Header, ParseNotes, DEFAULT_HEADER_CAP};
-pub use read::{Backend, MappedFile, OpenOptions, OwnedBytes, TensorData};
+pub use header::{
+    check_prefix, parse_file_bytes, prefix_value, Header, ParseNotes, DEFAULT_HEADER_CAP,
+};
+pub use identify::{identify, Identified, IDENTIFY_LEN};
+pub use load::{
+    load_into, load_streaming, tensor_into, Destination, HugePages, LoadOptions, LoadProgress,
+    Outcome, Reporter,
+};
+pub use prefetch::{PrefetchMethod, PrefetchOptions, PrefetchStatus, Prefetcher};
+pub use progress::{Progress, StderrLine};
+pub use read::{
+    Backend, MappedFile, OpenOptions, OwnedBytes, SharedRegion, TensorData, HANDOUT_ALIGN,
+    PRIVATE_MAP_THRESHOLD,
+};
 pub use rules::{Family, RuleId, Severity};
-pub use source::Source;
+pub use slice::Dim;
+pub use source::{ended_early, read_header, Source};
 pub use table::TensorInfo;
-pub use write::{AtomicFile, NewTensor, PlannedTensor, TensorStream, WritePlan};
+pub use write::{
+    replace_with_bytes, serialize, write_atomic, write_file, AtomicFile, Blocking, FileSink,
+    NewTensor, PlannedTensor, TensorStream, WriteFailure, WritePlan,
+};
+
+/// For fastst's sibling crates only (fastst-inspect, fastst-remote,
+/// fastst-py); no stability promise.
+///
+/// The pieces of the reader that the forensics, remote and Python crates
+/// build on but that are not an API of their own: the one file opener and
+/// fallible allocation, the entry and layout rules as `fastst verify` runs
+/// them collect-all, magic-number sniffing, JSON text helpers, the thread
+/// policy and the write-back window the Python glue reports. With the
+/// `testfs` feature, also the scratch files of the tests.
+pub mod internal {
+    pub use crate::identify::{sniff, Magic, SNIFF_LEN};
+    pub use crate::io::{open, zeroed, OpenFile};
+    pub use crate::json::{whitespace_len, write_string, write_u64};
+    pub use crate::parallel::thread_count;
+    pub use crate::validate::{entry, found, layout};
+    pub use crate::write::WRITEBACK_WINDOW;
+
+    /// Scratch files and folders on disk for tests, each removed when
+    /// dropped (also when its test panics part-way).
+    #[cfg(feature = "testfs")]
+    pub mod testfs {
+        pub use crate::testfs::{build, raw, TempDir, TempFile};
+    }
+}

@@ -26,33 +26,33 @@ use crate::read::MappedFile;
 
 /// How the prefetcher brings pages into memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Method {
+pub enum PrefetchMethod {
     /// `MADV_POPULATE_READ` on the whole-file mapping tensors are handed out
     /// of: the pages are read into the page cache without being copied
     /// anywhere and mapped where the consumer will touch them, and a page
     /// the file lost (truncated) gives an error, never SIGBUS. Needs the
-    /// mmap back end; [`Method::Read`] serves without.
+    /// mmap back end; [`PrefetchMethod::Read`] serves without.
     Populate,
     /// Positioned reads into a small scratch buffer per thread (one copy,
     /// thrown away: the point is the page cache).
     Read,
 }
 
-impl Method {
+impl PrefetchMethod {
     /// `"populate"` or `"read"`, as the prefetcher's status reports it.
     pub fn name(self) -> &'static str {
         match self {
-            Method::Populate => "populate",
-            Method::Read => "read",
+            PrefetchMethod::Populate => "populate",
+            PrefetchMethod::Read => "read",
         }
     }
 }
 
 /// Default size of one read (8 MiB: large requests, few system calls).
-pub const DEFAULT_CHUNK: u64 = 8 << 20;
+const DEFAULT_CHUNK: u64 = 8 << 20;
 
 /// Default number of reading threads.
-pub const DEFAULT_THREADS: usize = 2;
+const DEFAULT_THREADS: usize = 2;
 
 /// Settings of a [`Prefetcher`].
 #[derive(Clone, Copy, Debug)]
@@ -64,31 +64,34 @@ pub struct PrefetchOptions {
     /// Bytes per read (clamped to the budget, at least one page).
     pub chunk: u64,
     /// How pages are brought in.
-    pub method: Method,
+    pub method: PrefetchMethod,
     /// Skip pages already in memory (checked with `mincore`), and start no
     /// thread when all are (the default; off to read regardless).
     pub skip_cached: bool,
 }
 
+impl PrefetchOptions {
+    /// Half of the memory the kernel reports as available (`MemAvailable` in
+    /// `/proc/meminfo`), or 1 GiB where that cannot be read; at least 64 MiB.
+    pub fn default_budget() -> u64 {
+        budget_from(std::fs::read_to_string("/proc/meminfo").ok().as_deref())
+    }
+}
+
 impl Default for PrefetchOptions {
     fn default() -> Self {
         PrefetchOptions {
-            budget: default_budget(),
+            budget: PrefetchOptions::default_budget(),
             threads: DEFAULT_THREADS,
             chunk: DEFAULT_CHUNK,
-            method: Method::Populate,
+            method: PrefetchMethod::Populate,
             skip_cached: true,
         }
     }
 }
 
-/// Half of the memory the kernel reports as available (`MemAvailable` in
-/// `/proc/meminfo`), or 1 GiB where that cannot be read; at least 64 MiB.
-pub fn default_budget() -> u64 {
-    budget_from(std::fs::read_to_string("/proc/meminfo").ok().as_deref())
-}
-
-/// [`default_budget`] from the text of `/proc/meminfo` (`None`: unreadable).
+/// [`PrefetchOptions::default_budget`] from the text of `/proc/meminfo`
+/// (`None`: unreadable).
 fn budget_from(meminfo: Option<&str>) -> u64 {
     let available = meminfo
         .and_then(|text| {
@@ -149,7 +152,7 @@ struct State {
 #[derive(Debug)]
 struct Shared {
     file: Arc<MappedFile>,
-    method: Method,
+    method: PrefetchMethod,
     skip_cached: bool,
     budget: u64,
     chunks: Vec<(u64, u64)>,
@@ -243,7 +246,7 @@ impl Prefetcher {
         };
         let planned = chunks.iter().map(|c| c.1).sum();
         let method = match options.method {
-            Method::Populate if file.whole_map().is_none() => Method::Read,
+            PrefetchMethod::Populate if file.whole_map().is_none() => PrefetchMethod::Read,
             m => m,
         };
         // Off where it cannot help: when the plan is in memory, no thread
@@ -311,7 +314,7 @@ impl Prefetcher {
     }
 
     /// The method in use.
-    pub fn method(&self) -> Method {
+    pub fn method(&self) -> PrefetchMethod {
         self.shared.method
     }
 
@@ -443,7 +446,7 @@ fn fetch(shared: &Shared, scratch: &mut Vec<u8>, start: u64, len: u64) -> bool {
     // A hint the filesystem refuses changes nothing.
     let _ = io::advise_willneed(raw, start, len);
     match shared.method {
-        Method::Populate => {
+        PrefetchMethod::Populate => {
             let (Ok(s), Ok(n)) = (usize::try_from(start), usize::try_from(len)) else {
                 return false;
             };
@@ -459,7 +462,7 @@ fn fetch(shared: &Shared, scratch: &mut Vec<u8>, start: u64, len: u64) -> bool {
             }
             false
         }
-        Method::Read => {
+        PrefetchMethod::Read => {
             let Ok(n) = usize::try_from(len) else {
                 return false;
             };
@@ -505,7 +508,7 @@ mod tests {
         let (f, _) = file_of(1000);
         let shared = Shared {
             file: Arc::new(MappedFile::open(&f.0, OpenOptions::default()).unwrap()),
-            method: Method::Read,
+            method: PrefetchMethod::Read,
             skip_cached: false,
             budget: 150,
             chunks: vec![(0, 100), (100, 100)],
@@ -577,7 +580,7 @@ mod tests {
 
     #[test]
     fn the_budget_bounds_the_reads_until_the_consumer_takes_more() {
-        for method in [Method::Populate, Method::Read] {
+        for method in [PrefetchMethod::Populate, PrefetchMethod::Read] {
             let (f, _) = file_of(1 << 20);
             let file = Arc::new(MappedFile::open(&f.0, OpenOptions::default()).unwrap());
             let len = file.file_len();
@@ -610,7 +613,7 @@ mod tests {
     fn populate_maps_the_pages_the_tensors_are_read_from() {
         let n = 1 << 20;
         let (f, _) = file_of(n);
-        for method in [Method::Populate, Method::Read] {
+        for method in [PrefetchMethod::Populate, PrefetchMethod::Read] {
             let file = Arc::new(MappedFile::open(&f.0, OpenOptions::default()).unwrap());
             let map = Arc::clone(file.shared_map().unwrap());
             let region = map.take(0, map.len()).unwrap();
@@ -632,7 +635,7 @@ mod tests {
             assert_eq!(s.done, file.file_len(), "{method:?}");
             let rss = rss_kib();
             match method {
-                Method::Populate => assert!(rss >= (n as u64) >> 10, "{rss} KiB"),
+                PrefetchMethod::Populate => assert!(rss >= (n as u64) >> 10, "{rss} KiB"),
                 _ => assert_eq!(rss, 0, "{method:?}"),
             }
         }
@@ -670,7 +673,7 @@ mod tests {
                     budget: 1 << 30,
                     threads: 2,
                     chunk: 64 << 10,
-                    method: Method::Populate,
+                    method: PrefetchMethod::Populate,
                     skip_cached,
                 };
                 let p = Prefetcher::start(Arc::clone(&file), &[(0, half * 2)], options);
@@ -697,7 +700,7 @@ mod tests {
             budget: 32 << 10,
             threads: 3,
             chunk: 8 << 10,
-            method: Method::Read,
+            method: PrefetchMethod::Read,
             skip_cached: false,
         };
         let p = Prefetcher::start(Arc::clone(&file), &[(0, 1 << 20)], options);
@@ -713,7 +716,7 @@ mod tests {
 
     #[test]
     fn a_truncated_file_stops_the_reads_without_a_signal() {
-        for method in [Method::Populate, Method::Read] {
+        for method in [PrefetchMethod::Populate, PrefetchMethod::Read] {
             let (f, _) = file_of(4 << 20);
             let file = Arc::new(MappedFile::open(&f.0, OpenOptions::default()).unwrap());
             let len = file.file_len();
@@ -740,7 +743,7 @@ mod tests {
     fn defaults_are_the_documented_ones() {
         let o = PrefetchOptions::default();
         assert_eq!((o.chunk, o.threads), (8 << 20, 2));
-        assert_eq!((o.method, o.skip_cached), (Method::Populate, true));
+        assert_eq!((o.method, o.skip_cached), (PrefetchMethod::Populate, true));
     }
 
     #[test]
@@ -760,7 +763,7 @@ mod tests {
         #[cfg(target_os = "linux")]
         {
             let read = || budget_from(std::fs::read_to_string("/proc/meminfo").ok().as_deref());
-            let (before, got, after) = (read(), default_budget(), read());
+            let (before, got, after) = (read(), PrefetchOptions::default_budget(), read());
             let slack = 256 << 20;
             assert!(
                 got + slack >= before.min(after) && got <= before.max(after) + slack,
@@ -854,7 +857,7 @@ mod tests {
             budget: 32 << 10,
             threads: 2,
             chunk: 8 << 10,
-            method: Method::Read,
+            method: PrefetchMethod::Read,
             skip_cached: false,
         };
         for detach in [false, true] {

@@ -112,6 +112,10 @@ pub enum Family {
     /// An index the reference's slicing refuses, under the `safetensors`
     /// name (the reference raises its root error class for these).
     ReferenceSlice,
+    /// A call names a framework, back end, device or dtype that does not
+    /// exist: the root class, `SafetensorError`, as the reference raises
+    /// for these.
+    Argument,
     /// Signing, verifying or describing a model (provenance): findings of a
     /// signature check, raised as `ProvenanceError` when they stop the work.
     Provenance,
@@ -121,7 +125,7 @@ pub enum Family {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 20] = [
+    pub const ALL: [Family; 21] = [
         Family::HeaderFraming,
         Family::HeaderJson,
         Family::Metadata,
@@ -140,6 +144,7 @@ impl Family {
         Family::Folder,
         Family::Hook,
         Family::ReferenceSlice,
+        Family::Argument,
         Family::Provenance,
         Family::Finding,
     ];
@@ -168,6 +173,7 @@ impl Family {
             Family::Folder => "FolderError",
             Family::Hook => "HookError",
             Family::ReferenceSlice => "SafetensorError",
+            Family::Argument => "SafetensorError",
             Family::Provenance => "ProvenanceError",
             Family::Finding => "Finding",
         }
@@ -357,7 +363,15 @@ catalogue! {
 
     // --- frameworks -----------------------------------------------------------
     FrameworkDtype = "framework-dtype", UnsupportedDtype, High,
-        "a tensor's dtype has no equivalent in the framework asked for";
+        "a tensor's dtype has no equivalent in the framework asked for, or a framework's dtype none in the format";
+    UnknownFramework = "unknown-framework", Argument, High,
+        "a call names a framework fastst does not know";
+    UnknownBackend = "unknown-backend", Argument, High,
+        "a call names a read back end other than mmap or pread";
+    BadDevice = "bad-device", Argument, High,
+        "a call names a device the framework does not have or cannot load to";
+    UnknownSpecDtype = "unknown-spec-dtype", Argument, High,
+        "a TensorSpec names a dtype the writer does not know";
 
     // --- sharded checkpoints (an index file naming several shards) -------------
     IndexAmbiguous = "index-ambiguous", ShardIndex, High,
@@ -612,6 +626,7 @@ mod tests {
                 "DistributedLoadError",
                 "FolderError",
                 "HookError",
+                "SafetensorError",
                 "SafetensorError",
                 "ProvenanceError",
                 "Finding",

@@ -215,9 +215,9 @@ impl Group {
 
 impl MappedFile {
     /// Fills `dst` with the elements of tensor `info` that `dims` (one per
-    /// dimension) select, in C order: the bytes of [`Runs`], read through
-    /// the source, nearby ones as one range, a batch of ranges at a time
-    /// (concurrently where the source can). `dst` must hold exactly the
+    /// dimension) select, in C order: the selection's runs of bytes, read
+    /// through the source, nearby ones as one range, a batch of ranges at a
+    /// time (concurrently where the source can). `dst` must hold exactly the
     /// selection (rule `destination-size`); a file changed since it was
     /// opened is rule `file-changed`.
     pub fn read_slice_into(&self, info: &TensorInfo, dims: &[Dim], dst: &mut [u8]) -> Result<()> {

@@ -20,8 +20,8 @@
 
 use std::cmp::Ordering;
 
-use fastst_core::header::{Header, TensorInfo};
-use fastst_core::json::{write_string, write_u64};
+use fastst_core::internal::{write_string, write_u64};
+use fastst_core::{Header, TensorInfo};
 
 fn push_entry(out: &mut Vec<u8>, t: &TensorInfo) {
     write_string(out, &t.name);

@@ -11,8 +11,7 @@
 //! similarity) sums squares and products in `f64` over the element pairs
 //! where both values are finite.
 
-use fastst_core::convert::{bf16_to_f32, f16_to_f32};
-use fastst_core::dtype::Dtype;
+use fastst_core::{bf16_to_f32, f16_to_f32, Dtype};
 
 use crate::stats::{decode, Number};
 

@@ -24,9 +24,8 @@ use sha2::{Digest, Sha256};
 use crate::canonical::canonical_header;
 use crate::source::Source;
 use crate::{hex, Finding, Progress};
-use fastst_core::error::{Error, Result};
-use fastst_core::header::{prefix_value, Header, DEFAULT_HEADER_CAP};
-use fastst_core::parallel::thread_count;
+use fastst_core::internal::{thread_count, zeroed};
+use fastst_core::{prefix_value, Error, Header, Result, DEFAULT_HEADER_CAP};
 
 /// Offset of the bytes AutoV1 hashes.
 pub const AUTOV1_OFFSET: u64 = 0x10_0000;
@@ -91,7 +90,7 @@ fn sha256_of(bytes: &[u8]) -> String {
 fn stream(src: &Source, start: u64, end: u64, progress: Progress) -> Result<String> {
     let mut h = Sha256::new();
     let total = end.saturating_sub(start);
-    let mut buf = fastst_core::io::zeroed(total.min(BLOCK as u64), "")?;
+    let mut buf = zeroed(total.min(BLOCK as u64), "")?;
     let mut pos = start;
     while pos < end {
         let n = (end - pos).min(buf.len() as u64) as usize;
@@ -295,8 +294,7 @@ mod file_tests {
             let tensors = r.tensors.unwrap();
             assert_eq!(tensors[0], ("b".to_owned(), sha256_of(&data[..1_200_000])));
             assert_eq!(tensors[1], ("a".to_owned(), sha256_of(&data[1_200_000..])));
-            let h =
-                fastst_core::header::Header::parse(header.as_bytes(), data.len() as u64).unwrap();
+            let h = Header::parse(header.as_bytes(), data.len() as u64).unwrap();
             assert_eq!(r.header_sha256.unwrap(), sha256_of(&canonical_header(&h)));
             assert_eq!(r.header_len, Some(header.len() as u64));
         }

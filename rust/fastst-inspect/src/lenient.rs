@@ -5,7 +5,7 @@
 //! Still bounded: serde_json's recursion limit applies, and nothing is sized
 //! from a number found in the header.
 
-use fastst_core::json::whitespace_len;
+use fastst_core::internal::whitespace_len;
 use std::fmt;
 use std::path::Path;
 
@@ -13,7 +13,7 @@ use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAcces
 use serde_json::Value;
 
 use crate::source::Source;
-use fastst_core::error::{Error, Result};
+use fastst_core::{Error, Result};
 
 /// An object kept as its key/value pairs in order (duplicates included), or
 /// any other JSON value.

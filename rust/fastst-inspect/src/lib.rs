@@ -4,7 +4,7 @@
 //! It builds on `fastst-core` (the reader and writer) and only reads: the
 //! reader never depends on this crate. Nothing in a file is ever executed
 //! or unpickled: foreign content is recognised by its magic number alone
-//! ([`fastst_core::identify`]).
+//! ([`fastst_core::identify()`]).
 //!
 //! # Brief overview
 //!
@@ -13,12 +13,13 @@
 //! verdict of [`Header::parse`](fastst_core::Header::parse) as one finding,
 //! and, when the reader rejects a file, parses the header a second time
 //! leniently (duplicate keys kept, every entry checked on its own) and runs
-//! the core's own rules ([`fastst_core::validate`]) collect-all, so that
+//! the core's own rules ([`entry`](fastst_core::internal::entry),
+//! [`layout`](fastst_core::internal::layout)) collect-all, so that
 //! every structural problem is reported rather than only the first; then
 //! the forensic checks (names, dtypes, metadata conventions, bytes no tensor
 //! covers, and with [`VerifyOptions::values`] NaN/Inf and bad booleans).
 //! Every result is a [`Finding`] carrying a rule of the catalogue
-//! ([`RuleId`], see [`fastst_core::rules`]) and a [`Severity`].
+//! ([`RuleId`], see [`fastst_core::RuleId`]) and a [`Severity`].
 //!
 //! [`hash_path`] computes the hashes model files are known by (SHA-256,
 //! AutoV1/V2/V3, the canonical header's, per tensor) with positioned reads
@@ -41,15 +42,14 @@
 //! - `stats`: what each tensor's values look like: min, max, mean, std,
 //!   NaN/Inf/zero counts, a histogram ([`stats_path`]).
 //! - `source`: positioned, bounded reads of a file opened by the core's
-//!   one opener ([`fastst_core::io::open`]).
+//!   one opener ([`fastst_core::internal::open`]).
 //!
 //! # Example
 //!
 //! Verify and hash a small file, then the same file with bytes appended:
 //!
 //! ```
-//! use fastst_core::write::serialize;
-//! use fastst_core::{Dtype, NewTensor, WritePlan, DEFAULT_HEADER_CAP};
+//! use fastst_core::{serialize, Dtype, NewTensor, WritePlan, DEFAULT_HEADER_CAP};
 //! use fastst_inspect::{hash_path, verify_path, HashOptions, RuleId, VerifyOptions};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -103,11 +103,11 @@ mod source;
 mod stats;
 mod summary;
 #[cfg(test)]
-mod testfs;
+use fastst_core::internal::testfs;
 mod values;
 mod verify;
 
-pub use fastst_core::rules::{RuleId, Severity};
+pub use fastst_core::{RuleId, Severity};
 
 pub use canonical::canonical_header;
 pub use diff::{compare_values, diff_values, Side, ValueDiff};
@@ -119,7 +119,7 @@ pub use summary::{summarize, DtypeTotals, Summary};
 pub use values::{count_values, ValueCounts};
 pub use verify::{verify_path, verify_source, VerifyOptions, VerifyReport};
 
-pub use fastst_core::progress::Progress;
+pub use fastst_core::Progress;
 
 /// One problem (or fact) found in a file.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! Checks on tensor names and dtypes that the reader accepts but that
 //! deserve a second look.
 
-use fastst_core::dtype::Dtype;
+use fastst_core::Dtype;
 
 use crate::{Finding, RuleId};
 

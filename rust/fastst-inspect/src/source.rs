@@ -5,12 +5,11 @@
 
 use std::path::Path;
 
-use fastst_core::error::Result;
-use fastst_core::identify::SNIFF_LEN;
-use fastst_core::io;
+use fastst_core::internal::{self, SNIFF_LEN};
+use fastst_core::Result;
 
 /// A file's bytes and its length at open time: a local file (opened by
-/// [`io::open`], as every entry point opens files) or any other core
+/// [`internal::open`], as every entry point opens files) or any other core
 /// source (an object in a store, read by the caller's crate).
 pub(crate) struct Source {
     inner: Box<dyn fastst_core::Source>,
@@ -28,7 +27,7 @@ pub(crate) struct RegionScan {
 
 impl Source {
     pub fn open(path: &Path) -> Result<Source> {
-        Ok(Source::new(Box::new(io::open(path)?)))
+        Ok(Source::new(Box::new(internal::open(path)?)))
     }
 
     /// Reads through `inner`.
@@ -47,7 +46,7 @@ impl Source {
     pub fn read_range(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
         let end = offset.saturating_add(len).min(self.len);
         let n = end.saturating_sub(offset);
-        let mut buf = io::zeroed(n, "")?;
+        let mut buf = internal::zeroed(n, "")?;
         if n > 0 {
             self.read_exact_at(&mut buf, offset)?;
         }
@@ -56,9 +55,9 @@ impl Source {
 
     /// Reads and checks the length prefix, then reads the header bytes it
     /// announces: `(N, header)`, as the reader does
-    /// ([`fastst_core::source::read_header`]).
+    /// ([`fastst_core::read_header`]).
     pub fn read_header(&self, cap: u64) -> Result<(u64, Vec<u8>)> {
-        fastst_core::source::read_header(&*self.inner, cap)
+        fastst_core::read_header(&*self.inner, cap)
     }
 
     /// Reads `[offset, offset + len)` (clipped to the file) in blocks,
@@ -68,7 +67,7 @@ impl Source {
         let mut pos = offset.min(end);
         let mut head = Vec::new();
         let mut nonzero = 0u64;
-        let mut buf = io::zeroed((end - pos).min(1 << 20), "")?;
+        let mut buf = internal::zeroed((end - pos).min(1 << 20), "")?;
         while pos < end {
             let n = usize::try_from((end - pos).min(buf.len() as u64)).unwrap_or(buf.len());
             let block = &mut buf[..n];

@@ -30,11 +30,11 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use fastst_core::convert::{bf16_to_f32, f16_to_f32};
-use fastst_core::dtype::Dtype;
-use fastst_core::error::{Error, Result};
-use fastst_core::parallel::thread_count;
-use fastst_core::{Backend, MappedFile, OpenOptions, TensorInfo, DEFAULT_HEADER_CAP};
+use fastst_core::internal::{thread_count, zeroed};
+use fastst_core::{
+    bf16_to_f32, f16_to_f32, Backend, Dtype, Error, MappedFile, OpenOptions, Result, TensorInfo,
+    DEFAULT_HEADER_CAP,
+};
 
 use crate::Progress;
 
@@ -899,7 +899,7 @@ fn stats(
     let workers = thread_count(options.threads).clamp(1, jobs.len().max(1));
     let bins = options.bins.clamp(1, MAX_BINS);
     let work = || -> Result<()> {
-        let mut buf = fastst_core::io::zeroed(largest as u64, "")?;
+        let mut buf = zeroed(largest as u64, "")?;
         let mut scratch = Scratch {
             table: new_table()?,
             list: Vec::new(),

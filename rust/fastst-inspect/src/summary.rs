@@ -1,7 +1,6 @@
 //! A header at a glance: counts, parameters and bytes by dtype.
 
-use fastst_core::dtype::Dtype;
-use fastst_core::header::Header;
+use fastst_core::{Dtype, Header};
 
 /// Totals for one dtype.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! Counting NaN and infinite values in floating-point tensors and bytes
 //! other than 0/1 in BOOL tensors, straight from the little-endian bytes.
 
-use fastst_core::dtype::Dtype;
+use fastst_core::Dtype;
 
 /// What a scan of one tensor's bytes found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! catalogue, the dtype facts and the allowed dtype conversions, plus the
 //! one helper that makes the exception of a rule.
 
-use fastst_core::convert::conversions as core_conversions;
+use fastst_core::conversions as core_conversions;
 use fastst_core::{Dtype, RuleId};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;

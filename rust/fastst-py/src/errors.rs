@@ -5,8 +5,7 @@
 //! write `result.in_file(name)?`: the message is prefixed with the file name
 //! and the exception gets `filename`, `tensor` and `rule` attributes.
 
-use fastst_core::write::WriteFailure;
-use fastst_core::{Error, Family, RuleId};
+use fastst_core::{Error, Family, RuleId, WriteFailure};
 use pyo3::exceptions::{
     PyFileNotFoundError, PyIsADirectoryError, PyMemoryError, PyOSError, PyPermissionError,
     PyRuntimeError, PyValueError,

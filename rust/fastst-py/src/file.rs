@@ -4,10 +4,10 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use fastst_core::load::tensor_into;
-use fastst_core::read::PRIVATE_MAP_THRESHOLD;
-use fastst_core::slice::Dim;
-use fastst_core::{Backend, Dtype, MappedFile, OpenOptions, Source, TensorInfo};
+use fastst_core::{
+    tensor_into, Backend, Dim, Dtype, MappedFile, OpenOptions, RuleId, Source, TensorInfo,
+    PRIVATE_MAP_THRESHOLD,
+};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -15,7 +15,7 @@ use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use crate::buffer::TensorBuffer;
-use crate::errors::{closed, InFile};
+use crate::errors::{closed, rule_error, InFile};
 use crate::paths::FsPath;
 use crate::source::PySource;
 
@@ -138,9 +138,12 @@ impl RawFile {
         header_cap: u64,
     ) -> PyResult<RawFile> {
         let backend = Backend::from_name(backend).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "backend must be \"mmap\" or \"pread\", got {backend:?}"
-            ))
+            rule_error(
+                RuleId::UnknownBackend,
+                &display_name,
+                None,
+                &format!("backend {backend:?} is invalid (expected one of: \"mmap\", \"pread\")"),
+            )
         })?;
         let options = OpenOptions {
             header_cap,

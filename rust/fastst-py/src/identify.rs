@@ -13,7 +13,7 @@ fn identify<'py>(
     head: &[u8],
     file_len: u64,
 ) -> PyResult<Option<Bound<'py, PyDict>>> {
-    let Some(found) = fastst_core::identify::identify(head, file_len) else {
+    let Some(found) = fastst_core::identify(head, file_len) else {
         return Ok(None);
     };
     let d = PyDict::new(py);
@@ -24,6 +24,6 @@ fn identify<'py>(
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("IDENTIFY_LEN", fastst_core::identify::IDENTIFY_LEN)?;
+    m.add("IDENTIFY_LEN", fastst_core::IDENTIFY_LEN)?;
     m.add_function(wrap_pyfunction!(identify, m)?)
 }

@@ -4,9 +4,7 @@
 //! a URL is read from its store (`fastst-remote`) by `verify_file`,
 //! `hash_file`, `inspect_file` and `read_metadata`.
 
-use fastst_core::progress::StderrLine;
-use fastst_core::RuleId;
-use fastst_core::{Backend, MappedFile, OpenOptions, DEFAULT_HEADER_CAP};
+use fastst_core::{Backend, MappedFile, OpenOptions, RuleId, StderrLine, DEFAULT_HEADER_CAP};
 use fastst_inspect::{self as inspect, Finding, HashOptions, VerifyOptions};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};

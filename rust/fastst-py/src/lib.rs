@@ -70,6 +70,7 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // writer
     m.add_class::<write::PyWritePlan>()?;
     m.add_function(wrap_pyfunction!(write::parse_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(write::replace_file, m)?)?;
     // forensics and hashes (the fastst command)
     inspect::register(m)?;
     // the catalogue of rules, dtype facts and conversions
@@ -82,7 +83,7 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     diff::register(m)?;
     // what each tensor's values look like (fastst stats)
     stats::register(m)?;
-    // reading a file's pages ahead of a load (fastst/_prefetch.py)
+    // reading a file's pages ahead of a load (fastst/_read/prefetch.py)
     prefetch::register(m)?;
     // objects in object stores and behind HTTP(S)
     remote::register(m)?;

@@ -1,12 +1,10 @@
 //! `load_into`: many tensors of one open file read (and converted) into
 //! destinations Python allocated beforehand, in one call, with the GIL
-//! released while bytes move (`fastst_core::load`).
+//! released while bytes move (`fastst_core::load_into`).
 
 use std::ops::ControlFlow;
 
-use fastst_core::load::{Destination, HugePages, LoadOptions, Outcome, Progress};
-use fastst_core::progress::StderrLine;
-use fastst_core::Dtype;
+use fastst_core::{Destination, Dtype, HugePages, LoadOptions, LoadProgress, Outcome, StderrLine};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -91,8 +89,8 @@ pub fn load_into(
                 dst: bytes.into_slice(),
             })
             .collect();
-        let mut report = |p: Progress| -> ControlFlow<()> {
-            let Progress {
+        let mut report = |p: LoadProgress| -> ControlFlow<()> {
+            let LoadProgress {
                 done,
                 total,
                 filled,
@@ -116,16 +114,16 @@ pub fn load_into(
             })
         };
         let outcome = if stream {
-            fastst_core::load::load_streaming(file_ref, dests, options, &mut report)
+            fastst_core::load_streaming(file_ref, dests, options, &mut report)
         } else {
             let mut steps = |done, total| {
-                report(Progress {
+                report(LoadProgress {
                     done,
                     total,
                     filled: 0,
                 })
             };
-            fastst_core::load::load_into(file_ref, dests, options, Some(&mut steps))
+            fastst_core::load_into(file_ref, dests, options, Some(&mut steps))
         };
         if let Some(line) = &line {
             line.finish();

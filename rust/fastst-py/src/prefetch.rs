@@ -1,10 +1,10 @@
 //! `Prefetcher`: the core's background reader of a file's pages, driven by
-//! `fastst/_prefetch.py` (which plans the byte ranges from tensor names and
+//! `fastst/_read/prefetch.py` (which plans the byte ranges from tensor names and
 //! slices).
 
 use std::time::Duration;
 
-use fastst_core::prefetch::{default_budget, Method, PrefetchOptions, PrefetchStatus, Prefetcher};
+use fastst_core::{PrefetchMethod, PrefetchOptions, PrefetchStatus, Prefetcher};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -21,7 +21,7 @@ pub struct PyPrefetcher {
 fn status_dict<'py>(
     py: Python<'py>,
     s: &PrefetchStatus,
-    method: Method,
+    method: PrefetchMethod,
 ) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("planned", s.planned)?;
@@ -54,7 +54,7 @@ impl PyPrefetcher {
     ) -> PyResult<PyPrefetcher> {
         let file = file.file()?;
         let options = PrefetchOptions {
-            budget: budget.unwrap_or_else(default_budget),
+            budget: budget.unwrap_or_else(PrefetchOptions::default_budget),
             ..PrefetchOptions::default()
         };
         let inner = py.allow_threads(|| Prefetcher::start(file, &ranges, options));
@@ -102,7 +102,7 @@ impl PyPrefetcher {
 /// budget when none is given.
 #[pyfunction]
 fn default_prefetch_budget() -> u64 {
-    default_budget()
+    PrefetchOptions::default_budget()
 }
 
 /// Adds the prefetcher to the module.

@@ -52,12 +52,12 @@ fn read_remote<'py>(
     options: Options,
     cap: u64,
 ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-    use fastst_core::source::Source;
+    use fastst_core::Source;
     let src = open(py, url, name, &options)?;
     if src.len() > cap {
         return Ok(None);
     }
-    let mut buf = fastst_core::io::zeroed(src.len(), "").map_err(|e| to_pyerr(name, e))?;
+    let mut buf = fastst_core::internal::zeroed(src.len(), "").map_err(|e| to_pyerr(name, e))?;
     py.allow_threads(|| src.read_at(0, &mut buf))
         .map_err(|e| to_pyerr(name, e))?;
     Ok(Some(PyBytes::new(py, &buf)))

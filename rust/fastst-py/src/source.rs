@@ -6,8 +6,7 @@
 
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
-use fastst_core::source::{ended_early, Source};
-use fastst_core::{Error, Result};
+use fastst_core::{ended_early, Error, Result, Source};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;

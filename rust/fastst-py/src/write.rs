@@ -3,8 +3,9 @@
 //! are `fastst-core`'s; this module moves bytes from Python buffers to them
 //! with the GIL released.
 
-use fastst_core::write::{write_atomic, NewTensor, TensorStream, WritePlan};
-use fastst_core::{Dtype, Error};
+use fastst_core::{
+    replace_with_bytes, write_atomic, Dtype, Error, NewTensor, TensorStream, WritePlan,
+};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -98,7 +99,7 @@ impl PyWritePlan {
     /// Bytes per writeback window of a durable save: each window is handed
     /// to the device as the writer leaves it (`sync_file_range`, Linux).
     #[classattr]
-    const WRITEBACK_WINDOW: u64 = fastst_core::write::writeback::WINDOW;
+    const WRITEBACK_WINDOW: u64 = fastst_core::internal::WRITEBACK_WINDOW;
 
     /// Orders the tensors, assigns offsets and renders the header; fails
     /// with a `SerializeError` on a reserved or repeated name, a shape that
@@ -265,4 +266,23 @@ fn tensor_rows<'py, 'a>(
                 .into_pyobject(py)
         })
         .collect()
+}
+
+/// Replaces `path` with a file holding `data`, whole or not at all, through
+/// the core's one atomic commit (`AtomicFile`): an exclusive temporary
+/// file beside `path` (a symbolic link at `path` is replaced, never written
+/// through), flushed to disk with its folder when `durable`, renamed over
+/// `path`. On any error `path` is left as it was and the temporary file is
+/// removed. The GIL is released while the bytes are written.
+#[pyfunction]
+#[pyo3(signature = (path, display_name, data, durable = true))]
+pub fn replace_file(
+    py: Python<'_>,
+    path: FsPath,
+    display_name: &str,
+    data: &[u8],
+    durable: bool,
+) -> PyResult<()> {
+    py.allow_threads(|| replace_with_bytes(&path, data, durable))
+        .in_file(display_name)
 }

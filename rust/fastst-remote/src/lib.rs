@@ -42,8 +42,7 @@ mod runtime;
 
 use std::sync::Arc;
 
-use fastst_core::source::Source;
-use fastst_core::{Error, Result};
+use fastst_core::{Error, Result, Source};
 use futures::StreamExt;
 use object_store::path::Path;
 use object_store::ObjectStore;

@@ -27,6 +27,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from ..._write.atomic import replace_bytes
 from .findings import ProvenanceError, require
 from .hashing import GIT_PATHS, ModelFile, Piece, hash_pieces, list_model, read_regular
 
@@ -370,9 +371,7 @@ def sbom(
     out_path = None
     if output is not None:
         out_path = _fspath(output)
-        from .signing import _write_atomic
-
-        _write_atomic(out_path, text.encode("utf-8"))
+        replace_bytes(out_path, text.encode("utf-8"))
     return SbomResult(
         model=model_s,
         document=document,

@@ -30,10 +30,10 @@ import base64
 import dataclasses
 import json
 import os
-import tempfile
 import time
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
+from ..._write.atomic import replace_bytes
 from .bundle import (
     BUNDLE_MEDIA_TYPE,
     MAX_SIGNATURE_BYTES,
@@ -109,30 +109,6 @@ class SignResult:
         d["files"] = [dataclasses.asdict(f) for f in self.files]
         d["findings"] = [f.to_dict() for f in self.findings]
         return d
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".sig-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def sign(
@@ -251,7 +227,7 @@ def sign(
             "signatures": [{"sig": base64.b64encode(raw_sig).decode("ascii"), "keyid": ""}],
         },
     }
-    _write_atomic(sig_path, _bundle_json(bundle))
+    replace_bytes(sig_path, _bundle_json(bundle))
     return SignResult(
         model=model_s,
         signature=sig_path,

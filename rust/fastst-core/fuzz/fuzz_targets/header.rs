@@ -3,8 +3,7 @@
 //! an abort or an allocation driven by a claimed size.
 #![no_main]
 
-use fastst_core::header::check_prefix;
-use fastst_core::{Header, DEFAULT_HEADER_CAP};
+use fastst_core::{check_prefix, Header, DEFAULT_HEADER_CAP};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

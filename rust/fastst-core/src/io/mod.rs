@@ -3,10 +3,10 @@
 //! `unsafe`) mappings. The prefix and header are read through the file as a
 //! source ([`crate::source::read_header`]); io itself knows no format.
 //!
-//! Public, for tools that read files the way the reader does (fastst-inspect):
-//! the opener [`open`], the [`OpenFile`] it returns (positioned reads that
-//! report a file changed underneath as rule `file-changed`, never SIGBUS) and
-//! the fallible allocation [`zeroed`].
+//! For tools that read files the way the reader does (fastst-inspect), through
+//! [`crate::internal`]: the opener [`open`], the [`OpenFile`] it returns
+//! (positioned reads that report a file changed underneath as rule
+//! `file-changed`, never SIGBUS) and the fallible allocation [`zeroed`].
 
 mod direct;
 mod fresh;

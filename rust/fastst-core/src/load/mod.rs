@@ -16,7 +16,7 @@
 //! are read through the cache as above. Mostly not (and with
 //! [`LoadOptions::direct`]): the disk is the limit, so pieces whose pages
 //! are not cached are read with `O_DIRECT` (Linux) by more threads
-//! ([`COLD_THREADS`], a deeper queue) into destinations backed by
+//! ([`LoadOptions::COLD_THREADS`], a deeper queue) into destinations backed by
 //! transparent huge pages: copies straight into their destination (only
 //! the partial blocks at a tensor's ends go through a small per-thread
 //! buffer), runs of small tensors and conversions through a per-thread
@@ -40,7 +40,7 @@
 //! caller can hand them out while the rest is read: the workers record the
 //! requests they finish, and the calling thread reports again each time
 //! the run of finished requests from the start of the file grows
-//! ([`Progress::filled`]), and once more after a failure (what was read
+//! ([`LoadProgress::filled`]), and once more after a failure (what was read
 //! before the failing request).
 //!
 //! Here: the options, the checks made before anything is read, the
@@ -71,7 +71,7 @@ pub struct Destination<'a> {
     /// The tensor (from the file's header).
     pub info: &'a TensorInfo,
     /// The dtype wanted: the tensor's own for a plain copy, another one for a
-    /// conversion (see [`crate::convert::supported`]).
+    /// conversion (see [`crate::supported`]).
     pub to: Dtype,
     /// Exactly the tensor's byte length (copy) or converted length.
     pub dst: &'a mut [u8],
@@ -80,12 +80,12 @@ pub struct Destination<'a> {
 /// How a load is carried out.
 #[derive(Clone, Copy, Debug)]
 pub struct LoadOptions {
-    /// Reading threads; 0 picks [`DEFAULT_THREADS`].
+    /// Reading threads; 0 picks [`LoadOptions::DEFAULT_THREADS`].
     pub threads: usize,
-    /// Bytes per read request; 0 picks [`DEFAULT_PIECE`].
+    /// Bytes per read request; 0 picks [`LoadOptions::DEFAULT_PIECE`].
     pub piece: usize,
     /// Source bytes between two progress reports; 0 picks
-    /// [`DEFAULT_REPORT_EVERY`].
+    /// [`LoadOptions::DEFAULT_REPORT_EVERY`].
     pub report_every: u64,
     /// Whether `O_DIRECT` may be used when most of the data is not cached.
     pub direct: bool,
@@ -112,22 +112,6 @@ pub enum HugePages {
     Avoid,
 }
 
-/// Reading threads of a load: reads wait on the disk, not on a core, so
-/// more threads than cores keep more requests in flight.
-pub const DEFAULT_THREADS: usize = 4;
-
-/// Reading threads of a load that reads around the page cache (the
-/// default when most of its data is not cached): direct reads skip the
-/// kernel's read-ahead, so the depth of the disk's queue is the number of
-/// reads in flight.
-pub const COLD_THREADS: usize = 16;
-
-/// Bytes per read request (8 MiB).
-pub const DEFAULT_PIECE: usize = 8 << 20;
-
-/// Source bytes between two progress reports (64 MiB).
-pub const DEFAULT_REPORT_EVERY: u64 = 64 << 20;
-
 /// Tensors smaller than this are read in runs with their neighbours.
 const SMALL: u64 = 1 << 20;
 
@@ -135,6 +119,24 @@ const SMALL: u64 = 1 << 20;
 /// (below the kernels' own threading threshold, so they stay on the
 /// reading thread).
 const CONVERT_CHUNK: usize = 512 << 10;
+
+impl LoadOptions {
+    /// Reading threads of a load: reads wait on the disk, not on a core, so
+    /// more threads than cores keep more requests in flight.
+    pub const DEFAULT_THREADS: usize = 4;
+
+    /// Reading threads of a load that reads around the page cache (the
+    /// default when most of its data is not cached): direct reads skip the
+    /// kernel's read-ahead, so the depth of the disk's queue is the number of
+    /// reads in flight.
+    pub const COLD_THREADS: usize = 16;
+
+    /// Bytes per read request (8 MiB).
+    pub const DEFAULT_PIECE: usize = 8 << 20;
+
+    /// Source bytes between two progress reports (64 MiB).
+    pub const DEFAULT_REPORT_EVERY: u64 = 64 << 20;
+}
 
 impl Default for LoadOptions {
     fn default() -> Self {
@@ -162,7 +164,7 @@ pub type Reporter<'r> = &'r mut dyn FnMut(u64, u64) -> ControlFlow<()>;
 
 /// Where a streaming load stands (see [`load_streaming`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Progress {
+pub struct LoadProgress {
     /// Source bytes read so far.
     pub done: u64,
     /// Source bytes the load reads in all.
@@ -290,13 +292,13 @@ pub fn load_into(
 }
 
 /// [`load_into`] reporting to `report` also each time more destinations
-/// are filled (in file order: [`Progress::filled`]), and, when a read
+/// are filled (in file order: [`LoadProgress::filled`]), and, when a read
 /// fails, once more (its answer ignored) before the error is returned.
 pub fn load_streaming(
     file: &MappedFile,
     dests: Vec<Destination<'_>>,
     options: LoadOptions,
-    report: &mut dyn FnMut(Progress) -> ControlFlow<()>,
+    report: &mut dyn FnMut(LoadProgress) -> ControlFlow<()>,
 ) -> Result<Outcome> {
     run(file, dests, options, Some(report), true)
 }
@@ -306,20 +308,22 @@ fn run(
     file: &MappedFile,
     mut dests: Vec<Destination<'_>>,
     options: LoadOptions,
-    mut report: Option<&mut dyn FnMut(Progress) -> ControlFlow<()>>,
+    mut report: Option<&mut dyn FnMut(LoadProgress) -> ControlFlow<()>>,
     stream: bool,
 ) -> Result<Outcome> {
     check(&dests)?;
     file.check_unchanged()?;
     // A source's own shape (a remote object: many requests in flight)
     // replaces the defaults, not what the caller asked for.
-    let (hint_threads, hint_piece) = file.load_hint().unwrap_or((DEFAULT_THREADS, DEFAULT_PIECE));
+    let (hint_threads, hint_piece) = file
+        .load_hint()
+        .unwrap_or((LoadOptions::DEFAULT_THREADS, LoadOptions::DEFAULT_PIECE));
     let piece = match options.piece {
         0 => hint_piece,
         n => n,
     };
     let every = match options.report_every {
-        0 => DEFAULT_REPORT_EVERY,
+        0 => LoadOptions::DEFAULT_REPORT_EVERY,
         n => n,
     };
     let total: u64 = dests.iter().map(|d| d.info.byte_len()).sum();
@@ -332,7 +336,7 @@ fn run(
     advise_destinations(&mut dests, options.huge_pages, direct.is_some());
     let parts = plan(dests, piece, file.header().data_start());
     let threads = match (options.threads, &direct) {
-        (0, Some(_)) => COLD_THREADS,
+        (0, Some(_)) => LoadOptions::COLD_THREADS,
         (0, None) => hint_threads,
         (n, _) => n,
     }
@@ -407,7 +411,7 @@ fn run(
                 if !halted && (more || report_due(now, mark, every, total)) {
                     mark = step_start(now, every);
                     told = filled;
-                    let flow = r(Progress {
+                    let flow = r(LoadProgress {
                         done: now,
                         total,
                         filled: filled_offset(&begins, filled),
@@ -435,7 +439,7 @@ fn run(
     if let Some((_, e)) = shared.error.take() {
         if let (true, Some(r)) = (stream, report) {
             let filled = shared.filled_from(filled);
-            let _ = r(Progress {
+            let _ = r(LoadProgress {
                 done: done.load(Ordering::Acquire),
                 total,
                 filled: filled_offset(&begins, filled),
@@ -456,8 +460,8 @@ fn run(
 
 /// The last report of a complete load: the reporter may still stop it (the
 /// destinations are then not handed out).
-fn finish(report: Option<&mut dyn FnMut(Progress) -> ControlFlow<()>>, total: u64) -> Outcome {
-    let end = Progress {
+fn finish(report: Option<&mut dyn FnMut(LoadProgress) -> ControlFlow<()>>, total: u64) -> Outcome {
+    let end = LoadProgress {
         done: total,
         total,
         filled: u64::MAX,

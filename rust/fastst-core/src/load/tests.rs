@@ -961,7 +961,7 @@ fn cold_copies_into_any_destination_need_no_bounce_buffer() {
 /// with `load_streaming`, reporting every 64 KiB (so that the workers
 /// wait for the reports: the load cannot end before the first), the file
 /// truncated at the first report when asked: the outcome and the reports.
-fn streamed(truncate_at_first: bool) -> (Result<Outcome>, Vec<Progress>) {
+fn streamed(truncate_at_first: bool) -> (Result<Outcome>, Vec<LoadProgress>) {
     let tensors: Vec<(String, Dtype, usize)> = (0..16)
         .map(|i| (format!("t{i:02}"), Dtype::U8, 256 << 10))
         .collect();
@@ -994,7 +994,7 @@ fn streamed(truncate_at_first: bool) -> (Result<Outcome>, Vec<Progress>) {
     };
     let mut calls = Vec::new();
     let path = f.0.clone();
-    let mut report = |p: Progress| {
+    let mut report = |p: LoadProgress| {
         if truncate_at_first && calls.is_empty() {
             let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
             file.set_len(100).unwrap();

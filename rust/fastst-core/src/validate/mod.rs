@@ -1,7 +1,7 @@
 //! The format's entry and layout rules, written once and used two ways:
 //! the strict reader ([`crate::Header::parse`]) stops at the first broken
 //! rule, `fastst verify` (in the fastst-inspect crate, hence public) reports
-//! every one as a finding.
+//! every one as a finding. Public only through [`crate::internal`].
 //!
 //! - [`entry`]: one tensor entry's rules once its JSON is typed (dtype name,
 //!   shape entries, `data_offsets`, the byte size), each returning the

@@ -440,6 +440,20 @@ pub fn write_atomic<E>(
     Ok(())
 }
 
+/// Replaces `target` with a file holding `data`, through the one commit
+/// sequence ([`AtomicFile`]): small files that are not tensors (indexes,
+/// signatures, reports) are committed exactly as checkpoints are. `durable`
+/// flushes the file before the rename and the folder after it.
+pub fn replace_with_bytes(target: &Path, data: &[u8], durable: bool) -> Result<()> {
+    use std::io::Write;
+    let mut atomic = AtomicFile::create(target)?;
+    atomic
+        .file()?
+        .write_all(data)
+        .map_err(|e| Error::io("writing the data", e))?;
+    atomic.commit(Some(durable))
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;
@@ -462,6 +476,20 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    #[test]
+    fn bytes_replace_a_file_and_leave_no_temporary() {
+        let dir = temp_dir("bytes");
+        let path = dir.join("index.json");
+        fs::write(&path, b"old").expect("write");
+        replace_with_bytes(&path, b"new contents", true).expect("replace");
+        assert_eq!(fs::read(&path).expect("read"), b"new contents");
+        assert_eq!(entries(&dir), ["index.json"]);
+        // A target inside a missing folder fails and creates nothing.
+        let missing = dir.join("absent").join("x.json");
+        assert!(replace_with_bytes(&missing, b"x", false).is_err());
+        assert_eq!(entries(&dir), ["index.json"]);
     }
 
     #[test]

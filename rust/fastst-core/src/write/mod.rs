@@ -16,18 +16,18 @@
 //!   durable save it has the data written to the device behind the writer
 //!   (`sync_file_range`), so the flush before the commit finds little left.
 
-pub mod atomic;
-pub mod plan;
-pub mod stream;
-pub mod writeback;
+mod atomic;
+mod plan;
+mod stream;
+mod writeback;
 
 use std::io::Write;
 use std::path::Path;
 
-pub use atomic::{write_atomic, AtomicFile, WriteFailure};
+pub use atomic::{replace_with_bytes, write_atomic, AtomicFile, Blocking, WriteFailure};
 pub use plan::{NewTensor, PlannedTensor, WritePlan};
 pub use stream::TensorStream;
-pub use writeback::FileSink;
+pub use writeback::{FileSink, WINDOW as WRITEBACK_WINDOW};
 
 use crate::error::{Error, Result};
 

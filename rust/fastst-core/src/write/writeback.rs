@@ -63,8 +63,8 @@ pub struct FileSink<'f> {
 
 impl<'f> FileSink<'f> {
     /// A sink writing at the start of the empty `file`; with `overlap`, the
-    /// data is written to the device behind the writer ([`WINDOW`],
-    /// [`LAG`]).
+    /// data is written to the device behind the writer, a window of
+    /// `WINDOW` bytes at a time with at most `LAG` windows in flight.
     pub fn new(file: &'f File, overlap: bool) -> FileSink<'f> {
         FileSink::with_window(file, overlap, WINDOW, LAG)
     }

@@ -1,8 +1,7 @@
 //! The `Header` API beyond the rules: accessors, look-ups, the length
 //! prefix at its boundaries, and whole files parsed from memory.
 
-use fastst_core::header::{check_prefix, prefix_value};
-use fastst_core::{parse_file_bytes, Dtype, Error, Header, TensorInfo};
+use fastst_core::{check_prefix, parse_file_bytes, prefix_value, Dtype, Error, Header, TensorInfo};
 
 const TWO: &str = concat!(
     r#"{"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]},"#,

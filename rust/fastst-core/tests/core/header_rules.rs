@@ -1,8 +1,7 @@
 //! One test per format rule: each malformed header fails with its own rule
 //! id, and the valid edge cases are accepted.
 
-use fastst_core::header::check_prefix;
-use fastst_core::{Dtype, Error, Header, DEFAULT_HEADER_CAP};
+use fastst_core::{check_prefix, Dtype, Error, Header, DEFAULT_HEADER_CAP};
 
 fn parse(json: &str, buffer_len: u64) -> Result<Header, Error> {
     Header::parse(json.as_bytes(), buffer_len)

@@ -8,9 +8,10 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use fastst_core::convert::{bf16_to_f32, f32_to_f16};
-use fastst_core::read::PRIVATE_MAP_THRESHOLD;
-use fastst_core::{Backend, Dtype, Error, MappedFile, OpenOptions, DEFAULT_HEADER_CAP};
+use fastst_core::{
+    bf16_to_f32, f32_to_f16, Backend, Dtype, Error, MappedFile, OpenOptions, DEFAULT_HEADER_CAP,
+    PRIVATE_MAP_THRESHOLD,
+};
 
 /// A file removed when dropped.
 struct TempFile(PathBuf);

@@ -4,8 +4,10 @@
 
 use std::path::PathBuf;
 
-use fastst_core::write::{serialize, write_file};
-use fastst_core::{parse_file_bytes, AtomicFile, Dtype, Error, NewTensor, TensorStream, WritePlan};
+use fastst_core::{
+    parse_file_bytes, serialize, write_file, AtomicFile, Dtype, Error, NewTensor, TensorStream,
+    WritePlan,
+};
 
 const CAP: u64 = 100_000_000;
 

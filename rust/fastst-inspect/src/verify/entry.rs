@@ -1,6 +1,6 @@
 //! `verify`'s collect-all reading of one leniently parsed tensor entry and
 //! of the `__metadata__` blocks: every broken rule becomes a finding, with
-//! the rules and messages of [`fastst_core::validate::entry`].
+//! the rules and messages of [`fastst_core::internal::entry`].
 
 use std::collections::HashSet;
 
@@ -10,9 +10,8 @@ use super::unknown_field;
 use crate::lenient::Node;
 use crate::metadata::metadata_findings;
 use crate::{Finding, RuleId};
-use fastst_core::dtype::Dtype;
-use fastst_core::error::Error;
-use fastst_core::validate::{entry, found};
+use fastst_core::internal::{entry, found};
+use fastst_core::{Dtype, Error};
 
 /// The keys of one object seen so far: a short list for the usual handful
 /// of keys, a hash set once there are many (hostile headers).

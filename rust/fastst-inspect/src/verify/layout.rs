@@ -1,5 +1,5 @@
 //! `verify`'s reading of the layout: the walk of
-//! [`fastst_core::validate::layout`] reporting every issue, with the forensic
+//! [`fastst_core::internal::layout`] reporting every issue, with the forensic
 //! reading of some (two names for the same bytes, tensors wholly past the
 //! end) and a scan of the bytes no tensor covers for other formats.
 
@@ -7,9 +7,9 @@ use std::ops::ControlFlow;
 
 use crate::source::Source;
 use crate::{Finding, RuleId, Severity};
-use fastst_core::error::{Error, Result};
-use fastst_core::identify::sniff;
-use fastst_core::validate::layout::{self, Issue, Span};
+use fastst_core::internal::layout::{self, Issue, Span};
+use fastst_core::internal::sniff;
+use fastst_core::{Error, Result};
 
 /// Holes, overlaps, aliases, ghosts, data past the end and trailing bytes,
 /// each reported; bytes no tensor covers are scanned for other formats.

@@ -3,7 +3,8 @@
 //!
 //! The strict reader's verdict comes first ([`Header::parse`]); when it
 //! rejects the file, the header is read a second time leniently and the
-//! same rules ([`fastst_core::validate`]) run collect-all: [`entry`] checks each
+//! same rules ([`fastst_core::internal::entry`],
+//! [`fastst_core::internal::layout`]) run collect-all: [`entry`] checks each
 //! entry, [`layout`] walks the byte ranges (with the forensic reading of
 //! aliases, ghosts and hidden bytes), [`scan`] counts bad values.
 
@@ -24,11 +25,9 @@ use crate::names::{dtype_findings, name_findings};
 use crate::source::Source;
 use crate::values::scannable;
 use crate::{Finding, Progress, RuleId, Severity};
-use fastst_core::error::{Error, Result};
-use fastst_core::header::{check_prefix, Header, DEFAULT_HEADER_CAP};
-use fastst_core::identify::{sniff, SNIFF_LEN};
-use fastst_core::json::whitespace_len;
-use fastst_core::validate::layout::{duplicates, name_order, Span};
+use fastst_core::internal::layout::{duplicates, name_order, Span};
+use fastst_core::internal::{sniff, whitespace_len, SNIFF_LEN};
+use fastst_core::{check_prefix, Error, Header, Result, DEFAULT_HEADER_CAP};
 
 /// Options for [`verify_path`].
 #[derive(Clone, Copy, Debug)]

@@ -8,9 +8,8 @@ use std::sync::Mutex;
 use crate::source::Source;
 use crate::values::{count_values, ValueCounts};
 use crate::{Finding, Progress, RuleId};
-use fastst_core::dtype::Dtype;
-use fastst_core::error::{Error, Result};
-use fastst_core::parallel::thread_count;
+use fastst_core::internal::{thread_count, zeroed};
+use fastst_core::{Dtype, Error, Result};
 
 /// Bytes read and counted at a time (a multiple of every element size).
 const BLOCK: usize = 8 << 20;
@@ -55,7 +54,7 @@ pub(super) fn scan_values(
         for _ in 0..workers {
             s.spawn(|| {
                 let mut local = Vec::new();
-                let mut buf = match fastst_core::io::zeroed(BLOCK.min(max_len) as u64, "") {
+                let mut buf = match zeroed(BLOCK.min(max_len) as u64, "") {
                     Ok(b) => b,
                     Err(e) => return fail(e),
                 };

@@ -1,0 +1,2 @@
+"""The drop-in switch: the hook serving ``import safetensors``, its facade modules and the
+reference's private helpers."""

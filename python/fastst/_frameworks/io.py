@@ -1,0 +1,74 @@
+"""``FrameworkIO``: the ``save``/``save_file``/``load``/``load_file`` functions of a framework
+module, made from one function turning its tensors into arrays."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+
+from .._read.load import load_bytes, load_path
+from .._write.tensors import serialize, serialize_file
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+#: ``to_arrays(tensors, keep_alive)``: a framework's tensors -> what the
+#: writer takes (numpy arrays, ``TensorSpec``), appending to ``keep_alive``
+#: any object whose memory they point into.
+ToArrays = Callable[[Any, List[Any]], Mapping[str, Any]]
+
+
+class FrameworkIO:
+    """The save and load functions of one framework module.
+
+    ``framework`` is the canonical name its tensors are loaded as;
+    ``to_arrays`` checks and turns the tensors given to a save function into
+    what the writer takes. Objects it puts in ``keep_alive`` (tensors whose
+    memory the arrays point into) are kept until the bytes are written.
+    """
+
+    def __init__(self, framework: str, to_arrays: ToArrays) -> None:
+        self.framework = framework
+        self._to_arrays = to_arrays
+
+    def save(self, tensors: Any, metadata: Optional[Mapping[str, str]]) -> bytes:
+        keep_alive: List[Any] = []
+        data = serialize(self._to_arrays(tensors, keep_alive), metadata=metadata)
+        del keep_alive
+        return bytes(data)
+
+    def save_file(
+        self,
+        tensors: Any,
+        filename: PathLike,
+        metadata: Optional[Mapping[str, str]],
+        durable: Optional[bool] = None,
+    ) -> None:
+        keep_alive: List[Any] = []
+        serialize_file(self._to_arrays(tensors, keep_alive), filename, metadata, durable=durable)
+        del keep_alive
+
+    def load(self, data: Any, device: Any = "cpu") -> Dict[str, Any]:
+        return load_bytes(data, self.framework, device)
+
+    def load_file(
+        self,
+        filename: PathLike,
+        device: Any = "cpu",
+        *,
+        backend: str = "mmap",
+        copy: bool = False,
+        dtype: Any = None,
+        progress: Any = None,
+        storage_options: Optional[Mapping[str, str]] = None,
+    ) -> Dict[str, Any]:
+        return load_path(
+            filename,
+            self.framework,
+            device=device,
+            backend=backend,
+            copy=copy,
+            dtype=dtype,
+            progress=progress,
+            storage_options=storage_options,
+        )

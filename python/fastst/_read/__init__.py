@@ -1,0 +1,1 @@
+"""Reading: ``safe_open`` and its slices, owned loads, read-ahead, progress."""

@@ -1,0 +1,229 @@
+"""Reading a file's pages ahead of a load: what a loader declares it will
+read (the whole file, some tensors, parts of tensors) becomes byte ranges
+for the core's background reader, ``_fastst.Prefetcher``.
+
+The reader is bounded: it never reads more than a budget (by default half
+of the memory the kernel reports as available; ``prefetch_budget=`` or
+``FASTST_PREFETCH_BUDGET``) ahead of what the consumer has taken. Copies
+(``copy=True``, ``dtype=``) count as taken once made; zero-copy views are
+touched later, when the caller uses them, so for them the budget bounds the
+whole read-ahead. It skips pages already in memory (and starts no thread
+when they all are), stops when the file is closed, and ends at the first
+failed read (a file truncated underneath: an error it swallows, never a
+signal).
+
+Pages are mapped where the tensors will be handed out
+(``MADV_POPULATE_READ`` on the whole-file mapping) with the mmap back end,
+and read with positioned reads otherwise.
+
+Environment: ``FASTST_PREFETCH=0`` turns off the automatic read-ahead
+(``load_file``, and ``safe_open``'s ``"auto"``); explicit declarations
+still work. ``FASTST_PREFETCH_BUDGET`` (a size, :func:`fastst._settings.parse_size`)
+sets the budget.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
+
+from .. import _fastst
+from .._dtypes import NUMPY_DTYPES, PACKED_BITS
+from .._settings import prefetch_budget, prefetch_enabled
+from .._sources.raw import RawSource
+
+#: What a loader may declare: ``"all"`` (or True), tensor names, or a map
+#: from tensor name to the index it will read (``...`` for all of it).
+Declaration = Union[str, bool, Iterable[str], Mapping[str, Any]]
+
+#: More byte ranges than this for one slice are read as the span covering them.
+_MAX_RANGES = 1 << 16
+
+
+def _index_ranges(shape: Sequence[int], index: Any) -> List[range]:
+    """The positions ``index`` (numpy basic indexing) selects along each
+    dimension of ``shape``."""
+    if isinstance(index, list) and not index:
+        index = slice(0, 0)
+    items = index if isinstance(index, tuple) else (index,)
+    items = tuple(item for item in items if item is not None)
+    ellipses = sum(1 for item in items if item is Ellipsis)
+    if ellipses > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    given = len(items) - ellipses
+    if given > len(shape):
+        raise IndexError(
+            f"too many indices for a tensor of {len(shape)} dimensions: {given} were indexed"
+        )
+    out: List[range] = []
+    for item in items:
+        if item is Ellipsis:
+            at = len(out)
+            out.extend(range(d) for d in shape[at : at + len(shape) - given])
+            continue
+        size = shape[len(out)]
+        if isinstance(item, slice):
+            out.append(range(*item.indices(size)))
+        elif not isinstance(item, bool) and hasattr(item, "__index__"):
+            i = operator.index(item)
+            if not -size <= i < size:
+                raise IndexError(f"index {i} is out of bounds for a dimension of size {size}")
+            i %= size
+            out.append(range(i, i + 1))
+        else:
+            raise TypeError(
+                "a prefetch index takes basic indexing only (ints, slices, ..., None); "
+                f"got {type(item).__name__}"
+            )
+    out.extend(range(d) for d in shape[len(out) :])
+    return out
+
+
+def slice_ranges(
+    dtype: str, shape: Sequence[int], nbytes: int, index: Any
+) -> List[Tuple[int, int]]:
+    """Byte ranges ``(offset, length)`` inside a tensor of ``dtype`` and
+    ``shape`` (``nbytes`` long) that reading ``tensor[index]`` needs, in
+    ascending order. Packed dtypes (several values per byte) and 0-d
+    tensors need the whole tensor."""
+    shape = [int(d) for d in shape]
+    if isinstance(index, type(Ellipsis)) or not shape or dtype in PACKED_BITS:
+        return [(0, nbytes)] if nbytes else []
+    picks = _index_ranges(shape, index)
+    if any(len(r) == 0 for r in picks):
+        return []
+    # Dimensions from k on are whole: each selection there is one block.
+    k = len(shape)
+    while k > 0 and picks[k - 1] == range(shape[k - 1]):
+        k -= 1
+    block = NUMPY_DTYPES[dtype].itemsize * math.prod(shape[k:])
+    if k == 0:
+        return [(0, block)]
+    strides = [block * math.prod(shape[i + 1 : k]) for i in range(k)]
+    inner = picks[k - 1]
+    if inner.step == 1 or len(inner) == 1:
+        runs = [(min(inner), len(inner))]
+    else:
+        runs = [(i, 1) for i in sorted(inner)]
+    outer = [sorted(r) for r in picks[: k - 1]]
+    count = math.prod(len(r) for r in outer) * len(runs)
+    if count > _MAX_RANGES:
+        first = sum(s * min(r) for s, r in zip(strides, picks, strict=False))
+        last = sum(s * max(r) for s, r in zip(strides, picks, strict=False)) + block
+        return [(first, last - first)]
+    out: List[Tuple[int, int]] = []
+    for position in itertools.product(*outer):
+        base = sum(s * p for s, p in zip(strides, position, strict=False))
+        for start, n in runs:
+            offset, length = base + start * strides[k - 1], n * block
+            if out and out[-1][0] + out[-1][1] == offset:
+                out[-1] = (out[-1][0], out[-1][1] + length)
+            else:
+                out.append((offset, length))
+    return out
+
+
+def plan(raw: _fastst.RawFile, what: Declaration) -> List[Tuple[int, int]]:
+    """Absolute byte ranges ``(offset, length)`` of ``raw`` (a
+    ``_fastst.RawFile``) that the declaration ``what`` covers, in the order
+    declared (``"all"``: file order). Unknown tensor names raise the
+    reader's error for them."""
+    start = int(raw.data_start)
+
+    def tensor(name: str) -> Tuple[str, Tuple[int, ...], int, int]:
+        dtype, shape, begin, end = raw.info(name)
+        return dtype, shape, int(begin), int(end)
+
+    if what is True or (isinstance(what, str) and what == "all"):
+        # Every tensor's bytes: the whole data buffer (the core cuts the
+        # range at the file's end).
+        return [(start, (1 << 63) - 1 - start)]
+    if isinstance(what, (str, bytes)) or what is False or what is None:
+        raise ValueError(
+            f'prefetch takes "all", a list of tensor names or a dict name -> index; got {what!r}'
+        )
+    ranges: List[Tuple[int, int]] = []
+    if isinstance(what, Mapping):
+        for name, index in what.items():
+            dtype, shape, b, e = tensor(name)
+            ranges += [(start + b + o, n) for o, n in slice_ranges(dtype, shape, e - b, index)]
+        return ranges
+    for name in what:
+        _dtype, _shape, b, e = tensor(name)
+        if e > b:
+            ranges.append((start + b, e - b))
+    return ranges
+
+
+class Driver:
+    """The read-ahead of one open file: what was declared, the running
+    ``_fastst.Prefetcher``, and ``"auto"`` mode (the whole file once the
+    caller has asked for a slice of every tensor, as ``transformers`` does
+    before loading a checkpoint)."""
+
+    def __init__(self, raw: _fastst.RawFile, mode: Any, budget: Optional[int]) -> None:
+        self._raw = raw
+        self._budget = budget
+        self._job: Optional[Any] = None
+        self._detached = False
+        self._auto = isinstance(mode, str) and mode == "auto" and prefetch_enabled()
+        self._sliced: Set[str] = set()
+        if mode not in (None, False) and not (isinstance(mode, str) and mode == "auto"):
+            self.declare(mode)
+
+    def declare(self, what: Declaration, budget: Optional[int] = None) -> None:
+        """Reads what ``what`` declares from now on (replacing any earlier
+        declaration)."""
+        ranges = plan(self._raw, what)
+        self.stop()
+        self._auto = False
+        if budget is None:
+            budget = self._budget
+        if budget is None:
+            budget = prefetch_budget()
+        if budget is not None and budget <= 0:
+            raise ValueError(f"prefetch budget must be positive, got {budget}")
+        self._job = _fastst.Prefetcher(self._raw, ranges, budget)
+        self._detached = False
+
+    def sliced(self, name: str) -> None:
+        """The caller asked for a slice of ``name`` (``"auto"`` mode)."""
+        if not self._auto:
+            return
+        self._sliced.add(name)
+        if len(self._sliced) == len(self._raw):
+            self.declare("all")
+
+    def consumed(self, nbytes: int) -> None:
+        """The caller copied ``nbytes`` planned bytes out."""
+        if self._job is not None:
+            self._job.consumed(nbytes)
+
+    def detach(self) -> None:
+        """Keeps reading after the file is closed, up to the budget (for
+        ``load_file``: its views are touched after it returns)."""
+        if self._job is not None:
+            self._job.detach()
+            self._detached = True
+
+    def stop(self) -> None:
+        if self._job is not None and not self._detached:
+            self._job.stop()
+        self._job = None
+
+    def status(self) -> Optional[Dict[str, Any]]:
+        return None if self._job is None else dict(self._job.status())
+
+    def wait(self, timeout: float) -> Optional[Dict[str, Any]]:
+        return None if self._job is None else dict(self._job.wait_idle(timeout))
+
+
+def driver(raw: RawSource, mode: Any, budget: Optional[int]) -> Optional[Driver]:
+    """A :class:`Driver` for ``raw`` when it is a single file (checkpoints
+    read through an index get none; the core plans nothing for a file
+    object without a descriptor), else None."""
+    if not isinstance(raw, _fastst.RawFile):
+        return None
+    return Driver(raw, mode, budget)

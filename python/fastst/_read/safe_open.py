@@ -1,0 +1,485 @@
+"""``safe_open``: lazy, zero-copy access to the tensors of one file."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any, BinaryIO, Callable, Dict, List, Mapping, Optional, Tuple, Union, cast
+
+import numpy as np
+
+from .. import _frameworks
+from .._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
+from .._errors import closed_file_error, rule_error
+from .._fastst import DEFAULT_HEADER_CAP, RawFile, load_into
+from .._frameworks import placement
+from .._paths import progress_label
+from .._sources.opener import open_source
+from .._sources.raw import RawSource
+from .._sources.sharded import ShardedFile
+from . import prefetch as _prefetch
+from .index import check_index, read_plan
+from .progress import Progress, resolve
+from .stream import Plan, load_side_by_side, stream
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _offset_report(
+    callback: Callable[[int, int], Any], base: int, grand: int
+) -> Callable[[int, int], Any]:
+    """A shard's reports as reports on the whole checkpoint. The final call
+    of each shard but the last is not a final call of the whole."""
+
+    def report(done: int, _total: int) -> None:
+        callback(base + done, grand)
+
+    return report
+
+
+def _aligned_empty(nbytes: int, place: _frameworks.Placement) -> np.ndarray:
+    """``nbytes`` uninitialised bytes starting at ``place[1]`` modulo
+    ``place[0]`` (:func:`fastst._frameworks.placement`)."""
+    align, phase = place
+    block = np.empty(nbytes + align, dtype=np.uint8)
+    skip = (phase - block.ctypes.data) % align
+    return block[skip : skip + nbytes]
+
+
+def _batches(raw: RawSource, names: List[str]) -> List[Tuple[RawFile, List[str]]]:
+    """``names`` grouped by the ``RawFile`` holding them, in order (one
+    group for a single file, one per shard for a checkpoint)."""
+    if not isinstance(raw, ShardedFile):
+        return [(cast(RawFile, raw), list(names))]
+    groups: Dict[int, Tuple[RawFile, List[str]]] = {}
+    for name in names:
+        shard = raw._shard(name)
+        groups.setdefault(id(shard), (shard, []))[1].append(name)
+    return list(groups.values())
+
+
+class safe_open:  # noqa: N801 - the reference package's name
+    """Opens a ``.safetensors`` file and gives its tensors on demand.
+
+    ``safe_open(filename, framework, device="cpu", *, backend="mmap")`` reads
+    and validates the header at once (refusing a malformed file with a
+    :class:`fastst.SafetensorError` subclass); tensor data is read only when
+    asked for. Usable with or without ``with``. Arrays handed out are
+    zero-copy views of the file's pages, yet writable and independent of
+    each other, and they stay valid after the file is closed or deleted.
+
+    ``filename`` may also be a sharded checkpoint's
+    ``model.safetensors.index.json``: the shards are then read as one file
+    (see :class:`fastst.ShardIndexError`); a model folder holding one
+    checkpoint (a single ``.safetensors`` file or one index, see
+    :class:`fastst.FolderError`); or an open binary file object (one with
+    ``fileno()``, or with ``seek`` and ``readinto``), as the reference's
+    ``_safe_open_handle`` takes.
+
+    ``filename`` may also be a URL: ``s3://bucket/key``, ``gs://...``,
+    ``az://container/key``, ``https://...`` (an object, an index, or a
+    prefix ending in ``/`` holding one checkpoint). Opening fetches the
+    header with ranged GETs and nothing else; each tensor or slice fetches
+    its own byte ranges. ``storage_options`` (``{"endpoint_url": ...,
+    "region": ..., "aws_access_key_id": ...}``: ``object_store``'s keys and
+    their aliases) configure the store; without them the environment does
+    (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``...). See ``docs/remote.md``.
+    """
+
+    def __init__(
+        self,
+        filename: Union[PathLike, BinaryIO],
+        framework: str,
+        device: Any = "cpu",
+        *,
+        backend: str = "mmap",
+        header_cap: int = DEFAULT_HEADER_CAP,
+        prefetch: Any = "auto",
+        prefetch_budget: Optional[int] = None,
+        storage_options: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        self._framework = _frameworks.resolve(framework)
+        self._backend = _frameworks.backend(self._framework)
+        self._device = self._backend.device(device)
+        self._prefetch: Optional[_prefetch.Driver] = None
+        self._raw = open_source(filename, backend, header_cap, storage_options)
+        try:
+            self._prefetch = _prefetch.driver(self._raw, prefetch, prefetch_budget)
+        except BaseException:
+            self._raw.close()
+            raise
+
+    # context manager -------------------------------------------------
+    def __enter__(self) -> safe_open:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Releases the file (and stops its read-ahead). Arrays obtained
+        before stay valid."""
+        if self._prefetch is not None:
+            self._prefetch.stop()
+        self._raw.close()
+
+    # read-ahead ------------------------------------------------------
+    def prefetch(
+        self, what: _prefetch.Declaration = "all", *, budget: Optional[int] = None
+    ) -> None:
+        """Declares what will be read, so that it is read from the disk
+        in the background, ahead of use: ``"all"`` (every tensor), a list
+        of tensor names, or a dict mapping names to the index that will be
+        read (``{"w": (slice(0, 128), ...)}``: only the bytes those rows
+        need). Replaces any earlier declaration. At most ``budget`` bytes
+        (default: half the available memory) are read ahead of what was
+        taken; pages already in memory are skipped. Does nothing for a
+        sharded checkpoint or a file object without a descriptor."""
+        if self.closed:
+            raise closed_file_error(self._raw.name)
+        if self._prefetch is None:
+            self._prefetch = _prefetch.driver(self._raw, None, None)
+        if self._prefetch is not None:
+            self._prefetch.declare(what, budget)
+
+    def prefetch_status(self) -> Optional[Dict[str, Any]]:
+        """Where the read-ahead stands (bytes planned, issued, done,
+        found resident, consumed; the budget; threads; the method), or None
+        when nothing was declared."""
+        return None if self._prefetch is None else self._prefetch.status()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._raw.closed)
+
+    # header ----------------------------------------------------------
+    def keys(self) -> List[str]:
+        """Tensor names, sorted."""
+        return self._raw.keys()
+
+    def offset_keys(self) -> List[str]:
+        """Tensor names in the order of their data in the file."""
+        return self._raw.offset_keys()
+
+    def metadata(self) -> Optional[Dict[str, str]]:
+        """The ``__metadata__`` map, or None when the file has none."""
+        return self._raw.metadata()
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._raw
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.keys())
+
+    # tensors ---------------------------------------------------------
+    def _numpy(self, name: str) -> Tuple[np.ndarray, str]:
+        buffer, dtype, shape = self._raw.tensor(name)
+        return to_numpy(buffer, dtype, shape), dtype
+
+    def _where(self, name: str) -> _frameworks.Where:
+        return _frameworks.Where(self._raw.name, name)
+
+    def get_tensor(self, name: str, *, copy: bool = False, dtype: Any = None) -> Any:
+        """The whole tensor ``name`` in the framework the file was opened for:
+        ``numpy.ndarray`` for ``"np"``/``"numpy"``, ``torch.Tensor`` for
+        ``"pt"``/``"torch"``/``"pytorch"``, ``jax.Array`` for
+        ``"flax"``/``"jax"``, ``tf.Tensor`` for ``"tf"``/``"tensorflow"``,
+        ``paddle.Tensor`` for ``"paddle"``, ``mlx.core.array`` for ``"mlx"``
+        (typed ``Any``: the framework is chosen at run time).
+
+        By default a zero-copy view of the file's pages. ``copy=True`` gives
+        memory of its own, filled by several threads with the GIL released;
+        ``dtype`` (``np.float32``, ``"bfloat16"``, ``torch.float16``, a header
+        name such as ``"F32"``...) converts while reading: between F64, F32,
+        F16 and BF16 either way, and from the F8 kinds to any of those four;
+        exact, rounded once to nearest even where narrowing, NaN and
+        infinities preserved. Memory of its own (``copy``, ``dtype``) starts
+        at a multiple of 64 bytes.
+        """
+        if not copy and dtype is None:
+            buffer, src, shape = self._raw.tensor(name)
+            return self._backend.tensor(buffer, src, shape, self._device, self._where(name))
+        return self._load_owned([name], dtype, None)[name]
+
+    def _hand_out(self, name: str, array: np.ndarray, target: str, shape: Tuple[int, ...]) -> Any:
+        """A filled numpy destination as the framework's tensor."""
+        if self._framework == "numpy":
+            return array
+        return self._backend.tensor(
+            array.reshape(-1).view(np.uint8), target, shape, self._device, self._where(name)
+        )
+
+    def _allocate(self, names: List[str], dtype: Any) -> Tuple[Dict[str, Any], List[Plan]]:
+        """Every destination of tensors ``names`` (nothing read): what
+        :meth:`_finish` takes per name, and one :data:`Plan` per file."""
+        made: Dict[str, Any] = {}
+        plans: List[Plan] = []
+        for file, members in _batches(self._raw, names):
+            outs, targets, size = [], [], 0
+            for name in members:
+                result, out_bytes, target, src, nbytes = self._destination(file, name, dtype)
+                made[name] = result
+                outs.append(out_bytes)
+                targets.append(None if target == src else target)
+                size += nbytes
+            plans.append((file, members, outs, targets, size))
+        return made, plans
+
+    def _load_owned(self, names: List[str], dtype: Any, progress: Progress) -> Dict[str, Any]:
+        """Tensors ``names`` in memory of their own (converted to ``dtype``
+        when given): every destination allocated first, then one batch load
+        per file (the core's ``load_into``)."""
+        raw = self._raw
+        callback, bar = resolve(progress, raw.name)
+        made, plans = self._allocate(names, dtype)
+        grand = sum(p[4] for p in plans)
+        base = 0
+        side_by_side = len(plans) > 1 and callback is None and not bar
+        if side_by_side:
+            load_side_by_side(plans)
+        for file, members, outs, targets, size in [] if side_by_side else plans:
+            if len(members) == 1 and callback is None and not bar:
+                # One tensor: read (or converted while read) straight into
+                # its destination, several threads when large.
+                if targets[0] is None:
+                    file.read_into(members[0], outs[0])
+                else:
+                    file.convert_into(members[0], outs[0], targets[0])
+                continue
+            report = callback
+            if callback is not None and len(plans) > 1:
+                report = _offset_report(callback, base, grand)
+            load_into(file, members, outs, targets, report, progress_label(file.name, bar))
+            base += size
+        if self._prefetch is not None:
+            self._prefetch.consumed(grand)
+        return {name: self._finish(name, made[name]) for name in names}
+
+    def _destination(
+        self, file: Any, name: str, dtype: Any
+    ) -> Tuple[Any, np.ndarray, str, str, int]:
+        """Allocates the destination of tensor ``name`` (nothing is read):
+        ``(result, its bytes as a writable uint8 array, target dtype, file
+        dtype, bytes to read)``. A failed allocation is rule
+        ``out-of-memory`` naming the tensor."""
+        src, shape, begin, end = file.info(name)
+        target = src if dtype is None else target_dtype(dtype)
+        where = self._where(name)
+        copy = target == src
+        try:
+            empty = self._backend.empty
+            if empty is not None:
+                result, out = empty(target, shape, where, placement(end - begin, copy))
+            elif target == src and src in PACKED_BITS:
+                # Unpacked into an array once the bytes are read.
+                out = _aligned_empty(end - begin, placement(end - begin, copy))
+                result = (out, target, shape, True)
+            else:
+                kind = NUMPY_DTYPES[target]
+                count = 1
+                for d in shape:
+                    count *= d
+                nbytes = count * kind.itemsize
+                # No zero-fill pass.
+                out = _aligned_empty(nbytes, placement(nbytes, copy))
+                result = (out.view(kind).reshape(shape), target, shape, False)
+        except MemoryError:
+            raise rule_error(
+                "out-of-memory",
+                self._raw.name,
+                f"tensor {name!r}: cannot allocate memory for {list(shape)} of {target}",
+                name,
+            ) from None
+        return result, out, target, src, end - begin
+
+    def _finish(self, name: str, made: Any) -> Any:
+        """A filled destination as what ``get_tensor`` returns."""
+        if isinstance(made, tuple):
+            array, target, shape, packed = made
+            if packed:
+                array = to_numpy(array, target, shape)
+            return self._hand_out(name, array, target, shape)
+        return self._backend.place(made, self._device) if self._backend.place else made
+
+    def get_tensors(
+        self, *, copy: bool = False, dtype: Any = None, progress: Progress = None
+    ) -> Dict[str, Any]:
+        """Every tensor, keyed by name, in file order (``copy`` and ``dtype``
+        as for :meth:`get_tensor`).
+
+        With ``copy=True`` or ``dtype``, every destination is allocated
+        first, then the whole file is read in file order by a few threads in
+        large requests, with the GIL released (see docs/io.md, "Owned
+        loads"). ``progress`` is off by default; a callable is called as
+        ``progress(bytes_done, bytes_total)`` (bytes of the file read) from
+        the calling thread, at most every 64 MiB and once at the end; an
+        exception it raises stops the load and propagates, and no tensor is
+        returned. ``progress=True`` shows a bar: on a terminal a line on
+        stderr, elsewhere (a notebook) a ``tqdm`` bar when tqdm is installed,
+        else a plain line on stderr every few seconds and at the end
+        (``fastst._read.progress``). Zero-copy views read nothing here: the
+        callback is then called once, at the end.
+
+        A remote object has no pages to view: its tensors are always loaded
+        as with ``copy=True`` (many ranged GETs in flight across tensors).
+        """
+        if not copy and dtype is None and not self._raw.remote:
+            callback, _bar = resolve(progress, self._raw.name)
+            out = {name: self.get_tensor(name) for name in self.offset_keys()}
+            if callback is not None:
+                total = sum(end - begin for _d, _s, begin, end in map(self._raw.info, out))
+                callback(total, total)
+            return out
+        return self._load_owned(self.offset_keys(), dtype, progress)
+
+    def iter_tensors(
+        self, *, copy: bool = True, dtype: Any = None, progress: Progress = None
+    ) -> Iterator[Tuple[str, Any]]:
+        """``(name, tensor)`` for every tensor in file order, each handed out
+        as soon as it is read (and converted), the rest being read in the
+        background: the load of :meth:`get_tensors` (``copy``, ``dtype``,
+        ``progress`` as there; ``progress`` is called from the iterating
+        thread). A failed read (rule ``file-changed``) or a raising
+        ``progress`` is raised by the ``next()`` after the tensors read
+        before it. Leaving the loop early, or :meth:`close`, stops the
+        reading; tensors handed out stay valid. ``copy=False`` without
+        ``dtype``: zero-copy views (``progress`` unused). See docs/api.md.
+        """
+        names = self.offset_keys()
+        if not copy and dtype is None and not self._raw.remote:
+            return ((name, self.get_tensor(name)) for name in names)
+        callback, bar = resolve(progress, self._raw.name)
+        made, plans = self._allocate(names, dtype)
+        if self._prefetch is not None:
+            self._prefetch.consumed(sum(p[4] for p in plans))
+        return stream(self._raw, plans, callback, bar, lambda n: self._finish(n, made.pop(n)))
+
+    def _settle(self) -> None:
+        """Returns once every tensor handed out has landed on its device
+        (CUDA copies are asynchronous)."""
+        self._backend.settle(self._device)
+
+    def get_slice(self, name: str) -> SafeSlice:
+        """A lazy handle on tensor ``name``: index it to read part of it."""
+        dtype, shape, _begin, _end = self._raw.info(name)
+        return SafeSlice(self, name, dtype, shape)
+
+
+def _bytes(nbytes: int) -> np.ndarray:
+    return np.empty(nbytes, dtype=np.uint8)
+
+
+class SafeSlice:
+    """A tensor not read yet; ``s[...]`` reads only the part asked for, with
+    basic indexing (ints, slices, ``...``, ``None``; out-of-range slice bounds
+    clamp; the empty list ``[]`` selects nothing along dimension 0). numpy
+    and the frameworks fed from numpy follow numpy's rules, negative steps
+    included; torch follows torch's (a negative step raises
+    ValueError)."""
+
+    def __init__(self, owner: safe_open, name: str, dtype: str, shape: Tuple[int, ...]):
+        self._owner = owner
+        self._name = name
+        self._dtype = dtype
+        self._shape = shape
+        if owner._prefetch is not None:
+            owner._prefetch.sliced(name)
+
+    def get_shape(self) -> List[int]:
+        """The tensor's full shape."""
+        return list(self._shape)
+
+    def get_dtype(self) -> str:
+        """The tensor's header dtype name, e.g. ``"F32"``."""
+        return self._dtype
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return tuple(self._shape)
+
+    @property
+    def dtype(self) -> str:
+        return self._dtype
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __getitem__(self, index: Any) -> Any:
+        index = check_index(index)
+        owner = self._owner
+        if owner.closed:
+            raise closed_file_error(owner._raw.name)
+        if owner._raw.backend == "pread":
+            part = self._read_part(index)
+            if part is not None:
+                return owner._backend.index(*part, owner._device, owner._where(self._name))
+        try:
+            buffer, dtype, shape = owner._raw.tensor(self._name)
+        except MemoryError:
+            # The whole tensor could be neither mapped nor copied (an
+            # address-space limit): read only the part the index selects.
+            part = self._read_part(index)
+            if part is None:
+                raise
+            buffer, dtype, shape, index = part
+        return owner._backend.index(
+            buffer, dtype, shape, index, owner._device, owner._where(self._name)
+        )
+
+    def _read_part(
+        self, index: Any, empty: Callable[[int], np.ndarray] = _bytes
+    ) -> Optional[Tuple[np.ndarray, str, Tuple[int, ...], Any]]:
+        """Reads only the byte ranges the index selects (the pread back
+        end: remote objects, file objects; tensor-parallel loads) into
+        ``empty(nbytes)``, a writable uint8 array: ``(it, dtype, its shape,
+        the index that takes the result out of it)``, or None when the whole
+        tensor must be read (an index only the framework plans). An index the
+        framework refuses raises its error before any read."""
+        self._refuse(index)
+        bits = PACKED_BITS.get(self._dtype, 0)
+        plan = read_plan(index, self._shape, bits)
+        if plan is None:
+            return None
+        dims, shape, key = plan
+        nbits = bits or 8 * NUMPY_DTYPES[self._dtype].itemsize
+        for n in shape:
+            nbits *= n
+        out = empty(nbits // 8)
+        if shape == self._shape:
+            # All of it: the whole-tensor read, several threads or GETs at once.
+            self._owner._raw.read_into(self._name, out)
+        else:
+            self._owner._raw.read_slice_into(self._name, dims, out)
+        return out, self._dtype, shape, key
+
+    def _refuse(self, index: Any) -> None:
+        """Raises what indexing the whole tensor would (the framework's rules and
+        messages), reading nothing: the index is applied to a stand-in of the
+        tensor's shape whose elements all share one byte."""
+        shape = self._shape
+        stand_in: Any
+        if self._owner._framework == "torch":
+            import torch
+
+            stand_in = torch.zeros((), dtype=torch.uint8).expand(shape)
+        else:
+            stand_in = np.ndarray(shape, np.uint8, buffer=b"\0", strides=(0,) * len(shape))
+        try:
+            stand_in[index]
+        except IndexError as exc:
+            # As the framework backends word it for the whole tensor.
+            where = self._owner._where(self._name)
+            raise IndexError(f"{where} of shape {list(shape)}: {exc}") from None
+
+
+class _safe_open_handle:  # noqa: N801 - the reference package's name
+    """``safe_open`` on an open file object, under the reference's name:
+    ``_safe_open_handle(f, framework, device="cpu", *, backend="mmap")``."""
+
+    def __new__(cls, f: Any, framework: str, device: Any = "cpu", *, backend: str = "mmap") -> Any:
+        return safe_open(f, framework, device, backend=backend)

@@ -1,0 +1,143 @@
+"""Owned loads in background threads: handed out tensor by tensor as
+their reads complete (``safe_open.iter_tensors``), and the loads of
+several files side by side (:func:`load_side_by_side`).
+
+One background thread runs the core's whole load (``load_into`` with
+``stream=True``, the GIL released while bytes move), file after file, and
+puts what it reports on a queue: ``(file, done, total, filled)``, every
+tensor of the ``file``-th file ending at or before ``filled`` in its data
+section being read (a failure: the exception). The
+iterating thread takes them off the queue and hands out the tensors below
+``filled``, in file order. The loader stops at its next report once the
+iterator is finished with (or the file closed); the thread that iterated
+waits for it. A garbage collection on another thread only stops it: that
+thread may be one the reads wait on (a file object's ``readinto``).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from .._errors import LoadStopped, closed_file_error
+from .._fastst import RawFile, load_into
+from .._paths import progress_label
+from .progress import Report
+
+if TYPE_CHECKING:
+    from .._sources.raw import RawSource
+
+#: One file's part of an owned load: the file, its tensor names, their
+#: destinations (writable bytes), target dtypes (None: the file's own) and
+#: the bytes to read.
+Plan = Tuple[RawFile, List[str], List[np.ndarray], List[Optional[str]], int]
+
+#: Source bytes between two calls of a caller's progress callback.
+EVERY = 64 << 20
+
+
+def stream(
+    raw: RawSource,
+    plans: List[Plan],
+    callback: Optional[Report],
+    bar: bool,
+    finish: Callable[[str], Any],
+) -> Iterator[Tuple[str, Any]]:
+    """The iterator handing out ``(name, finish(name))`` for the tensors of
+    ``plans`` (one per file, in order) as each is read; the reading starts
+    at its first ``next()``."""
+    ends = [[file.info(name)[3] for name in members] for file, members, *_ in plans]
+    return _hand_out(raw, plans, ends, callback, bar, finish)
+
+
+def _hand_out(
+    raw: RawSource,
+    plans: List[Plan],
+    ends: List[List[int]],
+    callback: Optional[Report],
+    bar: bool,
+    finish: Callable[[str], Any],
+) -> Iterator[Tuple[str, Any]]:
+    events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    stop = threading.Event()
+    main = threading.main_thread()
+
+    def report(at: int, done: int, total: int, filled: int) -> None:
+        # The interpreter exiting (the main thread is done) stops it too.
+        if stop.is_set() or raw.closed or not main.is_alive():
+            raise LoadStopped
+        events.put((at, done, total, filled))
+
+    def load() -> None:
+        try:
+            for at, (file, members, outs, targets, _size) in enumerate(plans):
+                label = progress_label(file.name, bar)
+                load_into(file, members, outs, targets, partial(report, at), label, stream=True)
+        except BaseException as exc:  # handed to the iterating thread
+            events.put(exc)
+
+    loader = threading.Thread(target=load, name="fastst-load")
+    loader.start()
+    grand = sum(p[4] for p in plans)
+    base = mark = 0
+    consumer = threading.get_ident()
+    try:
+        for k, ((_file, members, *_rest, size), file_ends) in enumerate(
+            zip(plans, ends, strict=True)
+        ):
+            i = 0
+            while i < len(members):
+                event = events.get()
+                if isinstance(event, BaseException):
+                    if isinstance(event, LoadStopped) and raw.closed:
+                        raise closed_file_error(raw.name)
+                    raise event
+                at_file, done, _total, filled = event
+                if at_file != k:
+                    continue  # an earlier file's last reports
+                while i < len(members) and file_ends[i] <= filled:
+                    if raw.closed:
+                        raise closed_file_error(raw.name)
+                    name = members[i]
+                    i += 1
+                    consumer = threading.get_ident()
+                    yield name, finish(name)
+                now = base + done
+                if callback is not None and mark + EVERY <= now < grand:
+                    mark = now - now % EVERY
+                    callback(now, grand)
+            base += size
+        if callback is not None:
+            callback(grand, grand)
+    finally:
+        stop.set()
+        if threading.get_ident() == consumer:
+            loader.join()
+
+
+def load_side_by_side(plans: List[Plan]) -> None:
+    """The loads of several files (shards), two at a time, so that the next
+    file's reads start while the last reads of the one before are in
+    flight. The first error in file order is raised; an error or an
+    interrupt of the calling thread stops the loads still running at their
+    next report."""
+    stop = threading.Event()
+
+    def check(_done: int, _total: int) -> None:
+        if stop.is_set():
+            raise LoadStopped
+
+    with ThreadPoolExecutor(2, thread_name_prefix="fastst-load") as pool:
+        loads = [pool.submit(load_into, p[0], p[1], p[2], p[3], check) for p in plans]
+        try:
+            for load in loads:
+                load.result()
+        finally:
+            stop.set()
+            for load in loads:
+                load.cancel()

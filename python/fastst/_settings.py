@@ -1,0 +1,155 @@
+"""Every ``FASTST_*`` environment variable the Python package reads, and the one size grammar.
+
+Sizes (``max_shard_size=``, ``fastst convert --max-shard-size``,
+``FASTST_INDEX_CAP``, ``FASTST_PREFETCH_BUDGET``) are read by
+:func:`parse_size` alone, so one string means the same number of bytes
+everywhere: a plain number is bytes; ``KB``/``MB``/``GB``/``TB`` are powers
+of 1000 (as Hugging Face's ``max_shard_size`` reads them: ``"5GB"`` is
+5,000,000,000 bytes); ``KiB``/``MiB``/``GiB``/``TiB`` and the bare letters
+``K``/``M``/``G``/``T`` are powers of 1024 (as ``dd`` and the kernel read
+``"512M"``). Units are read without regard to case; a fraction is allowed
+(``"1.5GiB"``); blanks around the number and the unit are ignored.
+
+The variables:
+
+- ``FASTST_AS_SAFETENSORS``: serve ``import safetensors`` with fastst from
+  start-up (read by the ``.pth`` file, :mod:`_fastst_switch`).
+- ``FASTST_READ``: ``mmap`` (default) or ``pread``, how loads through the
+  drop-in switch read files (:func:`read_backend`).
+- ``FASTST_PREFETCH``: ``0``/``off``/``false``/``no`` turns the automatic
+  read-ahead of loads off (:func:`prefetch_enabled`).
+- ``FASTST_PREFETCH_BUDGET``: a size, the most the read-ahead runs ahead of
+  its consumer (:func:`prefetch_budget`).
+- ``FASTST_INDEX_CAP``: a size, the most bytes an index file may hold
+  (:func:`index_cap`).
+
+(``FASTST_REMOTE_CONCURRENCY`` and ``FASTST_REMOTE_PART_SIZE`` are read by
+the compiled object-store client, with the same size grammar.)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from typing import Optional
+
+AS_SAFETENSORS_ENV = "FASTST_AS_SAFETENSORS"
+READ_ENV = "FASTST_READ"
+PREFETCH_ENV = "FASTST_PREFETCH"
+PREFETCH_BUDGET_ENV = "FASTST_PREFETCH_BUDGET"
+INDEX_CAP_ENV = "FASTST_INDEX_CAP"
+
+#: The read modes ``FASTST_READ`` takes (``safe_open``'s back ends).
+READ_MODES = ("mmap", "pread")
+
+#: The most bytes an index file may hold when ``FASTST_INDEX_CAP`` is unset.
+DEFAULT_INDEX_CAP = 64 << 20
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "k": 2**10,
+    "m": 2**20,
+    "g": 2**30,
+    "t": 2**40,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*")
+
+
+def parse_size(size: object, what: str = "size") -> int:
+    """Bytes from an ``int`` or a size string (the grammar above), for the
+    setting named ``what``; ``0`` is a size. A negative int, an unknown unit
+    or text that is not a number is a ValueError naming ``what``; any type
+    other than ``int`` or ``str`` (``bool`` included) a TypeError."""
+    if isinstance(size, bool) or not isinstance(size, (int, str)):
+        raise TypeError(
+            f"{what} must be an int or a size string such as '5GB' or '512MiB', "
+            f"got {type(size).__name__}"
+        )
+    if isinstance(size, int):
+        value = size
+    else:
+        match = _SIZE.fullmatch(size)
+        unit = match.group(2).lower() if match else ""
+        if match is None or unit not in _UNITS:
+            raise ValueError(
+                f"{what}: cannot read {size!r} as a size (bytes, or with a unit: "
+                "KB/MB/GB = 1000^n, KiB/MiB/GiB or K/M/G = 1024^n)"
+            )
+        scaled = float(match.group(1)) * _UNITS[unit]
+        if not math.isfinite(scaled):
+            raise ValueError(f"{what}: {size!r} is too large a size")
+        value = int(scaled)
+    if value < 0:
+        raise ValueError(f"{what} must not be negative, got {size!r}")
+    return value
+
+
+def _env_size(name: str) -> Optional[int]:
+    """The size in environment variable ``name``; None when unset or empty."""
+    text = os.environ.get(name, "").strip()
+    return parse_size(text, name) if text else None
+
+
+def index_cap() -> int:
+    """The most bytes an index file may hold: ``FASTST_INDEX_CAP`` when
+    set, else 64 MiB."""
+    cap = _env_size(INDEX_CAP_ENV)
+    return DEFAULT_INDEX_CAP if cap is None else cap
+
+
+def prefetch_enabled() -> bool:
+    """False when ``FASTST_PREFETCH`` turns the automatic read-ahead off."""
+    value = os.environ.get(PREFETCH_ENV, "1").strip().lower()
+    return value not in ("0", "off", "false", "no")
+
+
+def prefetch_budget() -> Optional[int]:
+    """``FASTST_PREFETCH_BUDGET`` in bytes; None when unset."""
+    return _env_size(PREFETCH_BUDGET_ENV)
+
+
+#: True while the drop-in hook serves ``safetensors`` (set by
+#: :mod:`fastst._dropin.hook`, so loads need not import the hook to ask).
+dropin_active = False
+
+
+def dropin_on() -> bool:
+    """True while ``import safetensors`` gives fastst: the hook is installed,
+    or the start-up half of ``FASTST_AS_SAFETENSORS`` is waiting for the
+    first ``import safetensors``."""
+    if dropin_active:
+        return True
+    boot = sys.modules.get("_fastst_boot")
+    return boot is not None and bool(boot.pending())
+
+
+def read_backend(backend: str) -> str:
+    """The back end of a load that asks for ``backend``.
+
+    While the drop-in switch is on, ``FASTST_READ=pread`` turns the memory
+    map (the reference's default, which loaders such as transformers also
+    pass explicitly) into positioned reads; ``mmap``, empty or unset keep it
+    (values compared without case and surrounding blanks). Any other value
+    raises ValueError naming the variable and its values, at the first load
+    that reads it. With the switch off, or ``backend="pread"``, the caller's
+    choice stands."""
+    if not dropin_on():
+        return backend
+    value = os.environ.get(READ_ENV, "").strip().lower()
+    if value not in ("", *READ_MODES):
+        raise ValueError(
+            f"{READ_ENV}={os.environ[READ_ENV]!r} is not a read mode: "
+            f"use {' or '.join(READ_MODES)} (default mmap)"
+        )
+    return value if value and backend == "mmap" else backend

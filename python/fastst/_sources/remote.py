@@ -1,0 +1,152 @@
+"""URLs as sources: objects in object stores (``s3://``, ``gs://``,
+``az://``...) and files behind HTTP(S), read with ranged GETs by the
+compiled ``fastst-remote`` crate (see ``docs/remote.md``).
+
+- :func:`is_url` tells a URL from a path; :func:`open_url` opens one object
+  (a ``.safetensors`` file, a sharded checkpoint's index, or a prefix
+  ending in ``/`` holding one checkpoint, when the store can list).
+- ``storage_options`` (:func:`options`) configure the store; without them
+  credentials, endpoint and region come from the environment.
+- Messages name the URL without its query, fragment or user part
+  (:func:`display`): presigned URLs carry their signature in the query.
+- An index is read with the cap of local ones (``FASTST_INDEX_CAP``); its
+  shards are objects under the index's own prefix (:func:`shard_url`: a
+  relative name, no ``..``, no other bucket or host).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from .. import _fastst
+from .._errors import rule_error
+from .._fastst import RawFile
+from .._paths import readable
+from .._settings import index_cap
+from .folders import INDEX_SUFFIX, WEIGHTS_SUFFIX, parse_index
+from .raw import RawSource
+from .sharded import ShardedFile
+
+#: The most objects (at any depth) a listing of a prefix reads.
+LIST_CAP = 10_000
+
+#: ``(key, value)`` pairs as the compiled store builder takes them.
+Options = List[Tuple[str, str]]
+
+
+def is_url(source: object) -> bool:
+    """True for a ``str`` naming an object store or HTTP(S) URL."""
+    return isinstance(source, str) and _fastst.is_remote_url(source)
+
+
+def options(storage_options: Optional[Mapping[str, Any]]) -> Options:
+    """``storage_options`` as pairs of strings (booleans as ``"true"`` /
+    ``"false"``, numbers as text); a key that is not a string is a
+    ``TypeError``."""
+    if storage_options is None:
+        return []
+    if not isinstance(storage_options, Mapping):
+        raise TypeError(
+            f"storage_options must be a mapping of str to str, got {type(storage_options).__name__}"
+        )
+    pairs: Options = []
+    for key, value in storage_options.items():
+        if not isinstance(key, str):
+            raise TypeError(f"storage_options keys must be str, got {key!r}")
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        pairs.append((key, str(value)))
+    return pairs
+
+
+def display(url: str) -> str:
+    """``url`` as messages show it (:func:`fastst._paths.readable`, the one
+    rule): without user, password, query or fragment."""
+    return readable(url)
+
+
+def shard_url(index_url: str, shard: str) -> str:
+    """The URL of the shard ``shard`` (a checked relative name) beside the
+    index ``index_url``: the name is percent-encoded into the index's
+    prefix, so that it cannot leave it."""
+    parts = urlsplit(index_url)
+    path = posixpath.dirname(parts.path) + "/" + quote(shard, safe="/")
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def read_index(url: str, opts: Options) -> Tuple[bytes, Dict[str, Any]]:
+    """The bytes and JSON object of the index at ``url``, with the rules of
+    local indexes (:func:`fastst._sources.folders.read_index`)."""
+    name = display(url)
+    cap = index_cap()
+    raw = _fastst.read_remote(url, name, opts, cap)
+    if raw is None:
+        raise rule_error(
+            "index-over-cap",
+            name,
+            f"the index holds more than {cap:,} bytes, the cap on index files; "
+            "set FASTST_INDEX_CAP to a larger size (e.g. 256MiB) to read it",
+        )
+    return raw, parse_index(raw, name)
+
+
+def checkpoint_under(url: str, opts: Options) -> str:
+    """The URL of the one checkpoint (index or single file) directly under
+    the prefix ``url`` (ending in ``/``), as a local folder's; a prefix
+    with more than :data:`LIST_CAP` objects under it is refused (rule
+    ``folder-over-cap``) rather than listed whole."""
+    names = _fastst.list_remote(url, display(url), opts, LIST_CAP)
+    if names is None:
+        raise rule_error(
+            "folder-over-cap",
+            display(url),
+            f"the prefix holds more than {LIST_CAP:,} objects, the most one listing reads; "
+            "name the checkpoint's index or file by its URL",
+        )
+    indexes = [n for n in names if n.endswith(INDEX_SUFFIX)]
+    weights = [n for n in names if n.endswith(WEIGHTS_SUFFIX)]
+    claimed = set()
+    for index in indexes:
+        weight_map = read_index(url + quote(index), opts)[1]["weight_map"]
+        claimed |= {s for s in weight_map.values() if isinstance(s, str)}
+    candidates = indexes + [w for w in weights if w not in claimed]
+    if len(candidates) == 1:
+        return url + quote(candidates[0])
+    if not candidates:
+        raise FileNotFoundError(
+            f"{display(url)}: no .safetensors object and no {INDEX_SUFFIX} index under this prefix"
+        )
+    listed = ", ".join(candidates)
+    error = rule_error(
+        "folder-ambiguous",
+        display(url),
+        f"the prefix holds {len(candidates)} checkpoints ({listed}); open one of them by its URL",
+    )
+    error.candidates = candidates  # type: ignore[attr-defined]
+    raise error
+
+
+def _sharded(url: str, opts: Options, header_cap: int) -> ShardedFile:
+    """The checkpoint whose index is the object at ``url``."""
+    index = read_index(url, opts)[1]
+
+    def open_shard(shard: str) -> Optional[RawFile]:
+        where = shard_url(url, shard)
+        try:
+            return RawFile.from_url(where, display(where), opts, header_cap)
+        except FileNotFoundError:
+            return None
+
+    return ShardedFile.of_objects(display(url), index, open_shard)
+
+
+def open_url(url: str, header_cap: int, storage_options: Optional[Mapping[str, Any]]) -> RawSource:
+    """The ``RawSource`` of the object, index or prefix at ``url``."""
+    opts = options(storage_options)
+    if urlsplit(url).path.endswith("/"):
+        url = checkpoint_under(url, opts)
+    if urlsplit(url).path.endswith(".index.json"):
+        return _sharded(url, opts, header_cap)
+    return RawFile.from_url(url, display(url), opts, header_cap)

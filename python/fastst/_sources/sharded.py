@@ -1,0 +1,219 @@
+"""Sharded checkpoints: a ``model.safetensors.index.json`` (or the folder
+holding it) opened as one logical file.
+
+The index is the Hugging Face layout: ``{"metadata": {...}, "weight_map":
+{tensor name: shard file name}}`` with shard files beside the index. Opening
+validates that the index and the shards agree, naming the shard at fault.
+
+The index is read by :func:`fastst._sources.folders.read_index` and its entries
+judged by :func:`fastst._sources.folders.shard_problem`, the rules every reader
+of an index follows.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .._errors import ShardIndexError, closed_file_error, rule_error
+from .._fastst import RawFile
+from .._paths import readable
+from .folders import INDEX_SUFFIX, index_shards, read_index
+
+__all__ = ["ShardIndexError", "ShardedFile", "find_index"]
+
+
+def find_index(path: str) -> Optional[str]:
+    """The index file ``path`` designates, or None when it is a plain file."""
+    if os.path.isdir(path):
+        candidates = sorted(f for f in os.listdir(path) if f.endswith(INDEX_SUFFIX))
+        if not candidates:
+            return None
+        if len(candidates) > 1:
+            raise rule_error(
+                "index-ambiguous",
+                readable(path),
+                f"several index files ({', '.join(candidates)}); open one of them",
+            )
+        return os.path.join(path, candidates[0])
+    if path.endswith(".index.json"):
+        return path
+    return None
+
+
+class ShardedFile:
+    """The ``RawFile`` interface (``fastst._sources.raw.RawSource``) over several
+    shards."""
+
+    def __init__(
+        self,
+        index_path: str,
+        backend: str,
+        header_cap: int,
+        index: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        """``index``: the index's object when the caller has read it
+        (:func:`read_index`), else it is read here."""
+        folder = os.path.dirname(os.path.abspath(index_path))
+        if index is None:
+            index = read_index(index_path)[1]
+
+        def open_shard(shard: str) -> Optional[RawFile]:
+            path = os.path.join(folder, shard)
+            if not os.path.exists(path):
+                return None
+            return RawFile(path, readable(path), backend, header_cap)
+
+        self._open(readable(index_path), folder, index, open_shard)
+
+    @classmethod
+    def of_objects(
+        cls, name: str, index: Dict[str, Any], open_shard: Callable[[str], Optional[RawFile]]
+    ) -> ShardedFile:
+        """The checkpoint of the remote index named ``name`` (its JSON object
+        ``index``): each shard opened by ``open_shard`` (``fastst._sources.remote``),
+        the shard names held to :func:`fastst._sources.folders.object_problem`."""
+        self = cls.__new__(cls)
+        self._open(name, None, index, open_shard)
+        return self
+
+    def _open(
+        self,
+        name: str,
+        folder: Optional[str],
+        index: Dict[str, Any],
+        open_shard: Callable[[str], Optional[RawFile]],
+    ) -> None:
+        """Opens every shard the index names (``open_shard``: None when it
+        is missing) and checks that they hold what the index says."""
+        self.name = name
+        meta = index.get("metadata", {})
+        self._index_metadata: Dict[str, Any] = meta if isinstance(meta, dict) else {}
+        weight_map: Dict[str, str] = index["weight_map"]
+        expected = index_shards(self.name, folder, weight_map)
+        shard_names = list(expected)
+        self._shards: Dict[str, RawFile] = {}
+        try:
+            for shard in shard_names:
+                raw = open_shard(shard)
+                if raw is None:
+                    raise rule_error(
+                        "shard-missing",
+                        self.name,
+                        f"shard {shard!r} listed in the index is missing",
+                    )
+                self._shards[shard] = raw
+                listed = set(expected[shard])
+                present = set(raw.keys())
+                if listed - present:
+                    missing = sorted(listed - present)[:5]
+                    raise rule_error(
+                        "shard-lacks-tensor",
+                        raw.name,
+                        f"tensors the index places in this shard are not in it: {missing}",
+                    )
+                if present - listed:
+                    extra = sorted(present - listed)[:5]
+                    raise rule_error(
+                        "shard-extra-tensor",
+                        raw.name,
+                        f"shard holds tensors the index does not place in it: {extra}",
+                    )
+        except BaseException:
+            self.close()
+            raise
+        self._where: Dict[str, RawFile] = {t: self._shards[s] for t, s in weight_map.items()}
+        self._closed = False
+
+    # the RawFile interface ------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        for raw in getattr(self, "_shards", {}).values():
+            raw.close()
+        self._closed = True
+
+    def _check(self) -> None:
+        if self._closed:
+            raise closed_file_error(self.name)
+
+    def _shard(self, name: str) -> RawFile:
+        self._check()
+        raw = self._where.get(name)
+        if raw is None:
+            raise rule_error(
+                "tensor-not-found",
+                self.name,
+                f'no tensor named "{name}" in the checkpoint',
+                name,
+            )
+        return raw
+
+    def keys(self) -> List[str]:
+        self._check()
+        return sorted(self._where)
+
+    def offset_keys(self) -> List[str]:
+        self._check()
+        out: List[str] = []
+        for raw in self._shards.values():
+            out.extend(raw.offset_keys())
+        return out
+
+    def metadata(self) -> Optional[Dict[str, str]]:
+        """The first shard's ``__metadata__`` (shards written together share it)."""
+        self._check()
+        for raw in self._shards.values():
+            return raw.metadata()
+        return None
+
+    def index_metadata(self) -> Dict[str, Any]:
+        """The index's own ``metadata`` object (e.g. ``total_size``)."""
+        return dict(self._index_metadata)
+
+    def shard_of(self, name: str) -> str:
+        """The path of the shard holding tensor ``name``."""
+        return str(self._shard(name).name)
+
+    def __len__(self) -> int:
+        self._check()
+        return len(self._where)
+
+    def __contains__(self, name: str) -> bool:
+        self._check()
+        return name in self._where
+
+    def info(self, name: str) -> Tuple[str, Tuple[int, ...], int, int]:
+        return self._shard(name).info(name)
+
+    def tensor(self, name: str) -> Any:
+        return self._shard(name).tensor(name)
+
+    def read_into(self, name: str, out: Any) -> None:
+        self._shard(name).read_into(name, out)
+
+    def read_range_into(self, name: str, offset: int, out: Any) -> None:
+        self._shard(name).read_range_into(name, offset, out)
+
+    def read_slice_into(self, name: str, dims: List[Tuple[int, int, int]], out: Any) -> None:
+        self._shard(name).read_slice_into(name, dims, out)
+
+    def convert_into(self, name: str, out: Any, to: str) -> None:
+        self._shard(name).convert_into(name, out, to)
+
+    def advise_sequential(self) -> None:
+        self._check()
+        for raw in self._shards.values():
+            raw.advise_sequential()
+
+    @property
+    def backend(self) -> str:
+        for raw in self._shards.values():
+            return str(raw.backend)
+        return "mmap"
+
+    @property
+    def remote(self) -> bool:
+        return any(raw.remote for raw in self._shards.values())

@@ -1,0 +1,2 @@
+"""Writing: tensors to bytes and files, sharded checkpoints, metadata edits, the one atomic
+replacement."""
