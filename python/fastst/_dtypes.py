@@ -1,4 +1,6 @@
-"""Header dtype names <-> numpy dtypes (BF16 and the F8/F6/F4 kinds through
+"""Header dtype names <-> numpy dtypes, and the facts about each dtype that Python needs.
+
+Header dtype names <-> numpy dtypes (BF16 and the F8/F6/F4 kinds through
 ``ml_dtypes``, which fastst imports itself), and the facts about each dtype
 that Python needs, taken from the core (``_fastst.dtype_facts()``) rather
 than repeated here."""

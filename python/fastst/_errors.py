@@ -1,4 +1,6 @@
-"""The fastst exception tree, rooted at :class:`SafetensorError`, and the one
+"""The fastst exception tree, and the one way Python code raises a rule's error.
+
+The fastst exception tree, rooted at :class:`SafetensorError`, and the one
 way Python code raises a rule's error (:func:`rule_error`).
 
 Every error raised for a bad file names the file, the tensor (where there is

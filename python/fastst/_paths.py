@@ -1,4 +1,6 @@
-"""Paths as fastst takes them: ``str`` (surrogate-escaped where the name is
+"""Paths as fastst takes them (``str``, ``bytes``, ``os.PathLike``) and their readable form.
+
+Paths as fastst takes them: ``str`` (surrogate-escaped where the name is
 not valid UTF-8, as Python decodes POSIX file names), ``bytes`` and
 ``os.PathLike`` alike, and their readable form for messages."""
 

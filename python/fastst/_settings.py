@@ -1,14 +1,16 @@
 """Every ``FASTST_*`` environment variable the Python package reads, and the one size grammar.
 
 Sizes (``max_shard_size=``, ``fastst convert --max-shard-size``,
-``FASTST_INDEX_CAP``, ``FASTST_PREFETCH_BUDGET``) are read by
-:func:`parse_size` alone, so one string means the same number of bytes
-everywhere: a plain number is bytes; ``KB``/``MB``/``GB``/``TB`` are powers
-of 1000 (as Hugging Face's ``max_shard_size`` reads them: ``"5GB"`` is
-5,000,000,000 bytes); ``KiB``/``MiB``/``GiB``/``TiB`` and the bare letters
-``K``/``M``/``G``/``T`` are powers of 1024 (as ``dd`` and the kernel read
-``"512M"``). Units are read without regard to case; a fraction is allowed
-(``"1.5GiB"``); blanks around the number and the unit are ignored.
+``FASTST_INDEX_CAP``, ``FASTST_PREFETCH_BUDGET``, ``FASTST_REMOTE_PART_SIZE``)
+are read by one grammar, the core's (``parse_size`` in
+``rust/fastst-core/src/size.rs``, reached through :func:`parse_size`), so one
+string means the same number of bytes everywhere: a plain number is bytes;
+``KB``/``MB``/``GB``/``TB`` are powers of 1000 (as Hugging Face's
+``max_shard_size`` reads them: ``"5GB"`` is 5,000,000,000 bytes);
+``KiB``/``MiB``/``GiB``/``TiB`` and the bare letters ``K``/``M``/``G``/``T``
+are powers of 1024 (as ``dd`` and the kernel read ``"512M"``). Units are read
+without regard to case; a fraction is allowed (``"1.5GiB"``, rounded down);
+blanks around the number and the unit are ignored.
 
 The variables:
 
@@ -24,16 +26,16 @@ The variables:
   (:func:`index_cap`).
 
 (``FASTST_REMOTE_CONCURRENCY`` and ``FASTST_REMOTE_PART_SIZE`` are read by
-the compiled object-store client, with the same size grammar.)
+the compiled object-store client, through the same grammar.)
 """
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import sys
 from typing import Optional
+
+from . import _fastst
 
 AS_SAFETENSORS_ENV = "FASTST_AS_SAFETENSORS"
 READ_ENV = "FASTST_READ"
@@ -46,24 +48,6 @@ READ_MODES = ("mmap", "pread")
 
 #: The most bytes an index file may hold when ``FASTST_INDEX_CAP`` is unset.
 DEFAULT_INDEX_CAP = 64 << 20
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "k": 2**10,
-    "m": 2**20,
-    "g": 2**30,
-    "t": 2**40,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-_SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*")
 
 
 def parse_size(size: object, what: str = "size") -> int:
@@ -79,17 +63,10 @@ def parse_size(size: object, what: str = "size") -> int:
     if isinstance(size, int):
         value = size
     else:
-        match = _SIZE.fullmatch(size)
-        unit = match.group(2).lower() if match else ""
-        if match is None or unit not in _UNITS:
-            raise ValueError(
-                f"{what}: cannot read {size!r} as a size (bytes, or with a unit: "
-                "KB/MB/GB = 1000^n, KiB/MiB/GiB or K/M/G = 1024^n)"
-            )
-        scaled = float(match.group(1)) * _UNITS[unit]
-        if not math.isfinite(scaled):
-            raise ValueError(f"{what}: {size!r} is too large a size")
-        value = int(scaled)
+        try:
+            value = _fastst.parse_size(size)
+        except ValueError as exc:
+            raise ValueError(f"{what}: cannot read {size!r} as a size: {exc}") from None
     if value < 0:
         raise ValueError(f"{what} must not be negative, got {size!r}")
     return value

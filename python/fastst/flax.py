@@ -1,4 +1,6 @@
-"""JAX/Flax support: ``fastst.flax`` has the functions of ``safetensors.flax``
+"""JAX/Flax support: ``fastst.flax`` has the functions of ``safetensors.flax``.
+
+JAX/Flax support: ``fastst.flax`` has the functions of ``safetensors.flax``
 (``save``, ``save_file``, ``load``, ``load_file``). Unlike the reference it
 never modifies the dict it is given."""
 

@@ -1,4 +1,6 @@
-"""``fastst.numpy``: save and load numpy arrays, with the same functions as
+"""``fastst.numpy``: save and load numpy arrays, with the functions of ``safetensors.numpy``.
+
+``fastst.numpy``: save and load numpy arrays, with the same functions as
 ``safetensors.numpy`` (``save``, ``save_file``, ``load``, ``load_file``).
 
 Beyond the reference: every dtype with a safetensors equivalent works,

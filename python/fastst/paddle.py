@@ -1,4 +1,6 @@
-"""Paddle support: ``fastst.paddle`` has the functions of ``safetensors.paddle``
+"""Paddle support: ``fastst.paddle`` has the functions of ``safetensors.paddle``.
+
+Paddle support: ``fastst.paddle`` has the functions of ``safetensors.paddle``
 (``save``, ``save_file``, ``load``, ``load_file``, with ``device``). CPU
 tensors are loaded and saved without copying their data."""
 

@@ -1,4 +1,6 @@
-"""TensorFlow support: ``fastst.tensorflow`` has the functions of
+"""TensorFlow support: ``fastst.tensorflow`` has the functions of ``safetensors.tensorflow``.
+
+TensorFlow support: ``fastst.tensorflow`` has the functions of
 ``safetensors.tensorflow`` (``save``, ``save_file``, ``load``,
 ``load_file``). Unlike the reference it never modifies the dict it is given."""
 

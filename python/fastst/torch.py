@@ -1,4 +1,6 @@
-"""PyTorch support: ``fastst.torch`` has the functions of ``safetensors.torch``
+"""PyTorch support: ``fastst.torch`` has the functions of ``safetensors.torch``.
+
+PyTorch support: ``fastst.torch`` has the functions of ``safetensors.torch``
 with the same signatures, results and errors.
 
 Loading gives CPU tensors that share the file's pages (copy-on-write, so

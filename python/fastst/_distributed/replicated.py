@@ -1,4 +1,6 @@
-"""The replicated load: every rank of a process group ends with the whole
+"""The replicated load: every rank ends with the whole checkpoint, each byte read once.
+
+The replicated load: every rank of a process group ends with the whole
 checkpoint, each byte read from storage by exactly one rank.
 
 :func:`plan_reads` shares the bytes out; :class:`_Transfer` moves them in

@@ -1,4 +1,6 @@
-"""The tensor-parallel load: each rank reads only its part of each tensor
+"""The tensor-parallel load: each rank reads only its part of each tensor.
+
+The tensor-parallel load: each rank reads only its part of each tensor
 (a row or column split by rank, or an explicit index) through the slice
 reader of ``get_slice``; no tensor data moves between ranks."""
 

@@ -1,4 +1,6 @@
-"""The reference's private ``safetensors.numpy`` helpers and the names its
+"""The reference's private ``safetensors.numpy`` helpers, for callers that reach for them.
+
+The reference's private ``safetensors.numpy`` helpers and the names its
 module imports, for callers that reach for them. ``fastst.numpy``
 re-exports them; they are not part of fastst's own API."""
 

@@ -1,4 +1,6 @@
-"""The module served as ``safetensors`` while the drop-in hook is on
+"""The module served as ``safetensors`` while the drop-in hook is on, backed by fastst.
+
+The module served as ``safetensors`` while the drop-in hook is on
 (:func:`fastst.install`): the reference package's top-level names, backed by
 fastst. The framework modules (``safetensors.torch``, ``.numpy``, ...) are
 fastst's own (``fastst.torch``, ...). ``safe_open`` here slices with the

@@ -1,5 +1,4 @@
-"""The reference package's slicing rules, for ``safetensors.safe_open``
-served through the drop-in hook.
+"""The reference's slicing rules, for ``safetensors.safe_open`` served through the drop-in hook.
 
 fastst's own :class:`fastst.SafeSlice` follows numpy (out-of-range slice
 bounds clamp, negative steps and ``None`` work). The reference refuses some

@@ -1,4 +1,6 @@
-"""Framework names as ``safe_open`` accepts them, and the backends that turn a
+"""Framework names as ``safe_open`` accepts them, and the backends behind them.
+
+Framework names as ``safe_open`` accepts them, and the backends that turn a
 tensor's zero-copy buffer into each framework's tensor type.
 
 A backend is looked up by canonical name; the ones for optional frameworks

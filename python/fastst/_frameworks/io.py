@@ -1,4 +1,6 @@
-"""``FrameworkIO``: the ``save``/``save_file``/``load``/``load_file`` functions of a framework
+"""``FrameworkIO``: the save and load functions of a framework module, made from one function.
+
+``FrameworkIO``: the ``save``/``save_file``/``load``/``load_file`` functions of a framework
 module, made from one function turning its tensors into arrays."""
 
 from __future__ import annotations

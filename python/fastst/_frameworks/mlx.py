@@ -1,4 +1,6 @@
-"""MLX backend: ``mx.array`` built from the zero-copy numpy view (MLX copies
+"""MLX backend: ``mx.array`` built from the zero-copy numpy view.
+
+MLX backend: ``mx.array`` built from the zero-copy numpy view (MLX copies
 into its own memory). BF16 is supported; MLX has no floating-point types
 narrower than 16 bits (the F8/F6/F4 kinds)."""
 

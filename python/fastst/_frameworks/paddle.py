@@ -1,4 +1,6 @@
-"""Paddle backend: tensors sharing the buffer's memory (``frombuffer``, or
+"""Paddle backend: tensors sharing the buffer's memory, moved to the requested place.
+
+Paddle backend: tensors sharing the buffer's memory (``frombuffer``, or
 DLPack for the unsigned kinds paddle cannot reshape), moved to the requested
 place when it is not the CPU."""
 

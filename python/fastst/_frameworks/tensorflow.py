@@ -1,4 +1,5 @@
 """TensorFlow backend: ``tf.Tensor`` built from the zero-copy numpy view.
+
 BF16, the F8 kinds and F4 map to TensorFlow's ml_dtypes-based types."""
 
 from __future__ import annotations

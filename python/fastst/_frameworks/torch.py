@@ -1,4 +1,6 @@
-"""torch backend: zero-copy CPU tensors over a file's pages, torch's own
+"""torch backend: zero-copy CPU tensors over a file's pages, and CUDA loads.
+
+torch backend: zero-copy CPU tensors over a file's pages, torch's own
 indexing rules for slices, and CUDA loads through pinned staging memory."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Shared-memory bookkeeping of torch tensors (which tensors share storage,
+"""Shared-memory bookkeeping of torch tensors and the checks ``save_file`` applies before writing.
+
+Shared-memory bookkeeping of torch tensors (which tensors share storage,
 which names to drop when saving tied weights) and the checks ``save_file``
 applies before writing: used by :mod:`fastst.torch` and by the reference's
 private helpers in :mod:`fastst._dropin.compat_torch`."""

@@ -1,4 +1,6 @@
-"""Basic indexes (ints, slices, ``...``, ``None``) of ``get_slice``: which are accepted, and
+"""Basic indexes of ``get_slice``: which are accepted, and what part of a tensor one reads.
+
+Basic indexes (ints, slices, ``...``, ``None``) of ``get_slice``: which are accepted, and
 what part of a tensor one reads."""
 
 from __future__ import annotations

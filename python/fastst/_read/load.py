@@ -1,4 +1,6 @@
-"""Whole files loaded as a framework's tensors: from bytes (:func:`deserialize`,
+"""Whole files loaded as a framework's tensors, from bytes or from a path.
+
+Whole files loaded as a framework's tensors: from bytes (:func:`deserialize`,
 :func:`load_bytes`) or from a path (:func:`load_path`)."""
 
 from __future__ import annotations

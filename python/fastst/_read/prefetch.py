@@ -1,4 +1,6 @@
-"""Reading a file's pages ahead of a load: what a loader declares it will
+"""Reading a file's pages ahead of a load, as byte ranges for the core's background reader.
+
+Reading a file's pages ahead of a load: what a loader declares it will
 read (the whole file, some tensors, parts of tensors) becomes byte ranges
 for the core's background reader, ``_fastst.Prefetcher``.
 

@@ -1,4 +1,6 @@
-"""Owned loads in background threads: handed out tensor by tensor as
+"""Owned loads in background threads: tensor by tensor, and several files side by side.
+
+Owned loads in background threads: handed out tensor by tensor as
 their reads complete (``safe_open.iter_tensors``), and the loads of
 several files side by side (:func:`load_side_by_side`).
 

@@ -1,2 +1,4 @@
-"""Everything ``safe_open`` accepts (files, descriptors, file objects, folders, indexes and their
+"""Sources: everything ``safe_open`` accepts, made into one ``RawSource``.
+
+Everything ``safe_open`` accepts (files, descriptors, file objects, folders, indexes and their
 shards, URLs) made into one ``RawSource``."""

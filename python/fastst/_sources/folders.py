@@ -1,5 +1,4 @@
-"""Model folders: ``safe_open(folder)`` and ``load_file(folder)`` open the
-one checkpoint a folder holds.
+"""Model folders: ``safe_open`` and ``load_file`` of a folder open the one checkpoint it holds.
 
 A folder is accepted when it holds exactly one checkpoint, either
 

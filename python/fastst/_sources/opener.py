@@ -1,5 +1,4 @@
-"""The one way in: what ``safe_open`` is given becomes a
-:class:`fastst._sources.raw.RawSource`.
+"""The one way in: what ``safe_open`` is given becomes a :class:`fastst._sources.raw.RawSource`.
 
 - A path (``str``, ``bytes``, ``os.PathLike``): a ``.safetensors`` file, a
   sharded checkpoint's index (or the folder holding it), or a model folder

@@ -1,4 +1,6 @@
-"""``RawSource``: the interface every reader of one logical file offers to
+"""``RawSource``: the interface every reader of one logical file offers.
+
+``RawSource``: the interface every reader of one logical file offers to
 ``safe_open`` and the loaders, whatever the file is read from."""
 
 from __future__ import annotations

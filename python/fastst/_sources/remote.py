@@ -1,4 +1,6 @@
-"""URLs as sources: objects in object stores (``s3://``, ``gs://``,
+"""URLs as sources: objects in object stores and files behind HTTP(S), read with ranged GETs.
+
+URLs as sources: objects in object stores (``s3://``, ``gs://``,
 ``az://``...) and files behind HTTP(S), read with ranged GETs by the
 compiled ``fastst-remote`` crate (see ``docs/remote.md``).
 

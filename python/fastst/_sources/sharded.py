@@ -1,4 +1,6 @@
-"""Sharded checkpoints: a ``model.safetensors.index.json`` (or the folder
+"""Sharded checkpoints opened as one logical file.
+
+Sharded checkpoints: a ``model.safetensors.index.json`` (or the folder
 holding it) opened as one logical file.
 
 The index is the Hugging Face layout: ``{"metadata": {...}, "weight_map":

@@ -1,4 +1,6 @@
-"""The one atomic replacement of a file by new bytes (indexes, signatures, SBOMs, HTML reports),
+"""The one atomic replacement of a file by new bytes, through the core's commit.
+
+The one atomic replacement of a file by new bytes (indexes, signatures, SBOMs, HTML reports),
 through the core's commit."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Editing the ``__metadata__`` of a file without touching its tensors:
+"""Editing the ``__metadata__`` of a file without touching its tensors.
+
+Editing the ``__metadata__`` of a file without touching its tensors:
 :func:`update_metadata` (and ``fastst meta --set/--unset``).
 
 The tensors are copied byte for byte from the old file into a new one

@@ -1,4 +1,6 @@
-"""Sharded checkpoints written: tensors split into shards of at most ``max_shard_size`` bytes, plus
+"""Sharded checkpoints written: tensors split into shards, plus the index naming them.
+
+Sharded checkpoints written: tensors split into shards of at most ``max_shard_size`` bytes, plus
 the index naming them."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Tensors to ``.safetensors`` bytes and files: ``serialize``, ``serialize_file`` and their input
+"""Tensors to ``.safetensors`` bytes and files, and the input side of writing them.
+
+Tensors to ``.safetensors`` bytes and files: ``serialize``, ``serialize_file`` and their input
 side, ``TensorSpec`` (the reference package's) and :func:`plan`.
 
 The layout, header and file handling are in the compiled core; this module

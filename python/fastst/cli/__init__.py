@@ -1,5 +1,4 @@
-"""The ``fastst`` command: ``inspect``, ``verify``, ``hash``, ``meta``,
-``diff`` and ``convert``.
+"""The ``fastst`` command: ``inspect``, ``verify``, ``hash``, ``meta``, ``diff`` and ``convert``.
 
 Human-readable text by default (untrusted text escaped, laid out for the
 terminal), ``--json`` for machines (one envelope, ``output.schema.json``),

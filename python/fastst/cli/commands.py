@@ -1,4 +1,6 @@
-"""The ``fastst`` command's entry point (:func:`main`: parse, dispatch, exit
+"""The ``fastst`` command's entry point and its subcommands that inspect, verify, hash and diff.
+
+The ``fastst`` command's entry point (:func:`main`: parse, dispatch, exit
 code as :mod:`.exits` lists them) and the subcommands ``inspect``,
 ``verify``, ``hash`` and ``diff``; ``meta`` is in :mod:`.meta`, ``convert``
 in :mod:`.convert`, the provenance commands in :mod:`.provenance`."""

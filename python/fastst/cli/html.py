@@ -1,5 +1,4 @@
-"""``--html REPORT.html``: one self-contained static page to share in a
-review or as a CI artefact.
+"""``--html REPORT.html``: one self-contained static page to share in a review or as a CI artefact.
 
 The page holds everything it shows: inline CSS, charts as inline SVG, no
 script, no font, no image, no link to anything outside it; its

@@ -1,4 +1,6 @@
-"""The inputs a subcommand reads (files, checkpoints, folders scanned for
+"""The inputs a subcommand reads, and how reading one is expected to fail.
+
+The inputs a subcommand reads (files, checkpoints, folders scanned for
 them) and how reading one is expected to fail."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""``fastst meta``: the metadata of files and checkpoints as a card and as
+"""``fastst meta``: the metadata of files and checkpoints, shown and edited.
+
+``fastst meta``: the metadata of files and checkpoints as a card and as
 decoded values, and ``--set``/``--unset`` edits (atomic, in place or to
 ``--output``)."""
 

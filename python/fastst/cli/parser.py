@@ -1,4 +1,6 @@
-"""The ``fastst`` command's arguments: subcommands, their options, usage
+"""The ``fastst`` command's arguments: subcommands, options, usage errors and conflicting flags.
+
+The ``fastst`` command's arguments: subcommands, their options, usage
 errors (exit 2, messages escaped) and flags that conflict."""
 
 from __future__ import annotations

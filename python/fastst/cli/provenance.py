@@ -1,4 +1,6 @@
-"""Command-line wiring of provenance: ``fastst sign``, ``fastst sbom`` and
+"""Command-line wiring of provenance: signing, SBOMs and checking a model's signature.
+
+Command-line wiring of provenance: ``fastst sign``, ``fastst sbom`` and
 ``fastst verify MODEL --signature SIG --public-key KEY``.
 
 The main ``fastst`` parser calls :func:`add_sign_parser`,

@@ -1,4 +1,6 @@
-"""What the provenance commands print as text: findings as lines, a
+"""What the provenance commands print as text.
+
+What the provenance commands print as text: findings as lines, a
 signature check's verdict, signature files left unchecked. (Their SARIF
 logs are built in :mod:`fastst.cli.sarif`.)"""
 

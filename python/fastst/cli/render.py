@@ -1,4 +1,6 @@
-"""Human-readable output of the ``fastst`` command: where text goes
+"""Human-readable output of the ``fastst`` command: where text goes and how it is formatted.
+
+Human-readable output of the ``fastst`` command: where text goes
 (:class:`Out`: escaping, width, colour), terminal detection, number and
 plural formatting (the reports themselves are in :mod:`.report`; ``--json``
 and SARIF output are built elsewhere).

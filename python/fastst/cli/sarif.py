@@ -1,4 +1,6 @@
-"""SARIF 2.1.0 logs, as GitHub code scanning and other SARIF viewers read
+"""SARIF logs of ``fastst verify`` reports and signature checks, as SARIF viewers read them.
+
+SARIF 2.1.0 logs, as GitHub code scanning and other SARIF viewers read
 them: of ``fastst verify`` reports (``--format sarif``), of a signature
 check, and of notes (signature files left unchecked, stale temporary files)
 added to either."""

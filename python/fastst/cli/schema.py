@@ -1,4 +1,6 @@
-"""The JSON Schema of every ``--json`` output, generated from the TypedDicts
+"""The JSON Schema of every ``--json`` output, generated from :mod:`fastst.tools.results`.
+
+The JSON Schema of every ``--json`` output, generated from the TypedDicts
 of :mod:`fastst.tools.results`; ``output.schema.json`` beside this module is
 what :func:`render` writes, never edited by hand:
 

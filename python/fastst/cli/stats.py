@@ -1,4 +1,6 @@
-"""``fastst stats``: what each tensor's values look like, as a table with a
+"""``fastst stats``: what each tensor's values look like, as tables and charts.
+
+``fastst stats``: what each tensor's values look like, as a table with a
 sparkline of each histogram, a per-layer profile, and a bar chart when one
 tensor is shown (``--json`` for the numbers)."""
 

@@ -1,4 +1,6 @@
-"""A sharded checkpoint's index verified against its shards, leniently:
+"""A sharded checkpoint's index verified against its shards, leniently, as findings.
+
+A sharded checkpoint's index verified against its shards, leniently:
 every shard verified (:func:`fastst.tools.inspect.verify_file`) and the
 disagreements between the index and the shards as findings."""
 

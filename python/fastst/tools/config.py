@@ -1,4 +1,6 @@
-"""The model beside the weights: the ``config.json`` that transformers and
+"""The model beside the weights: its ``config.json`` read as data and compared with the tensors.
+
+The model beside the weights: the ``config.json`` that transformers and
 diffusers keep next to a checkpoint, read as data and compared with the
 tensors.
 

@@ -1,4 +1,6 @@
-"""Leaving pickle: PyTorch checkpoints (``.bin``, ``.pt``, ``.pth``,
+"""Leaving pickle: PyTorch checkpoints converted to safetensors without running code from them.
+
+Leaving pickle: PyTorch checkpoints (``.bin``, ``.pt``, ``.pth``,
 ``.ckpt``) converted to safetensors without running code from them.
 
 Before torch sees the checkpoint, it is read as data, never run

@@ -1,4 +1,6 @@
-"""The shapes of what the wing returns and the ``fastst`` command prints with
+"""The shapes of what the wing returns and ``--json`` prints, as ``TypedDict`` classes.
+
+The shapes of what the wing returns and the ``fastst`` command prints with
 ``--json``, as :class:`typing.TypedDict` classes: one place that says which
 keys a result has, which may be missing, and what their values are.
 

@@ -1,4 +1,6 @@
-"""What each tensor's values look like: min, max, mean, std, abs-max,
+"""What each tensor's values look like, as ``fastst stats`` prints them.
+
+What each tensor's values look like: min, max, mean, std, abs-max,
 NaN/Inf/zero counts and a histogram, as ``fastst stats`` prints them.
 
 The core computes them (``stats_file``) in one pass over each file's bytes,

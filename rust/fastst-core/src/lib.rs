@@ -126,6 +126,7 @@ mod prefetch;
 mod progress;
 mod read;
 mod rules;
+mod size;
 mod slice;
 mod source;
 mod table;
@@ -152,6 +153,7 @@ pub use read::{
     PRIVATE_MAP_THRESHOLD,
 };
 pub use rules::{Family, RuleId, Severity};
+pub use size::{parse_size, SizeGrammarError};
 pub use slice::Dim;
 pub use source::{ended_early, read_header, Source};
 pub use table::TensorInfo;

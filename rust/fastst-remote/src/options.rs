@@ -18,7 +18,7 @@
 //! Two knobs tune the reads ([`Tuning`]), from the environment or the
 //! options (keys in lower case): `FASTST_REMOTE_CONCURRENCY` (requests in
 //! flight per object) and `FASTST_REMOTE_PART_SIZE` (bytes per request,
-//! or with K/M/G).
+//! a size in fastst's one grammar, `fastst_core::parse_size`).
 
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
@@ -79,23 +79,11 @@ pub fn is_url(name: &str) -> bool {
         )
 }
 
-/// A count or size: digits, optionally followed by K, M or G (binary, an
-/// optional `iB` or `B` after it).
+/// A positive count or size, in the one size grammar of fastst
+/// ([`fastst_core::parse_size`]).
 fn parse_size(text: &str) -> Option<usize> {
-    let t = text.trim();
-    let lower = t.to_ascii_lowercase();
-    let body = lower
-        .strip_suffix("ib")
-        .or_else(|| lower.strip_suffix('b'))
-        .unwrap_or(&lower);
-    let (digits, shift) = match body.chars().last()? {
-        'k' => (&body[..body.len() - 1], 10),
-        'm' => (&body[..body.len() - 1], 20),
-        'g' => (&body[..body.len() - 1], 30),
-        _ => (body, 0),
-    };
-    let n: usize = digits.trim().parse().ok()?;
-    n.checked_mul(1usize.checked_shl(shift)?).filter(|&n| n > 0)
+    let n = fastst_core::parse_size(text).ok()?;
+    usize::try_from(n).ok().filter(|&n| n > 0)
 }
 
 impl Tuning {
@@ -109,7 +97,7 @@ impl Tuning {
         let mut set = |name: &str, value: &str| -> Result<(), ConfigError> {
             let n = parse_size(value).ok_or_else(|| {
                 ConfigError(format!(
-                    "{name}={value:?} is not a positive number (bytes, or with K/M/G)"
+                    "{name}={value:?} is not a positive size (bytes, or with a unit: KB/MB/GB = 1000^n, KiB/MiB/GiB or K/M/G = 1024^n)"
                 ))
             })?;
             if name.eq_ignore_ascii_case(CONCURRENCY_ENV) {
@@ -314,9 +302,10 @@ mod tests {
         assert_eq!(parse_size("16"), Some(16));
         assert_eq!(parse_size("8M"), Some(8 << 20));
         assert_eq!(parse_size("8MiB"), Some(8 << 20));
-        assert_eq!(parse_size("64kb"), Some(64 << 10));
+        assert_eq!(parse_size("64kb"), Some(64_000));
+        assert_eq!(parse_size("64KiB"), Some(64 << 10));
         assert_eq!(parse_size("1G"), Some(1 << 30));
-        for bad in ["", "0", "-1", "x", "M", "1T"] {
+        for bad in ["", "0", "-1", "x", "M", "1X"] {
             assert_eq!(parse_size(bad), None, "{bad}");
         }
     }
@@ -339,7 +328,7 @@ mod tests {
         assert_eq!(opts, vec![("region".to_owned(), "x".to_owned())]);
         let mut bad = vec![(CONCURRENCY_ENV.to_owned(), "0".to_owned())];
         let err = Tuning::read(|_| None, &mut bad).unwrap_err();
-        assert!(err.0.contains("not a positive number"), "{err}");
+        assert!(err.0.contains("not a positive size"), "{err}");
     }
 
     #[test]

@@ -1,5 +1,4 @@
-"""Provenance: model signatures (OpenSSF model signing format) and
-CycloneDX 1.6 ML-BOMs.
+"""Provenance: model signatures (OpenSSF model signing format) and CycloneDX 1.6 ML-BOMs.
 
 ``sign``, ``verify_signature`` and ``sbom`` are the
 public entry points; the cryptography and bundle libraries come with the

@@ -1,4 +1,6 @@
-"""The Sigstore bundle of a model signature: DSSE pre-authentication
+"""The Sigstore bundle of a model signature: written, read back strictly, found in folders.
+
+The Sigstore bundle of a model signature: DSSE pre-authentication
 encoding, writing a bundle (through ``sigstore-models``) and its
 certificate material, reading one back (strictly: every malformed part is a
 ``signature-malformed`` finding), and noticing bundle files in a folder."""

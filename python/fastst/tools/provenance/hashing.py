@@ -1,4 +1,6 @@
-"""Listing a model's files and hashing them in parallel, and the one home
+"""Listing and hashing a model's files in parallel, and the signing format's path rules.
+
+Listing a model's files and hashing them in parallel, and the one home
 of the path rules of the format (:func:`ignore_parts`,
 :func:`resource_key`), which follow ``model_signing`` exactly.
 

@@ -1,4 +1,6 @@
-"""Keys and certificates for model signatures: reading PEM private keys,
+"""Keys and certificates for model signatures, read through ``cryptography``.
+
+Keys and certificates for model signatures: reading PEM private keys,
 public keys and X.509 certificates (through ``cryptography``), the hash
 paired with an elliptic curve, and the key hint bundles carry."""
 

@@ -1,4 +1,6 @@
-"""The model a signature covers: its root (a file, a folder, or an index
+"""The model a signature covers: its root, its name, its pieces and the checks of its files.
+
+The model a signature covers: its root (a file, a folder, or an index
 file's folder), its name, the pieces hashed for a serialization, the default
 signature path, and the safetensors-aware checks of its files."""
 

@@ -1,4 +1,6 @@
-"""The in-toto statement of a model signature: building it from the
+"""The in-toto statement of a model signature: built, parsed strictly, and compared.
+
+The in-toto statement of a model signature: building it from the
 model's digests, parsing a signed one (strictly; every problem is a
 finding), and comparing what it lists with the model's files."""
 

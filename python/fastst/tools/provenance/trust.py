@@ -1,4 +1,6 @@
-"""Whether a bundle is authentic: its DSSE signature checked against a
+"""Whether a bundle is authentic: its DSSE signature checked against a key, chain or trust root.
+
+Whether a bundle is authentic: its DSSE signature checked against a
 public key, against a certificate chain (``pyOpenSSL``, as
 ``model_signing`` does), or against a Sigstore trust root offline
 (``sigstore``). Each returns the signed payload type and payload, or raises
