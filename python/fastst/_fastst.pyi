@@ -187,6 +187,9 @@ class Prefetcher:
     def wait_idle(self, timeout: float) -> Dict[str, Union[int, bool, str]]: ...
 
 def default_prefetch_budget() -> int: ...
+def slice_ranges(
+    dtype: str, shape: List[int], dims: List[Tuple[int, int, int]], max_ranges: int
+) -> List[Tuple[int, int]]: ...
 
 # --- whole loads into destinations allocated by Python (fastst/_open.py) --------
 

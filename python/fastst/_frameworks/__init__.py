@@ -136,6 +136,10 @@ class Backend:
     ``place[1]`` modulo ``place[0]`` (:func:`placement`), where a framework
     has its own memory (None: numpy arrays, wrapped by ``tensor``), and hand
     the filled tensor out through ``place(tensor, device)``.
+    ``stand_in(shape)`` is an array of ``shape`` holding no data, to which an
+    index is applied to raise what the framework raises for it before
+    anything is read (default: a numpy one, for the frameworks fed from
+    numpy).
     """
 
     name: str
@@ -145,6 +149,12 @@ class Backend:
     settle: Callable[[Any], None] = lambda _device: None
     empty: Optional[Callable[[str, Shape, Where, Placement], Tuple[Any, np.ndarray]]] = None
     place: Optional[Callable[[Any, Any], Any]] = None
+    stand_in: Callable[[Shape], Any] = lambda shape: numpy_stand_in(shape)
+
+
+def numpy_stand_in(shape: Shape) -> np.ndarray:
+    """A read-only uint8 array of ``shape`` whose elements all share one byte."""
+    return np.ndarray(tuple(shape), np.uint8, buffer=b"\0", strides=(0,) * len(shape))
 
 
 def numpy_index(buffer: Buffer, dtype: str, shape: Shape, key: Any, where: Where) -> np.ndarray:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
-from .._read.load import load_bytes, load_path
+from .._read.load import load_bytes
+from .._read.safe_open import load_path
 from .._write.tensors import serialize, serialize_file
 
 PathLike = Union[str, "os.PathLike[str]"]

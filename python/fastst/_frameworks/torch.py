@@ -125,6 +125,12 @@ class Target:
                 self._stager.synchronize()
 
 
+def stand_in(shape: Tuple[int, ...]) -> torch.Tensor:
+    """A uint8 tensor of ``shape`` whose elements all share one byte: an index
+    applied to it raises what torch raises for the whole tensor."""
+    return torch.zeros((), dtype=torch.uint8).expand(shape)
+
+
 def check_device(device: Any) -> Target:
     """Normalises ``device`` ("cpu", "cuda", "cuda:N", an int N >= 0 meaning
     "cuda:N", a torch.device, or another torch device name)."""
@@ -271,7 +277,9 @@ def place(made: Any, device: Target) -> Any:
 
 
 _frameworks.register(
-    _frameworks.Backend("torch", check_device, tensor, index, settle, empty=empty, place=place)
+    _frameworks.Backend(
+        "torch", check_device, tensor, index, settle, empty=empty, place=place, stand_in=stand_in
+    )
 )
 
 __all__: List[str] = ["TORCH_DTYPES", "HEADER_NAMES", "ITEM_SIZES", "check_device", "Target"]

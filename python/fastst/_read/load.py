@@ -1,26 +1,23 @@
-"""Whole files loaded as a framework's tensors, from bytes or from a path.
+"""Whole files held in memory, as bytes, loaded as a framework's tensors.
 
-Whole files loaded as a framework's tensors: from bytes (:func:`deserialize`,
-:func:`load_bytes`) or from a path (:func:`load_path`)."""
+:func:`deserialize` (the reference's) and :func:`load_bytes`; files read from
+a path are loaded by :func:`fastst._read.safe_open.load_path`."""
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Tuple, Union
 
 from .._fastst import parse_bytes
 from .._frameworks import Where
 from .._frameworks import backend as framework_backend
-from .._settings import prefetch_enabled, read_backend
 from .._write.tensors import BYTES_NAME
-from .safe_open import safe_open
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 __all__ = [
     "deserialize",
     "load_bytes",
-    "load_path",
 ]
 
 
@@ -62,41 +59,3 @@ def load_bytes(data: Any, framework: str, device: Any = "cpu") -> Dict[str, Any]
         name: found.tensor(buffer, dtype, shape, target, Where("", name))
         for name, dtype, shape, buffer in _entries(data, "load")
     }
-
-
-def load_path(
-    filename: Any,
-    framework: str,
-    *,
-    device: Any = "cpu",
-    backend: str = "mmap",
-    copy: bool = False,
-    dtype: Any = None,
-    progress: Any = None,
-    storage_options: Optional[Mapping[str, str]] = None,
-) -> Dict[str, Any]:
-    """Every tensor of ``filename`` as tensors of ``framework``, in file
-    order, on ``device``; ``backend`` is safe_open's, ``copy`` and ``dtype``
-    are :meth:`fastst.safe_open.get_tensor`'s, ``progress`` is
-    :meth:`fastst.safe_open.get_tensors`', ``storage_options`` safe_open's.
-    Returns once every tensor has landed on its device. While the drop-in
-    hook is on, ``FASTST_READ`` may turn ``backend="mmap"`` into ``"pread"``
-    (:func:`fastst._settings.read_backend`)."""
-    backend = read_backend(backend)
-    # Views are touched after this returns: read the file ahead of that.
-    views = not copy and dtype is None and backend == "mmap"
-    with safe_open(
-        filename,
-        framework,
-        device=device,
-        backend=backend,
-        prefetch=None,
-        storage_options=storage_options,
-    ) as f:
-        if views and f._prefetch is not None and prefetch_enabled():
-            f._prefetch.declare("all")
-        tensors = f.get_tensors(copy=copy, dtype=dtype, progress=progress)
-        f._settle()
-        if f._prefetch is not None:
-            f._prefetch.detach()
-    return tensors

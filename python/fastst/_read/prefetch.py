@@ -26,15 +26,13 @@ sets the budget.
 
 from __future__ import annotations
 
-import itertools
-import math
-import operator
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
-from .. import _fastst
-from .._dtypes import NUMPY_DTYPES, PACKED_BITS
+from .. import _fastst, _frameworks
+from .._dtypes import PACKED_BITS
 from .._settings import prefetch_budget, prefetch_enabled
 from .._sources.raw import RawSource
+from .index import check_index, read_plan, selected_shape
 
 #: What a loader may declare: ``"all"`` (or True), tensor names, or a map
 #: from tensor name to the index it will read (``...`` for all of it).
@@ -44,87 +42,27 @@ Declaration = Union[str, bool, Iterable[str], Mapping[str, Any]]
 _MAX_RANGES = 1 << 16
 
 
-def _index_ranges(shape: Sequence[int], index: Any) -> List[range]:
-    """The positions ``index`` (numpy basic indexing) selects along each
-    dimension of ``shape``."""
-    if isinstance(index, list) and not index:
-        index = slice(0, 0)
-    items = index if isinstance(index, tuple) else (index,)
-    items = tuple(item for item in items if item is not None)
-    ellipses = sum(1 for item in items if item is Ellipsis)
-    if ellipses > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    given = len(items) - ellipses
-    if given > len(shape):
-        raise IndexError(
-            f"too many indices for a tensor of {len(shape)} dimensions: {given} were indexed"
-        )
-    out: List[range] = []
-    for item in items:
-        if item is Ellipsis:
-            at = len(out)
-            out.extend(range(d) for d in shape[at : at + len(shape) - given])
-            continue
-        size = shape[len(out)]
-        if isinstance(item, slice):
-            out.append(range(*item.indices(size)))
-        elif not isinstance(item, bool) and hasattr(item, "__index__"):
-            i = operator.index(item)
-            if not -size <= i < size:
-                raise IndexError(f"index {i} is out of bounds for a dimension of size {size}")
-            i %= size
-            out.append(range(i, i + 1))
-        else:
-            raise TypeError(
-                "a prefetch index takes basic indexing only (ints, slices, ..., None); "
-                f"got {type(item).__name__}"
-            )
-    out.extend(range(d) for d in shape[len(out) :])
-    return out
-
-
 def slice_ranges(
-    dtype: str, shape: Sequence[int], nbytes: int, index: Any
+    dtype: str, shape: Sequence[int], nbytes: int, index: Any, where: object = "the tensor"
 ) -> List[Tuple[int, int]]:
     """Byte ranges ``(offset, length)`` inside a tensor of ``dtype`` and
-    ``shape`` (``nbytes`` long) that reading ``tensor[index]`` needs, in
-    ascending order. Packed dtypes (several values per byte) and 0-d
-    tensors need the whole tensor."""
-    shape = [int(d) for d in shape]
-    if isinstance(index, type(Ellipsis)) or not shape or dtype in PACKED_BITS:
-        return [(0, nbytes)] if nbytes else []
-    picks = _index_ranges(shape, index)
-    if any(len(r) == 0 for r in picks):
+    ``shape`` (``nbytes`` long) that ``get_slice(...)[index]`` reads, in
+    ascending order: the index planned as ``get_slice`` plans it
+    (:func:`~fastst._read.index.read_plan`), its byte ranges listed by the
+    core's reader of slices (more than ``_MAX_RANGES`` are the one range
+    spanning them). An index ``get_slice`` refuses raises its error
+    (``where`` names the file and tensor)."""
+    shape = tuple(int(d) for d in shape)
+    index = check_index(index)
+    if 0 in selected_shape(index, shape, where):
         return []
-    # Dimensions from k on are whole: each selection there is one block.
-    k = len(shape)
-    while k > 0 and picks[k - 1] == range(shape[k - 1]):
-        k -= 1
-    block = NUMPY_DTYPES[dtype].itemsize * math.prod(shape[k:])
-    if k == 0:
-        return [(0, block)]
-    strides = [block * math.prod(shape[i + 1 : k]) for i in range(k)]
-    inner = picks[k - 1]
-    if inner.step == 1 or len(inner) == 1:
-        runs = [(min(inner), len(inner))]
-    else:
-        runs = [(i, 1) for i in sorted(inner)]
-    outer = [sorted(r) for r in picks[: k - 1]]
-    count = math.prod(len(r) for r in outer) * len(runs)
-    if count > _MAX_RANGES:
-        first = sum(s * min(r) for s, r in zip(strides, picks, strict=False))
-        last = sum(s * max(r) for s, r in zip(strides, picks, strict=False)) + block
-        return [(first, last - first)]
-    out: List[Tuple[int, int]] = []
-    for position in itertools.product(*outer):
-        base = sum(s * p for s, p in zip(strides, position, strict=False))
-        for start, n in runs:
-            offset, length = base + start * strides[k - 1], n * block
-            if out and out[-1][0] + out[-1][1] == offset:
-                out[-1] = (out[-1][0], out[-1][1] + length)
-            else:
-                out.append((offset, length))
-    return out
+    packed = PACKED_BITS.get(dtype, 0)
+    planned = read_plan(index, shape, packed)
+    if planned is None:
+        # Packed rows that end inside a byte: get_slice reads the whole tensor.
+        return [(0, nbytes)] if nbytes else []
+    dims = planned[0]
+    return [(o, n) for o, n in _fastst.slice_ranges(dtype, list(shape), dims, _MAX_RANGES)]
 
 
 def plan(raw: _fastst.RawFile, what: Declaration) -> List[Tuple[int, int]]:
@@ -150,7 +88,9 @@ def plan(raw: _fastst.RawFile, what: Declaration) -> List[Tuple[int, int]]:
     if isinstance(what, Mapping):
         for name, index in what.items():
             dtype, shape, b, e = tensor(name)
-            ranges += [(start + b + o, n) for o, n in slice_ranges(dtype, shape, e - b, index)]
+            where = _frameworks.Where(raw.name, name)
+            parts = slice_ranges(dtype, shape, e - b, index, where)
+            ranges += [(start + b + o, n) for o, n in parts]
         return ranges
     for name in what:
         _dtype, _shape, b, e = tensor(name)

@@ -1,9 +1,13 @@
-"""``safe_open``: lazy, zero-copy access to the tensors of one file."""
+"""``safe_open``: lazy, zero-copy access to the tensors of one file, and whole loads of a path.
+
+:class:`safe_open` and :class:`SafeSlice` (the reference's), and
+:func:`load_path`, the ``load_file`` of every framework module."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Dict, List, Mapping, Optional, Tuple, Union, cast
 
 import numpy as np
@@ -14,6 +18,7 @@ from .._errors import closed_file_error, rule_error
 from .._fastst import DEFAULT_HEADER_CAP, RawFile, load_into
 from .._frameworks import placement
 from .._paths import progress_label
+from .._settings import prefetch_enabled, read_backend
 from .._sources.opener import open_source
 from .._sources.raw import RawSource
 from .._sources.sharded import ShardedFile
@@ -225,7 +230,7 @@ class safe_open:  # noqa: N801 - the reference package's name
                 outs.append(out_bytes)
                 targets.append(None if target == src else target)
                 size += nbytes
-            plans.append((file, members, outs, targets, size))
+            plans.append(Plan(file, members, outs, targets, size))
         return made, plans
 
     def _load_owned(self, names: List[str], dtype: Any, progress: Progress) -> Dict[str, Any]:
@@ -235,25 +240,26 @@ class safe_open:  # noqa: N801 - the reference package's name
         raw = self._raw
         callback, bar = resolve(progress, raw.name)
         made, plans = self._allocate(names, dtype)
-        grand = sum(p[4] for p in plans)
+        grand = sum(p.nbytes for p in plans)
         base = 0
         side_by_side = len(plans) > 1 and callback is None and not bar
         if side_by_side:
             load_side_by_side(plans)
-        for file, members, outs, targets, size in [] if side_by_side else plans:
-            if len(members) == 1 and callback is None and not bar:
+        for p in [] if side_by_side else plans:
+            if len(p.names) == 1 and callback is None and not bar:
                 # One tensor: read (or converted while read) straight into
                 # its destination, several threads when large.
-                if targets[0] is None:
-                    file.read_into(members[0], outs[0])
+                if p.targets[0] is None:
+                    p.file.read_into(p.names[0], p.outs[0])
                 else:
-                    file.convert_into(members[0], outs[0], targets[0])
+                    p.file.convert_into(p.names[0], p.outs[0], p.targets[0])
                 continue
             report = callback
             if callback is not None and len(plans) > 1:
                 report = _offset_report(callback, base, grand)
-            load_into(file, members, outs, targets, report, progress_label(file.name, bar))
-            base += size
+            label = progress_label(p.file.name, bar)
+            load_into(p.file, p.names, p.outs, p.targets, report, label)
+            base += p.nbytes
         if self._prefetch is not None:
             self._prefetch.consumed(grand)
         return {name: self._finish(name, made[name]) for name in names}
@@ -354,7 +360,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         callback, bar = resolve(progress, self._raw.name)
         made, plans = self._allocate(names, dtype)
         if self._prefetch is not None:
-            self._prefetch.consumed(sum(p[4] for p in plans))
+            self._prefetch.consumed(sum(p.nbytes for p in plans))
         return stream(self._raw, plans, callback, bar, lambda n: self._finish(n, made.pop(n)))
 
     def _settle(self) -> None:
@@ -365,11 +371,30 @@ class safe_open:  # noqa: N801 - the reference package's name
     def get_slice(self, name: str) -> SafeSlice:
         """A lazy handle on tensor ``name``: index it to read part of it."""
         dtype, shape, _begin, _end = self._raw.info(name)
-        return SafeSlice(self, name, dtype, shape)
+        if self._prefetch is not None:
+            self._prefetch.sliced(name)
+        return SafeSlice(_Tensor(self._raw, name, dtype, shape, self._backend, self._device))
 
 
 def _bytes(nbytes: int) -> np.ndarray:
     return np.empty(nbytes, dtype=np.uint8)
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    """What a :class:`SafeSlice` reads: one tensor of an open file, and the
+    framework and device it is handed out to."""
+
+    raw: RawSource
+    name: str
+    dtype: str
+    shape: Tuple[int, ...]
+    backend: _frameworks.Backend
+    device: Any
+
+    @property
+    def where(self) -> _frameworks.Where:
+        return _frameworks.Where(self.raw.name, self.name)
 
 
 class SafeSlice:
@@ -380,13 +405,10 @@ class SafeSlice:
     included; torch follows torch's (a negative step raises
     ValueError)."""
 
-    def __init__(self, owner: safe_open, name: str, dtype: str, shape: Tuple[int, ...]):
-        self._owner = owner
-        self._name = name
-        self._dtype = dtype
-        self._shape = shape
-        if owner._prefetch is not None:
-            owner._prefetch.sliced(name)
+    def __init__(self, tensor: _Tensor) -> None:
+        self._tensor = tensor
+        self._dtype = tensor.dtype
+        self._shape = tensor.shape
 
     def get_shape(self) -> List[int]:
         """The tensor's full shape."""
@@ -411,15 +433,15 @@ class SafeSlice:
 
     def __getitem__(self, index: Any) -> Any:
         index = check_index(index)
-        owner = self._owner
-        if owner.closed:
-            raise closed_file_error(owner._raw.name)
-        if owner._raw.backend == "pread":
+        t = self._tensor
+        if t.raw.closed:
+            raise closed_file_error(t.raw.name)
+        if t.raw.backend == "pread":
             part = self._read_part(index)
             if part is not None:
-                return owner._backend.index(*part, owner._device, owner._where(self._name))
+                return t.backend.index(*part, t.device, t.where)
         try:
-            buffer, dtype, shape = owner._raw.tensor(self._name)
+            buffer, dtype, shape = t.raw.tensor(t.name)
         except MemoryError:
             # The whole tensor could be neither mapped nor copied (an
             # address-space limit): read only the part the index selects.
@@ -427,9 +449,7 @@ class SafeSlice:
             if part is None:
                 raise
             buffer, dtype, shape, index = part
-        return owner._backend.index(
-            buffer, dtype, shape, index, owner._device, owner._where(self._name)
-        )
+        return t.backend.index(buffer, dtype, shape, index, t.device, t.where)
 
     def _read_part(
         self, index: Any, empty: Callable[[int], np.ndarray] = _bytes
@@ -440,41 +460,72 @@ class SafeSlice:
         the index that takes the result out of it)``, or None when the whole
         tensor must be read (an index only the framework plans). An index the
         framework refuses raises its error before any read."""
+        t = self._tensor
         self._refuse(index)
-        bits = PACKED_BITS.get(self._dtype, 0)
-        plan = read_plan(index, self._shape, bits)
+        bits = PACKED_BITS.get(t.dtype, 0)
+        plan = read_plan(index, t.shape, bits)
         if plan is None:
             return None
         dims, shape, key = plan
-        nbits = bits or 8 * NUMPY_DTYPES[self._dtype].itemsize
+        nbits = bits or 8 * NUMPY_DTYPES[t.dtype].itemsize
         for n in shape:
             nbits *= n
         out = empty(nbits // 8)
-        if shape == self._shape:
+        if shape == t.shape:
             # All of it: the whole-tensor read, several threads or GETs at once.
-            self._owner._raw.read_into(self._name, out)
+            t.raw.read_into(t.name, out)
         else:
-            self._owner._raw.read_slice_into(self._name, dims, out)
-        return out, self._dtype, shape, key
+            t.raw.read_slice_into(t.name, dims, out)
+        return out, t.dtype, shape, key
 
     def _refuse(self, index: Any) -> None:
         """Raises what indexing the whole tensor would (the framework's rules and
-        messages), reading nothing: the index is applied to a stand-in of the
-        tensor's shape whose elements all share one byte."""
-        shape = self._shape
-        stand_in: Any
-        if self._owner._framework == "torch":
-            import torch
-
-            stand_in = torch.zeros((), dtype=torch.uint8).expand(shape)
-        else:
-            stand_in = np.ndarray(shape, np.uint8, buffer=b"\0", strides=(0,) * len(shape))
+        messages), reading nothing: the index is applied to the framework's
+        stand-in of the tensor's shape (:attr:`fastst._frameworks.Backend.stand_in`)."""
+        t = self._tensor
         try:
-            stand_in[index]
+            t.backend.stand_in(t.shape)[index]
         except IndexError as exc:
             # As the framework backends word it for the whole tensor.
-            where = self._owner._where(self._name)
-            raise IndexError(f"{where} of shape {list(shape)}: {exc}") from None
+            raise IndexError(f"{t.where} of shape {list(t.shape)}: {exc}") from None
+
+
+def load_path(
+    filename: Any,
+    framework: str,
+    *,
+    device: Any = "cpu",
+    backend: str = "mmap",
+    copy: bool = False,
+    dtype: Any = None,
+    progress: Any = None,
+    storage_options: Optional[Mapping[str, str]] = None,
+) -> Dict[str, Any]:
+    """Every tensor of ``filename`` as tensors of ``framework``, in file
+    order, on ``device``; ``backend`` is safe_open's, ``copy`` and ``dtype``
+    are :meth:`fastst.safe_open.get_tensor`'s, ``progress`` is
+    :meth:`fastst.safe_open.get_tensors`', ``storage_options`` safe_open's.
+    Returns once every tensor has landed on its device. While the drop-in
+    hook is on, ``FASTST_READ`` may turn ``backend="mmap"`` into ``"pread"``
+    (:func:`fastst._settings.read_backend`)."""
+    backend = read_backend(backend)
+    # Views are touched after this returns: read the file ahead of that.
+    views = not copy and dtype is None and backend == "mmap"
+    with safe_open(
+        filename,
+        framework,
+        device=device,
+        backend=backend,
+        prefetch=None,
+        storage_options=storage_options,
+    ) as f:
+        if views and f._prefetch is not None and prefetch_enabled():
+            f._prefetch.declare("all")
+        tensors = f.get_tensors(copy=copy, dtype=dtype, progress=progress)
+        f._settle()
+        if f._prefetch is not None:
+            f._prefetch.detach()
+    return tensors
 
 
 class _safe_open_handle:  # noqa: N801 - the reference package's name

@@ -21,6 +21,7 @@ from __future__ import annotations
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple
 
@@ -34,10 +35,22 @@ from .progress import Report
 if TYPE_CHECKING:
     from .._sources.raw import RawSource
 
-#: One file's part of an owned load: the file, its tensor names, their
-#: destinations (writable bytes), target dtypes (None: the file's own) and
-#: the bytes to read.
-Plan = Tuple[RawFile, List[str], List[np.ndarray], List[Optional[str]], int]
+
+@dataclass(frozen=True)
+class Plan:
+    """One file's part of an owned load."""
+
+    #: The file the tensors are read from.
+    file: RawFile
+    #: Its tensors to load, in file order.
+    names: List[str]
+    #: Their destinations, as writable bytes.
+    outs: List[np.ndarray]
+    #: The dtype each is converted to (None: the file's own).
+    targets: List[Optional[str]]
+    #: The bytes of the file those tensors hold.
+    nbytes: int
+
 
 #: Source bytes between two calls of a caller's progress callback.
 EVERY = 64 << 20
@@ -53,7 +66,7 @@ def stream(
     """The iterator handing out ``(name, finish(name))`` for the tensors of
     ``plans`` (one per file, in order) as each is read; the reading starts
     at its first ``next()``."""
-    ends = [[file.info(name)[3] for name in members] for file, members, *_ in plans]
+    ends = [[p.file.info(name)[3] for name in p.names] for p in plans]
     return _hand_out(raw, plans, ends, callback, bar, finish)
 
 
@@ -77,21 +90,22 @@ def _hand_out(
 
     def load() -> None:
         try:
-            for at, (file, members, outs, targets, _size) in enumerate(plans):
-                label = progress_label(file.name, bar)
-                load_into(file, members, outs, targets, partial(report, at), label, stream=True)
+            for at, p in enumerate(plans):
+                label = progress_label(p.file.name, bar)
+                load_into(
+                    p.file, p.names, p.outs, p.targets, partial(report, at), label, stream=True
+                )
         except BaseException as exc:  # handed to the iterating thread
             events.put(exc)
 
     loader = threading.Thread(target=load, name="fastst-load")
     loader.start()
-    grand = sum(p[4] for p in plans)
+    grand = sum(p.nbytes for p in plans)
     base = mark = 0
     consumer = threading.get_ident()
     try:
-        for k, ((_file, members, *_rest, size), file_ends) in enumerate(
-            zip(plans, ends, strict=True)
-        ):
+        for k, (plan, file_ends) in enumerate(zip(plans, ends, strict=True)):
+            members = plan.names
             i = 0
             while i < len(members):
                 event = events.get()
@@ -113,7 +127,7 @@ def _hand_out(
                 if callback is not None and mark + EVERY <= now < grand:
                     mark = now - now % EVERY
                     callback(now, grand)
-            base += size
+            base += plan.nbytes
         if callback is not None:
             callback(grand, grand)
     finally:
@@ -135,7 +149,7 @@ def load_side_by_side(plans: List[Plan]) -> None:
             raise LoadStopped
 
     with ThreadPoolExecutor(2, thread_name_prefix="fastst-load") as pool:
-        loads = [pool.submit(load_into, p[0], p[1], p[2], p[3], check) for p in plans]
+        loads = [pool.submit(load_into, p.file, p.names, p.outs, p.targets, check) for p in plans]
         try:
             for load in loads:
                 load.result()

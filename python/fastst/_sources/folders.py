@@ -165,16 +165,12 @@ def index_shards(
     """Each shard the ``weight_map`` of the index ``name`` (in ``folder``)
     names, in order, with the tensors it places there; raises the
     ``ShardIndexError`` of the first entry :func:`shard_problem` refuses
-    (:func:`object_problem` for a remote index, ``folder`` None)."""
-    shards: Dict[str, List[str]] = {}
-    for tensor, shard in weight_map.items():
-        if not (isinstance(shard, str) and shard in shards):
-            problem = object_problem(shard) if folder is None else shard_problem(folder, shard)
-            if problem:
-                raise rule_error(problem[0], name, f"tensor {tensor!r}: {problem[1]}", tensor)
-            shards[shard] = []
-        shards[shard].append(tensor)
-    return shards
+    (:func:`object_problem` for a remote index, ``folder`` None). The walk
+    is :func:`fastst._sources.shard_rules.index_shards`, which builds on
+    this module's rules (hence the import here)."""
+    from .shard_rules import index_shards as walk
+
+    return walk(name, folder, weight_map)
 
 
 def claimed_shards(index_path: str) -> Set[str]:

@@ -28,12 +28,11 @@ import stat
 import sys
 from typing import Any, Mapping, Optional
 
-from .._errors import SafetensorError
 from .._fastst import RawFile
-from .._paths import os_path, readable
+from .._paths import os_path
 from . import remote as _remote
+from .file import open_file
 from .folders import checkpoint_in
-from .identify import explain
 from .raw import RawSource
 from .sharded import ShardedFile, find_index
 
@@ -45,7 +44,8 @@ def open_source(
     storage_options: Optional[Mapping[str, Any]] = None,
 ) -> RawSource:
     """The :class:`RawSource` reading ``source``, a path, a URL (configured
-    by ``storage_options``) or a file object."""
+    by ``storage_options``) or a file object: what it is is decided here,
+    once."""
     if _remote.is_url(source):
         return _remote.open_url(source, header_cap, storage_options)
     if storage_options is not None:
@@ -54,27 +54,20 @@ def open_source(
         return _open_file_object(source, backend, header_cap)
     path = os_path(source)
     try:
-        return open_raw(path, backend, header_cap)
+        return _open_path(path, backend, header_cap)
     except FileNotFoundError as exc:
         raise _not_found(path, exc) from None
 
 
-def open_raw(path: str, backend: str, header_cap: int) -> RawSource:
+def _open_path(path: str, backend: str, header_cap: int) -> RawSource:
     """A ``RawFile`` for a plain file, a ``ShardedFile`` for an index; a
-    folder opens the one checkpoint it holds (see ``fastst._sources.folders``); a
-    URL is opened with the environment's settings (``fastst._sources.remote``)."""
-    if _remote.is_url(path):
-        return _remote.open_url(path, header_cap, None)
+    folder opens the one checkpoint it holds (see ``fastst._sources.folders``)."""
     if os.path.isdir(path):
         path = checkpoint_in(path)
     index = find_index(path)
     if index is not None:
         return ShardedFile(index, backend, header_cap)
-    try:
-        return RawFile(path, readable(path), backend, header_cap)
-    except SafetensorError as exc:
-        # Say what the file is when it is not safetensors at all.
-        raise explain(exc, path) from None
+    return open_file(path, backend, header_cap)
 
 
 def _not_found(path: str, exc: FileNotFoundError) -> FileNotFoundError:
@@ -112,7 +105,7 @@ def _open_file_object(obj: Any, backend: str, header_cap: int) -> RawFile:
             errno.EINVAL, "not a regular file (a pipe, socket or device): refusing it", name
         )
     where = f"/proc/self/fd/{fd}" if sys.platform.startswith("linux") else f"/dev/fd/{fd}"
-    return RawFile(where, name, backend, header_cap)
+    return open_file(where, backend, header_cap, name)
 
 
 def _display_name(obj: Any, fallback: str) -> str:

@@ -7,20 +7,22 @@ The index is the Hugging Face layout: ``{"metadata": {...}, "weight_map":
 {tensor name: shard file name}}`` with shard files beside the index. Opening
 validates that the index and the shards agree, naming the shard at fault.
 
-The index is read by :func:`fastst._sources.folders.read_index` and its entries
-judged by :func:`fastst._sources.folders.shard_problem`, the rules every reader
-of an index follows.
+The index is read by :func:`fastst._sources.folders.read_index` and checked
+against its shards by :func:`fastst._sources.shard_rules.check_shards`, the
+rule set ``fastst verify`` reports as findings: the reader raises the first
+problem it reports.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from .._errors import ShardIndexError, closed_file_error, rule_error
 from .._fastst import RawFile
 from .._paths import readable
-from .folders import INDEX_SUFFIX, index_shards, read_index
+from .folders import INDEX_SUFFIX, read_index
+from .shard_rules import ShardProblem, Table, check_shards
 
 __all__ = ["ShardIndexError", "ShardedFile", "find_index"]
 
@@ -87,40 +89,26 @@ class ShardedFile:
         open_shard: Callable[[str], Optional[RawFile]],
     ) -> None:
         """Opens every shard the index names (``open_shard``: None when it
-        is missing) and checks that they hold what the index says."""
+        is missing) and raises the first problem
+        :func:`fastst._sources.shard_rules.check_shards` reports."""
         self.name = name
         meta = index.get("metadata", {})
         self._index_metadata: Dict[str, Any] = meta if isinstance(meta, dict) else {}
         weight_map: Dict[str, str] = index["weight_map"]
-        expected = index_shards(self.name, folder, weight_map)
-        shard_names = list(expected)
         self._shards: Dict[str, RawFile] = {}
+
+        def table(shard: str, _placed: List[str]) -> Union[List[str], Table]:
+            raw = open_shard(shard)
+            if raw is None:
+                return Table.MISSING
+            self._shards[shard] = raw
+            return list(raw.keys())
+
+        def refuse(problem: ShardProblem) -> None:
+            raise problem.error(self.name, lambda shard: str(self._shards[shard].name))
+
         try:
-            for shard in shard_names:
-                raw = open_shard(shard)
-                if raw is None:
-                    raise rule_error(
-                        "shard-missing",
-                        self.name,
-                        f"shard {shard!r} listed in the index is missing",
-                    )
-                self._shards[shard] = raw
-                listed = set(expected[shard])
-                present = set(raw.keys())
-                if listed - present:
-                    missing = sorted(listed - present)[:5]
-                    raise rule_error(
-                        "shard-lacks-tensor",
-                        raw.name,
-                        f"tensors the index places in this shard are not in it: {missing}",
-                    )
-                if present - listed:
-                    extra = sorted(present - listed)[:5]
-                    raise rule_error(
-                        "shard-extra-tensor",
-                        raw.name,
-                        f"shard holds tensors the index does not place in it: {extra}",
-                    )
+            check_shards(folder, weight_map, table, refuse)
         except BaseException:
             self.close()
             raise

@@ -22,7 +22,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .. import _fastst
 from .._errors import rule_error
-from .._fastst import DEFAULT_HEADER_CAP, RawFile, WritePlan
+from .._fastst import DEFAULT_HEADER_CAP, WritePlan
+from .._sources.file import open_file
 
 __all__ = ["update_metadata"]
 
@@ -134,7 +135,7 @@ def update_metadata(
     target = source if output is None else _path(output)
     changes, removed = _check(updates or {}, remove)
     before = _fastst.hash_file(source, tensors=True, header_cap=header_cap)
-    raw = RawFile(source, source, "mmap", header_cap)
+    raw = open_file(source, "mmap", header_cap, source)
     try:
         old = raw.metadata() or {}
         metadata = {k: v for k, v in old.items() if k not in removed}

@@ -2,20 +2,22 @@
 
 A sharded checkpoint's index verified against its shards, leniently:
 every shard verified (:func:`fastst.tools.inspect.verify_file`) and the
-disagreements between the index and the shards as findings."""
+disagreements between the index and the shards as findings: every problem
+the reader's rule set (:func:`fastst._sources.shard_rules.check_shards`)
+reports, where the reader raises the first, and ``index-total-size``."""
 
 from __future__ import annotations
 
 import json
 import os
 from functools import partial
-from typing import Any, Dict, List, cast
+from typing import Any, Collection, Dict, List, Union, cast
 
 from .. import _fastst
 from .._errors import SafetensorError, ShardIndexError
 from .._fastst import DEFAULT_HEADER_CAP
 from .._sources import remote as _remote
-from .._sources.folders import object_problem, shard_problem
+from .._sources.shard_rules import ShardProblem, Table, check_shards
 from . import results
 from .checkpoint import (
     PathLike,
@@ -53,6 +55,31 @@ def _names(names: List[str]) -> str:
 
 def _n(n: int, word: str) -> str:
     return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+def _problem_finding(problem: ShardProblem) -> Finding:
+    """The finding of a problem the reader's rule set reports."""
+    rule, shard, names = problem.rule, problem.shard, list(problem.tensors)
+    if shard is None:  # an entry naming no usable shard
+        return _cfinding(rule, f"tensor {_q(names[0])}: {problem.why}", tensor=names[0])
+    if rule == "shard-missing":
+        message = (
+            f"shard {_q(shard)} listed in the index is missing "
+            f"({_n(len(names), 'tensor')} placed in it)"
+        )
+        return _cfinding(rule, message, shard=shard, count=len(names))
+    if rule == "shard-lacks-tensor":
+        are = "are" if len(names) != 1 else "is"
+        claim = f"the index places in this shard {are} not in it"
+        return _tensors_finding(rule, shard, names, claim)
+    if rule == "shard-extra-tensor":
+        claim = "in this shard the index does not place in it"
+        return _tensors_finding(rule, shard, names, claim)
+    message = (
+        f"tensor {_q(names[0])} is also stored in {', '.join(_q(o) for o in problem.others)}; "
+        f"the index places it in {_q(problem.placed)}"
+    )
+    return _cfinding(rule, message, shard=shard, tensor=names[0])
 
 
 def verify_checkpoint(
@@ -100,20 +127,18 @@ def verify_checkpoint(
         findings.append(_cfinding(str(exc.rule), text.removeprefix(name)))
         return cast(results.CheckpointVerification, report)
     report["file_len"] = len(raw)
-    folder = os.path.dirname(os.path.abspath(path))
-    placed: Dict[str, List[str]] = {}
+    folder = None if url else os.path.dirname(os.path.abspath(path))
+    weight_map = index["weight_map"]
     complete = True
-    for tensor, shard in index["weight_map"].items():
-        known = isinstance(shard, str) and shard in placed
-        problem = None if known else object_problem(shard) if url else shard_problem(folder, shard)
-        if problem:
-            message = f"tensor {_q(tensor)}: {problem[1]}"
-            findings.append(_cfinding(problem[0], message, tensor=tensor))
-            complete = False
-            continue
-        placed.setdefault(shard, []).append(tensor)
-    holders: Dict[str, List[str]] = {}
-    for shard, listed in placed.items():
+
+    def collect(problem: ShardProblem) -> None:
+        nonlocal complete
+        findings.append(_problem_finding(problem))
+        if problem.shard is None or problem.rule == "shard-missing":
+            complete = False  # tensors left unchecked
+
+    def table(shard: str, listed: List[str]) -> Union[Collection[str], Table]:
+        nonlocal complete
         shard_path = shard_location(path, shard)
         try:
             sub = (
@@ -137,19 +162,9 @@ def verify_checkpoint(
             message = f"shard {_q(shard)} cannot be an object's name: {exc}"
             findings.append(_cfinding("shard-path", message, shard=shard, count=len(listed)))
             complete = False
-            continue
+            return Table.UNREAD
         if sub is None:
-            findings.append(
-                _cfinding(
-                    "shard-missing",
-                    f"shard {_q(shard)} listed in the index is missing "
-                    f"({_n(len(listed), 'tensor')} placed in it)",
-                    shard=shard,
-                    count=len(listed),
-                )
-            )
-            complete = False
-            continue
+            return Table.MISSING
         sub["findings"].sort(key=lambda f: -results.SEVERITIES.index(f["severity"]))
         summarise_truncation(sub["findings"], sub["file_len"])
         for f in sub["findings"]:
@@ -169,38 +184,11 @@ def verify_checkpoint(
         )
         if not sub["accepted"]:
             complete = complete and sub["complete"]
-            continue
+            return Table.UNREAD
         info = _fastst.inspect_file(shard_path, table=True, header_cap=header_cap)
-        present = [row[0] for row in info["table"]]
-        for name in present:
-            holders.setdefault(name, []).append(shard)
-        lacking = sorted(set(listed) - set(present))
-        if lacking:
-            are = "are" if len(lacking) != 1 else "is"
-            claim = f"the index places in this shard {are} not in it"
-            findings.append(_tensors_finding("shard-lacks-tensor", shard, lacking, claim))
-    weight_map = index["weight_map"]
-    for shard_entry in report["shards"]:
-        shard = shard_entry["file"]
-        extra = sorted(
-            n for n, where in holders.items() if shard in where and weight_map.get(n) != shard
-        )
-        duplicated = [n for n in extra if len(holders[n]) > 1]
-        only_here = [n for n in extra if len(holders[n]) == 1]
-        if only_here:
-            claim = "in this shard the index does not place in it"
-            findings.append(_tensors_finding("shard-extra-tensor", shard, only_here, claim))
-        for name in duplicated:
-            others = [s for s in holders[name] if s != shard]
-            findings.append(
-                _cfinding(
-                    "shard-duplicate-tensor",
-                    f"tensor {_q(name)} is also stored in {', '.join(_q(o) for o in others)}; "
-                    f"the index places it in {_q(weight_map.get(name))}",
-                    shard=shard,
-                    tensor=name,
-                )
-            )
+        return [row[0] for row in info["table"]]
+
+    check_shards(folder, weight_map, table, collect)
     meta = index.get("metadata")
     total = meta.get("total_size") if isinstance(meta, dict) else None
     if (

@@ -30,7 +30,7 @@ from .._fastst import DEFAULT_HEADER_CAP
 from .._paths import readable
 from .._sources.folders import read_index
 from .._sources.identify import NOT_FILES, identify, not_safetensors_message
-from .._sources.opener import open_raw
+from .._sources.opener import open_source
 from . import results
 from .torch_pickle import MAX_PICKLE_BYTES, check_torch, scan_legacy, scan_zip
 
@@ -67,7 +67,7 @@ def _check_written(path: str, tensors: Dict[str, Any], torch: Any) -> None:
     threads without the GIL."""
     from .._frameworks.torch import HEADER_NAMES
 
-    raw = open_raw(path, "mmap", DEFAULT_HEADER_CAP)
+    raw = open_source(path, "mmap", DEFAULT_HEADER_CAP)
     try:
         if set(raw.keys()) != set(tensors):
             raise ValueError("the written file holds other tensor names than meant")

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union, cast
 from .. import _fastst
 from .._fastst import DEFAULT_HEADER_CAP
 from .._paths import os_path as _path
-from .._sources.opener import open_raw
+from .._sources.opener import open_source
 from . import results
 from .checkpoint import shown
 from .stats import layer_of
@@ -77,9 +77,9 @@ def diff(
       ``identical`` speaks of names, dtypes, shapes and metadata only.
     """
     pa, pb = _path(a), _path(b)
-    fa = open_raw(pa, "mmap", header_cap)
+    fa = open_source(pa, "mmap", header_cap)
     try:
-        fb = open_raw(pb, "mmap", header_cap)
+        fb = open_source(pb, "mmap", header_cap)
         try:
             return _compare(pa, pb, fa, fb, threads, values)
         finally:
