@@ -194,7 +194,7 @@ def save_sharded(
         state,
         folder,
         sizes,
-        save_file,
+        _io.save_file,
         max_shard_size=max_shard_size,
         metadata=shard_metadata,
         prefix=prefix,

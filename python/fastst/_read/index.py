@@ -8,8 +8,6 @@ from __future__ import annotations
 import operator
 from typing import Any, List, Optional, Tuple
 
-import numpy as np
-
 _SPECIAL = (slice, type(Ellipsis), type(None))
 
 
@@ -35,20 +33,6 @@ def check_index(index: Any) -> Any:
                 f"got {type(item).__name__}"
             ) from None
     return index
-
-
-def selected_shape(index: Any, shape: Tuple[int, ...], where: object) -> Tuple[int, ...]:
-    """The shape numpy's basic indexing gives ``index`` (as
-    :func:`check_index` returns it) on a tensor of ``shape``, or the error
-    indexing the whole tensor raises (an IndexError worded as the numpy
-    backend words it, after ``where``: the file and tensor), reading
-    nothing: the index is applied to a stand-in of the shape whose elements
-    all share one byte."""
-    stand_in = np.ndarray(shape, np.uint8, buffer=b"\0", strides=(0,) * len(shape))
-    try:
-        return tuple(np.shape(stand_in[index]))
-    except IndexError as exc:
-        raise IndexError(f"{where} of shape {list(shape)}: {exc}") from None
 
 
 def read_plan(

@@ -28,11 +28,13 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
+import numpy as np
+
 from .. import _fastst, _frameworks
 from .._dtypes import PACKED_BITS
 from .._settings import prefetch_budget, prefetch_enabled
 from .._sources.raw import RawSource
-from .index import check_index, read_plan, selected_shape
+from .index import check_index, read_plan
 
 #: What a loader may declare: ``"all"`` (or True), tensor names, or a map
 #: from tensor name to the index it will read (``...`` for all of it).
@@ -40,6 +42,16 @@ Declaration = Union[str, bool, Iterable[str], Mapping[str, Any]]
 
 #: More byte ranges than this for one slice are read as the span covering them.
 _MAX_RANGES = 1 << 16
+
+
+def _selected(index: Any, shape: Tuple[int, ...], where: object) -> Tuple[int, ...]:
+    """The shape of what ``index`` selects of a tensor of ``shape``, or the
+    error ``get_slice`` raises for it (numpy's rules, worded as the numpy
+    backend words them after ``where``), reading nothing."""
+    try:
+        return tuple(np.shape(_frameworks.numpy_stand_in(shape)[index]))
+    except IndexError as exc:
+        raise IndexError(f"{where} of shape {list(shape)}: {exc}") from None
 
 
 def slice_ranges(
@@ -54,15 +66,14 @@ def slice_ranges(
     (``where`` names the file and tensor)."""
     shape = tuple(int(d) for d in shape)
     index = check_index(index)
-    if 0 in selected_shape(index, shape, where):
+    if 0 in _selected(index, shape, where):
         return []
     packed = PACKED_BITS.get(dtype, 0)
     planned = read_plan(index, shape, packed)
     if planned is None:
         # Packed rows that end inside a byte: get_slice reads the whole tensor.
         return [(0, nbytes)] if nbytes else []
-    dims = planned[0]
-    return [(o, n) for o, n in _fastst.slice_ranges(dtype, list(shape), dims, _MAX_RANGES)]
+    return _fastst.slice_ranges(dtype, list(shape), planned[0], _MAX_RANGES)
 
 
 def plan(raw: _fastst.RawFile, what: Declaration) -> List[Tuple[int, int]]:

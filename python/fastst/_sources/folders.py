@@ -30,6 +30,10 @@ Every reader of an index goes through the two rules here:
   ``blobs`` folder of the Hugging Face cache repository whose
   ``snapshots`` hold the index (the cache's own links). For an index read
   from a URL, :func:`object_problem`: the same name rules, and no URL.
+
+:func:`placements` walks an index's entries through them, reporting each
+entry refused: the first rule of the index against its shards, whose rule
+set is :mod:`fastst._sources.shard_rules`.
 """
 
 from __future__ import annotations
@@ -37,8 +41,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from .._errors import rule_error
 from .._paths import readable
@@ -46,6 +51,15 @@ from .._settings import INDEX_CAP_ENV, index_cap
 
 INDEX_SUFFIX = ".safetensors.index.json"
 WEIGHTS_SUFFIX = ".safetensors"
+
+#: A file an unfinished fastst save wrote, never a checkpoint of its own: a
+#: temporary file (``.<16 hex>.fastst-tmp``, where the system has no unnamed
+#: ones) or a shard staged by a sharded save (``.<16 hex>.fastst-tmp.`` then
+#: its final name, group 1), which counts only while an index names it.
+#: The ecosystem's name of a shard: ``{prefix}-00001-of-00002.safetensors``.
+_SHARD_NAME = re.compile(r"(.+)-\d{5}-of-\d{5}\.safetensors")
+
+UNFINISHED = re.compile(r"\.[0-9a-f]{16}\.fastst-tmp(?:\.(.+\.safetensors))?")
 
 
 def _nonblocking(path: str, flags: int) -> int:
@@ -157,20 +171,42 @@ def object_problem(shard: Any) -> Optional[Tuple[str, str]]:
     return problem
 
 
+def placements(
+    folder: Optional[str],
+    weight_map: Dict[Any, Any],
+    refused: Callable[[str, str, str, str], None],
+) -> Dict[str, List[str]]:
+    """Each shard the ``weight_map`` of an index in ``folder`` names, in
+    order, with the tensors it places there. An entry :func:`shard_problem`
+    refuses (:func:`object_problem` for a remote index, ``folder`` None) is
+    left out and passed to ``refused(rule, message, tensor, why)``: the
+    message is ``tensor 'name': why``. The first rule of the index against
+    its shards (:mod:`fastst._sources.shard_rules`)."""
+    shards: Dict[str, List[str]] = {}
+    for tensor, shard in weight_map.items():
+        if not (isinstance(shard, str) and shard in shards):
+            problem = object_problem(shard) if folder is None else shard_problem(folder, shard)
+            if problem:
+                rule, why = problem
+                refused(rule, f"tensor {tensor!r}: {why}", tensor, why)
+                continue
+            shards[shard] = []
+        shards[shard].append(tensor)
+    return shards
+
+
 def index_shards(
     name: str,
     folder: Optional[str],
     weight_map: Dict[Any, Any],
 ) -> Dict[str, List[str]]:
-    """Each shard the ``weight_map`` of the index ``name`` (in ``folder``)
-    names, in order, with the tensors it places there; raises the
-    ``ShardIndexError`` of the first entry :func:`shard_problem` refuses
-    (:func:`object_problem` for a remote index, ``folder`` None). The walk
-    is :func:`fastst._sources.shard_rules.index_shards`, which builds on
-    this module's rules (hence the import here)."""
-    from .shard_rules import index_shards as walk
+    """:func:`placements`, raising the ``ShardIndexError`` of the first
+    entry refused (naming the index ``name`` and the tensor)."""
 
-    return walk(name, folder, weight_map)
+    def refuse(rule: str, message: str, tensor: str, _why: str) -> None:
+        raise rule_error(rule, name, message, tensor)
+
+    return placements(folder, weight_map, refuse)
 
 
 def claimed_shards(index_path: str) -> Set[str]:
@@ -194,12 +230,23 @@ def checkpoint_in(folder: str) -> str:
         return os.path.isfile(os.path.join(folder, name))
 
     indexes = [e for e in entries if e.endswith(INDEX_SUFFIX) and is_file(e)]
-    weights = [e for e in entries if e.endswith(WEIGHTS_SUFFIX) and is_file(e)]
+    weights = [
+        e
+        for e in entries
+        if e.endswith(WEIGHTS_SUFFIX) and not UNFINISHED.fullmatch(e) and is_file(e)
+    ]
     shards: Set[str] = set()
     for index in indexes:
         shards |= claimed_shards(os.path.join(folder, index))
+    # Shards named as an index's own (``{prefix}-00001-of-00002.safetensors``
+    # beside ``{prefix}.safetensors.index.json``) belong to it even while it
+    # names their staged twins (a sharded save between its two index writes).
+    prefixes = {i[: -len(INDEX_SUFFIX)] for i in indexes}
     candidates: List[str] = indexes + [
-        w for w in weights if os.path.normpath(os.path.join(folder, w)) not in shards
+        w
+        for w in weights
+        if os.path.normpath(os.path.join(folder, w)) not in shards
+        and not (_SHARD_NAME.fullmatch(w) and _SHARD_NAME.fullmatch(w).group(1) in prefixes)
     ]
     if len(candidates) == 1:
         if shard_problem(folder, candidates[0]) is not None:

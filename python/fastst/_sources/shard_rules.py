@@ -9,8 +9,9 @@ first (:meth:`ShardProblem.error`, a ``ShardIndexError``); ``fastst verify``
 rules, in the order they are reported:
 
 1. every entry names a file inside the checkpoint, in the index's order
-   (``index-shape``, ``shard-path``: :func:`fastst._sources.folders.shard_problem`,
-   or :func:`fastst._sources.folders.object_problem` for a remote index);
+   (``index-shape``, ``shard-path``: :func:`fastst._sources.folders.placements`
+   walks the entries through :func:`~fastst._sources.folders.shard_problem`,
+   or :func:`~fastst._sources.folders.object_problem` for a remote index);
 2. every shard named, in the order the index first names it, is there
    (``shard-missing``) and holds every tensor the index places in it
    (``shard-lacks-tensor``); a shard whose table cannot be read is skipped
@@ -28,10 +29,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Collection, Dict, List, Optional, Tuple, Union
 
 from .._errors import rule_error
-from .folders import object_problem, shard_problem
+from .folders import placements
 
 #: The rule the reader raises for a rule that is only reported.
 RAISED_AS = {"shard-duplicate-tensor": "shard-extra-tensor"}
@@ -90,52 +91,19 @@ class Table(enum.Enum):
 Tables = Callable[[str, List[str]], Union[Collection[str], Table]]
 
 
-def placements(
-    folder: Optional[str], weight_map: Mapping[Any, Any], sink: Sink
-) -> Dict[str, List[str]]:
-    """Rule 1 of the module: each shard the ``weight_map`` of an index in
-    ``folder`` (None: a remote index) names, in order, with the tensors it
-    places there; each entry :func:`fastst._sources.folders.shard_problem`
-    (:func:`~fastst._sources.folders.object_problem`) refuses goes to
-    ``sink`` and is left out."""
-    shards: Dict[str, List[str]] = {}
-    for tensor, shard in weight_map.items():
-        if not (isinstance(shard, str) and shard in shards):
-            problem = object_problem(shard) if folder is None else shard_problem(folder, shard)
-            if problem:
-                rule, why = problem
-                sink(
-                    ShardProblem(
-                        rule, f"tensor {tensor!r}: {why}", tensors=(tensor,), tensor=tensor, why=why
-                    )
-                )
-                continue
-            shards[shard] = []
-        shards[shard].append(tensor)
-    return shards
-
-
-def index_shards(
-    name: str, folder: Optional[str], weight_map: Mapping[Any, Any]
-) -> Dict[str, List[str]]:
-    """:func:`placements`, raising the ``ShardIndexError`` of the first
-    entry refused (named ``name``, the index)."""
-
-    def refuse(problem: ShardProblem) -> None:
-        raise problem.error(name, str)
-
-    return placements(folder, weight_map, refuse)
-
-
 def check_shards(
-    folder: Optional[str], weight_map: Mapping[Any, Any], table: Tables, sink: Sink
+    folder: Optional[str], weight_map: Dict[Any, Any], table: Tables, sink: Sink
 ) -> Dict[str, List[str]]:
     """Reports to ``sink`` every problem of the index in ``folder`` (None:
     a remote index) whose ``weight_map`` is given against the shards it
     names, whose tables ``table`` gives (called once per shard, in order;
     an exception it raises ends the walk), in the order of the module's
-    rules; returns :func:`placements`."""
-    placed = placements(folder, weight_map, sink)
+    rules; returns :func:`fastst._sources.folders.placements`."""
+
+    def refused(rule: str, message: str, tensor: str, why: str) -> None:
+        sink(ShardProblem(rule, message, tensors=(tensor,), tensor=tensor, why=why))
+
+    placed = placements(folder, weight_map, refused)
     held: Dict[str, List[str]] = {}  # the tensors of each shard read
     holders: Dict[str, List[str]] = {}  # the shards holding each tensor
     for shard, listed in placed.items():

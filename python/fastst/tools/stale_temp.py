@@ -6,19 +6,14 @@ Temporary files an interrupted fastst save left behind, for
 from __future__ import annotations
 
 import os
-import re
-from typing import Iterable, List, Union
+from typing import Iterable, List, Optional, Set, Union
 
+from .._errors import SafetensorError
 from .._paths import os_path as _path
+from .._sources.folders import INDEX_SUFFIX, UNFINISHED, claimed_shards
 from .walk import walk
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-#: Name of a temporary file a fastst save writes where ``O_TMPFILE`` is not
-#: available (rust/fastst-core/src/write/atomic.rs); only a process killed
-#: mid-save leaves one behind.
-_STALE_TEMP = re.compile(r"\.[0-9a-f]{16}\.fastst-tmp")
 
 
 def stale_temp_files(paths: Iterable[PathLike]) -> List[str]:
@@ -31,9 +26,17 @@ def stale_temp_files(paths: Iterable[PathLike]) -> List[str]:
     seen = set()
 
     def scan(root: str, names: Iterable[str]) -> None:
+        named: Optional[Set[str]] = None
         for name in sorted(names):
-            if not _STALE_TEMP.fullmatch(name):
+            match = UNFINISHED.fullmatch(name)
+            if not match:
                 continue
+            if match.group(1) is not None:
+                # A staged shard is the checkpoint while an index names it.
+                if named is None:
+                    named = _named_by_indexes(root, names)
+                if os.path.normpath(os.path.join(root, name)) in named:
+                    continue
             full = os.path.join(root, name)
             key = os.path.normpath(os.path.abspath(full))
             if key in seen or os.path.islink(full) or not os.path.isfile(full):
@@ -54,3 +57,15 @@ def stale_temp_files(paths: Iterable[PathLike]) -> List[str]:
                 continue
             scan(folder, names)
     return found
+
+
+def _named_by_indexes(root: str, names: Iterable[str]) -> Set[str]:
+    """The files the index files among ``names`` (in ``root``) name."""
+    named: Set[str] = set()
+    for name in names:
+        if name.endswith(INDEX_SUFFIX):
+            try:
+                named |= claimed_shards(os.path.join(root, name))
+            except (OSError, ValueError, SafetensorError):
+                continue
+    return named

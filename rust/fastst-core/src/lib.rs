@@ -154,12 +154,12 @@ pub use read::{
 };
 pub use rules::{Family, RuleId, Severity};
 pub use size::{parse_size, SizeGrammarError};
-pub use slice::Dim;
+pub use slice::{slice_ranges, Dim};
 pub use source::{ended_early, read_header, Source};
 pub use table::TensorInfo;
 pub use write::{
-    replace_with_bytes, serialize, write_atomic, write_file, AtomicFile, Blocking, FileSink,
-    NewTensor, PlannedTensor, TensorStream, WriteFailure, WritePlan,
+    link_replace, replace_with_bytes, serialize, write_atomic, write_file, AtomicFile, Blocking,
+    FileSink, NewTensor, PlannedTensor, TensorStream, WriteFailure, WritePlan,
 };
 
 /// For fastst's sibling crates only (fastst-inspect, fastst-remote,

@@ -11,14 +11,20 @@
 //! which a remote source runs concurrently. Beyond the destination, memory
 //! stays bounded whatever the index: at most [`BATCH_RUNS`] runs and
 //! [`BATCH_SCRATCH`] bytes of coalesced ranges at a time.
+//!
+//! The read-ahead asks the same question without reading: [`slice_ranges`]
+//! lists a selection's byte ranges from the same runs, joined by the same
+//! rule (`joins`).
 
 use std::ops::Range;
 
+use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::io;
 use crate::read::MappedFile;
 use crate::source::Source;
 use crate::table::TensorInfo;
+use crate::validate::entry;
 
 /// What a slice takes of one dimension: `count` indices from `start`,
 /// `step` apart (`step` >= 1; a count of 0 selects nothing).
@@ -153,6 +159,75 @@ impl Runs {
     pub fn bytes(&self) -> u64 {
         self.left.saturating_mul(self.len / 8)
     }
+
+    /// The bytes from the start of the next run to the end of the last
+    /// one, or None when no run is left (or, for a tensor whose bit count
+    /// does not fit in 64 bits, which `new` never sees from a validated
+    /// header, when the end does not either).
+    pub fn span(&self) -> Option<Range<u64>> {
+        if self.left == 0 {
+            return None;
+        }
+        // The last run: every axis at its last index.
+        let last =
+            self.axes
+                .iter()
+                .zip(&self.at)
+                .try_fold(self.next, |bit, (&(count, delta), &at)| {
+                    count
+                        .saturating_sub(1)
+                        .saturating_sub(at)
+                        .checked_mul(delta)
+                        .and_then(|d| bit.checked_add(d))
+                })?;
+        Some(self.next / 8..last.checked_add(self.len)? / 8)
+    }
+}
+
+/// Whether `run` is read in one range with `span`, the range of the runs
+/// before it: it starts at most `gap` bytes after `span` ends, and the
+/// range stays within [`RANGE_CAP`].
+fn joins(span: &Range<u64>, run: &Range<u64>, gap: u64) -> bool {
+    run.start.saturating_sub(span.end) <= gap && run.end.saturating_sub(span.start) <= RANGE_CAP
+}
+
+/// The byte ranges (offsets from the tensor's first byte) that reading
+/// `dims` (one per dimension) of a tensor of `dtype` and `shape` takes, in
+/// increasing order: the selection's runs as `Runs` makes them, those
+/// that touch joined as the reader joins them (`joins`, with no gap: no
+/// byte outside the selection), or, when that leaves more than
+/// `max_ranges` ranges, the one range spanning them all. A shape no tensor
+/// can have breaks the header's size rule (`size-overflow`,
+/// `sub-byte-not-whole`); `dims` are checked as `Runs::new` checks them.
+pub fn slice_ranges(
+    dtype: Dtype,
+    shape: &[u64],
+    dims: &[Dim],
+    max_ranges: usize,
+) -> Result<Vec<Range<u64>>> {
+    // The header's size rule, for a shape that did not come from one.
+    let len = dtype.byte_len(shape).unwrap_or(0);
+    entry::size("", dtype, shape, 0, len)?;
+    let info = TensorInfo {
+        name: String::new(),
+        dtype,
+        shape: shape.to_vec(),
+        begin: 0,
+        end: len,
+    };
+    let runs = Runs::new(&info, dims)?;
+    let span = runs.span().unwrap_or(0..len);
+    let mut out: Vec<Range<u64>> = Vec::new();
+    for run in runs {
+        if let Some(last) = out.last_mut().filter(|last| joins(last, &run, 0)) {
+            last.end = run.end;
+        } else if out.len() >= max_ranges {
+            return Ok(vec![span]);
+        } else {
+            out.push(run);
+        }
+    }
+    Ok(out)
 }
 
 impl Iterator for Runs {
@@ -251,7 +326,7 @@ fn gather(src: &dyn Source, base: u64, runs: Runs, mut dst: &mut [u8], tensor: &
             let Some(run) = runs.next() else { break };
             let bytes = run.end - run.start;
             match groups.last_mut() {
-                Some(g) if run.start - g.span.end <= gap && run.end - g.span.start <= RANGE_CAP => {
+                Some(g) if joins(&g.span, &run, gap) => {
                     scratch_len -= g.scratch();
                     g.span.end = run.end;
                     g.runs.end += 1;
@@ -455,6 +530,126 @@ mod tests {
                 assert!(offset >= data && offset + len as u64 <= data + info.byte_len());
             }
         }
+    }
+
+    /// The byte offsets of the elements `dims` select (whole bytes only).
+    fn selected_bytes(dtype: Dtype, shape: &[u64], dims: &[Dim]) -> Vec<u64> {
+        let size = dtype.bits() / 8;
+        let mut out = Vec::new();
+        if dims.iter().any(|d| d.count == 0) {
+            return out;
+        }
+        let mut at = vec![0u64; dims.len()];
+        loop {
+            let mut element = 0u64;
+            for ((d, &n), &i) in dims.iter().zip(shape).zip(&at) {
+                element = element * n + d.start + i * d.step;
+            }
+            out.extend(element * size..(element + 1) * size);
+            let mut axis = dims.len();
+            loop {
+                if axis == 0 {
+                    out.sort_unstable();
+                    return out;
+                }
+                axis -= 1;
+                at[axis] += 1;
+                if at[axis] < dims[axis].count {
+                    break;
+                }
+                at[axis] = 0;
+            }
+        }
+    }
+
+    #[test]
+    fn slice_ranges_are_exactly_the_selected_bytes() {
+        let mut seed = 777u64;
+        let mut rand = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for case in 0..3000 {
+            let ndim = rand(4) as usize;
+            let shape: Vec<u64> = (0..ndim).map(|_| rand(5)).collect();
+            let dtype = [Dtype::U8, Dtype::Bf16, Dtype::F32, Dtype::C64][case % 4];
+            let dims: Vec<Dim> = shape
+                .iter()
+                .map(|&n| {
+                    if n == 0 || rand(4) == 0 {
+                        return dim(0, n, 1);
+                    }
+                    let start = rand(n);
+                    let step = 1 + rand(3);
+                    let count = rand((n - start).div_ceil(step) + 1);
+                    dim(start, count, step)
+                })
+                .collect();
+            let want = selected_bytes(dtype, &shape, &dims);
+            let got = slice_ranges(dtype, &shape, &dims, usize::MAX).unwrap();
+            let covered: Vec<u64> = got.iter().flat_map(Clone::clone).collect();
+            assert_eq!(covered, want, "{dtype} {shape:?} {dims:?}");
+            // Increasing, and joined: no two touch.
+            assert!(got.windows(2).all(|w| w[0].end < w[1].start));
+            // Above the cap: the one range spanning them.
+            if got.len() > 1 {
+                let cap = rand(got.len() as u64) as usize;
+                let span = (got[0].start, got[got.len() - 1].end);
+                assert_eq!(ends(dtype, &shape, &dims, cap), [span]);
+                let all = slice_ranges(dtype, &shape, &dims, got.len()).unwrap();
+                assert_eq!(all, got);
+            }
+        }
+    }
+
+    /// [`slice_ranges`] as `(start, end)` pairs.
+    fn ends(dtype: Dtype, shape: &[u64], dims: &[Dim], max_ranges: usize) -> Vec<(u64, u64)> {
+        let got = slice_ranges(dtype, shape, dims, max_ranges).unwrap();
+        got.into_iter().map(|r| (r.start, r.end)).collect()
+    }
+
+    #[test]
+    fn slice_ranges_of_packed_rows_and_odd_shapes() {
+        // F4, two per byte: whole rows of whole bytes.
+        let rows = [dim(1, 2, 2), dim(0, 6, 1)];
+        assert_eq!(ends(Dtype::F4, &[4, 6], &rows, 8), [(3, 6), (9, 12)]);
+        let e = slice_ranges(Dtype::F4, &[4, 6], &[dim(1, 2, 2), dim(1, 1, 1)], 8).unwrap_err();
+        assert_eq!(e.rule(), RuleId::SubByteNotWhole);
+        // Runs that touch (a count of one with any step) are one range.
+        let touching = [dim(0, 3, 1), dim(0, 1, 5)];
+        assert_eq!(ends(Dtype::F32, &[3, 1], &touching, 8), [(0, 12)]);
+        // A scalar; nothing selected; a whole tensor.
+        assert_eq!(ends(Dtype::F64, &[], &[], 8), [(0, 8)]);
+        let none = [dim(0, 0, 1), dim(9, 9, 9)];
+        assert!(ends(Dtype::F32, &[4, 6], &none, 0).is_empty());
+        let whole = [dim(0, 1 << 20, 1), dim(0, 1 << 12, 1)];
+        assert_eq!(
+            ends(Dtype::U8, &[1 << 20, 1 << 12], &whole, 0),
+            [(0, 1 << 32)]
+        );
+        // Shapes no tensor can have, dims outside the shape.
+        let huge = [u64::MAX, 2];
+        let e = slice_ranges(Dtype::U8, &huge, &[dim(0, 1, 1), dim(0, 1, 1)], 8).unwrap_err();
+        assert_eq!(e.rule(), RuleId::SizeOverflow);
+        let e = slice_ranges(Dtype::F6E2M3, &[3], &[dim(0, 3, 1)], 8).unwrap_err();
+        assert_eq!(e.rule(), RuleId::SubByteNotWhole);
+        let e = slice_ranges(Dtype::F32, &[4], &[dim(2, 3, 1)], 8).unwrap_err();
+        assert_eq!(e.rule(), RuleId::ReadPastEnd);
+    }
+
+    #[test]
+    fn the_span_of_the_runs_left() {
+        let (f, _, _) = file(Dtype::U8, &[5, 3, 4], 0);
+        let info = f.header().require("t").unwrap();
+        let mut runs = Runs::new(info, &[dim(0, 3, 2), dim(0, 2, 2), dim(1, 2, 1)]).unwrap();
+        let all: Vec<Range<u64>> = runs.clone().collect();
+        assert_eq!(runs.span(), Some(all[0].start..all[all.len() - 1].end));
+        runs.next();
+        assert_eq!(runs.span(), Some(all[1].start..all[all.len() - 1].end));
+        assert_eq!(runs.by_ref().count(), all.len() - 1);
+        assert_eq!(runs.span(), None);
     }
 
     #[test]

@@ -71,6 +71,7 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<write::PyWritePlan>()?;
     m.add_function(wrap_pyfunction!(write::parse_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(write::replace_file, m)?)?;
+    m.add_function(wrap_pyfunction!(write::link_file, m)?)?;
     // forensics and hashes (the fastst command)
     inspect::register(m)?;
     // the catalogue of rules, dtype facts and conversions

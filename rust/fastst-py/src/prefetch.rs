@@ -1,14 +1,18 @@
 //! `Prefetcher`: the core's background reader of a file's pages, driven by
 //! `fastst/_read/prefetch.py` (which plans the byte ranges from tensor names and
 //! slices).
+//!
+//! The byte ranges of a slice come from the core's reader of slices
+//! (`slice_ranges`): the read-ahead plans the very bytes a slice reads.
 
 use std::time::Duration;
 
-use fastst_core::{PrefetchMethod, PrefetchOptions, PrefetchStatus, Prefetcher};
+use fastst_core::{Dim, Dtype, PrefetchMethod, PrefetchOptions, PrefetchStatus, Prefetcher};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::errors::InFile;
 use crate::file::RawFile;
 
 /// Reads planned byte ranges of an open file in the background, never more
@@ -105,9 +109,39 @@ fn default_prefetch_budget() -> u64 {
     PrefetchOptions::default_budget()
 }
 
+/// The byte ranges `(offset, length)` that reading `dims` (one `(start,
+/// count, step)` per dimension, as `RawFile.read_slice_into` takes them) of
+/// a tensor of `dtype` (a header name) and `shape` takes, offsets from the
+/// tensor's first byte, in increasing order: the runs the reader of slices
+/// reads, those that touch joined; more than `max_ranges` ranges are the
+/// one range spanning them.
+#[pyfunction]
+fn slice_ranges(
+    py: Python<'_>,
+    dtype: &str,
+    shape: Vec<u64>,
+    dims: Vec<(u64, u64, u64)>,
+    max_ranges: usize,
+) -> PyResult<Vec<(u64, u64)>> {
+    let dtype = Dtype::from_name(dtype)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown dtype {dtype:?}")))?;
+    let dims: Vec<Dim> = dims
+        .into_iter()
+        .map(|(start, count, step)| Dim { start, count, step })
+        .collect();
+    let ranges = py
+        .allow_threads(|| fastst_core::slice_ranges(dtype, &shape, &dims, max_ranges))
+        .in_file("")?;
+    Ok(ranges
+        .into_iter()
+        .map(|r| (r.start, r.end.saturating_sub(r.start)))
+        .collect())
+}
+
 /// Adds the prefetcher to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPrefetcher>()?;
     m.add_function(wrap_pyfunction!(default_prefetch_budget, m)?)?;
+    m.add_function(wrap_pyfunction!(slice_ranges, m)?)?;
     Ok(())
 }

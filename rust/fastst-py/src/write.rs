@@ -4,7 +4,8 @@
 //! with the GIL released.
 
 use fastst_core::{
-    replace_with_bytes, write_atomic, Dtype, Error, NewTensor, TensorStream, WritePlan,
+    link_replace, replace_with_bytes, write_atomic, Dtype, Error, NewTensor, TensorStream,
+    WritePlan,
 };
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
@@ -284,5 +285,22 @@ pub fn replace_file(
     durable: bool,
 ) -> PyResult<()> {
     py.allow_threads(|| replace_with_bytes(&path, data, durable))
+        .in_file(display_name)
+}
+
+/// Gives the complete file `staged` the name `target` too, replacing what is
+/// there in one step (`fastst_core::link_replace`: a hard link renamed over
+/// `target`, or a copy committed atomically where there are no hard links);
+/// `staged` keeps its name. The GIL is released meanwhile.
+#[pyfunction]
+#[pyo3(signature = (staged, target, display_name, durable = false))]
+pub fn link_file(
+    py: Python<'_>,
+    staged: FsPath,
+    target: FsPath,
+    display_name: &str,
+    durable: bool,
+) -> PyResult<()> {
+    py.allow_threads(|| link_replace(&staged, &target, durable))
         .in_file(display_name)
 }

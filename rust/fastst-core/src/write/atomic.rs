@@ -454,6 +454,69 @@ pub fn replace_with_bytes(target: &Path, data: &[u8], durable: bool) -> Result<(
     atomic.commit(Some(durable))
 }
 
+/// Gives the complete file `staged` a second name, `target`, replacing
+/// whatever is there, in one step: `staged` is hard-linked under a new
+/// temporary name beside `target` and that name renamed over `target`, so a
+/// reader sees the old `target` or the new one and `staged` keeps its name
+/// (a checkpoint's index may still name it). Where the filesystem has no
+/// hard links, the bytes are copied into an [`AtomicFile`] and committed
+/// instead. `durable` flushes the folder after the rename (a copy is
+/// flushed before it too).
+pub fn link_replace(staged: &Path, target: &Path, durable: bool) -> Result<()> {
+    let dir = match target.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut temp = None;
+    for _ in 0..64 {
+        let candidate = dir.join(temp_name());
+        match fs::hard_link(staged, &candidate) {
+            Ok(()) => {
+                temp = Some(candidate);
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) if no_hard_links(&e) => return copy_replace(staged, target, durable),
+            Err(e) => return Err(Error::io("linking the new file to its name", e)),
+        }
+    }
+    let temp = temp.ok_or_else(|| {
+        Error::io(
+            "linking the new file to its name",
+            io::Error::from(io::ErrorKind::AlreadyExists),
+        )
+    })?;
+    if let Err(e) = fs::rename(&temp, target) {
+        let _ = fs::remove_file(&temp);
+        return Err(Error::io("renaming the new name over the target", e));
+    }
+    if durable {
+        if let Ok(d) = File::open(&dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// Whether a failed `link` means the filesystem has no hard links (rather
+/// than a real failure such as a missing file or a full disk).
+fn no_hard_links(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::Unsupported
+            | io::ErrorKind::PermissionDenied
+            | io::ErrorKind::CrossesDevices
+    ) || matches!(e.raw_os_error(), Some(libc::EMLINK | libc::ENOTSUP))
+}
+
+/// [`link_replace`] by copying, for filesystems without hard links.
+fn copy_replace(staged: &Path, target: &Path, durable: bool) -> Result<()> {
+    let mut atomic = AtomicFile::create(target)?;
+    let mut from = File::open(staged).map_err(|e| Error::io("opening the new file", e))?;
+    io::copy(&mut from, atomic.file()?).map_err(|e| Error::io("copying the new file", e))?;
+    atomic.commit(Some(durable))
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;
@@ -476,6 +539,36 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    #[test]
+    fn link_replace_gives_a_second_name_and_keeps_the_first() {
+        let dir = temp_dir("link");
+        let staged = dir.join(".0000000000000001.fastst-tmp.model-00001-of-00001.safetensors");
+        let target = dir.join("model-00001-of-00001.safetensors");
+        fs::write(&staged, b"new").expect("write");
+        fs::write(&target, b"old").expect("write");
+        link_replace(&staged, &target, true).expect("link");
+        assert_eq!(fs::read(&target).expect("read"), b"new");
+        assert_eq!(fs::read(&staged).expect("read"), b"new");
+        assert_eq!(entries(&dir).len(), 2);
+        // A missing staged file is an error and leaves the target alone.
+        fs::write(&target, b"kept").expect("write");
+        let missing = dir.join("absent.safetensors");
+        assert!(link_replace(&missing, &target, false).is_err());
+        assert_eq!(fs::read(&target).expect("read"), b"kept");
+        assert_eq!(entries(&dir).len(), 2);
+    }
+
+    #[test]
+    fn copy_replace_is_the_fallback_without_links() {
+        let dir = temp_dir("copy");
+        let staged = dir.join("staged.safetensors");
+        let target = dir.join("final.safetensors");
+        fs::write(&staged, b"bytes").expect("write");
+        copy_replace(&staged, &target, false).expect("copy");
+        assert_eq!(fs::read(&target).expect("read"), b"bytes");
+        assert_eq!(entries(&dir), ["final.safetensors", "staged.safetensors"]);
     }
 
     #[test]

@@ -24,7 +24,9 @@ mod writeback;
 use std::io::Write;
 use std::path::Path;
 
-pub use atomic::{replace_with_bytes, write_atomic, AtomicFile, Blocking, WriteFailure};
+pub use atomic::{
+    link_replace, replace_with_bytes, write_atomic, AtomicFile, Blocking, WriteFailure,
+};
 pub use plan::{NewTensor, PlannedTensor, WritePlan};
 pub use stream::TensorStream;
 pub use writeback::{FileSink, WINDOW as WRITEBACK_WINDOW};
