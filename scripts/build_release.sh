@@ -9,11 +9,14 @@
 #   that wheel must hold the same files as the first.
 # Needs .venv from scripts/setup.sh; installs requirements-release.txt into it.
 # With --wheel, builds and checks the wheel only (scripts/setup.sh --all).
+# With --sdist, builds and checks the sdist against the wheel already in dist/
+# (the one scripts/setup.sh --all built and installed, as scripts/test.sh
+# runs it): the release wheel is built once per test run, not twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
-    "" | --wheel) ;;
-    *) echo "usage: bash scripts/build_release.sh [--wheel]" >&2; exit 2 ;;
+    "" | --wheel | --sdist) ;;
+    *) echo "usage: bash scripts/build_release.sh [--wheel | --sdist]" >&2; exit 2 ;;
 esac
 if [ ! -x .venv/bin/maturin ]; then
     echo "no .venv with maturin here: run 'bash scripts/setup.sh' first" >&2
@@ -22,16 +25,28 @@ fi
 . .venv/bin/activate
 python -m pip install --quiet -r requirements-release.txt
 mkdir -p dist
-rm -f dist/fastst-*
-maturin build --release --quiet --zig --compatibility manylinux2014 --out dist
-wheel=$(ls dist/fastst-*.whl)
-if ! auditwheel show "$wheel" | tr -s ' \n' '  ' | grep -q 'consistent with the following platform tag: "manylinux_2_17_'; then
-    auditwheel show "$wheel"
-    echo "$wheel: not manylinux_2_17 compliant" >&2
-    exit 1
+if [ "${1:-}" = --sdist ]; then
+    rm -f dist/fastst-*.tar.gz
+    shopt -s nullglob
+    wheels=(dist/fastst-*.whl)
+    if [ ${#wheels[@]} != 1 ]; then
+        echo "expected one wheel in dist/, found ${#wheels[@]}: run scripts/build_release.sh --wheel" >&2
+        exit 1
+    fi
+    wheel=${wheels[0]}
+    echo "checking the sdist against $wheel (built before, not again)"
+else
+    rm -f dist/fastst-*
+    maturin build --release --quiet --zig --compatibility manylinux2014 --out dist
+    wheel=$(ls dist/fastst-*.whl)
+    if ! auditwheel show "$wheel" | tr -s ' \n' '  ' | grep -q 'consistent with the following platform tag: "manylinux_2_17_'; then
+        auditwheel show "$wheel"
+        echo "$wheel: not manylinux_2_17 compliant" >&2
+        exit 1
+    fi
+    echo "built $wheel (auditwheel: manylinux_2_17)"
+    [ "${1:-}" = --wheel ] && exit 0
 fi
-echo "built $wheel (auditwheel: manylinux_2_17)"
-[ "${1:-}" = --wheel ] && exit 0
 
 maturin sdist --out dist
 sdist=$(ls dist/fastst-*.tar.gz)

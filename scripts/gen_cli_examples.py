@@ -3,7 +3,7 @@
     python scripts/gen_cli_examples.py FOLDER
 
 The files are deterministic (fixed seeds, fixed metadata), so the outputs
-shown in docs/cli.md can be checked: tests/test_cli_docs.py runs this script,
+shown in docs/cli.md can be checked: tests/cli/test_docs.py runs this script,
 then every `$ fastst ...` command of docs/cli.md in FOLDER, and compares the
 outputs with the documented ones.
 

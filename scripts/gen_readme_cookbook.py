@@ -20,7 +20,7 @@ is the caller's without FASTST_* variables, with this interpreter's bin folder f
 PATH, TQDM_DISABLE=1 (transformers' progress bars are not shown) and fastst's start-up
 file where the install lacks it (an editable install), so `FASTST_AS_SAFETENSORS=1`
 works. The folder's path is removed from the output, and timings are not compared.
-tests/test_readme_cookbook.py runs every recipe the same way and compares.
+tests/contracts/test_readme_cookbook.py runs every recipe the same way and compares.
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def services(name: str, folder: Path) -> Iterator[Dict[str, str]]:
         yield {}
         return
     sys.path.insert(0, str(ROOT / "tests"))
-    import remote_servers
+    from helpers import remote_servers
 
     weed = remote_servers.weed_binary()
     if weed is None:

@@ -4,7 +4,7 @@
     python scripts/gen_rules_doc.py --check  # exit 1 if it is out of date
 
 The catalogue lives in rust/fastst-core/src/rules.rs and reaches Python as
-``fastst._fastst.rule_catalogue()``; tests/test_rules_catalogue.py checks that
+``fastst._fastst.rule_catalogue()``; tests/contracts/test_rules_catalogue.py checks that
 the file matches it.
 """
 

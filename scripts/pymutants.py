@@ -55,58 +55,90 @@ from typing import Dict, List, Optional, Sequence, Tuple
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "python" / "fastst"
 
-READER = ["tests/test_reader_api.py", "tests/test_reader_differential.py"]
-CLI_BASIC = ["tests/test_cli_inspect.py", "tests/test_cli_output.py"]
-SIGNING = ["tests/test_signing.py", "tests/test_sbom.py"]
+READER = ["tests/read/test_safe_open.py", "tests/contracts/test_reader_differential.py"]
+CLI_BASIC = ["tests/cli/test_inspect.py", "tests/cli/test_output.py"]
+SIGNING = ["tests/tools/test_signing.py", "tests/tools/test_sbom.py"]
 
 #: module (relative to python/fastst) -> (mutants to pick, test files that exercise it)
 MODULES: Dict[str, Tuple[int, List[str]]] = {
-    "_open.py": (7, READER + ["tests/test_hardening_files.py", "tests/test_reader_corpus.py"]),
-    "_load.py": (
-        6,
-        ["tests/test_write.py", "tests/test_frameworks.py", "tests/test_reader_api.py"],
+    "_read/safe_open.py": (
+        7,
+        READER + ["tests/contracts/test_hardening_files.py", "tests/contracts/test_corpus.py"],
     ),
-    "_source.py": (
+    "_read/load.py": (
+        6,
+        [
+            "tests/write/test_tensors.py",
+            "tests/frameworks/test_other_frameworks.py",
+            "tests/read/test_safe_open.py",
+        ],
+    ),
+    "_sources/opener.py": (
         5,
         [
-            "tests/test_reader_sources.py",
-            "tests/test_dropin_api.py",
-            "tests/test_reader_corpus.py",  # open_raw: every plain file is opened through it
+            "tests/sources/test_opener.py",
+            "tests/sources/test_folders.py",
+            "tests/dropin/test_api.py",
+            "tests/contracts/test_corpus.py",  # open_raw: every plain file is opened through it
         ],
     ),
-    "_paths.py": (3, ["tests/test_hardening_paths.py", "tests/test_reader_api.py"]),
-    "_write.py": (
+    "_paths.py": (3, ["tests/contracts/test_hardening_paths.py", "tests/read/test_safe_open.py"]),
+    "_write/tensors.py": (
         7,
-        ["tests/test_write.py", "tests/test_write_differential.py", "tests/test_write_atomic.py"],
+        [
+            "tests/write/test_tensors.py",
+            "tests/contracts/test_write_differential.py",
+            "tests/write/test_atomic_save.py",
+        ],
     ),
-    "_sharded.py": (
+    "_sources/sharded.py": (
         6,
         [
-            "tests/test_sharded.py",
-            "tests/test_dropin_sharded.py",
-            "tests/test_cli_checkpoint.py",
+            "tests/sources/test_sharded.py",
+            "tests/write/test_sharded.py",
+            "tests/cli/test_checkpoint.py",
         ],
     ),
-    "tools/checkpoint.py": (6, ["tests/test_cli_checkpoint.py", "tests/test_cli_inputs.py"]),
-    "_folders.py": (4, ["tests/test_sharded.py", "tests/test_dropin_sharded.py"]),
-    "_hook.py": (6, ["tests/test_dropin_hook.py", "tests/test_dropin_api.py"]),
-    "_update.py": (5, ["tests/test_cli_meta_edit.py"]),
-    "tools/convert.py": (6, ["tests/test_cli_convert.py"]),
+    "tools/checkpoint.py": (
+        6,
+        [
+            "tests/cli/test_checkpoint.py",
+            "tests/cli/test_inputs.py",
+            "tests/sources/test_identify.py",
+        ],
+    ),
+    "_sources/folders.py": (
+        4,
+        [
+            "tests/sources/test_folders.py",
+            "tests/sources/test_sharded.py",
+            "tests/write/test_sharded.py",
+        ],
+    ),
+    "_dropin/hook.py": (
+        6,
+        ["tests/dropin/test_hook.py", "tests/dropin/test_api.py", "tests/sources/test_folders.py"],
+    ),
+    "_write/metadata.py": (5, ["tests/write/test_metadata.py", "tests/cli/test_meta_edit.py"]),
+    "tools/convert.py": (6, ["tests/cli/test_convert.py"]),
     "_errors.py": (
         4,
         [
-            "tests/test_rules_catalogue.py",
-            "tests/test_reader_corpus.py",
-            "tests/test_reader_api.py",
+            "tests/contracts/test_rules_catalogue.py",
+            "tests/contracts/test_corpus.py",
+            "tests/read/test_safe_open.py",
         ],
     ),
-    "cli/commands.py": (4, CLI_BASIC + ["tests/test_cli_meta.py", "tests/test_cli_hash.py"]),
-    "cli/parser.py": (3, CLI_BASIC + ["tests/test_cli_inputs.py"]),
-    "cli/render.py": (3, CLI_BASIC + ["tests/test_cli_fuzz.py"]),
-    "cli/report.py": (3, ["tests/test_cli_verify.py", "tests/test_cli_output.py"]),
-    "cli/sarif.py": (3, ["tests/test_cli_verify.py", "tests/test_cli_output.py"]),
-    "cli/text.py": (3, CLI_BASIC + ["tests/test_cli_fuzz.py"]),
-    "cli/convert.py": (2, ["tests/test_cli_convert.py"]),
+    "cli/commands.py": (4, CLI_BASIC + ["tests/cli/test_meta.py", "tests/cli/test_hash.py"]),
+    "cli/parser.py": (
+        3,
+        CLI_BASIC + ["tests/cli/test_inputs.py", "tests/sources/test_identify.py"],
+    ),
+    "cli/render.py": (3, CLI_BASIC + ["tests/cli/test_fuzz.py"]),
+    "cli/report.py": (3, ["tests/cli/test_verify.py", "tests/cli/test_output.py"]),
+    "cli/sarif.py": (3, ["tests/cli/test_verify.py", "tests/cli/test_output.py"]),
+    "cli/text.py": (3, CLI_BASIC + ["tests/cli/test_fuzz.py"]),
+    "cli/convert.py": (2, ["tests/cli/test_convert.py"]),
     "tools/provenance/bundle.py": (2, SIGNING),
     "cli/provenance.py": (2, SIGNING),
     "cli/provenance_render.py": (2, SIGNING),
@@ -114,7 +146,7 @@ MODULES: Dict[str, Tuple[int, List[str]]] = {
     "tools/provenance/hashing.py": (2, SIGNING),
     "tools/provenance/keys.py": (2, SIGNING),
     "tools/provenance/model.py": (2, SIGNING),
-    "tools/provenance/sbom.py": (2, ["tests/test_sbom.py"]),
+    "tools/provenance/sbom.py": (2, ["tests/tools/test_sbom.py"]),
     "tools/provenance/signing.py": (2, SIGNING),
     "tools/provenance/statement.py": (2, SIGNING),
     "tools/provenance/trust.py": (2, SIGNING),
@@ -411,7 +443,7 @@ def report(path: Path, found: List[Mutant], seed: int, commit: str, seconds: flo
     counts: Dict[str, int] = {}
     for m in found:
         counts[m.status] = counts.get(m.status, 0) + 1
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     noticed = counts.get("killed", 0) + counts.get("timeout", 0)
     valid = len(found) - counts.get("invalid", 0)
     lines = [

@@ -29,6 +29,7 @@ from ._fastst import __version__
 from ._read.load import deserialize
 from ._read.safe_open import SafeSlice, _safe_open_handle, safe_open
 from ._write.metadata import update_metadata
+from ._write.streaming import TensorWriter, open_writer
 from ._write.tensors import TensorSpec, serialize, serialize_file
 
 __all__ = [
@@ -48,6 +49,8 @@ __all__ = [
     "TensorSpec",
     "serialize",
     "serialize_file",
+    "open_writer",
+    "TensorWriter",
     "deserialize",
     "update_metadata",
     "ShardIndexError",

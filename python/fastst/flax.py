@@ -34,9 +34,15 @@ def _to_numpy(tensors: Dict[str, Array], _keep_alive: List[Any]) -> Dict[str, np
 _io = FrameworkIO("flax", _to_numpy)
 
 
-def save(tensors: Dict[str, Array], metadata: Optional[Dict[str, str]] = None) -> bytes:
-    """The bytes of a ``.safetensors`` file holding ``tensors`` and ``metadata``."""
-    return _io.save(tensors, metadata)
+def save(
+    tensors: Dict[str, Array],
+    metadata: Optional[Dict[str, str]] = None,
+    *,
+    align: Optional[int] = None,
+) -> bytes:
+    """The bytes of a ``.safetensors`` file holding ``tensors`` and ``metadata``;
+    ``align`` as :func:`fastst.numpy.save`'s."""
+    return _io.save(tensors, metadata, align)
 
 
 def save_file(
@@ -45,10 +51,11 @@ def save_file(
     metadata: Optional[Dict[str, str]] = None,
     *,
     durable: Optional[bool] = None,
+    align: Optional[int] = None,
 ) -> None:
     """Writes ``tensors`` and optional string ``metadata`` to ``filename``,
-    atomically; ``durable`` as :func:`fastst.numpy.save_file`'s."""
-    _io.save_file(tensors, filename, metadata, durable=durable)
+    atomically; ``durable`` and ``align`` as :func:`fastst.numpy.save_file`'s."""
+    _io.save_file(tensors, filename, metadata, durable=durable, align=align)
 
 
 def load(data: bytes) -> Dict[str, Array]:

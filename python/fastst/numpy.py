@@ -29,10 +29,17 @@ def _arrays(tensor_dict: Mapping[str, Any], _keep_alive: List[Any]) -> Mapping[s
 _io = FrameworkIO("numpy", _arrays)
 
 
-def save(tensor_dict: Mapping[str, Any], metadata: Optional[Mapping[str, str]] = None) -> bytes:
+def save(
+    tensor_dict: Mapping[str, Any],
+    metadata: Optional[Mapping[str, str]] = None,
+    *,
+    align: Optional[int] = None,
+) -> bytes:
     """The ``.safetensors`` bytes of ``tensor_dict`` (name -> array) with
-    optional str -> str ``metadata``."""
-    return _io.save(tensor_dict, metadata)
+    optional str -> str ``metadata``; ``align`` (a power of two up to 4096)
+    starts the data section at a multiple of it, as for
+    :func:`fastst.serialize`."""
+    return _io.save(tensor_dict, metadata, align)
 
 
 def save_file(
@@ -41,11 +48,14 @@ def save_file(
     metadata: Optional[Mapping[str, str]] = None,
     *,
     durable: Optional[bool] = None,
+    align: Optional[int] = None,
 ) -> None:
     """Writes ``tensor_dict`` (name -> array) to ``filename``, replacing it
-    atomically; ``durable`` as for :func:`fastst.serialize_file` (by default
-    the data is flushed to disk before replacing an existing file)."""
-    _io.save_file(tensor_dict, filename, metadata, durable)
+    atomically; ``durable`` and ``align`` as for
+    :func:`fastst.serialize_file` (by default the data is flushed to disk
+    before replacing an existing file, and the header padded to a multiple
+    of 8 bytes)."""
+    _io.save_file(tensor_dict, filename, metadata, durable, align)
 
 
 def load(data: bytes) -> Dict[str, np.ndarray]:
@@ -94,13 +104,16 @@ def save_sharded(
     max_shard_size: Union[int, str] = "5GB",
     metadata: Optional[Mapping[str, str]] = None,
     prefix: str = "model",
+    align: Optional[int] = None,
 ) -> str:
     """Writes ``tensor_dict`` as a sharded checkpoint in ``folder``: shards
     ``{prefix}-00001-of-0000N.safetensors`` of at most ``max_shard_size``
     bytes each (in the dict's order) and ``{prefix}.safetensors.index.json``,
     the layout the Hugging Face ecosystem reads (the index's metadata has
     ``total_size`` and ``total_parameters``). Returns the index's path,
-    which :class:`fastst.safe_open` opens as one file."""
+    which :class:`fastst.safe_open` opens as one file. ``align`` is passed
+    to each shard's :func:`save_file`."""
+    save_one = _io.shard_saver(folder, align)
     arrays = {k: np.asarray(v) for k, v in tensor_dict.items()}
     sizes = {k: int(a.nbytes) for k, a in arrays.items()}
 
@@ -108,7 +121,7 @@ def save_sharded(
         arrays,
         folder,
         sizes,
-        _io.save_file,
+        save_one,
         max_shard_size=max_shard_size,
         metadata=dict(metadata) if metadata is not None else None,
         prefix=prefix,

@@ -16,11 +16,8 @@ from collections import defaultdict  # noqa: F401 (in the reference module's nam
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _frameworks
-from ._dtypes import NUMPY_DTYPES
-from ._errors import rule_error
 from ._frameworks.io import FrameworkIO
 from ._write.sharded import write_sharded
-from ._write.tensors import TensorSpec
 
 try:
     import torch
@@ -28,7 +25,6 @@ except ImportError as _exc:
     raise _frameworks.missing("torch", _exc) from _exc
 
 from ._distributed import DistributedLoadError, load_distributed, load_tensor_parallel  # noqa: E402
-from ._frameworks import torch as _fw_torch  # noqa: E402  (needs torch imported first)
 
 __all__ = [
     "load_file",
@@ -62,91 +58,37 @@ from ._frameworks.torch_storage import (  # noqa: E402,F401
     storage_ptr,
     storage_size,
 )
-
-
-def _as_numpy(name: str, tensor: torch.Tensor, keep_alive: List[Any]) -> Any:
-    """What fastst's writer takes for ``tensor``, over its memory (no copy for
-    a contiguous CPU tensor): a numpy array with the numpy/ml_dtypes dtype of
-    the same header name, or for packed FP4 a ``TensorSpec`` of its bytes
-    (the tensor it points into is appended to ``keep_alive``)."""
-    if not tensor.is_contiguous():
-        raise ValueError(
-            f"You are trying to save a non contiguous tensor: `{name}` which is not allowed. It "
-            "either means you are trying to save tensors which are reference of each other in "
-            "which case it's recommended to save only the full tensors, and reslice at load "
-            "time, or simply call `.contiguous()` on your tensor to pack it before saving."
-        )
-    tensor = tensor.detach()
-    if tensor.device.type != "cpu":
-        tensor = tensor.to("cpu")
-    header = _fw_torch.HEADER_NAMES.get(tensor.dtype)
-    if header is None:
-        raise rule_error(
-            "framework-dtype",
-            "",
-            f"tensor {name!r}: torch dtype {tensor.dtype} has no safetensors equivalent",
-            name,
-        )
-    tensor = tensor.resolve_conj().resolve_neg()
-    if header == "F4":
-        keep_alive.append(tensor)
-        return TensorSpec(
-            dtype="float4_e2m1fn_x2",
-            shape=list(tensor.shape),
-            data_ptr=tensor.data_ptr(),
-            data_len=tensor.numel(),
-        )
-    size = tensor.element_size()
-    if tensor.dtype in _NUMPY_NATIVE:
-        return tensor.numpy()
-    carrier = {1: torch.uint8, 2: torch.int16}[size]
-    return tensor.view(carrier).numpy().view(NUMPY_DTYPES[header])
-
-
-_NUMPY_NATIVE = {
-    dt
-    for dt in (
-        torch.bool,
-        torch.uint8,
-        torch.int8,
-        torch.int16,
-        torch.int32,
-        torch.int64,
-        torch.float16,
-        torch.float32,
-        torch.float64,
-        torch.complex64,
-        getattr(torch, "uint16", None),
-        getattr(torch, "uint32", None),
-        getattr(torch, "uint64", None),
-    )
-    if dt is not None
-}
-
-
-def _to_arrays(tensors: Dict[str, torch.Tensor], keep_alive: List[Any]) -> Dict[str, Any]:
-    _check_saveable(tensors)
-    return {name: _as_numpy(name, tensor, keep_alive) for name, tensor in tensors.items()}
-
+from ._frameworks.torch_storage import as_writable as _as_numpy  # noqa: E402,F401
+from ._frameworks.torch_storage import to_arrays as _to_arrays  # noqa: E402
 
 _io = FrameworkIO("torch", _to_arrays)
 
 
-def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = None) -> bytes:
+def save(
+    tensors: Dict[str, torch.Tensor],
+    metadata: Optional[Dict[str, str]] = None,
+    *,
+    align: Optional[int] = None,
+) -> bytes:
     """The bytes of a ``.safetensors`` file holding ``tensors`` (dense,
-    contiguous, not sharing memory) and optional string ``metadata``."""
-    return _io.save(tensors, metadata)
+    contiguous, not sharing memory) and optional string ``metadata``;
+    ``align`` as for :func:`fastst.serialize`."""
+    return _io.save(tensors, metadata, align)
 
 
 def save_file(
     tensors: Dict[str, torch.Tensor],
     filename: PathLike,
     metadata: Optional[Dict[str, str]] = None,
+    *,
+    align: Optional[int] = None,
 ) -> None:
     """Writes ``tensors`` (dense, contiguous, not sharing memory) and optional
     string ``metadata`` to ``filename``. Tensors are written from their own
-    memory: do not modify them while this runs."""
-    _io.save_file(tensors, filename, metadata)
+    memory: do not modify them while this runs. ``align`` (a power of two up
+    to 4096) starts the data section at a multiple of it, as for
+    :func:`fastst.serialize_file`."""
+    _io.save_file(tensors, filename, metadata, None, align)
 
 
 def save_sharded(
@@ -158,6 +100,7 @@ def save_sharded(
     prefix: str = "model",
     force_contiguous: bool = True,
     shared_tensors_to_discard: Optional[List[str]] = None,
+    align: Optional[int] = None,
 ) -> str:
     """Writes ``tensors`` as a sharded checkpoint in ``folder`` (shards of at
     most ``max_shard_size`` bytes plus ``{prefix}.safetensors.index.json``,
@@ -171,7 +114,9 @@ def save_sharded(
     recorded as ``dropped -> kept`` in the index's metadata; tensors are
     made contiguous first (``force_contiguous``); every shard's metadata
     has ``"format": "pt"``; the index's metadata has ``total_size`` (bytes)
-    and ``total_parameters`` (elements) of what was stored."""
+    and ``total_parameters`` (elements) of what was stored. ``align`` is
+    passed to each shard's :func:`save_file`."""
+    save_one = _io.shard_saver(folder, align)
     state = dict(tensors)
     dropped: Dict[str, str] = {}
     for kept, names in _remove_duplicate_names(
@@ -194,7 +139,7 @@ def save_sharded(
         state,
         folder,
         sizes,
-        _io.save_file,
+        save_one,
         max_shard_size=max_shard_size,
         metadata=shard_metadata,
         prefix=prefix,

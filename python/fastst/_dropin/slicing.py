@@ -135,9 +135,7 @@ class reference_safe_open(safe_open):  # noqa: N801 - stands for the reference's
     ) -> None:
         super().__init__(filename, framework, device, backend=read_backend(backend), **options)
 
-    def get_slice(self, name: str) -> ReferenceSlice:
-        dtype, shape, _begin, _end = self._raw.info(name)
-        return ReferenceSlice(self, name, dtype, shape)
+    _slice = ReferenceSlice
 
 
 reference_safe_open.__name__ = reference_safe_open.__qualname__ = "safe_open"

@@ -157,13 +157,19 @@ def numpy_stand_in(shape: Shape) -> np.ndarray:
     return np.ndarray(tuple(shape), np.uint8, buffer=b"\0", strides=(0,) * len(shape))
 
 
+def apply_index(array: Any, key: Any, where: object) -> Any:
+    """``array[key]`` (a numpy array, a framework tensor, a :attr:`Backend.stand_in`),
+    with the framework's rules; its IndexError worded as every backend words
+    it: the tensor, its whole shape, the framework's reason."""
+    try:
+        return array[key]
+    except IndexError as exc:
+        raise IndexError(f"{where} of shape {list(array.shape)}: {exc}") from None
+
+
 def numpy_index(buffer: Buffer, dtype: str, shape: Shape, key: Any, where: Where) -> np.ndarray:
     """``key`` applied with numpy's basic indexing to the zero-copy array."""
-    array = to_numpy(buffer, dtype, shape)
-    try:
-        part = array[key]
-    except IndexError as exc:
-        raise IndexError(f"{where} of shape {list(shape)}: {exc}") from None
+    part = apply_index(to_numpy(buffer, dtype, shape), key, where)
     if not isinstance(part, np.ndarray):
         part = np.asarray(part)
     return part

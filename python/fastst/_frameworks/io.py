@@ -8,9 +8,10 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
+from .._paths import os_path, readable
 from .._read.load import load_bytes
 from .._read.safe_open import load_path
-from .._write.tensors import serialize, serialize_file
+from .._write.tensors import check_align, serialize, serialize_file
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -34,9 +35,11 @@ class FrameworkIO:
         self.framework = framework
         self._to_arrays = to_arrays
 
-    def save(self, tensors: Any, metadata: Optional[Mapping[str, str]]) -> bytes:
+    def save(
+        self, tensors: Any, metadata: Optional[Mapping[str, str]], align: Optional[int] = None
+    ) -> bytes:
         keep_alive: List[Any] = []
-        data = serialize(self._to_arrays(tensors, keep_alive), metadata=metadata)
+        data = serialize(self._to_arrays(tensors, keep_alive), metadata=metadata, align=align)
         del keep_alive
         return bytes(data)
 
@@ -46,10 +49,28 @@ class FrameworkIO:
         filename: PathLike,
         metadata: Optional[Mapping[str, str]],
         durable: Optional[bool] = None,
+        align: Optional[int] = None,
     ) -> None:
         keep_alive: List[Any] = []
-        serialize_file(self._to_arrays(tensors, keep_alive), filename, metadata, durable=durable)
+        arrays = self._to_arrays(tensors, keep_alive)
+        serialize_file(arrays, filename, metadata, durable=durable, align=align)
         del keep_alive
+
+    def shard_saver(self, folder: Any, align: Optional[int]) -> Callable[..., None]:
+        """What a sharded save into ``folder`` writes each shard with:
+        :meth:`save_file` with ``align`` (``save_one(subset, path, metadata,
+        durable)``), ``align`` checked at once (before any shard)."""
+        check_align(readable(os_path(folder)), align)
+
+        def save_one(
+            tensors: Any,
+            filename: PathLike,
+            metadata: Optional[Mapping[str, str]],
+            durable: Optional[bool] = None,
+        ) -> None:
+            self.save_file(tensors, filename, metadata, durable, align)
+
+        return save_one
 
     def load(self, data: Any, device: Any = "cpu") -> Dict[str, Any]:
         return load_bytes(data, self.framework, device)

@@ -125,10 +125,10 @@ class Target:
                 self._stager.synchronize()
 
 
-def stand_in(shape: Tuple[int, ...]) -> torch.Tensor:
+def stand_in(shape: Sequence[int]) -> Any:
     """A uint8 tensor of ``shape`` whose elements all share one byte: an index
     applied to it raises what torch raises for the whole tensor."""
-    return torch.zeros((), dtype=torch.uint8).expand(shape)
+    return torch.zeros((), dtype=torch.uint8).expand(tuple(shape))
 
 
 def check_device(device: Any) -> Target:
@@ -227,11 +227,7 @@ def index(
     device: Target,
     where: _frameworks.Where,
 ) -> Any:
-    whole = cpu_tensor(buffer, dtype, shape, where)
-    try:
-        part = whole[key]
-    except IndexError as exc:
-        raise IndexError(f"{where} of shape {list(whole.shape)}: {exc}") from None
+    part = _frameworks.apply_index(cpu_tensor(buffer, dtype, shape, where), key, where)
     return device.place(part)
 
 

@@ -1,9 +1,11 @@
-"""Shared-memory bookkeeping of torch tensors and the checks ``save_file`` applies before writing.
+"""Shared-memory bookkeeping of torch tensors, and what ``save_file`` checks and writes of them.
 
 Shared-memory bookkeeping of torch tensors (which tensors share storage,
-which names to drop when saving tied weights) and the checks ``save_file``
-applies before writing: used by :mod:`fastst.torch` and by the reference's
-private helpers in :mod:`fastst._dropin.compat_torch`."""
+which names to drop when saving tied weights), the checks ``save_file``
+applies before writing, and the tensors turned into what the writer takes
+(:func:`to_arrays`, :func:`as_writable`): used by :mod:`fastst.torch`, by the
+streaming writer for torch tensors, and by the reference's private helpers
+in :mod:`fastst._dropin.compat_torch`."""
 
 from __future__ import annotations
 
@@ -12,6 +14,9 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
 
+from .._dtypes import NUMPY_DTYPES
+from .._errors import rule_error
+from .._write.tensors import TensorSpec
 from . import torch as _fw_torch
 
 _SHARED_DOCS = "https://huggingface.co/docs/safetensors/torch_shared_tensors"
@@ -156,3 +161,70 @@ def _check_saveable(tensors: Dict[str, torch.Tensor]) -> None:
             "A potential way to correctly save your model is to use `save_model`.\n"
             f"More information at {_SHARED_DOCS}"
         )
+
+
+def as_writable(name: str, tensor: torch.Tensor, keep_alive: List[Any]) -> Any:
+    """What fastst's writer takes for ``tensor``, over its memory (no copy for
+    a contiguous CPU tensor): a numpy array with the numpy/ml_dtypes dtype of
+    the same header name, or for packed FP4 a ``TensorSpec`` of its bytes
+    (the tensor it points into is appended to ``keep_alive``)."""
+    if not tensor.is_contiguous():
+        raise ValueError(
+            f"You are trying to save a non contiguous tensor: `{name}` which is not allowed. It "
+            "either means you are trying to save tensors which are reference of each other in "
+            "which case it's recommended to save only the full tensors, and reslice at load "
+            "time, or simply call `.contiguous()` on your tensor to pack it before saving."
+        )
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.to("cpu")
+    header = _fw_torch.HEADER_NAMES.get(tensor.dtype)
+    if header is None:
+        raise rule_error(
+            "framework-dtype",
+            "",
+            f"tensor {name!r}: torch dtype {tensor.dtype} has no safetensors equivalent",
+            name,
+        )
+    tensor = tensor.resolve_conj().resolve_neg()
+    if header == "F4":
+        keep_alive.append(tensor)
+        return TensorSpec(
+            dtype="float4_e2m1fn_x2",
+            shape=list(tensor.shape),
+            data_ptr=tensor.data_ptr(),
+            data_len=tensor.numel(),
+        )
+    size = tensor.element_size()
+    if tensor.dtype in _NUMPY_NATIVE:
+        return tensor.numpy()
+    carrier = {1: torch.uint8, 2: torch.int16}[size]
+    return tensor.view(carrier).numpy().view(NUMPY_DTYPES[header])
+
+
+_NUMPY_NATIVE = {
+    dt
+    for dt in (
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.float32,
+        torch.float64,
+        torch.complex64,
+        getattr(torch, "uint16", None),
+        getattr(torch, "uint32", None),
+        getattr(torch, "uint64", None),
+    )
+    if dt is not None
+}
+
+
+def to_arrays(tensors: Dict[str, torch.Tensor], keep_alive: List[Any]) -> Dict[str, Any]:
+    """``tensors`` checked as ``save_file`` checks them (dense, not sharing
+    memory) and turned into what the writer takes (:func:`as_writable`)."""
+    _check_saveable(tensors)
+    return {name: as_writable(name, tensor, keep_alive) for name, tensor in tensors.items()}

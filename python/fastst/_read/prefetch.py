@@ -48,10 +48,7 @@ def _selected(index: Any, shape: Tuple[int, ...], where: object) -> Tuple[int, .
     """The shape of what ``index`` selects of a tensor of ``shape``, or the
     error ``get_slice`` raises for it (numpy's rules, worded as the numpy
     backend words them after ``where``), reading nothing."""
-    try:
-        return tuple(np.shape(_frameworks.numpy_stand_in(shape)[index]))
-    except IndexError as exc:
-        raise IndexError(f"{where} of shape {list(shape)}: {exc}") from None
+    return tuple(np.shape(_frameworks.apply_index(_frameworks.numpy_stand_in(shape), index, where)))
 
 
 def slice_ranges(

@@ -91,6 +91,10 @@ class safe_open:  # noqa: N801 - the reference package's name
     (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``...). See ``docs/remote.md``.
     """
 
+    #: The class of what :meth:`get_slice` returns (the drop-in switch's
+    #: ``safe_open`` hands out slices with the reference's rules).
+    _slice: Callable[[_Tensor], SafeSlice]
+
     def __init__(
         self,
         filename: Union[PathLike, BinaryIO],
@@ -373,7 +377,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         dtype, shape, _begin, _end = self._raw.info(name)
         if self._prefetch is not None:
             self._prefetch.sliced(name)
-        return SafeSlice(_Tensor(self._raw, name, dtype, shape, self._backend, self._device))
+        return self._slice(_Tensor(self._raw, name, dtype, shape, self._backend, self._device))
 
 
 def _bytes(nbytes: int) -> np.ndarray:
@@ -483,11 +487,7 @@ class SafeSlice:
         messages), reading nothing: the index is applied to the framework's
         stand-in of the tensor's shape (:attr:`fastst._frameworks.Backend.stand_in`)."""
         t = self._tensor
-        try:
-            t.backend.stand_in(t.shape)[index]
-        except IndexError as exc:
-            # As the framework backends word it for the whole tensor.
-            raise IndexError(f"{t.where} of shape {list(t.shape)}: {exc}") from None
+        _frameworks.apply_index(t.backend.stand_in(t.shape), index, t.where)
 
 
 def load_path(
@@ -534,3 +534,6 @@ class _safe_open_handle:  # noqa: N801 - the reference package's name
 
     def __new__(cls, f: Any, framework: str, device: Any = "cpu", *, backend: str = "mmap") -> Any:
         return safe_open(f, framework, device, backend=backend)
+
+
+safe_open._slice = SafeSlice

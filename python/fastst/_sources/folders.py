@@ -219,6 +219,12 @@ def claimed_shards(index_path: str) -> Set[str]:
     return {path for path in named if path}
 
 
+def _own_shard(name: str, prefixes: Set[str]) -> bool:
+    """Whether ``name`` is a shard's name of the index of one of ``prefixes``."""
+    match = _SHARD_NAME.fullmatch(name)
+    return match is not None and match.group(1) in prefixes
+
+
 def checkpoint_in(folder: str) -> str:
     """The path of the one checkpoint (index or single file) in ``folder``."""
     try:
@@ -245,8 +251,7 @@ def checkpoint_in(folder: str) -> str:
     candidates: List[str] = indexes + [
         w
         for w in weights
-        if os.path.normpath(os.path.join(folder, w)) not in shards
-        and not (_SHARD_NAME.fullmatch(w) and _SHARD_NAME.fullmatch(w).group(1) in prefixes)
+        if os.path.normpath(os.path.join(folder, w)) not in shards and not _own_shard(w, prefixes)
     ]
     if len(candidates) == 1:
         if shard_problem(folder, candidates[0]) is not None:

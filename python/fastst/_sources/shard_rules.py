@@ -19,10 +19,6 @@ rules, in the order they are reported:
 3. every shard read holds only tensors the index places in it: the others
    are ``shard-extra-tensor`` (no other shard holds them) or, one problem
    each, ``shard-duplicate-tensor`` (another shard holds it too).
-
-``shard-duplicate-tensor`` is a finding in the rule catalogue (reported,
-never raised): the reader refuses it as ``shard-extra-tensor``, the rule it
-breaks as well (:data:`RAISED_AS`).
 """
 
 from __future__ import annotations
@@ -33,9 +29,6 @@ from typing import Any, Callable, Collection, Dict, List, Optional, Tuple, Union
 
 from .._errors import rule_error
 from .folders import placements
-
-#: The rule the reader raises for a rule that is only reported.
-RAISED_AS = {"shard-duplicate-tensor": "shard-extra-tensor"}
 
 #: Rules about what a shard's file holds: the reader's error names the shard.
 _IN_SHARD = ("shard-lacks-tensor", "shard-extra-tensor", "shard-duplicate-tensor")
@@ -65,10 +58,10 @@ class ShardProblem:
 
     def error(self, index: str, shard_file: Callable[[str], str]) -> BaseException:
         """The reader's exception for this problem of the index named
-        ``index``: the ``ShardIndexError`` of the rule (:data:`RAISED_AS`),
+        ``index``: the ``ShardIndexError`` of the rule,
         naming the shard's file (``shard_file(shard)``) when the problem is
         what the shard holds, else the index."""
-        rule = RAISED_AS.get(self.rule, self.rule)
+        rule = self.rule
         in_shard = self.shard is not None and self.rule in _IN_SHARD
         filename = shard_file(self.shard) if in_shard and self.shard is not None else index
         return rule_error(rule, filename, self.message, self.tensor)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 from .._errors import ShardIndexError, closed_file_error, rule_error
 from .._fastst import RawFile
 from .._paths import readable
+from .file import open_file
 from .folders import INDEX_SUFFIX, read_index
 from .shard_rules import ShardProblem, Table, check_shards
 
@@ -66,7 +67,7 @@ class ShardedFile:
             path = os.path.join(folder, shard)
             if not os.path.exists(path):
                 return None
-            return RawFile(path, readable(path), backend, header_cap)
+            return open_file(path, backend, header_cap)
 
         self._open(readable(index_path), folder, index, open_shard)
 

@@ -123,10 +123,10 @@ def write_sharded(
     ours = re.compile(re.escape(prefix) + r"-\d{5}-of-\d{5}\.safetensors")
     keep = set(finals)
     for entry in os.listdir(folder):
-        old_shard = ours.fullmatch(entry) and entry not in keep
+        old_shard = ours.fullmatch(entry) is not None and entry not in keep
         match = UNFINISHED.fullmatch(entry)
-        staged = match is not None and match.group(1) is not None and ours.fullmatch(match.group(1))
-        if old_shard or staged:
+        staged_for = None if match is None else match.group(1)
+        if old_shard or (staged_for is not None and ours.fullmatch(staged_for) is not None):
             _remove(os.path.join(folder, entry))
     return index_path
 

@@ -1,7 +1,8 @@
 """Tensors to ``.safetensors`` bytes and files, and the input side of writing them.
 
 Tensors to ``.safetensors`` bytes and files: ``serialize``, ``serialize_file`` and their input
-side, ``TensorSpec`` (the reference package's) and :func:`plan`.
+side, ``TensorSpec`` (the reference package's), :func:`prepare` (one input) and :func:`plan`
+(a dict of them), and :func:`check_align` (the ``align=`` argument of every writer).
 
 The layout, header and file handling are in the compiled core; this module
 turns each input into a dtype, a shape and a stream of little-endian,
@@ -14,6 +15,7 @@ save needs stays small whatever the inputs.
 from __future__ import annotations
 
 import ctypes
+import operator
 import os
 from collections import abc
 from typing import (
@@ -32,7 +34,7 @@ import numpy as np
 
 from .._dtypes import NUMPY_DTYPES, PACKED_BITS, header_dtype, pack_bits
 from .._errors import UnsupportedDtypeError, rule_error
-from .._fastst import DEFAULT_HEADER_CAP, WritePlan
+from .._fastst import DEFAULT_HEADER_CAP, MAX_ALIGN, WritePlan
 from .._paths import os_path, readable
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -43,6 +45,10 @@ CHUNK_BYTES = 8 << 20
 
 #: Name shown in errors about in-memory serialisation.
 BYTES_NAME = "<bytes>"
+
+#: The alignment of the data section without ``align=``: the header is
+#: padded with spaces to a multiple of 8 bytes, as the reference pads it.
+DEFAULT_ALIGN = 8
 
 #: Spellings of dtypes accepted by ``TensorSpec`` and dict inputs (the
 #: reference's constructor names), besides the header names themselves.
@@ -225,8 +231,10 @@ def _shape_of(where: str, name: str, shape: Any) -> Tuple[int, ...]:
     return dims
 
 
-def _prepare(where: str, name: str, value: Any) -> _Tensor:
-    """Turns one input into a :class:`_Tensor`, or raises naming it."""
+def prepare(where: str, name: str, value: Any) -> _Tensor:
+    """Turns one input (an array, ``TensorSpec``, dict form, bytes, or
+    anything numpy reads) into a :class:`_Tensor`, or raises naming
+    ``where`` and the tensor."""
     if isinstance(value, np.ndarray):
         return _from_array(where, name, value)
     # Raw memory described by a TensorSpec (ours or the reference's).
@@ -301,7 +309,29 @@ def _array_like(value: Any) -> bool:
     return True
 
 
-def _check_metadata(where: str, metadata: Any) -> Optional[List[Tuple[str, str]]]:
+def check_align(where: str, align: Any) -> int:
+    """The alignment of the data section asked for with ``align=`` (None:
+    :data:`DEFAULT_ALIGN`); anything but an int power of two from 1 to 4096
+    raises :class:`fastst.SerializeError` (a ``ValueError``) with rule
+    ``bad-alignment``."""
+    if align is None:
+        return DEFAULT_ALIGN
+    if not isinstance(align, bool):
+        try:
+            value = operator.index(align)
+        except TypeError:
+            value = None
+        if value is not None and 1 <= value <= MAX_ALIGN and value & (value - 1) == 0:
+            return value
+    raise rule_error(
+        "bad-alignment",
+        where,
+        f"align={align!r} is not a power of two from 1 to {MAX_ALIGN} "
+        "(the data section starts at a multiple of it)",
+    )
+
+
+def check_metadata(where: str, metadata: Any) -> Optional[List[Tuple[str, str]]]:
     if metadata is None:
         return None
     if not isinstance(metadata, abc.Mapping):
@@ -324,26 +354,27 @@ def _check_metadata(where: str, metadata: Any) -> Optional[List[Tuple[str, str]]
 
 
 def plan(
-    where: str, tensor_dict: Any, metadata: Any, header_cap: int
+    where: str, tensor_dict: Any, metadata: Any, header_cap: int, align: Any = None
 ) -> Tuple[WritePlan, List[Any]]:
-    """The layout of the file ``tensor_dict`` and ``metadata`` make, and the
-    data of each tensor (in ``tensor_dict``'s order) to pass to its
-    ``write_file`` or ``to_bytes``; raises naming ``where`` and the tensor
-    at fault."""
+    """The layout of the file ``tensor_dict`` and ``metadata`` make (its
+    data aligned to ``align``, see :func:`check_align`), and the data of
+    each tensor (in ``tensor_dict``'s order) to pass to its ``write_file``
+    or ``to_bytes``; raises naming ``where`` and the tensor at fault."""
     if not isinstance(tensor_dict, abc.Mapping):
         raise TypeError(
             f"{where}: expected a dict of tensor name -> tensor, got {type(tensor_dict).__name__}"
         )
-    meta = _check_metadata(where, metadata)
+    meta = check_metadata(where, metadata)
+    unit = check_align(where, align)
     tensors: List[_Tensor] = []
     for name, value in tensor_dict.items():
         if not isinstance(name, str):
             raise TypeError(
                 f"{where}: tensor names must be str, got {type(name).__name__} {name!r}"
             )
-        tensors.append(_prepare(where, name, value))
+        tensors.append(prepare(where, name, value))
     entries = [(t.name, t.dtype, list(t.shape)) for t in tensors]
-    return WritePlan(entries, meta, where, header_cap), [t.data for t in tensors]
+    return WritePlan(entries, meta, where, header_cap, unit), [t.data for t in tensors]
 
 
 def serialize(
@@ -351,12 +382,19 @@ def serialize(
     metadata: Optional[Mapping[str, str]] = None,
     *,
     header_cap: int = DEFAULT_HEADER_CAP,
+    align: Optional[int] = None,
 ) -> bytes:
     """The ``.safetensors`` bytes of ``tensor_dict`` (name -> array, or
     ``TensorSpec``, or ``{"dtype", "shape", "data"}`` dict) with optional
     str -> str ``metadata``. Tensors are laid out as the reference writer
-    lays them out; metadata keys are written sorted."""
-    layout, sources = plan(BYTES_NAME, tensor_dict, metadata, header_cap)
+    lays them out; metadata keys are written sorted.
+
+    ``align`` (a power of two from 1 to 4096) pads the header with spaces so
+    that the data section starts at a multiple of it (what readers that map
+    or read the file page by page, or hand tensors to kernels wanting
+    aligned memory, prefer); the default, None, pads to a multiple of 8 as
+    the reference does, and so do 1, 2 and 4."""
+    layout, sources = plan(BYTES_NAME, tensor_dict, metadata, header_cap, align)
     return layout.to_bytes(BYTES_NAME, sources)
 
 
@@ -367,8 +405,10 @@ def serialize_file(
     *,
     durable: Optional[bool] = None,
     header_cap: int = DEFAULT_HEADER_CAP,
+    align: Optional[int] = None,
 ) -> None:
-    """Writes ``tensor_dict`` to ``filename`` (see :func:`serialize`).
+    """Writes ``tensor_dict`` to ``filename`` (see :func:`serialize`, which
+    ``align`` is as for).
 
     The file is written to a temporary file in the same folder and renamed
     over ``filename`` once complete: readers never see a partial file, a
@@ -383,5 +423,5 @@ def serialize_file(
     """
     path = os_path(filename)
     name = readable(path)
-    layout, sources = plan(name, tensor_dict, metadata, header_cap)
+    layout, sources = plan(name, tensor_dict, metadata, header_cap, align)
     layout.write_file(path, name, sources, durable)

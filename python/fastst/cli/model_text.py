@@ -50,7 +50,7 @@ def print_inspect(
     if shards is None:
         out.print(
             f"  header       {plural(info['header_len'], 'byte')}, "
-            f"data at offset {info['data_start']:,}"
+            f"data at offset {info['data_start']:,} (aligned to {info['data_alignment']:,})"
         )
     out.print(f"  tensors      {info['tensors']:,}")
     out.print(f"  parameters   {count_text(info['parameters'])}")

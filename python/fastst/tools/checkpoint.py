@@ -158,8 +158,9 @@ def inspect_checkpoint(
     ``"checkpoint"``, ``shards`` (``file``, ``file_len``, ``tensors``,
     ``parameters`` each), ``index_metadata`` and ``metadata`` (the first
     shard's ``__metadata__``); with ``tensors=True`` the ``table`` rows
-    carry the shard file as a sixth item. ``header_len`` and ``data_start``
-    are None. Raises the reader's errors when the index and shards disagree.
+    carry the shard file as a sixth item. ``header_len``, ``data_start``
+    and ``data_alignment`` are None. Raises the reader's errors when the
+    index and shards disagree.
     """
     path = _path(index_path)
     names, index_meta, raw = _strict_index(path, header_cap)
@@ -194,6 +195,7 @@ def inspect_checkpoint(
         "parameters": sum(s["parameters"] for s in shards),
         "header_len": None,
         "data_start": None,
+        "data_alignment": None,
         "data_len": sum(d["bytes"] for d in _merge_by_dtype(parts)),
         "by_dtype": _merge_by_dtype(parts),
         "metadata": metadata,

@@ -229,7 +229,9 @@ def inspect_file(
     :class:`fastst.SafetensorError` subclass otherwise).
 
     ``{"path", "file_len", "tensors", "parameters", "header_len",
-    "data_start", "data_len", "by_dtype", "metadata"}``; with
+    "data_start", "data_alignment", "data_len", "by_dtype", "metadata"}``
+    (``data_alignment``: the largest power of two up to 4096 dividing
+    ``data_start``, as ``align=`` of the writers sets it); with
     ``tensors=True`` also ``"table"``: ``(name, dtype, shape, begin, end)``
     tuples in file order, offsets relative to the data buffer.
     """

@@ -127,6 +127,8 @@ class _Summary(TypedDict):
     parameters: Count  # elements of all tensors
     header_len: Optional[Count]  # None for a checkpoint
     data_start: Optional[Count]  # absolute offset of the data buffer; None for a checkpoint
+    # the largest power of two up to 4096 dividing data_start; None for a checkpoint
+    data_alignment: Optional[Count]
     data_len: Count
     by_dtype: List[DtypeTotals]  # most bytes first
     metadata: Optional[Dict[str, str]]  # __metadata__ (a checkpoint: its first shard's)

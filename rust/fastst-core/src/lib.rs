@@ -32,7 +32,8 @@
 //! Writing goes the other way: a [`WritePlan`] orders the tensors and
 //! renders the header, a [`TensorStream`] checks each tensor gets exactly
 //! its bytes, and [`AtomicFile`] replaces the target only once the new file
-//! is complete.
+//! is complete. A [`LayoutWriter`] takes the tensors of a plan in any order,
+//! from any thread, each written at its offset, and commits when all are.
 //!
 //! The modules, one job each (all private: what a caller may use is
 //! re-exported at the crate root, and what only fastst's sibling crates may
@@ -158,8 +159,9 @@ pub use slice::{slice_ranges, Dim};
 pub use source::{ended_early, read_header, Source};
 pub use table::TensorInfo;
 pub use write::{
-    link_replace, replace_with_bytes, serialize, write_atomic, write_file, AtomicFile, Blocking,
-    FileSink, NewTensor, PlannedTensor, TensorStream, WriteFailure, WritePlan,
+    check_alignment, data_alignment, link_replace, replace_with_bytes, serialize, write_atomic,
+    write_file, AtomicFile, Blocking, FileSink, LayoutWriter, NewTensor, PlannedTensor,
+    TensorStream, TensorWrite, WriteFailure, WritePlan, DEFAULT_ALIGN, MAX_ALIGN,
 };
 
 /// For fastst's sibling crates only (fastst-inspect, fastst-remote,

@@ -360,6 +360,16 @@ catalogue! {
         "bytes are given to a writer before or after the tensors they belong to";
     RewriteMismatch = "rewrite-mismatch", Serialize, High,
         "a tensor read back after rewriting a file differs from the original";
+    BadAlignment = "bad-alignment", Serialize, High,
+        "an alignment asked of a writer is not a power of two from 1 to 4096";
+    NotInLayout = "tensor-not-in-layout", Serialize, High,
+        "a tensor given to a streaming writer is not in the layout it was opened with";
+    WrittenTwice = "tensor-written-twice", Serialize, High,
+        "a tensor is given to a streaming writer again after, or while, it is written";
+    LayoutMismatch = "layout-mismatch", Serialize, High,
+        "a tensor given to a streaming writer has another dtype or shape than its layout entry";
+    TensorsMissing = "tensors-missing", Serialize, High,
+        "a streaming writer is closed before every tensor of its layout was written (nothing is saved)";
 
     // --- frameworks -----------------------------------------------------------
     FrameworkDtype = "framework-dtype", UnsupportedDtype, High,
@@ -390,6 +400,8 @@ catalogue! {
         "a shard lacks a tensor the index places in it";
     ShardExtraTensor = "shard-extra-tensor", ShardIndex, High,
         "a shard holds a tensor the index does not place in it";
+    ShardDuplicateTensor = "shard-duplicate-tensor", ShardIndex, High,
+        "a tensor is stored in two shards of one checkpoint; readers disagree on which wins";
 
     // --- loading across processes (fastst.torch.load_distributed, load_tensor_parallel)
     DistNoGroup = "dist-no-group", DistributedLoad, High,
@@ -452,8 +464,6 @@ catalogue! {
         "the model folder holds a signature file that was not checked";
 
     // --- forensic findings of `fastst verify` (reported, never raised) --------
-    ShardDuplicateTensor = "shard-duplicate-tensor", Finding, High,
-        "a tensor is stored in two shards of one checkpoint; readers disagree on which wins";
     IndexTotalSize = "index-total-size", Finding, Medium,
         "the index's metadata.total_size differs from the bytes of the shards' tensors";
     ForeignContent = "foreign-content", Finding, Critical,

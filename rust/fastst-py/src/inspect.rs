@@ -153,7 +153,8 @@ fn hash_file<'py>(
 
 /// Summarises a file the strict reader accepts: a dict with `tensors`,
 /// `parameters`, `by_dtype` (list of dicts), `header_len`, `data_start`,
-/// `data_len`, `file_len`, `metadata` (dict or None) and, when `table` is
+/// `data_alignment` (the largest power of two up to 4096 dividing
+/// `data_start`), `data_len`, `file_len`, `metadata` (dict or None) and, when `table` is
 /// true, `table`: `(name, dtype, shape, begin, end)` tuples in file order
 /// (offsets relative to the data buffer).
 #[pyfunction]
@@ -185,6 +186,7 @@ fn inspect_file<'py>(
     d.set_item("parameters", s.parameters)?;
     d.set_item("header_len", s.header_len)?;
     d.set_item("data_start", s.data_start)?;
+    d.set_item("data_alignment", fastst_core::data_alignment(s.data_start))?;
     d.set_item("data_len", s.data_len)?;
     let by_dtype = PyList::empty(py);
     for t in &s.by_dtype {

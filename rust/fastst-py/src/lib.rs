@@ -29,6 +29,8 @@
 //! - `load`: `load_into`, many tensors into Python-allocated memory.
 //! - `prefetch`: `Prefetcher`, the core's background page reader.
 //! - `write`: `WritePlan` and `parse_bytes` (the writer and `deserialize`).
+//! - `layout_writer`: `LayoutWriter`, the streaming writer (tensors in any
+//!   order, from any thread, committed once all are written).
 //! - `identify`: what a file that is not safetensors is (the core's
 //!   `identify`).
 //! - `catalogue`: the rule catalogue, dtype facts and conversions.
@@ -48,6 +50,7 @@ mod errors;
 mod file;
 mod identify;
 mod inspect;
+mod layout_writer;
 mod load;
 mod paths;
 mod prefetch;
@@ -69,9 +72,12 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load::load_into, m)?)?;
     // writer
     m.add_class::<write::PyWritePlan>()?;
+    m.add_class::<layout_writer::PyLayoutWriter>()?;
+    m.add("MAX_ALIGN", fastst_core::MAX_ALIGN)?;
     m.add_function(wrap_pyfunction!(write::parse_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(write::replace_file, m)?)?;
     m.add_function(wrap_pyfunction!(write::link_file, m)?)?;
+    m.add_function(wrap_pyfunction!(write::data_alignment, m)?)?;
     // forensics and hashes (the fastst command)
     inspect::register(m)?;
     // the catalogue of rules, dtype facts and conversions

@@ -17,7 +17,7 @@ use crate::paths::FsPath;
 
 /// Chunks at least this long are written with the GIL released; shorter
 /// ones are not worth the hand-off.
-const RELEASE_GIL_AT: usize = 64 * 1024;
+pub(crate) const RELEASE_GIL_AT: usize = 64 * 1024;
 
 /// The layout of a file to write, built from `(name, dtype, shape)` triples
 /// and the metadata pairs.
@@ -28,12 +28,12 @@ pub struct PyWritePlan {
 
 /// One Python buffer of bytes (`bytes`, `bytearray`, a uint8 array...),
 /// kept exported while its bytes are borrowed.
-struct Chunk {
+pub(crate) struct Chunk {
     buffer: PyBuffer<u8>,
 }
 
 impl Chunk {
-    fn get(obj: &Bound<'_, PyAny>, tensor: &str) -> PyResult<Chunk> {
+    pub(crate) fn get(obj: &Bound<'_, PyAny>, tensor: &str) -> PyResult<Chunk> {
         let buffer = PyBuffer::<u8>::get(obj)?;
         if !buffer.is_c_contiguous() {
             return Err(PyValueError::new_err(format!(
@@ -43,7 +43,7 @@ impl Chunk {
         Ok(Chunk { buffer })
     }
 
-    fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         let len = self.buffer.len_bytes();
         if len == 0 {
             return &[];
@@ -102,30 +102,29 @@ impl PyWritePlan {
     #[classattr]
     const WRITEBACK_WINDOW: u64 = fastst_core::internal::WRITEBACK_WINDOW;
 
-    /// Orders the tensors, assigns offsets and renders the header; fails
+    /// Orders the tensors, assigns offsets and renders the header, padded
+    /// so that the data starts at a multiple of `align` (a power of two up
+    /// to 4096; the header is always padded to a multiple of 8); fails
     /// with a `SerializeError` on a reserved or repeated name, a shape that
-    /// does not fill whole bytes or overflows, or a header over `header_cap`.
+    /// does not fill whole bytes or overflows, a header over `header_cap`,
+    /// or another `align`.
     #[new]
-    #[pyo3(signature = (tensors, metadata, display_name, header_cap = fastst_core::DEFAULT_HEADER_CAP))]
+    #[pyo3(signature = (tensors, metadata, display_name, header_cap = fastst_core::DEFAULT_HEADER_CAP, align = fastst_core::DEFAULT_ALIGN))]
     fn new(
         tensors: Vec<(String, String, Vec<u64>)>,
         metadata: Option<Vec<(String, String)>>,
         display_name: &str,
         header_cap: u64,
+        align: u64,
     ) -> PyResult<PyWritePlan> {
-        let mut entries = Vec::with_capacity(tensors.len());
-        for (name, dtype, shape) in tensors {
-            let Some(dtype) = Dtype::from_name(&dtype) else {
-                let err = Error::UnsupportedDtype {
-                    tensor: name,
-                    dtype,
-                };
-                return Err(to_pyerr(display_name, err));
-            };
-            entries.push(NewTensor { name, dtype, shape });
-        }
-        let plan = WritePlan::new(entries, metadata, header_cap).in_file(display_name)?;
+        let plan = new_plan(tensors, metadata, display_name, header_cap, align)?;
         Ok(PyWritePlan { plan })
+    }
+
+    /// Offset of the data section in the file.
+    #[getter]
+    fn data_start(&self) -> u64 {
+        self.plan.data_start()
     }
 
     /// Input positions of the tensors, in file order.
@@ -225,6 +224,38 @@ impl PyWritePlan {
     }
 }
 
+/// The plan of `(name, dtype, shape)` triples and metadata pairs, the data
+/// aligned to `align`; errors name `display_name`.
+pub(crate) fn new_plan(
+    tensors: Vec<(String, String, Vec<u64>)>,
+    metadata: Option<Vec<(String, String)>>,
+    display_name: &str,
+    header_cap: u64,
+    align: u64,
+) -> PyResult<WritePlan> {
+    let mut entries = Vec::with_capacity(tensors.len());
+    for (name, dtype, shape) in tensors {
+        entries.push(NewTensor {
+            dtype: header_dtype(&name, &dtype, display_name)?,
+            name,
+            shape,
+        });
+    }
+    WritePlan::aligned(entries, metadata, header_cap, align).in_file(display_name)
+}
+
+/// The dtype of header name `dtype`, or rule `unsupported-dtype` naming
+/// `tensor` and `display_name`.
+pub(crate) fn header_dtype(tensor: &str, dtype: &str, display_name: &str) -> PyResult<Dtype> {
+    Dtype::from_name(dtype).ok_or_else(|| {
+        let err = Error::UnsupportedDtype {
+            tensor: tensor.to_owned(),
+            dtype: dtype.to_owned(),
+        };
+        to_pyerr(display_name, err)
+    })
+}
+
 /// Parses a whole file held in a bytes-like object: returns the offset of
 /// the byte buffer, `(name, dtype, shape, begin, end)` per tensor in file
 /// order (offsets relative to the byte buffer), and the metadata pairs or
@@ -251,7 +282,7 @@ pub fn parse_bytes<'py>(
 }
 
 /// `(name, dtype, shape, begin, end)` tuples of tensors, in the order given.
-fn tensor_rows<'py, 'a>(
+pub(crate) fn tensor_rows<'py, 'a>(
     py: Python<'py>,
     tensors: impl Iterator<Item = (&'a str, fastst_core::Dtype, &'a [u64], u64, u64)>,
 ) -> PyResult<Vec<Bound<'py, PyTuple>>> {
@@ -267,6 +298,13 @@ fn tensor_rows<'py, 'a>(
                 .into_pyobject(py)
         })
         .collect()
+}
+
+/// The alignment of a data section starting at `offset`: the largest power
+/// of two up to 4096 that divides it.
+#[pyfunction]
+pub fn data_alignment(offset: u64) -> u64 {
+    fastst_core::data_alignment(offset)
 }
 
 /// Replaces `path` with a file holding `data`, whole or not at all, through

@@ -423,6 +423,53 @@ pub enum Error {
         /// Why, in words.
         reason: String,
     },
+    #[error("alignment {value} is not a power of two from 1 to {max}")]
+    /// An alignment asked of a writer is not a power of two from 1 to 4096.
+    BadAlignment {
+        /// The alignment asked for.
+        value: u64,
+        /// The largest alignment allowed.
+        max: u64,
+    },
+    #[error("tensor {name:?} is not in the writer's layout")]
+    /// A tensor given to a streaming writer is not in its layout.
+    NotInLayout {
+        /// The name involved.
+        name: String,
+    },
+    #[error("tensor {name:?} {how}; each tensor of the layout is written once")]
+    /// A tensor is given to a streaming writer again after, or while, it is written.
+    WrittenTwice {
+        /// The name involved.
+        name: String,
+        /// "was written already" or "is being written by another call".
+        how: &'static str,
+    },
+    #[error("tensor {tensor:?}: the layout declares {expected}, got {got}")]
+    /// A tensor given to a streaming writer differs from its layout entry.
+    LayoutMismatch {
+        /// The tensor involved.
+        tensor: String,
+        /// Dtype and shape of the layout entry, in words.
+        expected: String,
+        /// Dtype and shape given, in words.
+        got: String,
+    },
+    #[error("{count} of {total} tensors of the layout were not written completely ({names}); nothing was saved")]
+    /// A streaming writer is closed before every tensor of its layout was written.
+    TensorsMissing {
+        /// The first tensor missing (in the layout's order).
+        tensor: String,
+        /// How many are missing.
+        count: usize,
+        /// How many the layout holds.
+        total: usize,
+        /// The first few missing, quoted and comma-separated.
+        names: String,
+    },
+    #[error("the writer is closed; nothing more can be written")]
+    /// The streaming writer was used after it was closed (rule `closed-file`).
+    WriterClosed,
 }
 
 impl Error {

@@ -63,6 +63,12 @@ impl Error {
             UnsupportedDtype { .. } => RuleId::UnsupportedDtype,
             FileTooLarge { .. } => RuleId::FileTooLarge,
             StreamOrder { .. } => RuleId::StreamOrder,
+            BadAlignment { .. } => RuleId::BadAlignment,
+            NotInLayout { .. } => RuleId::NotInLayout,
+            WrittenTwice { .. } => RuleId::WrittenTwice,
+            LayoutMismatch { .. } => RuleId::LayoutMismatch,
+            TensorsMissing { .. } => RuleId::TensorsMissing,
+            WriterClosed => RuleId::ClosedFile,
         }
     }
 
@@ -88,7 +94,9 @@ impl Error {
             | SliceOutside { tensor, .. }
             | BadTensorSize { tensor, .. }
             | UnsupportedDtype { tensor, .. }
-            | DataLength { tensor, .. } => Some(tensor),
+            | DataLength { tensor, .. }
+            | LayoutMismatch { tensor, .. }
+            | TensorsMissing { tensor, .. } => Some(tensor),
             DestinationSize { tensor, .. }
             | ConversionNotAllowed { tensor, .. }
             | OutOfMemory { tensor, .. }
@@ -99,7 +107,9 @@ impl Error {
             DuplicateTensor { name }
             | TensorNotFound { name }
             | ReservedName { name }
-            | DuplicateName { name } => Some(name),
+            | DuplicateName { name }
+            | NotInLayout { name }
+            | WrittenTwice { name, .. } => Some(name),
             _ => None,
         }
     }

@@ -131,6 +131,17 @@ impl AtomicFile {
         })
     }
 
+    /// The file being written, shared: positioned writes (`pwrite`) from
+    /// several threads at once need no more.
+    pub fn file_ref(&self) -> Result<&File> {
+        self.file.as_ref().ok_or_else(|| {
+            Error::io(
+                "writing the temporary file",
+                io::Error::other("file already closed"),
+            )
+        })
+    }
+
     /// True when something already exists at the target (it will be
     /// replaced).
     pub fn replaces_existing(&self) -> bool {

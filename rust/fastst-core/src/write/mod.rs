@@ -15,8 +15,16 @@
 //! - [`writeback`]: [`FileSink`], the file as the stream writes it; for a
 //!   durable save it has the data written to the device behind the writer
 //!   (`sync_file_range`), so the flush before the commit finds little left.
+//! - [`layout_writer`]: [`LayoutWriter`], the streaming writer: a plan's
+//!   tensors written at their offsets in any order, from any thread, and
+//!   committed atomically only once all are complete.
+//!
+//! The header is padded with spaces to a multiple of 8 bytes, as the
+//! reference pads it, or with [`WritePlan::aligned`] so that the data
+//! section starts at a multiple of a chosen power of two up to a page.
 
 mod atomic;
+mod layout_writer;
 mod plan;
 mod stream;
 mod writeback;
@@ -27,7 +35,10 @@ use std::path::Path;
 pub use atomic::{
     link_replace, replace_with_bytes, write_atomic, AtomicFile, Blocking, WriteFailure,
 };
-pub use plan::{NewTensor, PlannedTensor, WritePlan};
+pub use layout_writer::{LayoutWriter, TensorWrite};
+pub use plan::{
+    check_alignment, data_alignment, NewTensor, PlannedTensor, WritePlan, DEFAULT_ALIGN, MAX_ALIGN,
+};
 pub use stream::TensorStream;
 pub use writeback::{FileSink, WINDOW as WRITEBACK_WINDOW};
 

@@ -54,6 +54,35 @@ impl PlannedTensor {
     }
 }
 
+/// The alignment of the data section every header gets: the JSON is padded
+/// with spaces to a multiple of this many bytes, as the reference pads it.
+pub const DEFAULT_ALIGN: u64 = 8;
+
+/// The largest alignment of the data section a writer may be asked for
+/// (a page).
+pub const MAX_ALIGN: u64 = 4096;
+
+/// Checks that `align` is a power of two from 1 to [`MAX_ALIGN`].
+pub fn check_alignment(align: u64) -> Result<u64> {
+    if align.is_power_of_two() && align <= MAX_ALIGN {
+        Ok(align)
+    } else {
+        Err(Error::BadAlignment {
+            value: align,
+            max: MAX_ALIGN,
+        })
+    }
+}
+
+/// The alignment of a data section starting at `offset`: the largest power
+/// of two, up to [`MAX_ALIGN`], that divides it ([`MAX_ALIGN`] for 0).
+pub fn data_alignment(offset: u64) -> u64 {
+    if offset == 0 {
+        return MAX_ALIGN;
+    }
+    (1u64 << offset.trailing_zeros()).min(MAX_ALIGN)
+}
+
 /// The layout of a file to write: tensors in file order with their
 /// offsets, and the complete header (length prefix, JSON, space padding).
 #[derive(Clone, Debug)]
@@ -76,6 +105,21 @@ impl WritePlan {
         metadata: Option<Vec<(String, String)>>,
         header_cap: u64,
     ) -> Result<WritePlan> {
+        WritePlan::aligned(tensors, metadata, header_cap, DEFAULT_ALIGN)
+    }
+
+    /// As [`WritePlan::new`], with the header padded with spaces so that the
+    /// data section starts at a multiple of `align` bytes (a power of two
+    /// from 1 to [`MAX_ALIGN`]; below [`DEFAULT_ALIGN`], the header is padded
+    /// to a multiple of [`DEFAULT_ALIGN`] as always). Fails with rule
+    /// `bad-alignment` for any other `align`.
+    pub fn aligned(
+        tensors: Vec<NewTensor>,
+        metadata: Option<Vec<(String, String)>>,
+        header_cap: u64,
+        align: u64,
+    ) -> Result<WritePlan> {
+        let align = check_alignment(align)?.max(DEFAULT_ALIGN);
         let mut lens = Vec::with_capacity(tensors.len());
         for t in &tensors {
             if t.name == METADATA_KEY {
@@ -136,7 +180,7 @@ impl WritePlan {
             offset = end;
         }
 
-        let header = render_header(&planned, metadata.as_deref(), header_cap)?;
+        let header = render_header(&planned, metadata.as_deref(), header_cap, align)?;
         let total_ok = (header.len() as u64).checked_add(offset).is_some();
         if !total_ok {
             return Err(Error::FileTooLarge {
@@ -174,6 +218,11 @@ impl WritePlan {
     pub fn total_len(&self) -> u64 {
         self.header.len() as u64 + self.data_len
     }
+
+    /// Offset of the data section in the file (the header's length).
+    pub fn data_start(&self) -> u64 {
+        self.header.len() as u64
+    }
 }
 
 fn tensor_byte_len(t: &NewTensor) -> Result<u64> {
@@ -196,11 +245,14 @@ fn tensor_byte_len(t: &NewTensor) -> Result<u64> {
 
 /// Renders the header as the reference does: compact JSON, `__metadata__`
 /// first, each entry's fields in the order dtype, shape, data_offsets,
-/// strings escaped as serde_json escapes them, spaces up to a multiple of 8.
+/// strings escaped as serde_json escapes them, then spaces until the data
+/// section starts at a multiple of `align` (a power of two, at least 8: the
+/// reference's padding is `align` 8).
 fn render_header(
     tensors: &[PlannedTensor],
     metadata: Option<&[(String, String)]>,
     header_cap: u64,
+    align: u64,
 ) -> Result<Vec<u8>> {
     let mut out: Vec<u8> = Vec::with_capacity(8 + 16 + tensors.len() * 80);
     out.extend_from_slice(&[0u8; 8]);
@@ -249,16 +301,18 @@ fn render_header(
         }
     }
     out.push(b'}');
-    let json_len = out.len() - 8;
-    let padded = json_len.div_ceil(8) * 8;
-    out.resize(8 + padded, b' ');
-    let n = padded as u64;
+    // `align` is a power of two up to 4096 (checked by the caller), so this
+    // rounding cannot overflow for a header that fits in memory.
+    let unit = usize::try_from(align).unwrap_or(8).max(8);
+    let padded_total = out.len().div_ceil(unit) * unit;
+    let n = (padded_total - 8) as u64;
     if n > header_cap {
         return Err(Error::HeaderOverCap {
             len: n,
             cap: header_cap,
         });
     }
+    out.resize(padded_total, b' ');
     out[..8].copy_from_slice(&n.to_le_bytes());
     Ok(out)
 }
@@ -390,6 +444,65 @@ mod tests {
         )
         .expect_err("must fail");
         assert_eq!(e.rule(), "bad-tensor-size");
+    }
+
+    #[test]
+    fn aligned_headers_start_the_data_at_a_multiple() {
+        let tensors = || {
+            vec![
+                NewTensor::new("w", Dtype::F32, vec![3]),
+                NewTensor::new("b", Dtype::U8, vec![5]),
+            ]
+        };
+        let base = plan(tensors(), Some(vec![("k", "v")])).expect("plan");
+        for align in [1u64, 2, 4, 8] {
+            let p = WritePlan::aligned(
+                tensors(),
+                Some(vec![("k".into(), "v".into())]),
+                DEFAULT_HEADER_CAP,
+                align,
+            )
+            .expect("plan");
+            assert_eq!(p.header(), base.header(), "align {align}");
+        }
+        for align in [16u64, 64, 256, 4096] {
+            let p = WritePlan::aligned(
+                tensors(),
+                Some(vec![("k".into(), "v".into())]),
+                DEFAULT_HEADER_CAP,
+                align,
+            )
+            .expect("plan");
+            assert_eq!(p.data_start() % align, 0, "align {align}");
+            assert!(p.data_start() < base.data_start() + align);
+            // The same JSON, more spaces; offsets unchanged.
+            let json = json_of(&p).trim_end_matches(' ');
+            assert_eq!(json, json_of(&base).trim_end_matches(' '));
+            assert_eq!(p.tensors(), base.tensors());
+            assert_eq!(data_alignment(p.data_start()), align.max(data_alignment(base.data_start())));
+        }
+        for bad in [0u64, 3, 12, 8192, u64::MAX] {
+            let e = WritePlan::aligned(tensors(), None, DEFAULT_HEADER_CAP, bad)
+                .expect_err("must fail");
+            assert_eq!(e.rule(), "bad-alignment");
+        }
+        // Padding counts against the header cap.
+        let n = base.header_len();
+        assert!(WritePlan::aligned(tensors(), Some(vec![("k".into(), "v".into())]), n, 8).is_ok());
+        let e = WritePlan::aligned(tensors(), Some(vec![("k".into(), "v".into())]), n, 4096)
+            .expect_err("over the cap");
+        assert_eq!(e.rule(), "header-over-cap");
+    }
+
+    #[test]
+    fn data_alignment_is_the_largest_power_of_two_up_to_a_page() {
+        assert_eq!(data_alignment(8), 8);
+        assert_eq!(data_alignment(24), 8);
+        assert_eq!(data_alignment(13), 1);
+        assert_eq!(data_alignment(192), 64);
+        assert_eq!(data_alignment(4096), 4096);
+        assert_eq!(data_alignment(3 << 20), 4096);
+        assert_eq!(data_alignment(0), 4096);
     }
 
     #[test]

@@ -1,0 +1,533 @@
+//! A file written from its layout: each tensor at its final offset, in any
+//! order and from any thread, committed atomically once every tensor is
+//! complete.
+//!
+//! The [`WritePlan`] (names, dtypes, shapes, metadata) is known before any
+//! data, so every tensor's place in the file is too: the header is written
+//! first, then each tensor's bytes are written where they belong with
+//! positioned writes (`pwrite`), so that tensors arrive in any order, from
+//! several threads at once, and no byte is held in memory longer than the
+//! caller's buffer. The file is an [`AtomicFile`] (unnamed while written,
+//! where the system allows): it replaces the target only when
+//! [`LayoutWriter::commit`] finds every tensor written completely; dropped
+//! or [`LayoutWriter::abort`]ed before that, it vanishes and the target is
+//! left as it was.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, RwLock};
+
+use super::atomic::AtomicFile;
+use super::plan::{PlannedTensor, WritePlan};
+use crate::dtype::Dtype;
+use crate::error::{Error, Result};
+use crate::io::{sync_range, write_all_at, SyncRange};
+
+/// How many missing tensors a [`Error::TensorsMissing`] message names.
+const NAMED_MISSING: usize = 5;
+
+/// Where one tensor of the layout stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// Nothing written yet (or a write that failed part-way: it may be
+    /// written again, in full).
+    Pending,
+    /// A [`TensorWrite`] is filling it.
+    Writing,
+    /// Written completely.
+    Written,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Per tensor, in file order.
+    slots: Vec<Slot>,
+    /// Committed or aborted: nothing more may be written.
+    closed: bool,
+}
+
+/// A file being written from its layout (see the module's documentation).
+///
+/// Every method takes `&self`: one writer is shared by the threads that
+/// write its tensors.
+#[derive(Debug)]
+pub struct LayoutWriter {
+    plan: WritePlan,
+    /// Name -> position in `plan.tensors()` (file order).
+    by_name: HashMap<String, usize>,
+    state: Mutex<State>,
+    /// The file, until it is committed or aborted. Writes hold it shared
+    /// while their bytes move; commit and abort take it exclusively, so
+    /// they wait for writes in flight.
+    file: RwLock<Option<AtomicFile>>,
+    durable: bool,
+}
+
+impl LayoutWriter {
+    /// Creates the temporary file beside `path` and writes the header of
+    /// `plan` into it. `durable` says whether the data is flushed to the
+    /// device before the commit renames the file over `path` (`None`: when
+    /// a file is replaced, as [`AtomicFile::durable_by_default`]).
+    pub fn create(plan: WritePlan, path: &Path, durable: Option<bool>) -> Result<LayoutWriter> {
+        let mut atomic = AtomicFile::create(path)?;
+        let durable = durable.unwrap_or_else(|| atomic.durable_by_default());
+        {
+            let file = atomic.file()?;
+            write_all_at(file, plan.header(), 0)
+                .map_err(|e| Error::io("writing the header", e))?;
+            // The file has its final length from the start: tensors written
+            // out of order fill it in place.
+            file.set_len(plan.total_len())
+                .map_err(|e| Error::io("setting the new file's length", e))?;
+        }
+        let by_name = plan
+            .tensors()
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        let slots = vec![Slot::Pending; plan.tensors().len()];
+        Ok(LayoutWriter {
+            plan,
+            by_name,
+            state: Mutex::new(State {
+                slots,
+                closed: false,
+            }),
+            file: RwLock::new(Some(atomic)),
+            durable,
+        })
+    }
+
+    /// The layout being written.
+    pub fn plan(&self) -> &WritePlan {
+        &self.plan
+    }
+
+    /// Whether the data is flushed to the device before the commit.
+    pub fn durable(&self) -> bool {
+        self.durable
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while the lock was held cannot leave the slots
+        // inconsistent (each update is one assignment): carry on.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts writing tensor `name`, which must be in the layout with
+    /// exactly `dtype` and `shape`, and be neither written nor being
+    /// written. Its bytes are then given to the [`TensorWrite`], in order.
+    pub fn begin(&self, name: &str, dtype: Dtype, shape: &[u64]) -> Result<TensorWrite<'_>> {
+        let index = *self.by_name.get(name).ok_or_else(|| Error::NotInLayout {
+            name: name.to_owned(),
+        })?;
+        let planned = self.planned(index)?;
+        if planned.dtype != dtype || planned.shape != shape {
+            return Err(Error::LayoutMismatch {
+                tensor: name.to_owned(),
+                expected: describe(planned.dtype, &planned.shape),
+                got: describe(dtype, shape),
+            });
+        }
+        let mut state = self.state();
+        if state.closed {
+            return Err(Error::WriterClosed);
+        }
+        let slot = state.slots.get_mut(index).ok_or(Error::WriterClosed)?;
+        match *slot {
+            Slot::Written => {
+                return Err(Error::WrittenTwice {
+                    name: name.to_owned(),
+                    how: "was written already",
+                })
+            }
+            Slot::Writing => {
+                return Err(Error::WrittenTwice {
+                    name: name.to_owned(),
+                    how: "is being written by another call",
+                })
+            }
+            Slot::Pending => *slot = Slot::Writing,
+        }
+        Ok(TensorWrite {
+            writer: self,
+            index,
+            filled: 0,
+            finished: false,
+        })
+    }
+
+    fn planned(&self, index: usize) -> Result<&PlannedTensor> {
+        self.plan.tensors().get(index).ok_or(Error::WriterClosed)
+    }
+
+    /// Names of the tensors not written completely yet, in the order they
+    /// were given to the plan.
+    pub fn missing(&self) -> Vec<&str> {
+        let state = self.state();
+        let mut missing: Vec<&PlannedTensor> = self
+            .plan
+            .tensors()
+            .iter()
+            .zip(&state.slots)
+            .filter(|(_, s)| **s != Slot::Written)
+            .map(|(t, _)| t)
+            .collect();
+        missing.sort_by_key(|t| t.index);
+        missing.into_iter().map(|t| t.name.as_str()).collect()
+    }
+
+    /// True once committed or aborted.
+    pub fn is_closed(&self) -> bool {
+        self.state().closed
+    }
+
+    /// Closes the writer: when every tensor was written completely, the
+    /// file is renamed over the target (flushed first when durable);
+    /// otherwise nothing is saved (the target is left as it was) and the
+    /// error, rule `tensors-missing`, names what is missing. Either way the
+    /// writer is closed afterwards, and so is it when the commit itself
+    /// fails (the temporary file is removed).
+    pub fn commit(&self) -> Result<()> {
+        let missing = {
+            let mut state = self.state();
+            if state.closed {
+                return Err(Error::WriterClosed);
+            }
+            state.closed = true;
+            state.slots.iter().filter(|s| **s != Slot::Written).count()
+        };
+        let atomic = self.take_file();
+        if missing > 0 {
+            drop(atomic);
+            let names = self.missing();
+            let shown: Vec<String> = names
+                .iter()
+                .take(NAMED_MISSING)
+                .map(|n| format!("{n:?}"))
+                .collect();
+            let more = names.len().saturating_sub(NAMED_MISSING);
+            let mut list = shown.join(", ");
+            if more > 0 {
+                list.push_str(&format!(" and {more} more"));
+            }
+            return Err(Error::TensorsMissing {
+                tensor: names.first().map(|n| (*n).to_owned()).unwrap_or_default(),
+                count: missing,
+                total: self.plan.tensors().len(),
+                names: list,
+            });
+        }
+        atomic.ok_or(Error::WriterClosed)?.commit(Some(self.durable))
+    }
+
+    /// Closes the writer without saving: the temporary file is removed (an
+    /// unnamed one simply vanishes) and the target is left as it was.
+    /// Writes still in flight fail with rule `closed-file`. Does nothing on
+    /// a closed writer.
+    pub fn abort(&self) {
+        self.state().closed = true;
+        drop(self.take_file());
+    }
+
+    fn take_file(&self) -> Option<AtomicFile> {
+        self.file.write().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Runs `f` on the file, shared with other writers, unless the writer
+    /// was closed meanwhile.
+    fn with_file<T>(&self, f: impl FnOnce(&File) -> Result<T>) -> Result<T> {
+        let guard = self.file.read().unwrap_or_else(|e| e.into_inner());
+        let file = guard
+            .as_ref()
+            .ok_or(Error::WriterClosed)?
+            .file_ref()
+            .map_err(|_| Error::WriterClosed)?;
+        f(file)
+    }
+}
+
+/// `"BF16 [4096, 4096]"`.
+fn describe(dtype: Dtype, shape: &[u64]) -> String {
+    format!("{dtype} {shape:?}")
+}
+
+/// One tensor being written: its bytes are given in order, in as many
+/// parts as convenient, and [`TensorWrite::finish`] checks it got all of
+/// them. Dropped unfinished (an error, an exception while producing the
+/// bytes), the tensor is pending again: it may be written anew, in full.
+#[derive(Debug)]
+pub struct TensorWrite<'w> {
+    writer: &'w LayoutWriter,
+    /// Position in the plan's tensors (file order).
+    index: usize,
+    /// Bytes written so far.
+    filled: u64,
+    finished: bool,
+}
+
+impl TensorWrite<'_> {
+    fn planned(&self) -> Result<&PlannedTensor> {
+        self.writer.planned(self.index)
+    }
+
+    /// The tensor's name.
+    pub fn name(&self) -> &str {
+        self.planned().map_or("", |t| t.name.as_str())
+    }
+
+    /// Writes the next `bytes` of the tensor at their place in the file.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let t = self.planned()?;
+        let got = self.filled.saturating_add(bytes.len() as u64);
+        if got > t.byte_len() {
+            return Err(Error::DataLength {
+                tensor: t.name.clone(),
+                expected: t.byte_len(),
+                got,
+            });
+        }
+        let at = self
+            .writer
+            .plan
+            .data_start()
+            .checked_add(t.begin)
+            .and_then(|p| p.checked_add(self.filled))
+            .ok_or_else(|| Error::FileTooLarge {
+                reason: "the file would exceed 2^64 bytes".to_owned(),
+            })?;
+        self.writer.with_file(|file| {
+            write_all_at(file, bytes, at)
+                .map_err(|e| Error::io(format!("writing the data of tensor {:?}", t.name), e))
+        })?;
+        self.filled = got;
+        Ok(())
+    }
+
+    /// Checks the tensor got exactly its bytes and marks it written. For a
+    /// durable writer, the system is asked to start writing the tensor's
+    /// bytes to the device now, so that the flush before the commit finds
+    /// less left to do.
+    pub fn finish(mut self) -> Result<()> {
+        let t = self.planned()?;
+        if self.filled != t.byte_len() {
+            return Err(Error::DataLength {
+                tensor: t.name.clone(),
+                expected: t.byte_len(),
+                got: self.filled,
+            });
+        }
+        if self.writer.durable && t.byte_len() > 0 {
+            let start = self.writer.plan.data_start().saturating_add(t.begin);
+            // Only a hint: where it is not offered, or fails, the flush
+            // before the commit writes (and reports) everything.
+            let _ = self
+                .writer
+                .with_file(|file| Ok(sync_range(file, start, t.byte_len(), SyncRange::Start)));
+        }
+        let mut state = self.writer.state();
+        if state.closed {
+            return Err(Error::WriterClosed);
+        }
+        if let Some(slot) = state.slots.get_mut(self.index) {
+            *slot = Slot::Written;
+        }
+        self.finished = true;
+        Ok(())
+    }
+}
+
+impl Drop for TensorWrite<'_> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let mut state = self.writer.state();
+        if let Some(slot) = state.slots.get_mut(self.index) {
+            if *slot == Slot::Writing {
+                *slot = Slot::Pending;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::super::{serialize, NewTensor};
+    use super::*;
+
+    use super::super::plan_for_tests as plan;
+
+    fn temp_dir(tag: &str) -> crate::testfs::TempDir {
+        crate::testfs::TempDir::new(&format!("layout-{tag}"))
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .expect("read_dir")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn sample() -> WritePlan {
+        plan(
+            vec![
+                NewTensor::new("b", Dtype::U8, vec![3]),
+                NewTensor::new("a", Dtype::F32, vec![2]),
+                NewTensor::new("e", Dtype::I64, vec![0]),
+                NewTensor::new("c", Dtype::U16, vec![2, 2]),
+            ],
+            Some(vec![("format", "pt")]),
+        )
+        .expect("plan")
+    }
+
+    const B: [u8; 3] = [1, 2, 3];
+    const A: [u8; 8] = [9; 8];
+    const C: [u8; 8] = [4, 5, 6, 7, 8, 9, 10, 11];
+
+    fn write_one(w: &LayoutWriter, name: &str, dtype: Dtype, shape: &[u64], parts: &[&[u8]]) {
+        let mut t = w.begin(name, dtype, shape).expect("begin");
+        for p in parts {
+            t.write(p).expect("write");
+        }
+        t.finish().expect("finish");
+    }
+
+    #[test]
+    fn tensors_in_any_order_give_the_serialized_bytes() {
+        let dir = temp_dir("order");
+        let path = dir.join("m.safetensors");
+        let p = sample();
+        let expected = serialize(&p, &[&B, &A, &[], &C]).expect("ser");
+        let w = LayoutWriter::create(p, &path, Some(false)).expect("create");
+        assert!(!w.durable());
+        assert_eq!(w.missing(), ["b", "a", "e", "c"]);
+        write_one(&w, "c", Dtype::U16, &[2, 2], &[&C[..3], &C[3..]]);
+        write_one(&w, "e", Dtype::I64, &[0], &[]);
+        write_one(&w, "b", Dtype::U8, &[3], &[&B]);
+        assert_eq!(w.missing(), ["a"]);
+        // Nothing at the target yet.
+        assert!(!path.exists());
+        write_one(&w, "a", Dtype::F32, &[2], &[&A]);
+        assert!(w.missing().is_empty());
+        w.commit().expect("commit");
+        assert!(w.is_closed());
+        assert_eq!(fs::read(&path).expect("read"), expected);
+        assert_eq!(entries(&dir), ["m.safetensors"]);
+        let e = w.begin("a", Dtype::F32, &[2]).expect_err("closed");
+        assert_eq!(e.rule(), "closed-file");
+        assert_eq!(w.commit().expect_err("closed").rule(), "closed-file");
+    }
+
+    #[test]
+    fn wrong_names_dtypes_shapes_and_lengths_are_refused() {
+        let dir = temp_dir("refuse");
+        let w = LayoutWriter::create(sample(), &dir.join("m.safetensors"), None).expect("w");
+        let e = w.begin("zz", Dtype::U8, &[3]).expect_err("not in layout");
+        assert_eq!((e.rule().id(), e.tensor()), ("tensor-not-in-layout", Some("zz")));
+        let e = w.begin("b", Dtype::I8, &[3]).expect_err("dtype");
+        assert_eq!((e.rule().id(), e.tensor()), ("layout-mismatch", Some("b")));
+        assert!(e.to_string().contains("U8 [3]"), "{e}");
+        let e = w.begin("b", Dtype::U8, &[1, 3]).expect_err("shape");
+        assert_eq!(e.rule(), "layout-mismatch");
+
+        let mut t = w.begin("b", Dtype::U8, &[3]).expect("begin");
+        let e = w.begin("b", Dtype::U8, &[3]).expect_err("in flight");
+        assert_eq!(e.rule(), "tensor-written-twice");
+        assert!(e.to_string().contains("being written"), "{e}");
+        let e = t.write(&[0; 4]).expect_err("too long");
+        assert_eq!(e.rule(), "data-length");
+        t.write(&[0; 2]).expect("part");
+        let e = t.finish().expect_err("short");
+        assert_eq!((e.rule().id(), e.tensor()), ("data-length", Some("b")));
+        // A failed write leaves the tensor pending: written again in full.
+        assert_eq!(w.missing(), ["b", "a", "e", "c"]);
+        write_one(&w, "b", Dtype::U8, &[3], &[&B]);
+        let e = w.begin("b", Dtype::U8, &[3]).expect_err("twice");
+        assert_eq!(e.rule(), "tensor-written-twice");
+        assert!(e.to_string().contains("written already"), "{e}");
+    }
+
+    #[test]
+    fn a_commit_with_tensors_missing_saves_nothing() {
+        let dir = temp_dir("missing");
+        let path = dir.join("m.safetensors");
+        fs::write(&path, b"old").expect("old");
+        let w = LayoutWriter::create(sample(), &path, None).expect("w");
+        assert!(w.durable(), "replacing a file is durable by default");
+        write_one(&w, "b", Dtype::U8, &[3], &[&B]);
+        let e = w.commit().expect_err("missing");
+        assert_eq!((e.rule().id(), e.tensor()), ("tensors-missing", Some("a")));
+        assert!(e.to_string().starts_with("3 of 4 tensors"), "{e}");
+        assert!(e.to_string().contains("\"a\", \"e\", \"c\""), "{e}");
+        assert_eq!(fs::read(&path).expect("read"), b"old");
+        assert_eq!(entries(&dir), ["m.safetensors"]);
+        assert!(w.is_closed());
+    }
+
+    #[test]
+    fn abort_and_drop_leave_the_target_alone() {
+        let dir = temp_dir("abort");
+        let path = dir.join("m.safetensors");
+        fs::write(&path, b"old").expect("old");
+        let w = LayoutWriter::create(sample(), &path, Some(true)).expect("w");
+        let mut t = w.begin("b", Dtype::U8, &[3]).expect("begin");
+        t.write(&B[..1]).expect("part");
+        w.abort();
+        let e = t.write(&B[1..]).expect_err("aborted");
+        assert_eq!(e.rule(), "closed-file");
+        drop(t);
+        w.abort();
+        assert_eq!(fs::read(&path).expect("read"), b"old");
+        assert_eq!(entries(&dir), ["m.safetensors"]);
+
+        let w = LayoutWriter::create(sample(), &path, None).expect("w");
+        write_one(&w, "b", Dtype::U8, &[3], &[&B]);
+        drop(w);
+        assert_eq!(fs::read(&path).expect("read"), b"old");
+        assert_eq!(entries(&dir), ["m.safetensors"]);
+    }
+
+    #[test]
+    fn threads_write_tensors_side_by_side() {
+        let dir = temp_dir("threads");
+        let path = dir.join("m.safetensors");
+        let n = 16usize;
+        let tensors: Vec<NewTensor> = (0..n)
+            .map(|i| NewTensor::new(format!("t{i:02}"), Dtype::U8, vec![4096 + i as u64]))
+            .collect();
+        let data: Vec<Vec<u8>> = (0..n)
+            .map(|i| (0..4096 + i).map(|j| (i * 31 + j) as u8).collect())
+            .collect();
+        let p = plan(tensors, None).expect("plan");
+        let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let expected = serialize(&p, &refs).expect("ser");
+        let w = LayoutWriter::create(p, &path, Some(true)).expect("w");
+        std::thread::scope(|s| {
+            for (i, bytes) in data.iter().enumerate().rev() {
+                let w = &w;
+                s.spawn(move || {
+                    let name = format!("t{i:02}");
+                    let mut t = w.begin(&name, Dtype::U8, &[bytes.len() as u64]).expect("b");
+                    for part in bytes.chunks(1000) {
+                        t.write(part).expect("write");
+                    }
+                    t.finish().expect("finish");
+                });
+            }
+        });
+        w.commit().expect("commit");
+        assert_eq!(fs::read(&path).expect("read"), expected);
+    }
+}
