@@ -78,7 +78,7 @@ class WritePlan:
         metadata: Optional[List[Tuple[str, str]]],
         display_name: str,
         header_cap: int = ...,
-        align: int = 8,
+        align: int = ...,
     ) -> WritePlan: ...
     WRITEBACK_WINDOW: int
     @property
@@ -114,7 +114,7 @@ class LayoutWriter:
         tensors: List[Tuple[str, str, List[int]]],
         metadata: Optional[List[Tuple[str, str]]],
         header_cap: int = ...,
-        align: int = 8,
+        align: int = ...,
         durable: Optional[bool] = None,
     ) -> LayoutWriter: ...
     def write(self, name: str, dtype: str, shape: List[int], data: object) -> None: ...
@@ -251,3 +251,6 @@ def read_remote(
 def list_remote(
     url: str, name: str, options: List[Tuple[str, str]], cap: int
 ) -> Optional[List[str]]: ...
+def upload_file(
+    plan: WritePlan, url: str, name: str, options: List[Tuple[str, str]], sources: Any
+) -> None: ...

@@ -49,13 +49,16 @@ def save_file(
     *,
     durable: Optional[bool] = None,
     align: Optional[int] = None,
+    storage_options: Optional[Mapping[str, str]] = None,
 ) -> None:
     """Writes ``tensor_dict`` (name -> array) to ``filename``, replacing it
     atomically; ``durable`` and ``align`` as for
     :func:`fastst.serialize_file` (by default the data is flushed to disk
     before replacing an existing file, and the header padded to a multiple
-    of 8 bytes)."""
-    _io.save_file(tensor_dict, filename, metadata, durable, align)
+    of 8 bytes). A URL (``s3://``, ``gs://``, ``az://``...) is written with
+    a multipart upload, configured by ``storage_options`` (see
+    :func:`fastst.serialize_file`)."""
+    _io.save_file(tensor_dict, filename, metadata, durable, align, storage_options)
 
 
 def load(data: bytes) -> Dict[str, np.ndarray]:

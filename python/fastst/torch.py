@@ -82,13 +82,16 @@ def save_file(
     metadata: Optional[Dict[str, str]] = None,
     *,
     align: Optional[int] = None,
+    storage_options: Optional[Mapping[str, str]] = None,
 ) -> None:
     """Writes ``tensors`` (dense, contiguous, not sharing memory) and optional
     string ``metadata`` to ``filename``. Tensors are written from their own
     memory: do not modify them while this runs. ``align`` (a power of two up
     to 4096) starts the data section at a multiple of it, as for
-    :func:`fastst.serialize_file`."""
-    _io.save_file(tensors, filename, metadata, None, align)
+    :func:`fastst.serialize_file`. A URL (``s3://``, ``gs://``, ``az://``...)
+    is written with a multipart upload, configured by ``storage_options``
+    (see :func:`fastst.serialize_file`)."""
+    _io.save_file(tensors, filename, metadata, None, align, storage_options)
 
 
 def save_sharded(

@@ -50,10 +50,18 @@ class FrameworkIO:
         metadata: Optional[Mapping[str, str]],
         durable: Optional[bool] = None,
         align: Optional[int] = None,
+        storage_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
         keep_alive: List[Any] = []
         arrays = self._to_arrays(tensors, keep_alive)
-        serialize_file(arrays, filename, metadata, durable=durable, align=align)
+        serialize_file(
+            arrays,
+            filename,
+            metadata,
+            durable=durable,
+            align=align,
+            storage_options=storage_options,
+        )
         del keep_alive
 
     def shard_saver(self, folder: Any, align: Optional[int]) -> Callable[..., None]:

@@ -116,7 +116,10 @@ def update_metadata(
     refused with PermissionError before anything is written.
 
     The new header is laid out as the writer lays out every header (keys
-    sorted), so the same edit of the same file always gives the same bytes.
+    sorted), so the same edit of the same file always gives the same bytes,
+    and padded so that the data section keeps its alignment: it starts at a
+    multiple of the largest power of two (up to 4096) its old offset was a
+    multiple of, as a file written with ``align=`` needs.
     The tensors are copied unchanged; after writing,
     every tensor's SHA-256 is compared with the original's and a mismatch
     raises (the original is never touched before the new file is complete:
@@ -147,7 +150,10 @@ def update_metadata(
             buffer, dtype, shape = raw.tensor(name)
             entries.append((name, dtype, list(shape)))
             sources.append(memoryview(buffer))
-        plan = WritePlan(entries, list(metadata.items()) or None, target, header_cap)
+        # The data section keeps its alignment (up to a page): a file
+        # written with align=N stays aligned to N.
+        align = _fastst.data_alignment(raw.data_start)
+        plan = WritePlan(entries, list(metadata.items()) or None, target, header_cap, align)
         plan.write_file(target, target, sources, None)
     finally:
         raw.close()

@@ -35,6 +35,7 @@ from .._paths import readable
 from .._settings import parse_size
 from .._sources.folders import UNFINISHED
 from .atomic import replace_bytes
+from .remote import display, is_url
 
 __all__ = ["plan_shards", "write_sharded", "staged_name"]
 
@@ -83,6 +84,12 @@ def write_sharded(
         raise ValueError(f"max_shard_size must be positive, got {max_shard_size!r}")
     if not isinstance(prefix, str) or not prefix or "/" in prefix or "\0" in prefix:
         raise ValueError(f"prefix must be a non-empty file name without '/', got {prefix!r}")
+    if is_url(folder):
+        # Not a local folder named "s3:": refused before anything is written.
+        raise ValueError(
+            f"{display(folder)}: sharded saves to a URL are not supported yet; "
+            "save each shard with save_file and write the index last"
+        )
     folder = os.fsdecode(os.fspath(folder))
     os.makedirs(folder, exist_ok=True)
     groups = plan_shards(sizes, limit)

@@ -103,7 +103,11 @@ def _entries(where: str, layout: Any) -> List[Tuple[str, str, List[int]]]:
             raise TypeError(
                 f"{where}: tensor names must be str, got {type(name).__name__} {name!r}"
             )
-        if isinstance(entry, (str, bytes)) or not isinstance(entry, abc.Sequence) or len(entry) != 2:
+        if (
+            isinstance(entry, (str, bytes))
+            or not isinstance(entry, abc.Sequence)
+            or len(entry) != 2
+        ):
             raise TypeError(
                 f"{where}: tensor {name!r}: a layout entry is a (dtype, shape) pair, got {entry!r}"
             )

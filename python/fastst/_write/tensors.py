@@ -36,6 +36,7 @@ from .._dtypes import NUMPY_DTYPES, PACKED_BITS, header_dtype, pack_bits
 from .._errors import UnsupportedDtypeError, rule_error
 from .._fastst import DEFAULT_HEADER_CAP, MAX_ALIGN, WritePlan
 from .._paths import os_path, readable
+from . import remote as _remote
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -406,6 +407,7 @@ def serialize_file(
     durable: Optional[bool] = None,
     header_cap: int = DEFAULT_HEADER_CAP,
     align: Optional[int] = None,
+    storage_options: Optional[Mapping[str, Any]] = None,
 ) -> None:
     """Writes ``tensor_dict`` to ``filename`` (see :func:`serialize`, which
     ``align`` is as for).
@@ -420,7 +422,20 @@ def serialize_file(
     default (``None``) flushes when an existing file is replaced, which is
     when a crash could cost good data, and skips the flush for a new file
     (as fast as a plain write); ``True`` always flushes, ``False`` never.
+
+    A URL (``s3://``, ``gs://``, ``az://``...) is written with a multipart
+    upload, configured by ``storage_options`` as reading is (else by the
+    environment): the object appears only when the upload completes, and on
+    any error the upload is aborted and an old object left as it was
+    (``durable`` does not apply; see ``docs/remote.md``).
     """
+    if _remote.is_url(filename):
+        url = str(filename)
+        layout, sources = plan(_remote.display(url), tensor_dict, metadata, header_cap, align)
+        _remote.upload(layout, url, sources, storage_options)
+        return
+    if storage_options is not None:
+        raise ValueError("storage_options apply to URLs (s3://, gs://, az://, https://...) only")
     path = os_path(filename)
     name = readable(path)
     layout, sources = plan(name, tensor_dict, metadata, header_cap, align)

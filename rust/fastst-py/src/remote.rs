@@ -1,13 +1,18 @@
 //! Objects in object stores and behind HTTP(S) (`fastst-remote`): opening
 //! one as a `RawFile` source, reading a small one whole (index files),
-//! listing a prefix. The GIL is released while requests run.
+//! listing a prefix, writing one with a multipart upload. The GIL is
+//! released while requests run.
 
-use fastst_remote::{OpenError, RemoteSource};
+use std::time::Duration;
+
+use fastst_core::TensorStream;
+use fastst_remote::{OpenError, RemoteSource, Upload};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::errors::to_pyerr;
+use crate::errors::{to_pyerr, InFile};
+use crate::write::PyWritePlan;
 
 /// `storage_options` as pairs.
 pub(crate) type Options = Vec<(String, String)>;
@@ -78,9 +83,142 @@ fn list_remote(
         .map_err(|e| open_failed(name, e))
 }
 
+/// How long a wait for the store lasts before Python's signal handlers
+/// run (Ctrl-C is heard within this).
+const WAIT_SLICE: Duration = Duration::from_millis(100);
+
+/// What stopped an upload while its bytes were fed.
+enum Stop {
+    /// The store's answer (a part that failed after its retries).
+    Store(fastst_core::Error),
+    /// A Python exception: a signal handler's (KeyboardInterrupt).
+    Python(PyErr),
+}
+
+/// The bytes of a save on their way to the store: parts sent as they
+/// fill; while no part may be sent, this waits with the GIL released,
+/// running Python's signal handlers now and then.
+struct Sink<'u> {
+    upload: &'u mut Upload,
+    stopped: Option<Stop>,
+}
+
+impl Sink<'_> {
+    /// Sends the full part once there is room for it.
+    fn send(&mut self) -> Result<(), Stop> {
+        while !self.upload.has_room() {
+            let upload = &mut *self.upload;
+            // Works whether this thread holds the GIL (a short chunk is
+            // written without releasing it) or not: the wait itself never
+            // holds it.
+            Python::with_gil(|py| {
+                py.check_signals().map_err(Stop::Python)?;
+                py.allow_threads(|| upload.wait_some(Some(WAIT_SLICE)))
+                    .map_err(Stop::Store)
+            })?;
+        }
+        self.upload.send().map_err(Stop::Store)
+    }
+}
+
+impl std::io::Write for Sink<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.stopped.is_some() {
+            return Err(std::io::Error::other("the upload was stopped"));
+        }
+        let mut rest = buf;
+        while !rest.is_empty() {
+            let n = self.upload.fill(rest);
+            rest = &rest[n..];
+            if self.upload.part_full() {
+                if let Err(stop) = self.send() {
+                    self.stopped = Some(stop);
+                    return Err(std::io::Error::other("the upload was stopped"));
+                }
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Sends the last part, waits for every part (hearing Ctrl-C) and
+/// completes `upload`; on failure the upload is aborted.
+fn complete(py: Python<'_>, mut upload: Upload) -> Result<(), Stop> {
+    let mut sent = upload.send().map_err(Stop::Store);
+    while sent.is_ok() && upload.in_flight() > 0 {
+        sent = py.check_signals().map_err(Stop::Python).and_then(|()| {
+            py.allow_threads(|| upload.wait_some(Some(WAIT_SLICE)))
+                .map_err(Stop::Store)
+        });
+    }
+    match sent {
+        Ok(()) => py.allow_threads(|| upload.complete()).map_err(Stop::Store),
+        Err(stop) => {
+            let _ = py.allow_threads(|| upload.abort());
+            Err(stop)
+        }
+    }
+}
+
+/// Writes the file `plan` lays out to the object `url` (named `name` in
+/// errors) with a multipart upload, `sources` as for `WritePlan.write_file`:
+/// parts go up as the tensors' bytes come, a bounded number in flight, and
+/// the object appears under its key only when every part arrived. On any
+/// error (the store's, after its retries, or a Python exception from an
+/// iterator or a signal handler) the upload is aborted: nothing appears,
+/// an old object stays as it was. The GIL is released while waiting.
+#[pyfunction]
+#[pyo3(signature = (plan, url, name, options, sources))]
+fn upload_file(
+    py: Python<'_>,
+    plan: &Bound<'_, PyWritePlan>,
+    url: &str,
+    name: &str,
+    options: Options,
+    sources: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let plan = plan.get();
+    let total = plan.plan.total_len();
+    let mut upload = py
+        .allow_threads(|| Upload::start(url, &options, total))
+        .map_err(|e| open_failed(name, e))?;
+    let mut sink = Sink {
+        upload: &mut upload,
+        stopped: None,
+    };
+    let fed = TensorStream::new(&plan.plan, &mut sink)
+        .in_file(name)
+        .and_then(|mut stream| {
+            plan.feed(py, name, sources, &mut stream)?;
+            stream.finish().in_file(name).map(|_| ())
+        });
+    let stopped = sink.stopped.take();
+    let failed = match (fed, stopped) {
+        (_, Some(stop)) => Some(stop),
+        (Err(e), None) => Some(Stop::Python(e)),
+        (Ok(()), None) => None,
+    };
+    let done = match failed {
+        None => complete(py, upload),
+        Some(stop) => {
+            let _ = py.allow_threads(|| upload.abort());
+            Err(stop)
+        }
+    };
+    done.map_err(|stop| match stop {
+        Stop::Store(e) => to_pyerr(name, e),
+        Stop::Python(e) => e,
+    })
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(is_remote_url, m)?)?;
     m.add_function(wrap_pyfunction!(read_remote, m)?)?;
     m.add_function(wrap_pyfunction!(list_remote, m)?)?;
+    m.add_function(wrap_pyfunction!(upload_file, m)?)?;
     Ok(())
 }

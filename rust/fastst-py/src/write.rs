@@ -23,7 +23,7 @@ pub(crate) const RELEASE_GIL_AT: usize = 64 * 1024;
 /// and the metadata pairs.
 #[pyclass(frozen, module = "fastst._fastst", name = "WritePlan")]
 pub struct PyWritePlan {
-    plan: WritePlan,
+    pub(crate) plan: WritePlan,
 }
 
 /// One Python buffer of bytes (`bytes`, `bytearray`, a uint8 array...),
@@ -63,7 +63,7 @@ impl PyWritePlan {
     /// Feeds every tensor's data, in file order, to `stream`. `sources[i]`
     /// holds the data of input tensor `i`: one C-contiguous byte buffer, or
     /// an iterator of them.
-    fn feed<W: std::io::Write + Send>(
+    pub(crate) fn feed<W: std::io::Write + Send>(
         &self,
         py: Python<'_>,
         display_name: &str,

@@ -1,6 +1,7 @@
 //! Objects in object stores (S3 and S3-compatible, GCS, Azure Blob) and
 //! files behind HTTP(S) as fastst [`Source`]s, read with ranged GETs
-//! through the `object_store` crate.
+//! through the `object_store` crate, and objects written with multipart
+//! uploads.
 //!
 //! - [`RemoteSource::open`] learns the object's length and ETag from one
 //!   ranged GET of its first [`FIRST_READ`] bytes, kept: the size prefix
@@ -16,9 +17,15 @@
 //!   short) are retried with backoff by `object_store`; a part is handed
 //!   out only when every one of its bytes arrived.
 //!
+//! Writing ([`upload`]): an [`Upload`] writes one object of a cloud store
+//! with a multipart upload, part by part as the bytes come, with bounded
+//! memory; the object appears only when the upload completes, and a
+//! failed or abandoned upload is aborted (an old object stays).
+//!
 //! Configuration ([`options`]): URL schemes, credentials from the
 //! environment the way the cloud SDKs read them, `storage_options` keys,
-//! and the two tuning knobs. Requests run on one small tokio runtime
+//! and the two tuning knobs. The cloud stores' requests follow no
+//! redirect, so that a signed request goes only where it was signed for. Requests run on one small tokio runtime
 //! owned by the crate ([`runtime`]); callers block on it, so the Python
 //! glue releases the GIL around every call.
 //!
@@ -34,11 +41,13 @@
 
 #![deny(missing_docs)]
 
+mod client;
 mod error;
 mod fetch;
 pub mod options;
 mod presigned;
 mod runtime;
+pub mod upload;
 
 use std::sync::Arc;
 
@@ -50,6 +59,7 @@ use object_store::ObjectStore;
 pub use fetch::{parts, Part};
 pub use options::{display, is_url, ConfigError, Tuning};
 pub use runtime::runtime;
+pub use upload::Upload;
 
 /// Bytes fetched by the first request of an open: the size prefix and any
 /// header shorter than this arrive with it.

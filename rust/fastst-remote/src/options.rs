@@ -13,7 +13,9 @@
 //! `aws_access_key_id`, `google_service_account`,
 //! `azure_storage_account_name`, `allow_http`, `timeout`...). A key the
 //! store does not know is refused. An `http://` endpoint or URL allows
-//! plain HTTP by itself.
+//! plain HTTP by itself. The cloud stores connect through a client that
+//! follows no redirect (`client.rs`): a signed request goes only where it
+//! was signed for.
 //!
 //! Two knobs tune the reads ([`Tuning`]), from the environment or the
 //! options (keys in lower case): `FASTST_REMOTE_CONCURRENCY` (requests in
@@ -28,6 +30,8 @@ use object_store::path::Path;
 use object_store::{ClientConfigKey, ObjectStore, ObjectStoreScheme};
 use url::Url;
 
+use crate::client::NoRedirects;
+
 /// The variable (and, in lower case, the option) naming the requests in
 /// flight per object.
 pub const CONCURRENCY_ENV: &str = "FASTST_REMOTE_CONCURRENCY";
@@ -35,12 +39,14 @@ pub const CONCURRENCY_ENV: &str = "FASTST_REMOTE_CONCURRENCY";
 /// request.
 pub const PART_SIZE_ENV: &str = "FASTST_REMOTE_PART_SIZE";
 
-/// How an object's reads are cut and overlapped.
+/// How an object's reads (and an upload's parts) are cut and overlapped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tuning {
-    /// Ranged GETs in flight at once per object.
+    /// Ranged GETs in flight at once per object (and parts of an upload,
+    /// within [`crate::upload::IN_FLIGHT_BYTES`]).
     pub concurrency: usize,
-    /// Bytes per ranged GET of a large read.
+    /// Bytes per ranged GET of a large read (and per part of an upload,
+    /// at least [`crate::upload::MIN_PART`]).
     pub part: usize,
 }
 
@@ -202,6 +208,26 @@ pub fn display(url: &str) -> String {
     }
 }
 
+/// Whether `url` names an object of a cloud store (S3, GCS, Azure), which
+/// takes multipart uploads; a plain HTTP(S) URL, presigned or not, does not.
+pub(crate) fn takes_uploads(url: &str) -> bool {
+    let Ok(parsed) = Url::parse(url) else {
+        return false;
+    };
+    if parsed.query().is_some() && matches!(parsed.scheme(), "http" | "https") {
+        return false;
+    }
+    matches!(
+        ObjectStoreScheme::parse(&parsed),
+        Ok((
+            ObjectStoreScheme::AmazonS3
+                | ObjectStoreScheme::GoogleCloudStorage
+                | ObjectStoreScheme::MicrosoftAzure,
+            _
+        ))
+    )
+}
+
 /// The store holding `url`, the object's path in it, and the tuning.
 pub(crate) fn store_for(
     url: &str,
@@ -236,14 +262,20 @@ pub(crate) fn store_for(
             if plain_http(b.get_config_value(&AmazonS3ConfigKey::Endpoint)) {
                 b = b.with_allow_http(true);
             }
-            b.with_retry(retry).build().map(|s| Box::new(s) as _)
+            b.with_http_connector(NoRedirects)
+                .with_retry(retry)
+                .build()
+                .map(|s| Box::new(s) as _)
         }
         ObjectStoreScheme::GoogleCloudStorage => {
             let mut b = GoogleCloudStorageBuilder::from_env().with_url(url);
             for (k, v) in options {
                 b = b.with_config(key("GCS", &k, GoogleConfigKey::Client)?, v);
             }
-            b.with_retry(retry).build().map(|s| Box::new(s) as _)
+            b.with_http_connector(NoRedirects)
+                .with_retry(retry)
+                .build()
+                .map(|s| Box::new(s) as _)
         }
         ObjectStoreScheme::MicrosoftAzure => {
             let mut b = MicrosoftAzureBuilder::from_env().with_url(url);
@@ -253,7 +285,10 @@ pub(crate) fn store_for(
             if plain_http(b.get_config_value(&AzureConfigKey::Endpoint)) {
                 b = b.with_allow_http(true);
             }
-            b.with_retry(retry).build().map(|s| Box::new(s) as _)
+            b.with_http_connector(NoRedirects)
+                .with_retry(retry)
+                .build()
+                .map(|s| Box::new(s) as _)
         }
         ObjectStoreScheme::Http => {
             return Ok((

@@ -497,6 +497,8 @@ pub fn link_replace(staged: &Path, target: &Path, durable: bool) -> Result<()> {
             io::Error::from(io::ErrorKind::AlreadyExists),
         )
     })?;
+    // As in a commit: a large file replaced is let go of in the background.
+    let replaced = hold_replaced(target);
     if let Err(e) = fs::rename(&temp, target) {
         let _ = fs::remove_file(&temp);
         return Err(Error::io("renaming the new name over the target", e));
@@ -506,6 +508,7 @@ pub fn link_replace(staged: &Path, target: &Path, durable: bool) -> Result<()> {
             let _ = d.sync_all();
         }
     }
+    release_in_background(replaced);
     Ok(())
 }
 

@@ -74,8 +74,7 @@ impl LayoutWriter {
         let durable = durable.unwrap_or_else(|| atomic.durable_by_default());
         {
             let file = atomic.file()?;
-            write_all_at(file, plan.header(), 0)
-                .map_err(|e| Error::io("writing the header", e))?;
+            write_all_at(file, plan.header(), 0).map_err(|e| Error::io("writing the header", e))?;
             // The file has its final length from the start: tensors written
             // out of order fill it in place.
             file.set_len(plan.total_len())
@@ -220,7 +219,9 @@ impl LayoutWriter {
                 names: list,
             });
         }
-        atomic.ok_or(Error::WriterClosed)?.commit(Some(self.durable))
+        atomic
+            .ok_or(Error::WriterClosed)?
+            .commit(Some(self.durable))
     }
 
     /// Closes the writer without saving: the temporary file is removed (an
@@ -435,7 +436,10 @@ mod tests {
         let dir = temp_dir("refuse");
         let w = LayoutWriter::create(sample(), &dir.join("m.safetensors"), None).expect("w");
         let e = w.begin("zz", Dtype::U8, &[3]).expect_err("not in layout");
-        assert_eq!((e.rule().id(), e.tensor()), ("tensor-not-in-layout", Some("zz")));
+        assert_eq!(
+            (e.rule().id(), e.tensor()),
+            ("tensor-not-in-layout", Some("zz"))
+        );
         let e = w.begin("b", Dtype::I8, &[3]).expect_err("dtype");
         assert_eq!((e.rule().id(), e.tensor()), ("layout-mismatch", Some("b")));
         assert!(e.to_string().contains("U8 [3]"), "{e}");

@@ -479,7 +479,10 @@ mod tests {
             let json = json_of(&p).trim_end_matches(' ');
             assert_eq!(json, json_of(&base).trim_end_matches(' '));
             assert_eq!(p.tensors(), base.tensors());
-            assert_eq!(data_alignment(p.data_start()), align.max(data_alignment(base.data_start())));
+            assert_eq!(
+                data_alignment(p.data_start()),
+                align.max(data_alignment(base.data_start()))
+            );
         }
         for bad in [0u64, 3, 12, 8192, u64::MAX] {
             let e = WritePlan::aligned(tensors(), None, DEFAULT_HEADER_CAP, bad)

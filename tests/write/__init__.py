@@ -1,0 +1,2 @@
+"""Tests of fastst._write: tensors to bytes and files, atomic and durable saves, sharded
+checkpoints, metadata edits."""

@@ -1,0 +1,400 @@
+"""Saving to object storage: ``save_file("s3://bucket/key", ...)`` writes the object with a
+multipart upload to a real S3 store (SeaweedFS, behind the fault-injecting proxy), byte for byte
+what a local save writes, with bounded memory; the object appears only when the upload
+completes, and any failure (a Python exception mid-upload, a store that keeps failing) aborts
+the upload, leaving no object or the old one. Messages name the URL without credentials."""
+
+from __future__ import annotations
+
+import _thread
+import hashlib
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Tuple
+
+import fastst
+import fastst.numpy
+import numpy as np
+import pytest
+from helpers.remote_servers import Fault, Proxy, SeaweedS3, Site
+
+# The parts of an upload are at least 5 MiB (S3's smallest); the files here take a few.
+PART = 5 << 20
+
+
+def _tensors(seed: int = 0) -> Dict[str, np.ndarray]:
+    """About 13 MB: three parts of 5 MiB, tensors of several dtypes and layouts."""
+    rng = np.random.default_rng(seed)
+    return {
+        "big": rng.standard_normal((3000, 1024), dtype=np.float32),  # 12 MB
+        "fortran": np.asfortranarray(rng.standard_normal((64, 300))),
+        "strided": np.arange(40_000, dtype=np.int16)[::3],
+        "scalar": np.float16(1.5),
+        "empty": np.zeros((0, 4), dtype=np.uint8),
+    }
+
+
+def _local(tensors: Dict[str, Any], tmp_path: Path, **kwargs: Any) -> bytes:
+    path = tmp_path / "local.safetensors"
+    fastst.numpy.save_file(tensors, str(path), **kwargs)
+    return path.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def store(make_site: Any) -> Site:
+    """This module's S3 site (a folder of the session's SeaweedFS store, behind a proxy)."""
+    return make_site("s3")
+
+
+@pytest.fixture
+def site(store: Site, request: pytest.FixtureRequest) -> Iterator[Site]:
+    """The S3 site with a key of this test's own (``site.name``), records cleared; every
+    fault the test set must have fired."""
+    store.name = f"{request.node.name.replace('[', '-').rstrip(']')}.safetensors"
+    store.proxy.reset()
+    yield store
+    unfired = [f for f in store.proxy.faults if f.hits <= f.skip]
+    store.proxy.reset()
+    assert not unfired, f"faults never applied: {unfired}"
+
+
+def _client(site: Site) -> Any:
+    assert site.s3 is not None
+    return site.s3.client()
+
+
+def _object(site: Site) -> bytes:
+    """The bytes under the site's key, read back past fastst (boto3, straight from the store)."""
+    got = _client(site).get_object(Bucket=site.bucket, Key=site.folder + site.name)
+    return bytes(got["Body"].read())
+
+
+def _absent(site: Site) -> bool:
+    listed = _client(site).list_objects_v2(Bucket=site.bucket, Prefix=site.folder + site.name)
+    return not listed.get("Contents")
+
+
+def _pending_uploads(site: Site) -> List[str]:
+    """Keys of multipart uploads begun and neither completed nor aborted under the site's key."""
+    listed = _client(site).list_multipart_uploads(Bucket=site.bucket, Prefix=site.folder)
+    return [u["Key"] for u in listed.get("Uploads", []) if u["Key"].endswith(site.name)]
+
+
+def _parts_sent(site: Site) -> int:
+    return sum(r.method == "PUT" and "partNumber=" in r.path for r in site.proxy.records)
+
+
+def _options(site: Site) -> Dict[str, str]:
+    """The site's options, parts of :data:`PART` bytes (the smallest)."""
+    return {**(site.options or {}), "fastst_remote_part_size": str(PART)}
+
+
+# round trips ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_save_to_a_url_is_the_local_file_byte_for_byte(site: Site, tmp_path: Path) -> None:
+    tensors = _tensors()
+    want = _local(tensors, tmp_path, metadata={"format": "np"}, align=64)
+    url = site.url(site.name)
+    fastst.numpy.save_file(tensors, url, {"format": "np"}, align=64, storage_options=_options(site))
+    assert _object(site) == want
+    # A multipart upload: begun, parts, completed last; nothing left pending.
+    methods = [(r.method, r.path.split("?")[-1].split("=")[0]) for r in site.proxy.records]
+    assert methods[0] == ("POST", "uploads")
+    assert methods[-1] == ("POST", "uploadId")
+    assert _parts_sent(site) == -(-len(want) // PART) == 3
+    assert _pending_uploads(site) == []
+    # And it reads back.
+    back = fastst.numpy.load_file(url, storage_options=_options(site))
+    assert all(np.array_equal(back[k], np.asarray(v)) for k, v in tensors.items())
+
+
+@pytest.mark.slow
+def test_the_environment_configures_a_save_as_it_does_a_load(
+    site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in site.env.items():
+        monkeypatch.setenv(key, value)
+    tensors = _tensors(1)
+    fastst.serialize_file(tensors, site.url(site.name), {"k": "v"})
+    assert _object(site) == _local(tensors, tmp_path, metadata={"k": "v"})
+
+
+@pytest.mark.slow
+def test_a_save_replaces_the_old_object(site: Site, tmp_path: Path) -> None:
+    site.put(site.name, b"old bytes")
+    small = {"x": np.arange(10, dtype=np.int64)}
+    fastst.numpy.save_file(small, site.url(site.name), storage_options=_options(site))
+    assert _object(site) == _local(small, tmp_path)
+    assert _parts_sent(site) == 1
+
+
+@pytest.mark.slow
+def test_torch_saves_to_a_url(site: Site, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    import fastst.torch
+
+    tensors = {
+        "w": torch.arange(3 << 20, dtype=torch.float32).reshape(3072, 1024),
+        "b": torch.ones(7, dtype=torch.bfloat16),
+    }
+    path = tmp_path / "local.safetensors"
+    fastst.torch.save_file(tensors, str(path), {"format": "pt"})
+    fastst.torch.save_file(
+        tensors, site.url(site.name), {"format": "pt"}, storage_options=_options(site)
+    )
+    assert _object(site) == path.read_bytes()
+
+
+# whole or nothing -----------------------------------------------------------------------------
+
+
+class _FailingConversion(np.ndarray):
+    """A strided array (converted a few megabytes at a time while the file is written) whose
+    conversion fails part way: the writer takes one row (to size its pieces), converts the first
+    piece of 8 MiB, and the second one raises."""
+
+    slices = 0
+    #: Called before raising (waits until the first parts are stored).
+    before_failing: Callable[[], None] = staticmethod(lambda: None)
+
+    def __getitem__(self, index: Any) -> Any:
+        _FailingConversion.slices += 1
+        if _FailingConversion.slices > 2:
+            _FailingConversion.before_failing()
+            raise RuntimeError("conversion failed half way")
+        return np.asarray(super().__getitem__(index))
+
+
+def _failing_tensors() -> Dict[str, np.ndarray]:
+    """12 MB written first (two parts go up), then a tensor whose conversion fails."""
+    _FailingConversion.slices = 0
+    late = np.ones((1024, 2 * 4096), dtype=np.float32)[:, ::2].view(_FailingConversion)
+    return {"a_first": np.zeros((3000, 1024), dtype=np.float32), "b_late": late}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("old", [True, False], ids=["replacing", "new"])
+def test_an_exception_mid_upload_aborts_it(
+    site: Site, old: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if old:
+        site.put(site.name, b"the old object")
+
+    def two_parts_stored() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            stored = [r for r in site.proxy.records if "partNumber=" in r.path and r.status == 200]
+            if len(stored) >= 2:
+                return
+            time.sleep(0.01)
+
+    monkeypatch.setattr(_FailingConversion, "before_failing", staticmethod(two_parts_stored))
+    with pytest.raises(RuntimeError, match="conversion failed half way"):
+        fastst.numpy.save_file(
+            _failing_tensors(), site.url(site.name), storage_options=_options(site)
+        )
+    assert _parts_sent(site) >= 2, "the exception came after parts were stored"
+    # Aborted (a part cancelled on its way may reach the proxy later).
+    assert [r.status for r in site.proxy.records if r.method == "DELETE"] == [204]
+    assert _pending_uploads(site) == []
+    if old:
+        assert _object(site) == b"the old object"
+    else:
+        assert _absent(site)
+
+
+@pytest.mark.slow
+def test_transient_failures_of_parts_are_retried(site: Site, tmp_path: Path) -> None:
+    site.proxy.faults += [
+        Fault("status", status=503, times=2, method="PUT", path="partNumber=2&", ranged=False),
+        Fault("hangup", times=1, method="PUT", path="partNumber=3&", ranged=False),
+        Fault("status", status=500, times=1, method="POST", path="uploadId=", ranged=False),
+    ]
+    tensors = _tensors(2)
+    fastst.numpy.save_file(tensors, site.url(site.name), storage_options=_options(site))
+    assert _object(site) == _local(tensors, tmp_path)
+    assert [r.status for r in site.proxy.records].count(503) == 2
+    assert _pending_uploads(site) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["hangup", "status"])
+def test_a_part_that_keeps_failing_aborts_the_upload(site: Site, kind: str) -> None:
+    """Every try of the second part loses its connection (or gets a 503): after the store's
+    retries the save fails naming the URL, the upload is aborted and the old object stays."""
+    site.put(site.name, b"the old object")
+    fault = Fault(kind, status=503, times=-1, method="PUT", path="partNumber=2&", ranged=False)
+    site.proxy.faults.append(fault)
+    with pytest.raises(OSError) as caught:
+        fastst.numpy.save_file(_tensors(), site.url(site.name), storage_options=_options(site))
+    assert str(caught.value).startswith(site.url(site.name) + ": cannot upload bytes ")
+    assert fault.hits > 2, "retried first"
+    assert _pending_uploads(site) == []
+    assert _object(site) == b"the old object"
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_waiting_for_the_store_aborts_the_upload(site: Site) -> None:
+    """The store is slow to take a part; Ctrl-C (SIGINT) arrives meanwhile: KeyboardInterrupt is
+    raised while the save still waits (it waits with the GIL released, hearing signals), and
+    the upload is aborted."""
+    site.put(site.name, b"the old object")
+    slow = threading.Event()
+    site.proxy.faults.append(
+        Fault("call", call=lambda: slow.wait(10), method="PUT", path="partNumber=1&", ranged=False)
+    )
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    started = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            fastst.numpy.save_file(_tensors(), site.url(site.name), storage_options=_options(site))
+        assert time.monotonic() - started < 5
+    finally:
+        timer.cancel()
+        slow.set()
+    assert [r.status for r in site.proxy.records if r.method == "DELETE"] == [204]
+    assert _object(site) == b"the old object"
+
+
+# messages -------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_refused_upload_names_the_url_without_credentials(site: Site) -> None:
+    site.proxy.faults.append(
+        Fault("status", status=403, times=-1, method="POST", path="uploads", ranged=False)
+    )
+    url = f"s3://someone:s3cr3t@{site.bucket}/{site.folder}{site.name}?token=t0k3n#frag"
+    with pytest.raises(PermissionError) as caught:
+        fastst.numpy.save_file(_tensors(), url, storage_options=_options(site))
+    text = str(caught.value)
+    assert f"s3://{site.bucket}/{site.folder}{site.name}: cannot start the upload" in text
+    for secret in ("someone", "s3cr3t", "t0k3n", "frag", "fastst-test-secret"):
+        assert secret not in text
+    assert _absent(site)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("request_kind", ["save", "load"])
+def test_signed_requests_follow_no_redirect(
+    site: Site, proxy_factory: Callable[[str], Proxy], request_kind: str
+) -> None:
+    """The store answers 307 with a Location elsewhere: the request is not sent there (its
+    signature and session token stay with the store); the save or load fails naming the
+    status."""
+    assert site.s3 is not None
+    elsewhere = proxy_factory(site.s3.endpoint)
+    site.put(site.name, fastst.numpy.save({"x": np.zeros(3)}))
+    url = site.url(site.name)
+    moved = f"{elsewhere.url}/{site.bucket}/{site.folder}{site.name}"
+    method = "POST" if request_kind == "save" else "GET"
+    site.proxy.faults.append(
+        Fault("status", status=307, location=moved, method=method, ranged=False, times=-1)
+    )
+    with pytest.raises(OSError, match="307") as caught:
+        if request_kind == "save":
+            fastst.numpy.save_file({"x": np.ones(3)}, url, storage_options=_options(site))
+        else:
+            fastst.numpy.load_file(url, storage_options=site.options)
+    assert str(caught.value).startswith(url + ": ")
+    assert elsewhere.records == []
+    assert _object(site) == fastst.numpy.save({"x": np.zeros(3)})
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://user:pa55word@127.0.0.1:1/bucket/m.safetensors",
+        "https://h.example/bucket/m.safetensors?X-Amz-Signature=pa55word",
+        "http://user:pa55word@127.0.0.1:1/m.safetensors",
+    ],
+)
+def test_plain_http_and_presigned_urls_take_no_saves(url: str) -> None:
+    with pytest.raises(ValueError, match="only objects of S3, GCS and Azure") as caught:
+        fastst.numpy.save_file({"x": np.zeros(2)}, url)
+    assert "pa55word" not in str(caught.value) and "user" not in str(caught.value)
+
+
+def test_sharded_saves_to_a_url_are_refused_not_made_local(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="sharded saves to a URL are not supported") as caught:
+        fastst.numpy.save_sharded({"x": np.zeros(2)}, "s3://user:pa55word@b/prefix/")
+    assert "pa55word" not in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_options_and_urls_are_checked_before_anything_is_sent(tmp_path: Path) -> None:
+    x = {"x": np.zeros(2)}
+    with pytest.raises(ValueError, match='"no_such_key" is not a configuration key of S3'):
+        fastst.numpy.save_file(x, "s3://b/k.safetensors", storage_options={"no_such_key": "1"})
+    with pytest.raises(ValueError, match="names no object"):
+        fastst.numpy.save_file(x, "s3://b/prefix/", storage_options={"region": "us-east-1"})
+    with pytest.raises(ValueError, match="storage_options apply to URLs"):
+        fastst.numpy.save_file(x, str(tmp_path / "x.safetensors"), storage_options={})
+    assert not (tmp_path / "x.safetensors").exists()
+    with pytest.raises(TypeError, match="storage_options must be a mapping"):
+        fastst.serialize_file(x, "s3://b/k.safetensors", storage_options=[("a", "b")])  # type: ignore[arg-type]
+
+
+# memory ---------------------------------------------------------------------------------------
+
+_MEMORY_SCRIPT = """
+import json, sys
+import numpy as np
+import fastst.numpy
+
+def peak():
+    # VmHWM: this process's own peak resident memory (ru_maxrss would count the test's).
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) * 1024
+
+url, options, local = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+tensors = {"big": np.full(30 << 20, 1.0, dtype=np.float32)}  # 120 MiB, one contiguous buffer
+for i in range(10):
+    tensors[f"t{i}"] = np.full((1024, 1024), i, dtype=np.float64)  # 8 MiB each
+tensors["strided"] = np.ones((2048, 4096), dtype=np.float32)[:, ::2]  # 16 MiB, converted
+before = peak()
+fastst.numpy.save_file(tensors, url, storage_options=options)
+after = peak()
+fastst.numpy.save_file(tensors, local)  # what the object must hold
+print(json.dumps([before, after]))
+"""
+
+
+def _sha256(chunks: Iterator[bytes]) -> Tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    for chunk in chunks:
+        digest.update(chunk)
+        size += len(chunk)
+    return digest.hexdigest(), size
+
+
+@pytest.mark.slow
+def test_a_large_save_takes_bounded_memory(s3_server: SeaweedS3, tmp_path: Path) -> None:
+    """A save of about 230 MB, straight to the store, grows the process's peak memory by far
+    less than the file: parts go up as they fill, a bounded number in flight."""
+    s3_server.upload("memory", "probe", b"x")
+    url, local = "s3://memory/large.safetensors", tmp_path / "large.safetensors"
+    args = [url, json.dumps(s3_server.storage_options()), str(local)]
+    script = subprocess.run(
+        [sys.executable, "-c", _MEMORY_SCRIPT, *args], capture_output=True, text=True
+    )
+    assert script.returncode == 0, script.stderr[-2000:]
+    before, after = json.loads(script.stdout)
+    body = s3_server.client().get_object(Bucket="memory", Key="large.safetensors")["Body"]
+    got, size = _sha256(iter(lambda: body.read(1 << 20), b""))
+    with open(local, "rb") as f:
+        assert (got, size) == _sha256(iter(lambda: f.read(1 << 20), b""))
+    assert size > 200 << 20
+    # At most 64 MiB of parts in flight and one filling (8 MiB each by default), besides the
+    # runtime and a piece of the strided tensor being converted: not the file's size.
+    assert after - before < min(size // 2, 104 << 20), (after - before, size)
