@@ -33,7 +33,8 @@ def _script() -> ModuleType:
 cookbook = _script()
 LINES: List[str] = cookbook.README.read_text("utf-8").split("\n")
 RECIPES = cookbook.recipes(LINES)
-JOBS = ["inspect", "verify", "diff", "convert", "meta", "load", "dropin", "sign", "sbom"]
+JOBS = ["inspect", "verify", "diff", "convert", "meta", "load", "whole", "stream", "dropin"]
+JOBS += ["sign", "sbom"]
 JOBS += ["distributed", "remote"]
 SLOW = {"dropin", "distributed", "remote"}  # transformers; two ranks; an S3 store to start
 NEEDS = {
