@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import BENCH_DIR, SCALE, llama_layout, write_file  # noqa: E402
+from layouts import BENCH_DIR, SCALE, llama_layout, write_file  # noqa: E402
 
 
 def _timed(fn) -> float:

@@ -32,7 +32,7 @@ Without the rights to empty the cache (``--evict drop`` when not root, or
 ``/proc/sys/vm/drop_caches`` not writable, e.g. in a container) the script says
 why and exits 0 without measuring: it is a benchmark, never a test.
 
-Inputs are the files of ``benches/conftest.py`` (a Llama-like BF16 checkpoint
+Inputs are the files of ``benches/layouts.py`` (a Llama-like BF16 checkpoint
 of about ``$FASTST_BENCH_GB`` GB and its F16 twin with the same bytes, for the
 reference's numpy path, which cannot read BF16) and, with ``--transformers``,
 the BERT-style checkpoint of ``benches/bench_dropin_from_pretrained.py``; they
@@ -58,7 +58,7 @@ from typing import Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from conftest import SCALE, llama_layout, write_file  # noqa: E402
+from layouts import SCALE, llama_layout, write_file  # noqa: E402
 
 DROP_CACHES = "/proc/sys/vm/drop_caches"
 

@@ -46,7 +46,7 @@ from typing import Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from conftest import write_file  # noqa: E402
+from layouts import write_file  # noqa: E402
 
 #: A prime below the page size: every 4 KiB page of every tensor is read.
 STRIDE = 4093

@@ -9,7 +9,7 @@ Cases, for every tensor of the file and for its largest tensor alone:
 ``get_tensor(k).astype(np.float32)`` (its numpy path cannot read BF16: the
 F16 twin of the same layout) and ``get_tensor(k).float()`` (torch, BF16);
 and the pread back ends' plain ``get_tensor(k)`` (both on the F16 twin).
-Inputs: ``--bf16`` is the Llama-like checkpoint of ``benches/conftest.py``
+Inputs: ``--bf16`` is the Llama-like checkpoint of ``benches/layouts.py``
 (``FASTST_BENCH_GB=1``), ``--f16`` its F16 twin; every page of each result
 is touched.
 """

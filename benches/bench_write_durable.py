@@ -47,7 +47,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from test_bench_write import llama_like, tofile  # noqa: E402
+from layouts import llama_like, tofile  # noqa: E402
 
 
 def main() -> int:

@@ -8,7 +8,7 @@ Every round runs each operation in a fresh subprocess per build, alternating
 the builds, so that both see the same state of this VM (its fresh-memory cost
 swings between rounds); the report gives the median seconds per build and the
 ratio old/new (above 1: the new build is faster). Inputs are the benchmark
-files of ``benches/conftest.py`` (generated into $FASTST_BENCH_DIR).
+files of ``benches/layouts.py`` (generated into $FASTST_BENCH_DIR).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import BENCH_DIR, SCALE, llama_layout, write_file  # noqa: E402
+from layouts import BENCH_DIR, SCALE, llama_layout, write_file  # noqa: E402
 
 # Each snippet gets `path`, `many`, `tmp` and must leave its timed seconds in `t`.
 OPS = {

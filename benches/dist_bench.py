@@ -36,7 +36,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import HIDDEN, INTER, VOCAB, llama_layout  # noqa: E402
+from layouts import HIDDEN, INTER, VOCAB, llama_layout  # noqa: E402
 
 
 def layout(gb: float) -> List[Tuple[str, Tuple[int, ...]]]:

@@ -21,7 +21,7 @@ Hot (one process, fastst and the reference interleaved, medians):
 
 Copy the inputs into a folder of your own first (another process reading
 the same file would warm it): ``--bf16`` is the Llama-like BF16 checkpoint of
-``benches/conftest.py``, ``--f16`` its F16 twin (the reference's numpy path
+``benches/layouts.py``, ``--f16`` its F16 twin (the reference's numpy path
 cannot read BF16).
 """
 

@@ -2,7 +2,7 @@
 on the same files in the same run:
 
 - ``fastst hash`` (all hashes, one pass) on the shared Llama-like BF16
-  checkpoint of ``conftest.py`` (about ``FASTST_BENCH_GB`` GB, default 1) vs
+  checkpoint of ``layouts.py`` (about ``FASTST_BENCH_GB`` GB, default 1) vs
   ``sha256sum`` of the same file: throughput ratio, target >= 0.8;
 - ``fastst verify`` (no ``--values``) on a 1,500,000-tensor header vs the
   reference package's ``safe_open`` + ``keys()``: time ratio, target <= 1.

@@ -17,8 +17,8 @@ import fastst
 import numpy as np
 import pytest
 import torch
-from conftest import BENCH_DIR
 from fastst.numpy import load_file
+from layouts import BENCH_DIR
 from safetensors import safe_open as ref_open
 from safetensors.numpy import load_file as ref_load_file
 

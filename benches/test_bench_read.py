@@ -11,7 +11,7 @@ import struct
 import fastst
 import numpy as np
 import pytest
-from conftest import touch_pages
+from layouts import touch_pages
 from safetensors import safe_open as ref_open
 
 

@@ -2,7 +2,7 @@
 same files in the same run (EC P-256 key generated here, page cache warm):
 
 - sign + verify of a ~1 GB model folder (the shared Llama-like BF16
-  checkpoint of ``conftest.py``, about ``FASTST_BENCH_GB`` GB, hard-linked
+  checkpoint of ``layouts.py``, about ``FASTST_BENCH_GB`` GB, hard-linked
   into a folder with a config file): ``fastst sign`` / ``fastst verify
   --signature`` vs ``model_signing sign key`` / ``model_signing verify key``,
   whole commands (start-up included), both in the ``files`` serialization;
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Dict, List
 
 import pytest
-from conftest import BENCH_DIR, SCALE
+from layouts import BENCH_DIR, SCALE
 
 ROUNDS = int(os.environ.get("FASTST_BENCH_ROUNDS", "3"))
 MODEL_SIGNING = str(Path(sys.executable).with_name("model_signing"))

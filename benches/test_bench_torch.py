@@ -17,7 +17,7 @@ import fastst.torch as ft
 import pytest
 import safetensors.torch as ref
 import torch
-from conftest import BENCH_DIR
+from layouts import BENCH_DIR
 
 
 def touch_pages(tensors: Dict[str, torch.Tensor]) -> int:

@@ -16,30 +16,17 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict
 
 import fastst
 import fastst.numpy as fnp
-import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy as ref_numpy
-from conftest import SCALE, llama_layout
+from layouts import SCALE, llama_like, tofile
 
 ROUNDS = int(os.environ.get("FASTST_BENCH_ROUNDS", "3"))
 RESULTS: Dict[str, float] = {}
-
-
-def llama_like(scale: float, seed: int = 0) -> Dict[str, np.ndarray]:
-    """An in-memory BF16 state dict with the benchmark checkpoint's layout
-    (a small Llama: d=2048, ff=5632, 32k vocabulary, about ``scale`` GB)."""
-    rng = np.random.default_rng(seed)
-    out: Dict[str, np.ndarray] = {}
-    for name, shape in llama_layout(scale):
-        n = int(np.prod(shape))
-        bits = rng.integers(0x3000, 0x3C00, n, dtype=np.uint16)
-        out[name] = bits.view(ml_dtypes.bfloat16).reshape(shape)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -68,15 +55,6 @@ def run(benchmark, name: str, target: Path, write: Callable[[Path], None]) -> No
     benchmark.pedantic(write, setup=setup, rounds=ROUNDS, iterations=1, warmup_rounds=0)
     RESULTS[name] = benchmark.stats.stats.min
     target.unlink(missing_ok=True)
-
-
-def tofile(arrays: List[np.ndarray], path: Path, sync: bool) -> None:
-    with open(path, "wb") as f:
-        for a in arrays:
-            a.tofile(f)
-        if sync:
-            f.flush()
-            os.fsync(f.fileno())
 
 
 # ------------------------------------------------------------- 1 GB file
@@ -167,7 +145,7 @@ PEAK_SCRIPT = textwrap.dedent(
     import json, sys
     sys.path.insert(0, {bench_dir!r})
     import numpy as np
-    from test_bench_write import llama_like
+    from layouts import llama_like
 
     def status(key):
         with open("/proc/self/status") as f:

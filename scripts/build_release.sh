@@ -23,7 +23,10 @@ if [ ! -x .venv/bin/maturin ]; then
     exit 1
 fi
 . .venv/bin/activate
-python -m pip install --quiet -r requirements-release.txt
+# (scripts/setup.sh --all installs them first, then builds beside another pip)
+if [ "${FASTST_RELEASE_TOOLS_INSTALLED:-0}" != 1 ]; then
+    python -m pip install --quiet -r requirements-release.txt
+fi
 mkdir -p dist
 if [ "${1:-}" = --sdist ]; then
     rm -f dist/fastst-*.tar.gz
@@ -56,10 +59,22 @@ trap 'rm -rf "$check"' EXIT
 # crates for up to date (the sdist's files are older), proving nothing. What
 # this proves is which files the sdist holds, not the machine code (the wheel
 # shipped is the one above): its crates compile without the release profile's
-# optimisation and fat LTO, several times faster.
-CARGO_TARGET_DIR=$check/target CARGO_PROFILE_RELEASE_OPT_LEVEL=0 CARGO_PROFILE_RELEASE_LTO=off \
-    CARGO_PROFILE_RELEASE_CODEGEN_UNITS=256 \
-    python -m pip wheel --quiet --no-cache-dir --no-deps --wheel-dir "$check" "$sdist"
+# optimisation and fat LTO, several times faster. FASTST_SDIST_SEED names a
+# target folder whose release builds of the dependencies to start from (the
+# Rust tests' folder, when scripts/test.sh runs this, with the caller's
+# CARGO_PROFILE_RELEASE_* settings they were built with): copied without
+# fastst's own crates, which then compile from the sdist's files all the same.
+if [ -n "${FASTST_SDIST_SEED:-}" ] && [ -d "$FASTST_SDIST_SEED/release" ]; then
+    mkdir -p "$check/target"
+    cp -a "$FASTST_SDIST_SEED/release" "$check/target/release"
+    ( cd "$check/target/release" && rm -rf .fingerprint/fastst-* build/fastst-* deps/*fastst* )
+    build_env=(CARGO_TARGET_DIR="$check/target")
+    echo "building a wheel from $sdist (dependencies from $FASTST_SDIST_SEED, fastst's crates anew)"
+else
+    build_env=(CARGO_TARGET_DIR="$check/target" CARGO_PROFILE_RELEASE_OPT_LEVEL=0
+        CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=256)
+fi
+env "${build_env[@]}" python -m pip wheel --quiet --no-cache-dir --no-deps --wheel-dir "$check" "$sdist"
 names() { python -c 'import sys, zipfile; print("\n".join(sorted(zipfile.ZipFile(sys.argv[1]).namelist())))' "$1"; }
 if ! diff <(names "$wheel") <(names "$check"/fastst-*.whl); then
     echo "the wheel built from $sdist differs from $wheel in the files above" >&2

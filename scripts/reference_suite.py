@@ -6,7 +6,8 @@ itself, found through the index's JSON page and checked against its pinned
 SHA-256: nothing is built; cached under ``target/reference-suite/``, never
 committed), takes its ``bindings/python/tests`` folder unchanged, and runs
 every test file twice, one pytest process per file (paddle and tensorflow
-crash each other in one process):
+crash each other in one process), several files at a time (``--jobs``, one
+per core by default):
 
 - against the reference package as installed (the baseline), and
 - through fastst's drop-in hook (``python -m fastst run -m pytest ...``),
@@ -16,10 +17,11 @@ Tests that need a GPU are deselected on a machine without CUDA. Fails (exit
 status 1) if any test that passes for the reference does not pass for
 fastst, or if no test passes for the reference (the baseline did not run);
 a file the reference cannot run at all (a framework it imports is missing)
-is reported and not compared. Prints a mark per test as it runs (. passed,
-s skipped, F failed) and a line per file.
+is reported and not compared. Prints a mark per test (. passed, s skipped,
+F failed) and a line per file, in file order as the files finish (as the
+tests run with ``--jobs 1``).
 
-    python scripts/reference_suite.py [-k EXPR] [--keep]
+    python scripts/reference_suite.py [-k EXPR] [--keep] [--jobs N]
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import tarfile
 import tempfile
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Tuple
 
 VERSION = "0.8.0"
@@ -134,10 +137,10 @@ _MARK = {"passed": ".", "skipped": "s"}
 
 
 def _pytest(
-    run_dir: str, args: List[str], through_fastst: bool, verbose: bool = True
+    run_dir: str, args: List[str], through_fastst: bool, verbose: bool = True, live: bool = True
 ) -> Tuple[int, str]:
     """Runs pytest; returns (exit status, output), printing a mark per test
-    result as it comes."""
+    result as it comes when ``live``."""
     env = dict(os.environ)
     env.pop("FASTST_AS_SAFETENSORS", None)
     pytest_args = ["-m", "pytest", "-v" if verbose else "-q", "-p", "no:cacheprovider", *args]
@@ -155,13 +158,13 @@ def _pytest(
         for raw in proc.stdout:
             line = raw.decode("utf-8", "replace")
             lines.append(line)
-            for outcome in outcomes(line).values():
+            for outcome in outcomes(line).values() if live else ():
                 print(_MARK.get(outcome, "F"), end="", flush=True)
     return proc.returncode, "".join(lines)
 
 
 def run_file(
-    bindings: str, test_file: str, through_fastst: bool, workdir: str
+    bindings: str, test_file: str, through_fastst: bool, workdir: str, live: bool = True
 ) -> Tuple[Dict[str, str], int, str, float]:
     """Runs one test file in a fresh copy of ``bindings/python/tests``;
     returns (outcomes, exit status, output tail, seconds). When the process
@@ -175,7 +178,7 @@ def run_file(
             if test_id.startswith(test_file + "::"):
                 args.append(f"--deselect=tests/{test_id}")
     started = time.monotonic()
-    returncode, output = _pytest(run_dir, args, through_fastst)
+    returncode, output = _pytest(run_dir, args, through_fastst, live=live)
     result = outcomes(output)
     if returncode < 0 or returncode > 5:
         _, listed = _pytest(run_dir, [*args, "--collect-only"], through_fastst, verbose=False)
@@ -187,7 +190,7 @@ def run_file(
         for test_id in ids:
             if test_id in result:
                 continue
-            alone_rc, alone = _pytest(run_dir, [test_id], through_fastst)
+            alone_rc, alone = _pytest(run_dir, [test_id], through_fastst, live=live)
             result[test_id] = outcomes(alone).get(test_id, f"crashed (exit {alone_rc})")
             output += f"\n{test_id}: {result[test_id]} when run alone"
     took = time.monotonic() - started
@@ -209,6 +212,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-k", dest="only", help="run only test files whose name contains this")
     parser.add_argument("--keep", action="store_true", help="keep the run folders")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1,
+        help="test files run at a time (default: one per core)",
+    )
     args = parser.parse_args()
     bindings = fetch_sdist()
     files = sorted(f for f in os.listdir(os.path.join(bindings, "tests")) if f.startswith("test_"))
@@ -222,15 +231,32 @@ def main() -> int:
         " and then by fastst (python -m fastst run)",
         flush=True,
     )
+    live = args.jobs <= 1  # marks as the tests run; else per file, as each file finishes
+    _has_cuda()  # asked once, before any thread asks
+
+    def both(test_file: str) -> List[Tuple[Dict[str, str], int, str, float]]:
+        """The file run by the reference, then by fastst."""
+        return [run_file(bindings, test_file, way, workdir, live) for way in (False, True)]
+
+    def one_run(test_file: str, through_fastst: bool) -> Tuple[Dict[str, str], int, str, float]:
+        return run_file(bindings, test_file, through_fastst, workdir, live)
+
+    def summary(found: Dict[str, str], passed: int, seconds: float) -> str:
+        marks = "" if live else "".join(_MARK.get(o, "F") for o in found.values())
+        return f"{marks} {passed}/{len(found)} passed, {seconds:.1f} s"
+
+    pool = ThreadPoolExecutor(max(1, args.jobs))
     try:
+        pending = [pool.submit(both, f) for f in files] if not live else []
         for number, test_file in enumerate(files, 1):
             print(f"[{number}/{len(files)}] {test_file}\n  reference ", end="", flush=True)
-            ref, ref_rc, ref_tail, ref_s = run_file(bindings, test_file, False, workdir)
+            runs = pending[number - 1].result() if pending else None
+            ref, ref_rc, ref_tail, ref_s = runs[0] if runs else one_run(test_file, False)
             ref_pass = sorted(t for t, o in ref.items() if o == "passed")
-            print(f" {len(ref_pass)}/{len(ref)} passed, {ref_s:.1f} s\n  fastst    ", end="")
-            ours, our_rc, our_tail, our_s = run_file(bindings, test_file, True, workdir)
+            print(summary(ref, len(ref_pass), ref_s) + "\n  fastst    ", end="", flush=True)
+            ours, our_rc, our_tail, our_s = runs[1] if runs else one_run(test_file, True)
             our_pass = {t for t, o in ours.items() if o == "passed"}
-            print(f" {len(our_pass)}/{len(ours)} passed, {our_s:.1f} s", flush=True)
+            print(summary(ours, len(our_pass), our_s), flush=True)
             totals["reference"] += len(ref_pass)
             totals["fastst"] += len(our_pass)
             if not ref and ref_rc not in (0, 5):
@@ -246,6 +272,7 @@ def main() -> int:
                     regressions.append(f"{test_file}: the fastst run did not run (exit {our_rc})")
                 print(our_tail)
     finally:
+        pool.shutdown(cancel_futures=True)
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
         else:

@@ -8,6 +8,7 @@
 #                                (requirements-test/-frameworks/-release.txt),
 #                                and installs the release wheel that
 #                                scripts/build_release.sh --wheel builds (dist/)
+#                                while pip downloads
 # PYTHON names the interpreter (default python3; CPython 3.11 or newer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,10 +45,24 @@ if [ "$all" = 1 ]; then
         say "less than ${FASTST_MIN_CACHE_GB:-30} GB free: installing without pip's cache"
         export PIP_NO_CACHE_DIR=1
     fi
+    # The release wheel compiles (CPU) while pip downloads (network): the
+    # release tools go in first, so that the build never meets a package pip
+    # is replacing; its output is shown when both are done.
+    say "installing the release tools"
+    python -m pip install --quiet -r requirements-release.txt
+    say "building the release wheel (dist/) meanwhile (log: target/setup-wheel.log)"
+    mkdir -p target
+    FASTST_RELEASE_TOOLS_INSTALLED=1 bash scripts/build_release.sh --wheel >target/setup-wheel.log 2>&1 &
+    wheel_build=$!
+    trap 'kill "$wheel_build" 2>/dev/null || true' EXIT
     say "installing the test tools and the frameworks (about 5 GB to download)"
     python -m pip install --quiet -r requirements-test.txt -r requirements-frameworks.txt
-    say "building the release wheel (dist/)"
-    bash scripts/build_release.sh --wheel
+    say "waiting for the release wheel"
+    status=0
+    wait "$wheel_build" || status=$?
+    trap - EXIT
+    cat target/setup-wheel.log
+    [ "$status" = 0 ] || exit "$status"
     wheel=(dist/fastst-*.whl)
 else
     say "building the wheel (target/wheels)"

@@ -1,48 +1,24 @@
-"""Shared helpers: build .safetensors files byte by byte (independently of
-fastst's own writer), so reader tests do not depend on the code under test."""
+"""Fixtures shared by every room of the tests (helpers live in the ``helpers`` package, imported
+as ``from helpers.x import ...``; nothing imports this file)."""
 
 from __future__ import annotations
 
-import json
-import struct
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import List, Tuple
 
 import pytest
+from helpers.foreign_files import FOREIGN
 
-RawTensor = Tuple[str, Sequence[int], bytes]
-
-
-def raw_file(
-    tensors: Dict[str, RawTensor],
-    metadata: Optional[Dict[str, str]] = None,
-    *,
-    pad_to: int = 8,
-) -> bytes:
-    """A valid file holding ``tensors`` ({name: (dtype, shape, data)}) in
-    insertion order, with optional metadata."""
-    header: Dict[str, object] = {}
-    if metadata is not None:
-        header["__metadata__"] = metadata
-    offset = 0
-    chunks = []
-    for name, (dtype, shape, data) in tensors.items():
-        header[name] = {
-            "dtype": dtype,
-            "shape": list(shape),
-            "data_offsets": [offset, offset + len(data)],
-        }
-        offset += len(data)
-        chunks.append(data)
-    return framed(json.dumps(header, separators=(",", ":")), b"".join(chunks), pad_to=pad_to)
-
-
-def framed(header: Union[str, bytes], data: bytes = b"", *, pad_to: int = 8) -> bytes:
-    """Length prefix + header (padded with spaces) + data."""
-    hb = header.encode("utf-8") if isinstance(header, str) else header
-    if pad_to > 1:
-        hb += b" " * ((-len(hb)) % pad_to)
-    return struct.pack("<Q", len(hb)) + hb + data
+# The real servers of the remote-source tests, as fixtures (helpers/remote_servers.py).
+from helpers.remote_servers import (  # noqa: F401
+    http_dir,
+    make_site,
+    proxy_factory,
+    published,
+    remote,
+    s3_server,
+    site,
+)
 
 
 @pytest.fixture
@@ -57,13 +33,25 @@ def write(tmp_path: Path):
     return _write
 
 
-# Real servers for the remote-source tests (tests/remote_servers.py).
-from remote_servers import (  # noqa: E402, F401
-    http_dir,
-    make_site,
-    proxy_factory,
-    published,
-    remote,
-    s3_server,
-    site,
-)
+@pytest.fixture(params=sorted(FOREIGN))
+def foreign(request: pytest.FixtureRequest, tmp_path: Path) -> Tuple[Path, str, str]:
+    """(path, kind, words): a file of each kind in FOREIGN (helpers/foreign_files.py), named
+    ``*.safetensors``."""
+    make, kind, words = FOREIGN[request.param]
+    path = tmp_path / f"{request.param}.safetensors"
+    make(path)
+    return path, kind, words
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+    """Groups for ``pytest -n N --dist loadgroup`` (scripts/test.sh): the tests of one module
+    run on one worker, so that a module's fixtures (a transformers model saved and loaded twice,
+    the example files of docs/cli.md, ...) are made once, and every test of the S3 store (the
+    session's SeaweedFS server, ``s3_server``) runs on one worker, which alone starts it."""
+    for item in items:
+        if "s3_server" in getattr(item, "fixturenames", ()):
+            group = "s3-store"
+        else:
+            group = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))

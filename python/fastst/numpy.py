@@ -108,6 +108,7 @@ def save_sharded(
     metadata: Optional[Mapping[str, str]] = None,
     prefix: str = "model",
     align: Optional[int] = None,
+    storage_options: Optional[Mapping[str, str]] = None,
 ) -> str:
     """Writes ``tensor_dict`` as a sharded checkpoint in ``folder``: shards
     ``{prefix}-00001-of-0000N.safetensors`` of at most ``max_shard_size``
@@ -115,8 +116,11 @@ def save_sharded(
     the layout the Hugging Face ecosystem reads (the index's metadata has
     ``total_size`` and ``total_parameters``). Returns the index's path,
     which :class:`fastst.safe_open` opens as one file. ``align`` is passed
-    to each shard's :func:`save_file`."""
-    save_one = _io.shard_saver(folder, align)
+    to each shard's :func:`save_file`. A URL prefix (``s3://bucket/run/``,
+    configured by ``storage_options``) gets shards whose names carry a part
+    of this save's own and the index last (see ``docs/remote.md``); the
+    index's URL is returned."""
+    save_one = _io.shard_saver(folder, align, storage_options)
     arrays = {k: np.asarray(v) for k, v in tensor_dict.items()}
     sizes = {k: int(a.nbytes) for k, a in arrays.items()}
 
@@ -129,6 +133,7 @@ def save_sharded(
         metadata=dict(metadata) if metadata is not None else None,
         prefix=prefix,
         index_metadata={"total_parameters": sum(int(a.size) for a in arrays.values())},
+        storage_options=storage_options,
     )
 
 

@@ -104,6 +104,7 @@ def save_sharded(
     force_contiguous: bool = True,
     shared_tensors_to_discard: Optional[List[str]] = None,
     align: Optional[int] = None,
+    storage_options: Optional[Mapping[str, str]] = None,
 ) -> str:
     """Writes ``tensors`` as a sharded checkpoint in ``folder`` (shards of at
     most ``max_shard_size`` bytes plus ``{prefix}.safetensors.index.json``,
@@ -118,8 +119,11 @@ def save_sharded(
     made contiguous first (``force_contiguous``); every shard's metadata
     has ``"format": "pt"``; the index's metadata has ``total_size`` (bytes)
     and ``total_parameters`` (elements) of what was stored. ``align`` is
-    passed to each shard's :func:`save_file`."""
-    save_one = _io.shard_saver(folder, align)
+    passed to each shard's :func:`save_file`. A URL prefix
+    (``s3://bucket/run/``, configured by ``storage_options``) gets shards
+    whose names carry a part of this save's own and the index last (see
+    ``docs/remote.md``); the index's URL is returned."""
+    save_one = _io.shard_saver(folder, align, storage_options)
     state = dict(tensors)
     dropped: Dict[str, str] = {}
     for kept, names in _remove_duplicate_names(
@@ -147,6 +151,7 @@ def save_sharded(
         metadata=shard_metadata,
         prefix=prefix,
         index_metadata=index_metadata,
+        storage_options=storage_options,
     )
 
 

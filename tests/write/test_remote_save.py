@@ -1,14 +1,17 @@
 """Saving to object storage: ``save_file("s3://bucket/key", ...)`` writes the object with a
 multipart upload to a real S3 store (SeaweedFS, behind the fault-injecting proxy), byte for byte
 what a local save writes, with bounded memory; the object appears only when the upload
-completes, and any failure (a Python exception mid-upload, a store that keeps failing) aborts
-the upload, leaving no object or the old one. Messages name the URL without credentials."""
+completes, and any failure (a Python exception mid-upload, a store that keeps failing, Ctrl-C)
+aborts the upload, leaving no object or the old one. Signed requests follow no redirect;
+messages name the URL without credentials. ``save_sharded`` to a prefix writes shards under
+names of the save's own and the index last."""
 
 from __future__ import annotations
 
 import _thread
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -263,6 +266,120 @@ def test_ctrl_c_while_waiting_for_the_store_aborts_the_upload(site: Site) -> Non
     assert _object(site) == b"the old object"
 
 
+# sharded saves to a prefix --------------------------------------------------------------------
+
+SHARD = re.compile(r"model-([0-9a-f]{8})-(\d{5})-of-(\d{5})\.safetensors")
+
+
+def _sharded(seed: int) -> Dict[str, np.ndarray]:
+    """Six tensors of 1 MiB: three shards of at most 2.5 MB."""
+    rng = np.random.default_rng(seed)
+    return {f"layer{i}": rng.standard_normal((256, 1024), dtype=np.float32) for i in range(6)}
+
+
+def _under(site: Site) -> Tuple[str, str]:
+    """(URL, key) of a prefix of this test's own."""
+    key = f"{site.folder}{site.name.removesuffix('.safetensors')}/"
+    return f"s3://{site.bucket}/{key}", key
+
+
+def _listed(site: Site, key: str) -> Dict[str, bytes]:
+    """{name: bytes} of the objects under the prefix ``key``."""
+    listed = _client(site).list_objects_v2(Bucket=site.bucket, Prefix=key).get("Contents", [])
+    got = {}
+    for entry in listed:
+        body = _client(site).get_object(Bucket=site.bucket, Key=entry["Key"])["Body"]
+        got[entry["Key"].removeprefix(key)] = bytes(body.read())
+    return got
+
+
+@pytest.mark.slow
+def test_a_sharded_save_to_a_prefix_writes_the_index_last(site: Site, tmp_path: Path) -> None:
+    tensors = _sharded(0)
+    prefix, key = _under(site)
+    got = fastst.numpy.save_sharded(
+        tensors, prefix, max_shard_size="2.5MB", storage_options=_options(site)
+    )
+    assert got == prefix + "model.safetensors.index.json"
+    local = fastst.numpy.save_sharded(tensors, str(tmp_path), max_shard_size="2.5MB")
+    objects = _listed(site, key)
+    index = json.loads(objects.pop("model.safetensors.index.json"))
+    assert index == json.loads(Path(local).read_text()) | {"weight_map": index["weight_map"]}
+    # Each shard is the local save's, under a name with a part of this save's own.
+    assert sorted(objects) == sorted(set(index["weight_map"].values()))
+    matches = [SHARD.fullmatch(name) for name in sorted(objects)]
+    assert all(matches) and len({m.group(1) for m in matches if m}) == 1
+    for name, data in objects.items():
+        m = SHARD.fullmatch(name)
+        assert m is not None
+        assert data == (tmp_path / f"model-{m.group(2)}-of-{m.group(3)}.safetensors").read_bytes()
+    # The index is the last request, after every shard's upload completed.
+    last = site.proxy.records[-1]
+    assert last.method == "PUT" and last.path.endswith("model.safetensors.index.json")
+    assert sum(r.method == "POST" and "uploadId=" in r.path for r in site.proxy.records) == 3
+    for where in (got, prefix):
+        back = fastst.numpy.load_file(where, storage_options=site.options)
+        assert all(np.array_equal(back[k], tensors[k]) for k in tensors)
+
+
+@pytest.mark.slow
+def test_a_sharded_save_over_another_names_none_of_its_shards(site: Site) -> None:
+    prefix, key = _under(site)
+    fastst.numpy.save_sharded(
+        _sharded(0), prefix, max_shard_size="2.5MB", storage_options=_options(site)
+    )
+    first = set(_listed(site, key))
+    fastst.numpy.save_sharded(
+        _sharded(1), prefix, max_shard_size="4.5MB", storage_options=_options(site)
+    )
+    second = set(_listed(site, key))
+    # The old shards are gone once the new index is written; no name is shared.
+    assert first & second == {"model.safetensors.index.json"}
+    assert len(second) == 3
+    back = fastst.numpy.load_file(prefix, storage_options=site.options)
+    assert all(np.array_equal(back[k], v) for k, v in _sharded(1).items())
+
+
+@pytest.mark.slow
+def test_a_failed_sharded_save_leaves_the_old_checkpoint(site: Site) -> None:
+    """The second shard of the new save is refused: the old index and shards stay as they
+    were, the new shards are deleted, the error names the shard."""
+    prefix, key = _under(site)
+    fastst.numpy.save_sharded(
+        _sharded(0), prefix, max_shard_size="2.5MB", storage_options=_options(site)
+    )
+    before = _listed(site, key)
+    site.proxy.faults.append(
+        Fault("status", status=403, times=-1, method="POST", path="-00002-of-", ranged=False)
+    )
+    with pytest.raises(PermissionError, match=r"-00002-of-00002\.safetensors: cannot start"):
+        fastst.numpy.save_sharded(
+            _sharded(1), prefix, max_shard_size="4.5MB", storage_options=_options(site)
+        )
+    assert _listed(site, key) == before
+    back = fastst.numpy.load_file(prefix, storage_options=site.options)
+    assert all(np.array_equal(back[k], v) for k, v in _sharded(0).items())
+
+
+@pytest.mark.slow
+def test_torch_saves_a_sharded_checkpoint_to_a_prefix(site: Site) -> None:
+    torch = pytest.importorskip("torch")
+    import fastst.torch
+
+    prefix, key = _under(site)
+    state = {f"w{i}": torch.full((512, 1024), float(i)) for i in range(3)}  # 2 MiB each
+    state["tied"] = state["w0"]
+    index_url = fastst.torch.save_sharded(
+        state, prefix, max_shard_size="3MB", storage_options=_options(site)
+    )
+    index = json.loads(_listed(site, key)["model.safetensors.index.json"])
+    # The tied pair is stored once, the dropped name recorded as torch's local save does.
+    dropped = {"tied", "w0"} & set(index["metadata"])
+    assert len(dropped) == 1 and len(set(index["weight_map"].values())) == 3
+    back = fastst.torch.load_file(index_url, storage_options=site.options)
+    assert len(back) == 3 and all(torch.equal(back[k], state[k]) for k in back)
+
+
 # messages -------------------------------------------------------------------------------------
 
 
@@ -322,16 +439,6 @@ def test_plain_http_and_presigned_urls_take_no_saves(url: str) -> None:
     assert "pa55word" not in str(caught.value) and "user" not in str(caught.value)
 
 
-def test_sharded_saves_to_a_url_are_refused_not_made_local(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match="sharded saves to a URL are not supported") as caught:
-        fastst.numpy.save_sharded({"x": np.zeros(2)}, "s3://user:pa55word@b/prefix/")
-    assert "pa55word" not in str(caught.value)
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_options_and_urls_are_checked_before_anything_is_sent(tmp_path: Path) -> None:
     x = {"x": np.zeros(2)}
     with pytest.raises(ValueError, match='"no_such_key" is not a configuration key of S3'):
@@ -340,7 +447,9 @@ def test_options_and_urls_are_checked_before_anything_is_sent(tmp_path: Path) ->
         fastst.numpy.save_file(x, "s3://b/prefix/", storage_options={"region": "us-east-1"})
     with pytest.raises(ValueError, match="storage_options apply to URLs"):
         fastst.numpy.save_file(x, str(tmp_path / "x.safetensors"), storage_options={})
-    assert not (tmp_path / "x.safetensors").exists()
+    with pytest.raises(ValueError, match="storage_options apply to URLs"):
+        fastst.numpy.save_sharded(x, str(tmp_path / "sharded"), storage_options={})
+    assert list(tmp_path.iterdir()) == []
     with pytest.raises(TypeError, match="storage_options must be a mapping"):
         fastst.serialize_file(x, "s3://b/k.safetensors", storage_options=[("a", "b")])  # type: ignore[arg-type]
 

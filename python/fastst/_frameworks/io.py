@@ -64,10 +64,16 @@ class FrameworkIO:
         )
         del keep_alive
 
-    def shard_saver(self, folder: Any, align: Optional[int]) -> Callable[..., None]:
+    def shard_saver(
+        self,
+        folder: Any,
+        align: Optional[int],
+        storage_options: Optional[Mapping[str, Any]] = None,
+    ) -> Callable[..., None]:
         """What a sharded save into ``folder`` writes each shard with:
-        :meth:`save_file` with ``align`` (``save_one(subset, path, metadata,
-        durable)``), ``align`` checked at once (before any shard)."""
+        :meth:`save_file` with ``align`` and ``storage_options`` (a URL's)
+        (``save_one(subset, path, metadata, durable)``), ``align`` checked at
+        once (before any shard)."""
         check_align(readable(os_path(folder)), align)
 
         def save_one(
@@ -76,7 +82,7 @@ class FrameworkIO:
             metadata: Optional[Mapping[str, str]],
             durable: Optional[bool] = None,
         ) -> None:
-            self.save_file(tensors, filename, metadata, durable, align)
+            self.save_file(tensors, filename, metadata, durable, align, storage_options)
 
         return save_one
 

@@ -5,14 +5,18 @@ upload by the compiled ``fastst-remote`` crate (see ``docs/remote.md``, "Saving 
 storage"): the parts go up as the tensors' bytes come, a bounded number of them in flight, so
 that the memory a save takes does not grow with the file; the object appears under its key only
 when the upload completes, and any error aborts the upload (an old object stays as it was).
-The store is configured as for reading: ``storage_options``, else the environment.
+The store is configured as for reading: ``storage_options``, else the environment. Also the
+small writes of a sharded save to a URL prefix (``fastst._write.sharded``): an object in one
+request (the index, written last), deletion, and the shards an index names.
 """
 
 from __future__ import annotations
 
 from typing import Any, List, Mapping, Optional
+from urllib.parse import quote
 
 from .. import _fastst
+from .._errors import SafetensorError
 from .._fastst import WritePlan
 from .._sources import remote as _remote
 
@@ -34,3 +38,34 @@ def upload(
     object ``url``; errors name the URL as :func:`display` shows it."""
     pairs = _remote.options(storage_options)
     _fastst.upload_file(layout, url, display(url), pairs, sources)
+
+
+def put_bytes(url: str, data: bytes, storage_options: Optional[Mapping[str, Any]]) -> None:
+    """Writes ``data`` as the object ``url`` with one request (a small object: an index),
+    whole or not at all."""
+    pairs = _remote.options(storage_options)
+    _fastst.put_remote(url, display(url), pairs, bytes(data))
+
+
+def delete(url: str, storage_options: Optional[Mapping[str, Any]]) -> None:
+    """Deletes the object ``url`` (one that is not there is no error)."""
+    _fastst.delete_remote(url, display(url), _remote.options(storage_options))
+
+
+def shards_named(index_url: str, storage_options: Optional[Mapping[str, Any]]) -> List[str]:
+    """The shard names the index at ``index_url`` names; none when there is no index there, or
+    one that cannot be read as an index."""
+    try:
+        _, index = _remote.read_index(index_url, _remote.options(storage_options))
+    except (FileNotFoundError, SafetensorError):
+        return []
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict):
+        return []
+    return sorted({s for s in weight_map.values() if isinstance(s, str)})
+
+
+def shard_url(prefix_url: str, name: str) -> str:
+    """The URL of the object ``name`` (a plain file name) under ``prefix_url`` (ending in
+    ``/``), percent-encoded as shard names of indexes are read."""
+    return prefix_url + quote(name)

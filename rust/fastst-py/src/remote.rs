@@ -215,10 +215,38 @@ fn upload_file(
     })
 }
 
+/// Writes `data` as the object `url` (named `name` in errors) with one
+/// PUT: it appears whole, replacing an old one, or not at all. For small
+/// objects (a checkpoint's index). The GIL is released meanwhile.
+#[pyfunction]
+#[pyo3(signature = (url, name, options, data))]
+fn put_remote(
+    py: Python<'_>,
+    url: &str,
+    name: &str,
+    options: Options,
+    data: &[u8],
+) -> PyResult<()> {
+    let bytes = data.to_vec();
+    py.allow_threads(|| fastst_remote::upload::put(url, &options, bytes))
+        .map_err(|e| open_failed(name, e))
+}
+
+/// Deletes the object `url` (named `name` in errors); one that is not
+/// there is no error. The GIL is released meanwhile.
+#[pyfunction]
+#[pyo3(signature = (url, name, options))]
+fn delete_remote(py: Python<'_>, url: &str, name: &str, options: Options) -> PyResult<()> {
+    py.allow_threads(|| fastst_remote::upload::delete(url, &options))
+        .map_err(|e| open_failed(name, e))
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(is_remote_url, m)?)?;
     m.add_function(wrap_pyfunction!(read_remote, m)?)?;
     m.add_function(wrap_pyfunction!(list_remote, m)?)?;
     m.add_function(wrap_pyfunction!(upload_file, m)?)?;
+    m.add_function(wrap_pyfunction!(put_remote, m)?)?;
+    m.add_function(wrap_pyfunction!(delete_remote, m)?)?;
     Ok(())
 }

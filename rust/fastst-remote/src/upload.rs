@@ -18,6 +18,9 @@
 //!   unfinished upload, abort it: the parts sent are discarded and an old
 //!   object under the key stays as it was.
 //!
+//! Small objects (a sharded checkpoint's index) are written with one PUT
+//! ([`put`]), whole or not at all; [`delete`] removes an object.
+//!
 //! Each request is retried by `object_store` (5xx, 429, timeouts, resets),
 //! as reads are. [`Upload`] also implements [`std::io::Write`], waiting in
 //! place, for callers with nothing to do while they wait.
@@ -93,17 +96,7 @@ impl Upload {
     /// environment); `len` is the object's length, which sizes the parts.
     /// Nothing appears under the key until [`Upload::complete`].
     pub fn start(url: &str, options: &[(String, String)], len: u64) -> Result<Upload, OpenError> {
-        let refuse = |why: &str| OpenError::Config(ConfigError(format!("{}: {why}", display(url))));
-        if !takes_uploads(url) {
-            return Err(refuse(
-                "only objects of S3, GCS and Azure stores can be written \
-                 (not a plain HTTP server, nor a presigned URL)",
-            ));
-        }
-        let (store, path, tuning) = store_for(url, options).map_err(OpenError::Config)?;
-        if path.as_ref().is_empty() || url.ends_with('/') {
-            return Err(refuse("the URL names no object (a prefix ending in /)"));
-        }
+        let (store, path, tuning) = object_to_write(url, options)?;
         let upload = runtime()?
             .block_on(store.put_multipart(&path))
             .map_err(|e| from_store("cannot start the upload", e))?;
@@ -308,6 +301,51 @@ impl Drop for Upload {
                 let _ = upload.abort().await;
             });
         }
+    }
+}
+
+/// What a write of the object `url` needs: a cloud store's object (not a
+/// prefix ending in `/`), its store, path and tuning.
+type Target = (
+    Box<dyn object_store::ObjectStore>,
+    object_store::path::Path,
+    crate::Tuning,
+);
+
+/// The store, path and tuning of the object `url` names, for a write;
+/// refused (nothing sent) unless it is an object of a cloud store.
+fn object_to_write(url: &str, options: &[(String, String)]) -> Result<Target, OpenError> {
+    let refuse = |why: &str| OpenError::Config(ConfigError(format!("{}: {why}", display(url))));
+    if !takes_uploads(url) {
+        return Err(refuse(
+            "only objects of S3, GCS and Azure stores can be written \
+             (not a plain HTTP server, nor a presigned URL)",
+        ));
+    }
+    let (store, path, tuning) = store_for(url, options).map_err(OpenError::Config)?;
+    if path.as_ref().is_empty() || url.ends_with('/') {
+        return Err(refuse("the URL names no object (a prefix ending in /)"));
+    }
+    Ok((store, path, tuning))
+}
+
+/// Writes `bytes` as the object `url` with one PUT (a small object, such as
+/// a checkpoint's index): it appears whole, replacing an old one, or not
+/// at all.
+pub fn put(url: &str, options: &[(String, String)], bytes: Vec<u8>) -> Result<(), OpenError> {
+    let (store, path, _) = object_to_write(url, options)?;
+    runtime()?
+        .block_on(store.put(&path, PutPayload::from(bytes)))
+        .map_err(|e| from_store("cannot write the object", e))?;
+    Ok(())
+}
+
+/// Deletes the object `url`; one that is not there is no error.
+pub fn delete(url: &str, options: &[(String, String)]) -> Result<(), OpenError> {
+    let (store, path, _) = object_to_write(url, options)?;
+    match runtime()?.block_on(store.delete(&path)) {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(from_store("cannot delete the object", e).into()),
     }
 }
 

@@ -1,0 +1,1 @@
+"""fastst's tests, laid out like the library's rooms (``helpers`` holds the code they share)."""

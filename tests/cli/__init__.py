@@ -1,0 +1,1 @@
+"""Tests of the command (fastst.cli): every subcommand, its text, JSON and SARIF output."""

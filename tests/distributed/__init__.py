@@ -1,0 +1,1 @@
+"""Tests of fastst._distributed: loads across torch.distributed processes, local and remote."""

@@ -1,0 +1,2 @@
+"""Tests of the framework modules and backends: torch (CPU and CUDA), flax, tensorflow, paddle,
+mlx."""

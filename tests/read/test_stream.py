@@ -1,0 +1,315 @@
+"""``safe_open.iter_tensors``: a whole owned load handed out tensor by tensor
+as the reads complete. The same tensors as ``get_tensors(copy=True)``, in
+file order; tensors handed out before the rest is read; a failure or a
+raising callback raised after the tensors read before it, never a partial
+tensor; abandoning the iterator or closing the file stops the reading."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import threading
+import tracemalloc
+from pathlib import Path
+from typing import Any, Dict, List
+
+import fastst
+import fastst._read.stream
+import fastst.numpy
+import numpy as np
+import pytest
+from helpers.raw_files import raw_file
+from helpers.streams import gated
+
+MIB = 1 << 20
+
+
+def _tensors() -> Dict[str, Any]:
+    """Large tensors (several reads each), runs of small ones, empty and 0-d."""
+    rng = np.random.default_rng(3)
+    out: Dict[str, Any] = {}
+    for i in range(6):
+        n = (3 * MIB + 7 * i) // 2
+        out[f"big.{i}"] = ("BF16", (n,), rng.integers(0, 256, 2 * n, dtype=np.uint8).tobytes())
+        for j in range(4):
+            out[f"small.{i}.{j}"] = ("F32", (j,), rng.integers(0, 256, 4 * j, np.uint8).tobytes())
+    out["scalar"] = ("F16", (), b"\x00\x3c")
+    out["empty"] = ("BF16", (0, 3), b"")
+    return out
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    p = tmp_path_factory.mktemp("iter") / "model.safetensors"
+    p.write_bytes(raw_file(_tensors()))
+    return p
+
+
+def _bytes(t: Any) -> bytes:
+    if hasattr(t, "numpy"):
+        import torch
+
+        return bytes(t.reshape(-1).view(torch.uint8).numpy())
+    return bytes(t.tobytes())
+
+
+def _loaders() -> List[str]:
+    return [t.name for t in threading.enumerate() if t.name == "fastst-load"]
+
+
+@pytest.mark.parametrize("framework", ["np", "pt"])
+@pytest.mark.parametrize("dtype", [None, "F32"])
+def test_the_tensors_of_get_tensors_in_file_order(path: Path, framework: str, dtype: Any) -> None:
+    if framework == "pt":
+        pytest.importorskip("torch")
+    with fastst.safe_open(path, framework) as f:
+        want = f.get_tensors(copy=True, dtype=dtype)
+        got = list(f.iter_tensors(dtype=dtype))
+        assert [n for n, _ in got] == list(want) == f.offset_keys()
+    for name, tensor in got:
+        assert tensor.dtype == want[name].dtype and tensor.shape == want[name].shape, name
+        assert _bytes(tensor) == _bytes(want[name]), name
+    assert not _loaders()
+
+
+def test_views_and_checkpoints(path: Path, tmp_path: Path) -> None:
+    views = fastst.numpy.load_file(path)
+    with fastst.safe_open(path, "np") as f:
+        got = dict(f.iter_tensors(copy=False))
+    assert list(got) == list(views)
+    assert all(got[k].tobytes() == v.tobytes() for k, v in views.items())
+    # A sharded checkpoint streams shard by shard.
+    fastst.numpy.save_sharded(views, tmp_path, max_shard_size=4 * MIB)
+    index = tmp_path / "model.safetensors.index.json"
+    with fastst.safe_open(index, "np") as f:
+        assert len({f._raw._shard(k).name for k in f.keys()}) >= 3
+        want = f.get_tensors(copy=True)
+        got = dict(f.iter_tensors(dtype=np.float32))
+        order = [n for n, _ in f.iter_tensors()]
+    assert order == list(want)
+    assert list(got) == list(want)
+    for k, v in want.items():
+        assert got[k].tobytes() == v.astype(np.float32).tobytes(), k
+
+
+@pytest.fixture
+def outcomes(monkeypatch: pytest.MonkeyPatch) -> List[str]:
+    """How each background load of the iterators ended: "done" or the
+    exception's class name."""
+    seen: List[str] = []
+    real = fastst._read.stream.load_into
+
+    def load_into(*args: Any, **kwargs: Any) -> None:
+        try:
+            real(*args, **kwargs)
+        except BaseException as exc:
+            seen.append(type(exc).__name__)
+            raise
+        seen.append("done")
+
+    monkeypatch.setattr(fastst._read.stream, "load_into", load_into)
+    return seen
+
+
+def test_tensors_come_out_before_the_rest_is_read(path: Path, outcomes: List[str]) -> None:
+    src = gated(path)
+    with fastst.safe_open(src, "np") as f:
+        it = f.iter_tensors()
+        name, first = next(it)  # the rest of the file is held back
+        assert name == f.offset_keys()[0] and first.shape == f.get_slice(name).shape
+        assert _loaders() and not outcomes
+        src.gate.set()
+        rest = dict(it)
+    assert len(rest) + 1 == len(_tensors()) and outcomes == ["done"]
+
+
+@pytest.mark.parametrize("how", ["break", "del", "gc"])
+def test_abandoning_the_iterator_stops_the_load(path: Path, outcomes: List[str], how: str) -> None:
+    src = gated(path)
+    with fastst.safe_open(src, "np") as f:
+        want = f.get_tensor(f.offset_keys()[0])
+        it = f.iter_tensors()
+        kept = []
+        for _name, tensor in it:
+            kept.append(tensor)
+            break
+        # The reads held at the gate end, then the load stops at its next report.
+        threading.Timer(0.2, src.gate.set).start()
+        if how == "del":
+            del it
+        elif how == "gc":
+            gc.disable()  # this thread's collection, not one on another thread
+            try:
+                cycle: List[Any] = [it]
+                cycle.append(cycle)
+                del it, cycle
+                gc.collect()
+            finally:
+                gc.enable()
+        else:
+            it.close()  # what the loop's end does once nothing refers to it
+        assert not _loaders()
+        assert outcomes == ["LoadStopped"]
+        # What was handed out is the user's, and whole.
+        assert kept[0].tobytes() == want.tobytes()
+
+
+def test_a_never_started_iterator_reads_nothing(path: Path, outcomes: List[str]) -> None:
+    with fastst.safe_open(path, "np") as f:
+        it = f.iter_tensors()
+        del it
+    assert not _loaders() and outcomes == []
+
+
+def test_closing_the_file_stops_the_load(path: Path, outcomes: List[str]) -> None:
+    src = gated(path)
+    f = fastst.safe_open(src, "np")
+    it = f.iter_tensors()
+    name, first = next(it)
+    f.close()
+    src.gate.set()
+    for loader in threading.enumerate():
+        if loader.name == "fastst-load":
+            loader.join()  # it stops on its own, before the end
+    assert outcomes == ["LoadStopped"]
+    with pytest.raises(fastst.ClosedFileError):
+        next(it)
+    assert first.tobytes() == fastst.numpy.load_file(path)[name].tobytes()
+
+
+def test_a_file_changed_underneath_is_raised_after_what_was_read(path: Path) -> None:
+    views = fastst.numpy.load_file(path)
+    src = gated(path)
+    got = []
+    with fastst.safe_open(src, "np") as f:
+        with pytest.raises(fastst.SafetensorError) as info:
+            for name, tensor in f.iter_tensors():
+                got.append((name, tensor))
+                if len(got) == 1:  # the rest of the file is held back: shrink it
+                    src.data = src.data[:1000]
+                    src.gate.set()
+    assert info.value.rule == "file-changed"
+    # The tensors read before the failure, whole, and nothing after it.
+    assert [n for n, _ in got] == list(views)[: len(got)] and 1 <= len(got) < len(views)
+    assert all(t.tobytes() == views[n].tobytes() for n, t in got)
+    assert not _loaders()
+
+
+def test_every_tensor_read_before_a_failure_is_handed_out(path: Path) -> None:
+    # The file ends early (a read there fails) after the third large tensor:
+    # the reads of the first three, in flight beside the failing one, end,
+    # and all three are handed out before the error.
+    src = gated(path)
+    with fastst.safe_open(src, "np") as f:
+        names = f.offset_keys()
+        cut = names.index("big.3")
+        src.data = src.data[: f._raw.data_start + f._raw.info(names[cut])[2] + 100]
+        src.gate.set()
+        got = []
+        with pytest.raises(fastst.SafetensorError) as info:
+            for name, _tensor in f.iter_tensors():
+                got.append(name)
+    assert info.value.rule == "file-changed"
+    assert got == names[:cut]
+
+
+def test_a_raising_progress_callback_comes_after_the_tensors(path: Path) -> None:
+    calls = []
+
+    def progress(done: int, total: int) -> None:
+        calls.append((done, total))
+        raise KeyError("enough")
+
+    got = []
+    with fastst.safe_open(path, "np") as f:
+        with pytest.raises(KeyError, match="enough"):
+            for name, _tensor in f.iter_tensors(progress=progress):
+                got.append(name)
+        assert got == f.offset_keys()  # under 64 MiB: one call, at the end
+    assert len(calls) == 1 and calls[0][0] == calls[0][1]
+    assert not _loaders()
+
+
+def test_no_more_memory_than_get_tensors(path: Path) -> None:
+    peaks = []
+    for way in ("get_tensors", "iter_tensors"):
+        with fastst.safe_open(path, "np") as f:
+            tracemalloc.start()
+            out = f.get_tensors(copy=True) if way == "get_tensors" else dict(f.iter_tensors())
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+            assert len(out) == len(_tensors())
+    assert peaks[1] <= peaks[0] + (256 << 10), peaks
+
+
+def _run_watched(path: Path, body: str) -> str:
+    """Runs ``body`` in a fresh interpreter where ``src`` is the gated file
+    at ``path`` and every background load prints how it ended; its
+    output."""
+    script = f"""
+import gc, sys, threading
+sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+import fastst, fastst._read.stream
+from helpers.streams import Gated, gated
+real = fastst._read.stream.load_into
+def load_into(*a, **k):
+    try:
+        real(*a, **k)
+    except BaseException as exc:
+        print("ended:", type(exc).__name__, flush=True)
+        raise
+    print("ended: done", flush=True)
+fastst._read.stream.load_into = load_into
+src = gated(__import__("pathlib").Path({str(path)!r}))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script + body], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout + done.stderr
+
+
+def test_the_interpreter_exits_without_finishing_an_abandoned_load(path: Path) -> None:
+    out = _run_watched(
+        path,
+        """
+f = fastst.safe_open(src, "np")
+it = f.iter_tensors()
+next(it)
+threading.Timer(0.2, src.gate.set).start()
+""",
+    )
+    assert "ended: LoadStopped" in out, out
+
+
+def test_a_collection_on_a_thread_the_reads_wait_on_does_not_deadlock(path: Path) -> None:
+    # The abandoned iterator is collected inside the file object's readinto,
+    # on a reading thread: waiting there for the load would wait for itself.
+    out = _run_watched(
+        path,
+        """
+class Collecting(Gated):
+    def readinto(self, b):
+        if self.gate.is_set() and not hasattr(self, "by"):
+            self.by = threading.current_thread().name
+            gc.collect()
+        return super().readinto(b)
+src.__class__ = Collecting
+f = fastst.safe_open(src, "np")
+it = f.iter_tensors()
+next(it)
+gc.disable()
+cycle = [it]
+cycle.append(cycle)
+del it, cycle
+src.gate.set()
+for t in threading.enumerate():
+    if t.name == "fastst-load":
+        t.join()
+print("collected on:", src.by, flush=True)
+""",
+    )
+    assert "ended: LoadStopped" in out, out
+    by = out.split("collected on: ")[1].split()[0]
+    assert by not in ("MainThread", "fastst-load"), by
