@@ -1,5 +1,5 @@
 # Type stubs of the compiled module fastst._fastst (checked against the
-# module by tests/test_stubs.py).
+# module by tests/contracts/test_stubs.py).
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, final
 
