@@ -90,11 +90,14 @@ section "ruff"; ruff check python tests benches scripts; ruff format --check pyt
 finish_lane rust
 
 # 2. --------------------------------------------------------------------------
-# On every core (FASTST_TEST_JOBS sets how many workers); tests/conftest.py
-# puts each module's tests, and every test of the S3 store, on one worker.
+# On every core (FASTST_TEST_JOBS sets how many workers), the tests of one
+# module on one worker (--dist loadscope), so that a module's fixtures (a
+# transformers model saved and loaded, docs/cli.md's example files, a site on
+# the S3 store) are made once. (xdist_group marks would not do: pytest-xdist
+# 3.8 adds them to node ids in a way pytest 9.2 no longer sees.)
 section "pytest"
 python -m pytest -q -p no:cacheprovider --durations=25 \
-    -n "${FASTST_TEST_JOBS:-logical}" --dist loadgroup tests
+    -n "${FASTST_TEST_JOBS:-logical}" --dist loadscope tests
 
 # 3. --------------------------------------------------------------------------
 # The release wheel is the one the set-up built and installed (built once).

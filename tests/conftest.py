@@ -4,7 +4,7 @@ as ``from helpers.x import ...``; nothing imports this file)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Tuple
+from typing import Tuple
 
 import pytest
 from helpers.foreign_files import FOREIGN
@@ -41,17 +41,3 @@ def foreign(request: pytest.FixtureRequest, tmp_path: Path) -> Tuple[Path, str, 
     path = tmp_path / f"{request.param}.safetensors"
     make(path)
     return path, kind, words
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
-    """Groups for ``pytest -n N --dist loadgroup`` (scripts/test.sh): the tests of one module
-    run on one worker, so that a module's fixtures (a transformers model saved and loaded twice,
-    the example files of docs/cli.md, ...) are made once, and every test of the S3 store (the
-    session's SeaweedFS server, ``s3_server``) runs on one worker, which alone starts it."""
-    for item in items:
-        if "s3_server" in getattr(item, "fixturenames", ()):
-            group = "s3-store"
-        else:
-            group = item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))

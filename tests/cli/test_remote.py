@@ -18,6 +18,9 @@ import pytest
 from fastst._sources import remote as _remote
 from helpers.remote_servers import Site, fastst_cli, local_cli
 
+# Real servers (SeaweedFS, HTTP, a proxy) started for these tests: outside the inner loop.
+pytestmark = pytest.mark.slow
+
 FIRST = 64 << 10  # what opening may fetch besides the size prefix and the header
 
 

@@ -59,6 +59,7 @@ def test_the_core_and_python_name_a_hostile_url_alike() -> None:
         assert "secret" not in message and "SIGNED" not in message and "frag" not in message
 
 
+@pytest.mark.slow  # the command in fresh interpreters
 def test_a_password_in_a_url_never_reaches_a_message() -> None:
     # Nothing listens on port 9: the store's answer quotes the URL it asked.
     url = "http://user:s3cret@127.0.0.1:9/x.safetensors"

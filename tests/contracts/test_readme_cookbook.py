@@ -36,7 +36,8 @@ RECIPES = cookbook.recipes(LINES)
 JOBS = ["inspect", "verify", "diff", "convert", "meta", "load", "whole", "stream", "dropin"]
 JOBS += ["sign", "sbom"]
 JOBS += ["distributed", "remote"]
-SLOW = {"dropin", "distributed", "remote"}  # transformers; two ranks; an S3 store to start
+# transformers; two ranks; an S3 store to start; torch in fresh interpreters; key generation
+SLOW = {"dropin", "distributed", "remote", "load", "convert", "sign"}
 NEEDS = {
     "convert": "torch",
     "load": "torch",

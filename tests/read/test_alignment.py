@@ -131,6 +131,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # two fresh interpreters with torch
 @pytest.mark.parametrize("which", ["odd", "large"])
 def test_through_the_drop_in_switch_torch_tensors_sit_where_the_reference_puts_them(
     which, request

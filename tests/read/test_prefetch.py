@@ -167,6 +167,7 @@ _INDEXED = _SHAPES.flatmap(
 )
 
 
+@pytest.mark.slow  # 600 examples
 @given(case=_INDEXED, dtype=st.sampled_from(["F32", "BF16", "F4", "F6_E2M3"]))
 @settings(max_examples=600, deadline=None)
 def test_the_cores_ranges_are_the_selected_bytes(case: Tuple[Any, Any], dtype: str) -> None:

@@ -18,6 +18,9 @@ import numpy as np
 import pytest
 from helpers.remote_servers import Site, fastst_cli, local_cli
 
+# Real servers (SeaweedFS, HTTP, a proxy) started for these tests: outside the inner loop.
+pytestmark = pytest.mark.slow
+
 FIRST = 64 << 10  # what opening may fetch besides the size prefix and the header
 ROWS, COLS = 4096, 4096  # "big": 64 MiB of F32, so that fetching the data by mistake shows
 

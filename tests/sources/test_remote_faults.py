@@ -19,6 +19,9 @@ import pytest
 from fastst import FileAccessError, SafetensorError
 from helpers.remote_servers import Fault, Site
 
+# Real servers (SeaweedFS, HTTP, a proxy) started for these tests: outside the inner loop.
+pytestmark = pytest.mark.slow
+
 NAMES = [f"t{i}" for i in range(8)]
 
 

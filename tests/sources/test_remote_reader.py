@@ -17,6 +17,9 @@ import pytest
 from fastst import SafetensorError, ShardIndexError
 from helpers.remote_servers import Site
 
+# Real servers (SeaweedFS, HTTP, a proxy) started for these tests: outside the inner loop.
+pytestmark = pytest.mark.slow
+
 FIRST = 64 << 10
 
 

@@ -13,6 +13,9 @@ from typing import Callable, Dict, Optional, Tuple
 import pytest
 from helpers.remote_servers import Fault, Proxy, RangeHTTPServer, SeaweedS3, parse_range
 
+# Real servers (SeaweedFS, HTTP, a proxy) started for these tests: outside the inner loop.
+pytestmark = pytest.mark.slow
+
 DATA = os.urandom(300_000)
 
 

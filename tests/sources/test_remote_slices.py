@@ -17,6 +17,9 @@ from helpers.remote_servers import Fault, Site
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+# Real servers (SeaweedFS, HTTP, a proxy) started for these tests: outside the inner loop.
+pytestmark = pytest.mark.slow
+
 FIRST = 64 << 10  # the bytes opening fetches (and keeps)
 GAP = 1 << 20  # fastst_remote::COALESCE_GAP
 

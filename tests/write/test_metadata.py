@@ -154,6 +154,7 @@ def shared_folder() -> Iterator[Path]:
 
 
 @as_root
+@pytest.mark.slow  # fresh interpreters as other users
 def test_in_place_refuses_what_the_user_may_not_write_or_give_away(
     shared_folder: Path,
 ) -> None:
