@@ -1,6 +1,6 @@
 //! The few things the standard library does not offer safely: a zeroed
 //! allocation that reports failure instead of aborting, clearing
-//! `O_NONBLOCK` on an open file and giving an unnamed (`O_TMPFILE`) file a
+//! `O_NONBLOCK` and switching `O_DIRECT` on an open file and giving an unnamed (`O_TMPFILE`) file a
 //! name. With [`mmap`](super::mmap), the only code of the crate allowed
 //! `unsafe`; each block is a plain system call on a descriptor we own.
 #![allow(unsafe_code)]
@@ -195,6 +195,41 @@ pub(crate) fn clear_nonblock(file: &File) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Turns `O_DIRECT` on or off for `file` (its open file description, which
+/// every descriptor duplicated from it shares): writes then bypass the page
+/// cache. An error where the file system refuses (`EINVAL`) or the system
+/// has no such flag.
+#[cfg(target_os = "linux")]
+pub(crate) fn set_direct(file: &File, on: bool) -> io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: F_GETFL on a descriptor owned by `file`, alive for the call;
+    // no memory is passed.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let wanted = if on {
+        flags | libc::O_DIRECT
+    } else {
+        flags & !libc::O_DIRECT
+    };
+    if wanted == flags {
+        return Ok(());
+    }
+    // SAFETY: F_SETFL with an integer argument on the same live descriptor.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, wanted) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Turns `O_DIRECT` on or off: not offered on this system.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn set_direct(_file: &File, _on: bool) -> io::Result<()> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 
 /// Gives the unnamed file `file` (opened with `O_TMPFILE`) the name `to`,

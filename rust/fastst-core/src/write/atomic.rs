@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::plan::WritePlan;
 use super::stream::TensorStream;
-use super::writeback::FileSink;
+use super::writeback::{FileSink, DIRECT_BUFFERS, DIRECT_CHUNK};
 use super::WRITE_BUFFER;
 use crate::error::{Error, Result};
 
@@ -420,9 +420,10 @@ fn run<T: Send>(blocking: Blocking<'_>, f: impl FnOnce() -> Result<T> + Send) ->
 /// through a buffered [`TensorStream`] to which `feed` writes every
 /// tensor's bytes in file order, the buffer is flushed, and the file is
 /// committed ([`AtomicFile::commit`]: `durable`, or the default policy when
-/// `None`). A durable save writes through a [`FileSink`] that has the data
-/// written to the device behind the writer (`sync_file_range`, where
-/// offered), so the flush before the rename waits only for the tail. On any failure the temporary file is removed and `path` is left
+/// `None`). A durable save writes through [`FileSink::durable`], which gets
+/// the data to the device while the writer goes on (direct writes, else
+/// writeback behind the writer), so the flush before the rename waits only
+/// for the tail. On any failure the temporary file is removed and `path` is left
 /// as it was. The steps that wait on the disk run through `blocking`.
 pub fn write_atomic<E>(
     plan: &WritePlan,
@@ -436,15 +437,21 @@ pub fn write_atomic<E>(
     {
         // A durable save has the data written to the device behind the
         // writer, so that the final flush finds little left to do.
-        let sink = FileSink::new(atomic.file()?, durable);
+        let file = atomic.file()?;
+        let sink = if durable {
+            FileSink::durable(file, DIRECT_CHUNK, DIRECT_BUFFERS)
+        } else {
+            FileSink::new(file, false)
+        };
         let out = BufWriter::with_capacity(WRITE_BUFFER, sink);
         let mut stream = TensorStream::new(plan, out)?;
         feed(&mut stream).map_err(WriteFailure::Feed)?;
         let out = stream.finish()?;
         run(blocking, move || {
-            out.into_inner()
-                .map(|_| ())
-                .map_err(|e| Error::io("writing the data", e.into_error()))
+            let mut sink = out
+                .into_inner()
+                .map_err(|e| Error::io("writing the data", e.into_error()))?;
+            sink.finish().map_err(|e| Error::io("writing the data", e))
         })?;
     }
     run(blocking, move || atomic.commit(Some(durable)))?;

@@ -1,32 +1,55 @@
 //! The writer's file sink: writes at the file's current end and, for a
-//! durable save, has the system write the data to the device behind the
-//! writer instead of all at once in the final `fsync`.
+//! durable save, gets the data to the device while the writer goes on
+//! instead of all at once in the final `fsync`.
 //!
-//! Without it, a durable save of a large file is "write everything into the
-//! page cache, then wait for all of it to reach the disk": the disk idles
-//! while memory is filled, the writer idles while the disk works, and the
-//! kernel throttles a writer that piles up many dirty pages. With it, every
-//! time the writer crosses a window boundary ([`WINDOW`] bytes), the window
-//! just written is handed to the device (`sync_file_range` `WRITE`: start
-//! writeback, do not wait), and the window [`LAG`] windows behind is waited
-//! for (`WAIT_BEFORE | WRITE | WAIT_AFTER`). Writing and writeback overlap,
-//! and dirty pages stay bounded by about `(LAG + 1) * WINDOW` bytes.
+//! Without that, a durable save of a large file is "write everything into
+//! the page cache, then wait for all of it to reach the disk": the disk
+//! idles while memory is filled, the writer idles while the disk works, the
+//! kernel throttles a writer that piles up many dirty pages, and every page
+//! of the cache it fills is fresh memory to allocate and later reclaim.
 //!
-//! Durability is unchanged: the commit still calls `fsync` on the file
+//! A durable save therefore writes **directly** where the file system
+//! allows it (`O_DIRECT`, Linux): the bytes are copied into page-aligned
+//! buffers of [`DIRECT_CHUNK`] bytes, and a thread of the sink writes each
+//! full buffer to the device while the writer fills the next
+//! ([`DIRECT_BUFFERS`] buffers in all, so memory stays bounded by them). The
+//! file's last partial block is written through the page cache once the
+//! direct writes are done. The page cache is neither filled nor read: a
+//! checkpoint written during training does not push the training data out
+//! of memory.
+//!
+//! Where the file system refuses `O_DIRECT`, the sink writes through the
+//! page cache and has the system write each window behind the writer
+//! (`sync_file_range` `WRITE` every [`WINDOW`] bytes: start writeback, do not
+//! wait; the window [`LAG`] windows behind is waited for), so writing and
+//! writeback overlap and dirty pages stay bounded by about
+//! `(LAG + 1) * WINDOW` bytes.
+//!
+//! Durability is the same either way: the commit calls `fsync` on the file
 //! (which writes the tail, the file's metadata and flushes the device's
 //! cache) before the rename, and on the folder after it.
 //!
 //! Where `sync_file_range` is not offered (other systems) or refused
 //! (filesystems that answer `EINVAL`, `ENOSYS`, `EOPNOTSUPP`, `ESPIPE`;
 //! also a passing `ENOMEM` or `EINTR`), the sink stops asking and the final `fsync` does all the work, as it
-//! did before. Any other error of the call (the device failed to write:
-//! `EIO`, `ENOSPC`...) is a write error: the save fails, the temporary file
-//! is removed and the target is left as it was.
+//! did before. Any other error of the call or of a write (the device failed
+//! to write: `EIO`, `ENOSPC`...) is a write error: the save fails, the
+//! temporary file is removed and the target is left as it was.
 
 use std::fs::File;
 use std::io::{self, Write};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::thread::JoinHandle;
 
-use crate::io::{sync_range, SyncRange};
+use memmap2::MmapMut;
+
+use crate::io::{set_direct, sync_range, write_all_at, SyncRange, DIRECT_ALIGN};
+
+/// Bytes per direct write (a multiple of [`DIRECT_ALIGN`]).
+pub const DIRECT_CHUNK: usize = 4 << 20;
+
+/// Buffers of a direct sink: one being filled while the others are written.
+pub const DIRECT_BUFFERS: usize = 3;
 
 /// Bytes per writeback window: each window is handed to the device as the
 /// writer leaves it.
@@ -56,9 +79,28 @@ struct Overlap {
 #[derive(Debug)]
 pub struct FileSink<'f> {
     file: &'f File,
-    /// Bytes written so far (the file's length).
+    /// Bytes written so far (the file's length once the sink is finished).
     pos: u64,
     overlap: Option<Overlap>,
+    direct: Option<Direct>,
+}
+
+/// A direct sink's buffers and its writing thread.
+#[derive(Debug)]
+struct Direct {
+    /// The buffer being filled, for the file's bytes from `pos - filled`.
+    fill: MmapMut,
+    filled: usize,
+    /// Buffers back from the thread, ready to fill.
+    free: Vec<MmapMut>,
+    /// Buffers made so far (at most `buffers`).
+    made: usize,
+    buffers: usize,
+    /// Buffers handed to the thread and not yet back.
+    in_flight: usize,
+    jobs: Option<SyncSender<(MmapMut, u64)>>,
+    done: Receiver<io::Result<MmapMut>>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl<'f> FileSink<'f> {
@@ -67,6 +109,41 @@ impl<'f> FileSink<'f> {
     /// `WINDOW` bytes at a time with at most `LAG` windows in flight.
     pub fn new(file: &'f File, overlap: bool) -> FileSink<'f> {
         FileSink::with_window(file, overlap, WINDOW, LAG)
+    }
+
+    /// The sink of a durable save: direct writes of `chunk` bytes (rounded
+    /// up to a multiple of [`DIRECT_ALIGN`]) through `buffers` buffers (at
+    /// least 2) where the file system allows them, else
+    /// [`FileSink::new`]`(file, true)`. `file` must be empty.
+    pub fn durable(file: &'f File, chunk: usize, buffers: usize) -> FileSink<'f> {
+        let mut sink = FileSink::new(file, true);
+        sink.direct = Direct::start(file, chunk, buffers);
+        if sink.direct.is_some() {
+            sink.overlap = None;
+        }
+        sink
+    }
+
+    /// True while the sink writes around the page cache.
+    pub fn direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// Writes what the sink still holds and waits for every write in
+    /// flight; the file then holds every byte given to the sink. Call it
+    /// once, after the last write.
+    pub fn finish(&mut self) -> io::Result<()> {
+        let Some(mut d) = self.direct.take() else {
+            return Ok(());
+        };
+        d.drain()?;
+        if d.filled > 0 {
+            // The last partial block goes through the page cache (a direct
+            // write must cover whole blocks); the commit's fsync writes it.
+            set_direct(self.file, false)?;
+            write_all_at(self.file, &d.fill[..d.filled], self.pos - d.filled as u64)?;
+        }
+        Ok(())
     }
 
     /// As [`FileSink::new`] with a chosen window size (rounded up to a
@@ -82,6 +159,7 @@ impl<'f> FileSink<'f> {
                 started: 0,
                 waited: 0,
             }),
+            direct: None,
         }
     }
 
@@ -162,8 +240,145 @@ fn unsupported(e: &io::Error) -> bool {
     false
 }
 
+impl Direct {
+    /// Switches `file` to direct writes and starts the writing thread;
+    /// `None` (and the file as it was) where the file system refuses.
+    fn start(file: &File, chunk: usize, buffers: usize) -> Option<Direct> {
+        let align = usize::try_from(DIRECT_ALIGN).ok()?;
+        let chunk = chunk.max(1).div_ceil(align).checked_mul(align)?;
+        let fill = MmapMut::map_anon(chunk).ok()?;
+        let writer = file.try_clone().ok()?;
+        set_direct(file, true).ok()?;
+        let buffers = buffers.max(2);
+        let (jobs, todo) = sync_channel::<(MmapMut, u64)>(buffers);
+        let (report, done) = sync_channel::<io::Result<MmapMut>>(buffers);
+        let thread = std::thread::Builder::new()
+            .name("fastst-write".to_owned())
+            .spawn(move || write_jobs(&writer, &todo, &report));
+        let Ok(thread) = thread else {
+            let _ = set_direct(file, false);
+            return None;
+        };
+        Some(Direct {
+            fill,
+            filled: 0,
+            free: Vec::new(),
+            made: 1,
+            buffers,
+            in_flight: 0,
+            jobs: Some(jobs),
+            done,
+            thread: Some(thread),
+        })
+    }
+
+    /// Waits for the next buffer the thread is done with.
+    fn collect(&mut self) -> io::Result<MmapMut> {
+        let back = self
+            .done
+            .recv()
+            .map_err(|_| io::Error::other("the writing thread stopped"))?;
+        self.in_flight -= 1;
+        back
+    }
+
+    /// Hands the full buffer to the thread (to be written at `offset`) and
+    /// takes an empty one.
+    fn submit(&mut self, offset: u64) -> io::Result<()> {
+        let next = match self.free.pop() {
+            Some(buf) => buf,
+            None if self.made < self.buffers => {
+                let len = self.fill.len();
+                self.made += 1;
+                MmapMut::map_anon(len)?
+            }
+            None => self.collect()?,
+        };
+        let full = std::mem::replace(&mut self.fill, next);
+        self.filled = 0;
+        let jobs = self
+            .jobs
+            .as_ref()
+            .ok_or_else(|| io::Error::other("the writing thread stopped"))?;
+        jobs.send((full, offset))
+            .map_err(|_| io::Error::other("the writing thread stopped"))?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Stops the thread once it has written everything handed to it; the
+    /// first error of its writes, if any.
+    fn drain(&mut self) -> io::Result<()> {
+        self.jobs = None;
+        let mut first = Ok(());
+        while self.in_flight > 0 {
+            match self.collect() {
+                Ok(buf) => self.free.push(buf),
+                Err(e) => {
+                    first = Err(e);
+                    break;
+                }
+            }
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        first
+    }
+}
+
+impl Drop for Direct {
+    fn drop(&mut self) {
+        // A save that failed: the thread must not outlive the sink.
+        let _ = self.drain();
+    }
+}
+
+/// The writing thread of a direct sink: writes each buffer at its offset and
+/// hands it back, or hands back the error and stops.
+fn write_jobs(
+    file: &File,
+    todo: &Receiver<(MmapMut, u64)>,
+    report: &SyncSender<io::Result<MmapMut>>,
+) {
+    while let Ok((buf, offset)) = todo.recv() {
+        let written = write_chunk(file, &buf, offset);
+        let failed = written.is_err();
+        if report.send(written.map(|()| buf)).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// Writes one full buffer at `offset` directly. A direct write that comes
+/// back short (a file size limit, a full disk) leaves the rest unaligned,
+/// which the next direct write refuses with `EINVAL`; so does a file system
+/// that takes the flag but not the write. Either way the buffer is written
+/// again through the page cache (the file leaves direct mode for good),
+/// which then reports the real cause (`EFBIG`, `ENOSPC`...) or succeeds.
+fn write_chunk(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+    match write_all_at(file, buf, offset) {
+        Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+            set_direct(file, false)?;
+            write_all_at(file, buf, offset)
+        }
+        done => done,
+    }
+}
+
 impl Write for FileSink<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if let Some(d) = &mut self.direct {
+            let take = (d.fill.len() - d.filled).min(buf.len());
+            d.fill[d.filled..d.filled + take].copy_from_slice(&buf[..take]);
+            d.filled += take;
+            self.pos += take as u64;
+            if d.filled == d.fill.len() {
+                let offset = self.pos - d.fill.len() as u64;
+                d.submit(offset)?;
+            }
+            return Ok(take);
+        }
         // Stop at the next window boundary, so that writeback starts as
         // soon as a window is complete even inside one large tensor.
         let take = match &self.overlap {
@@ -338,5 +553,63 @@ mod tests {
         assert!(!sink.overlapping());
         drop(writer);
         assert_eq!(feeder.join().expect("join"), data);
+    }
+
+    #[test]
+    fn a_durable_sink_writes_the_same_bytes_around_its_chunks() {
+        let c = 8192usize;
+        for (k, total) in [0, 1, 4095, 4096, 4097, c, 3 * c, 5 * c + 17, 100_000]
+            .into_iter()
+            .enumerate()
+        {
+            for part in [1usize, 100, 5000, 1 << 20] {
+                let (path, file) = temp_file(&format!("direct{k}-{part}"));
+                let data = pattern(total);
+                let mut sink = FileSink::durable(&file, c, 2);
+                for chunk in data.chunks(part) {
+                    sink.write_all(chunk).expect("write");
+                }
+                sink.finish().expect("finish");
+                assert_eq!(sink.position(), total as u64);
+                assert_eq!(
+                    std::fs::read(&path).expect("read"),
+                    data,
+                    "{total} by {part}"
+                );
+            }
+        }
+    }
+
+    /// Where the file system takes direct writes, the durable sink's whole
+    /// chunks reach the device without passing through the page cache.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_durable_sink_leaves_the_page_cache_alone() {
+        use crate::io::cache_state_of;
+        let (path, file) = temp_file("direct-cache");
+        let chunk = 64usize << 10;
+        let mut sink = FileSink::durable(&file, chunk, 3);
+        if !sink.direct() {
+            return; // a file system without O_DIRECT (tmpfs before Linux 6.6)
+        }
+        assert!(!sink.overlapping());
+        let data = pattern(16 * chunk + 100);
+        sink.write_all(&data).expect("write");
+        sink.finish().expect("finish");
+        let Some((cached, _, _)) = cache_state_of(&file, 0, 16 * chunk as u64) else {
+            return; // no cachestat/mincore answer here
+        };
+        assert_eq!(cached, 0, "whole chunks were written around the cache");
+        assert_eq!(std::fs::read(&path).expect("read"), data);
+    }
+
+    /// A sink dropped before it finished (a save that failed) stops its
+    /// thread and does not hang.
+    #[test]
+    fn a_durable_sink_dropped_midway_stops() {
+        let (_path, file) = temp_file("direct-drop");
+        let mut sink = FileSink::durable(&file, 8192, 2);
+        sink.write_all(&pattern(100_000)).expect("write");
+        drop(sink);
     }
 }
