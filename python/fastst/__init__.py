@@ -29,6 +29,7 @@ from ._fastst import __version__
 from ._read.load import deserialize
 from ._read.safe_open import SafeSlice, _safe_open_handle, safe_open
 from ._write.metadata import update_metadata
+from ._write.sharded import ShardedWriter, open_sharded_writer
 from ._write.streaming import TensorWriter, open_writer
 from ._write.tensors import TensorSpec, serialize, serialize_file
 
@@ -51,6 +52,8 @@ __all__ = [
     "serialize_file",
     "open_writer",
     "TensorWriter",
+    "open_sharded_writer",
+    "ShardedWriter",
     "deserialize",
     "update_metadata",
     "ShardIndexError",

@@ -12,12 +12,13 @@ written correctly.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
 from ._frameworks.io import FrameworkIO
-from ._write.sharded import write_sharded
+from ._write.sharded import write_sharded, write_sharded_from
+from ._write.streaming import Layout
 
 __all__ = ["save", "save_file", "load", "load_file", "save_sharded"]
 
@@ -101,7 +102,7 @@ def load_file(
 
 
 def save_sharded(
-    tensor_dict: Mapping[str, Any],
+    tensor_dict: Union[Mapping[str, Any], Iterable[Tuple[str, Any]]],
     folder: Union[str, os.PathLike[str]],
     *,
     max_shard_size: Union[int, str] = "5GB",
@@ -109,6 +110,7 @@ def save_sharded(
     prefix: str = "model",
     align: Optional[int] = None,
     storage_options: Optional[Mapping[str, str]] = None,
+    layout: Optional[Layout] = None,
 ) -> str:
     """Writes ``tensor_dict`` as a sharded checkpoint in ``folder``: shards
     ``{prefix}-00001-of-0000N.safetensors`` of at most ``max_shard_size``
@@ -119,7 +121,27 @@ def save_sharded(
     to each shard's :func:`save_file`. A URL prefix (``s3://bucket/run/``,
     configured by ``storage_options``) gets shards whose names carry a part
     of this save's own and the index last (see ``docs/remote.md``); the
-    index's URL is returned."""
+    index's URL is returned.
+
+    With ``layout`` (``name -> (dtype, shape)``, as for
+    :func:`fastst.open_writer`), the shards are planned from it and
+    ``tensor_dict`` may be any iterable of ``(name, array)`` pairs (a
+    generator), each written at its place as it comes, so a checkpoint
+    larger than memory can be saved (see :func:`fastst.open_sharded_writer`;
+    local folders only)."""
+    if layout is not None:
+        return write_sharded_from(
+            tensor_dict,
+            folder,
+            layout,
+            max_shard_size=max_shard_size,
+            metadata=metadata,
+            prefix=prefix,
+            align=align,
+            storage_options=storage_options,
+        )
+    if not isinstance(tensor_dict, Mapping):
+        raise TypeError("save_sharded takes a dict of arrays, or (name, array) pairs with layout=")
     save_one = _io.shard_saver(folder, align, storage_options)
     arrays = {k: np.asarray(v) for k, v in tensor_dict.items()}
     sizes = {k: int(a.nbytes) for k, a in arrays.items()}

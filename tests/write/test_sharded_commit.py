@@ -43,6 +43,7 @@ SAVER = textwrap.dedent(
     from fastst._write import sharded
 
     folder, value, limit, stop_at = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    feed = sys.argv[5] == "feed"
     done = [0]
 
     def counted(fn):
@@ -58,18 +59,30 @@ SAVER = textwrap.dedent(
     sharded.link_file = counted(sharded.link_file)
     sharded._remove = counted(sharded._remove)
     fio.FrameworkIO.save_file = counted(fio.FrameworkIO.save_file)
+    sharded.TensorWriter.close = counted(sharded.TensorWriter.close)
+    sharded.TensorWriter.write = counted(sharded.TensorWriter.write)
     names = [f"layer.{i:02d}.weight" for i in range(12)]
-    tensors = {n: np.full(1 << 16, value, dtype=np.float32) for n in names}
-    fnp.save_sharded(tensors, folder, max_shard_size=limit, metadata={"format": "pt"})
+    if feed:
+        # Tensor by tensor from a generator, in reverse order, with a layout.
+        layout = {n: ("F32", [1 << 16]) for n in names}
+        pairs = ((n, np.full(1 << 16, value, dtype=np.float32)) for n in reversed(names))
+        fnp.save_sharded(pairs, folder, max_shard_size=limit, metadata={"format": "pt"},
+                         layout=layout)
+    else:
+        tensors = {n: np.full(1 << 16, value, dtype=np.float32) for n in names}
+        fnp.save_sharded(tensors, folder, max_shard_size=limit, metadata={"format": "pt"})
     print("operations", done[0], flush=True)
     """
 )
 
 
-def save(folder: Path, value: float, limit: str, stop_at: int = 0) -> subprocess.CompletedProcess:
-    """A save in a child process, killed after its ``stop_at``-th file operation (0: never)."""
+def save(
+    folder: Path, value: float, limit: str, stop_at: int = 0, feed: str = "dict"
+) -> subprocess.CompletedProcess:
+    """A save in a child process, killed after its ``stop_at``-th file operation (0: never);
+    ``feed`` "dict" saves a dict, "feed" a generator with a layout (the sharded writer)."""
     return subprocess.run(
-        [sys.executable, "-c", SAVER, str(folder), str(value), limit, str(stop_at)],
+        [sys.executable, "-c", SAVER, str(folder), str(value), limit, str(stop_at), feed],
         capture_output=True,
         text=True,
     )
@@ -80,11 +93,11 @@ def save_here(folder: Path, value: float, limit: str) -> None:
     fnp.save_sharded(tensors, folder, max_shard_size=limit, metadata={"format": "pt"})
 
 
-def operations(tmp_path: Path, limit: str) -> int:
+def operations(tmp_path: Path, limit: str, feed: str) -> int:
     """How many file operations a save over a checkpoint takes (a full run)."""
     folder = tmp_path / "count"
     save_here(folder, 1.0, limit)
-    out = save(folder, 2.0, limit)
+    out = save(folder, 2.0, limit, 0, feed)
     assert out.returncode == 0, out.stderr
     return int(out.stdout.split()[-1])
 
@@ -136,20 +149,20 @@ def listing(folder: Path) -> List[str]:
 
 
 @pytest.mark.parametrize(
-    ("old_limit", "new_limit"),
-    [("600KB", "600KB"), ("300KB", "600KB")],
-    ids=["same-names", "other-names"],
+    ("old_limit", "new_limit", "feed"),
+    [("600KB", "600KB", "dict"), ("300KB", "600KB", "dict"), ("300KB", "600KB", "feed")],
+    ids=["same-names", "other-names", "fed-by-a-generator"],
 )
 def test_killed_after_any_operation_loaders_see_old_or_new(
-    tmp_path: Path, old_limit: str, new_limit: str
+    tmp_path: Path, old_limit: str, new_limit: str, feed: str
 ) -> None:
-    total = operations(tmp_path, new_limit)
+    total = operations(tmp_path, new_limit, feed)
     assert total >= 6
     states = []
     for stop_at in range(1, total + 1):
         folder = tmp_path / f"at{stop_at}"
         save_here(folder, 1.0, old_limit)
-        out = save(folder, 2.0, new_limit, stop_at)
+        out = save(folder, 2.0, new_limit, stop_at, feed)
         assert out.returncode in (-signal.SIGKILL, 0), out.stderr
         seen = values_seen(folder)
         values = set().union(*seen.values())

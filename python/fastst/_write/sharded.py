@@ -35,19 +35,32 @@ leaves the old checkpoint as it was.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
-from typing import Any, Callable, Dict, List, Mapping, Optional
+import threading
+from collections import abc
+from types import TracebackType
+from typing import Any, Callable, Dict, List, Mapping, Optional, Type
 
+from .._errors import closed_file_error, rule_error
 from .._fastst import link_file
-from .._paths import readable
+from .._paths import os_path, readable
 from .._settings import parse_size
 from .._sources.folders import UNFINISHED
 from . import remote as _remote
 from .atomic import replace_bytes
+from .streaming import Layout, TensorWriter, element_count, layout_entries, tensor_bytes
 
-__all__ = ["plan_shards", "write_sharded", "staged_name"]
+__all__ = [
+    "plan_shards",
+    "write_sharded",
+    "staged_name",
+    "ShardedWriter",
+    "open_sharded_writer",
+    "write_sharded_from",
+]
 
 
 def staged_name(token: str, final: str) -> str:
@@ -73,6 +86,81 @@ def plan_shards(sizes: Dict[str, int], max_size: int) -> List[List[str]]:
     return shards
 
 
+class _LocalSave:
+    """One sharded save into a local folder: the shards' planned names, and
+    the commit (steps 2-5 of the module's documentation) once every staged
+    shard is written."""
+
+    def __init__(
+        self,
+        folder: Any,
+        groups: List[List[str]],
+        sizes: Mapping[str, int],
+        prefix: str,
+        index_metadata: Optional[Mapping[str, Any]],
+    ) -> None:
+        self.folder = os.fsdecode(os.fspath(folder))
+        os.makedirs(self.folder, exist_ok=True)
+        self.groups = groups
+        self.prefix = prefix
+        total = len(groups)
+        self.finals = [f"{prefix}-{i:05d}-of-{total:05d}.safetensors" for i in range(1, total + 1)]
+        token = os.urandom(8).hex()
+        self.staged = [os.path.join(self.folder, staged_name(token, n)) for n in self.finals]
+        self.index_path = os.path.join(self.folder, f"{prefix}.safetensors.index.json")
+        self._index = {"total_size": sum(sizes.values()), **(index_metadata or {})}
+
+    def index_bytes(self, names: List[str]) -> bytes:
+        """The index naming shard ``names[i]`` for the tensors of group ``i``."""
+        return index_bytes(self.groups, self._index, names)
+
+    def discard(self) -> None:
+        """Removes the staged shards written so far (no index names them)."""
+        for path in self.staged:
+            _remove(path)
+
+    def commit(self) -> str:
+        """Steps 2-5, once every staged shard is complete; the index's path."""
+        # 2. The commit: the index names the new shards.
+        staged_names = [os.path.basename(p) for p in self.staged]
+        replace_bytes(self.index_path, self.index_bytes(staged_names))
+        # 3. The ecosystem's names, each replaced in one step.
+        total = len(self.finals)
+        for at, (path, final) in enumerate(zip(self.staged, self.finals, strict=True)):
+            target = os.path.join(self.folder, final)
+            link_file(path, target, readable(target), at == total - 1)
+        # 4. The index names them.
+        replace_bytes(self.index_path, self.index_bytes(self.finals))
+        # 5. What no index names any more.
+        ours = re.compile(re.escape(self.prefix) + r"-\d{5}-of-\d{5}\.safetensors")
+        keep = set(self.finals)
+        for entry in os.listdir(self.folder):
+            old_shard = ours.fullmatch(entry) is not None and entry not in keep
+            match = UNFINISHED.fullmatch(entry)
+            staged_for = None if match is None else match.group(1)
+            if old_shard or (staged_for is not None and ours.fullmatch(staged_for) is not None):
+                _remove(os.path.join(self.folder, entry))
+        return self.index_path
+
+
+def index_bytes(groups: List[List[str]], metadata: Mapping[str, Any], names: List[str]) -> bytes:
+    """The index of a checkpoint whose shard ``names[i]`` holds the tensors
+    ``groups[i]``, with ``metadata``."""
+    weight_map = {t: names[i] for i, members in enumerate(groups) for t in members}
+    index = {"metadata": dict(metadata), "weight_map": dict(sorted(weight_map.items()))}
+    return (json.dumps(index, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _check_plan(max_shard_size: Any, prefix: Any) -> int:
+    """The shard size limit in bytes; ``ValueError`` for a bad limit or prefix."""
+    limit = parse_size(max_shard_size, "max_shard_size")
+    if limit <= 0:
+        raise ValueError(f"max_shard_size must be positive, got {max_shard_size!r}")
+    if not isinstance(prefix, str) or not prefix or "/" in prefix or "\0" in prefix:
+        raise ValueError(f"prefix must be a non-empty file name without '/', got {prefix!r}")
+    return limit
+
+
 def write_sharded(
     tensors: Dict[str, Any],
     folder: Any,
@@ -93,63 +181,231 @@ def write_sharded(
     A URL prefix of object storage (configured by ``storage_options``)
     gets shards with names of this save's own and the index last; the
     index's URL is returned."""
-    limit = parse_size(max_shard_size, "max_shard_size")
-    if limit <= 0:
-        raise ValueError(f"max_shard_size must be positive, got {max_shard_size!r}")
-    if not isinstance(prefix, str) or not prefix or "/" in prefix or "\0" in prefix:
-        raise ValueError(f"prefix must be a non-empty file name without '/', got {prefix!r}")
+    limit = _check_plan(max_shard_size, prefix)
     groups = plan_shards(sizes, limit)
-
-    def index_bytes(names: List[str]) -> bytes:
-        weight_map = {t: names[i] for i, members in enumerate(groups) for t in members}
-        index = {
-            "metadata": {"total_size": sum(sizes.values()), **(index_metadata or {})},
-            "weight_map": dict(sorted(weight_map.items())),
-        }
-        return (json.dumps(index, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-
     if _remote.is_url(folder):
+        meta = {"total_size": sum(sizes.values()), **(index_metadata or {})}
         shards = {"tensors": tensors, "groups": groups, "metadata": metadata}
-        return _write_to_url(folder, shards, save_one, prefix, index_bytes, storage_options)
+        render = functools.partial(index_bytes, groups, meta)
+        return _write_to_url(folder, shards, save_one, prefix, render, storage_options)
     if storage_options is not None:
         raise ValueError("storage_options apply to URLs (s3://, gs://, az://, https://...) only")
-    folder = os.fsdecode(os.fspath(folder))
-    os.makedirs(folder, exist_ok=True)
-    total = len(groups)
-    finals = [f"{prefix}-{i:05d}-of-{total:05d}.safetensors" for i in range(1, total + 1)]
-    token = os.urandom(8).hex()
-    staged = [staged_name(token, name) for name in finals]
-    index_path = os.path.join(folder, f"{prefix}.safetensors.index.json")
-
+    save = _LocalSave(folder, groups, sizes, prefix, index_metadata)
     # 1. The new shards, under names no reader knows yet.
-    written: List[str] = []
     try:
-        for members, name in zip(groups, staged, strict=True):
-            path = os.path.join(folder, name)
+        for members, path in zip(groups, save.staged, strict=True):
             save_one({n: tensors[n] for n in members}, path, metadata, True)
-            written.append(path)
     except BaseException:
-        for path in written:
-            _remove(path)
+        save.discard()
         raise
-    # 2. The commit: the index names the new shards.
-    replace_bytes(index_path, index_bytes(staged))
-    # 3. The ecosystem's names, each replaced in one step.
-    for at, (name, final) in enumerate(zip(staged, finals, strict=True)):
-        target = os.path.join(folder, final)
-        link_file(os.path.join(folder, name), target, readable(target), at == total - 1)
-    # 4. The index names them.
-    replace_bytes(index_path, index_bytes(finals))
-    # 5. What no index names any more.
-    ours = re.compile(re.escape(prefix) + r"-\d{5}-of-\d{5}\.safetensors")
-    keep = set(finals)
-    for entry in os.listdir(folder):
-        old_shard = ours.fullmatch(entry) is not None and entry not in keep
-        match = UNFINISHED.fullmatch(entry)
-        staged_for = None if match is None else match.group(1)
-        if old_shard or (staged_for is not None and ours.fullmatch(staged_for) is not None):
-            _remove(os.path.join(folder, entry))
-    return index_path
+    return save.commit()
+
+
+def write_sharded_from(
+    items: Any,
+    folder: Any,
+    layout: Layout,
+    *,
+    max_shard_size: Any = "5GB",
+    metadata: Optional[Mapping[str, str]] = None,
+    prefix: str = "model",
+    align: Optional[int] = None,
+    storage_options: Optional[Mapping[str, Any]] = None,
+) -> str:
+    """``save_sharded`` fed by ``items`` (a dict, or an iterable of ``(name,
+    tensor)`` pairs consumed as they come) with ``layout`` given: written
+    through :class:`ShardedWriter`; returns the index's path."""
+    if storage_options is not None or _remote.is_url(folder):
+        raise ValueError(
+            "a sharded save fed tensor by tensor (layout=) writes to a local folder; "
+            "save a dict to object storage instead (see docs/remote.md)"
+        )
+    pairs = items.items() if isinstance(items, abc.Mapping) else items
+    with ShardedWriter(
+        folder, layout, max_shard_size=max_shard_size, metadata=metadata, prefix=prefix, align=align
+    ) as writer:
+        for pair in pairs:
+            if not isinstance(pair, tuple) or len(pair) != 2:
+                raise TypeError(
+                    f"{writer.index_path}: tensors come as (name, tensor) pairs, got {pair!r:.80}"
+                )
+            writer.write(pair[0], pair[1])
+    return writer.index_path
+
+
+class ShardedWriter:
+    """A sharded checkpoint being written from its layout; made by
+    :func:`open_sharded_writer` (see there). Use it as a context manager, or
+    call :meth:`close` (or :meth:`abort`) yourself. Safe to share between
+    threads."""
+
+    def __init__(
+        self,
+        folder: Any,
+        layout: Layout,
+        *,
+        max_shard_size: Any = "5GB",
+        metadata: Optional[Mapping[str, str]] = None,
+        prefix: str = "model",
+        align: Optional[int] = None,
+        index_metadata: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        if _remote.is_url(folder):
+            raise ValueError(
+                "open_sharded_writer writes to a local folder; a sharded save to object "
+                "storage is save_sharded's (see docs/remote.md)"
+            )
+        limit = _check_plan(max_shard_size, prefix)
+        where = readable(os_path(folder))
+        entries = layout_entries(where, layout)
+        sizes = {name: tensor_bytes(dtype, shape) for name, dtype, shape in entries}
+        count = sum(element_count(shape) for _, _, shape in entries)
+        groups = plan_shards(sizes, limit)
+        self._save = _LocalSave(
+            folder, groups, sizes, prefix, {"total_parameters": count, **(index_metadata or {})}
+        )
+        self._lock = threading.Lock()
+        self._closed = False
+        self._writers: List[TensorWriter] = []
+        self._shard_of: Dict[str, TensorWriter] = {}
+        try:
+            for members, path in zip(groups, self._save.staged, strict=True):
+                part = {name: layout[name] for name in members}
+                writer = TensorWriter(path, part, metadata=metadata, align=align, durable=True)
+                self._writers.append(writer)
+                self._shard_of.update((name, writer) for name in members)
+        except BaseException:
+            self.abort()
+            raise
+
+    @property
+    def index_path(self) -> str:
+        """Where the index will be (what :func:`fastst.safe_open` opens)."""
+        return self._save.index_path
+
+    @property
+    def closed(self) -> bool:
+        """True once the checkpoint was saved (:meth:`close`) or discarded."""
+        return self._closed
+
+    def missing(self) -> List[str]:
+        """Names of the layout's tensors not written completely yet."""
+        return [name for w in self._writers if not w.closed for name in w.missing()]
+
+    def write(self, name: str, data: Any) -> None:
+        """Writes tensor ``name`` of the layout from ``data``, as
+        :meth:`fastst.TensorWriter.write` does (any order, any thread, each
+        tensor once; the same errors)."""
+        writer = self._shard_of.get(name) if isinstance(name, str) else None
+        if writer is None:
+            if self._closed:
+                raise closed_file_error(self._save.index_path)
+            where = self._save.index_path
+            if not isinstance(name, str):
+                raise TypeError(f"{where}: tensor names must be str, got {type(name).__name__}")
+            raise rule_error(
+                "tensor-not-in-layout", where, f"tensor {name!r} is not in the layout", name
+            )
+        writer.write(name, data)
+
+    def close(self) -> str:
+        """Saves the checkpoint when every tensor was written: each shard is
+        completed under its staged name, then the commit makes them the
+        checkpoint at once; returns the index's path. Otherwise nothing is
+        saved, the old checkpoint stays as it was, and
+        :class:`fastst.SerializeError` (rule ``tensors-missing``) names what
+        is missing."""
+        with self._lock:
+            if self._closed:
+                raise closed_file_error(self._save.index_path)
+            self._closed = True
+        missing = self.missing()
+        if missing:
+            self._discard()
+            shown = ", ".join(repr(n) for n in missing[:5])
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            raise rule_error(
+                "tensors-missing",
+                self._save.index_path,
+                f"{len(missing)} tensors of the layout were not written: {shown}{more}",
+                missing[0],
+            )
+        try:
+            for writer in self._writers:
+                writer.close()
+        except BaseException:
+            self._discard()
+            raise
+        return self._save.commit()
+
+    def abort(self) -> None:
+        """Discards the checkpoint being written: the folder keeps what it
+        held. Does nothing once closed."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._discard()
+
+    def _discard(self) -> None:
+        for writer in self._writers:
+            writer.abort()
+        self._save.discard()
+
+    def __enter__(self) -> ShardedWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self.missing())} tensors to write"
+        return f"<fastst.ShardedWriter {self._save.index_path!r}: {state}>"
+
+
+def open_sharded_writer(
+    folder: Any,
+    layout: Layout,
+    *,
+    max_shard_size: Any = "5GB",
+    metadata: Optional[Mapping[str, str]] = None,
+    prefix: str = "model",
+    align: Optional[int] = None,
+) -> ShardedWriter:
+    """A writer of a sharded checkpoint in ``folder`` holding the tensors of
+    ``layout`` (``name -> (dtype, shape)``, as for :func:`fastst.open_writer`)::
+
+        with fastst.open_sharded_writer("ckpt", layout, max_shard_size="2GB") as w:
+            for name, tensor in produce():   # any order, any thread
+                w.write(name, tensor)
+
+    The shards are planned from the layout as ``save_sharded`` plans them
+    (in the layout's order, at most ``max_shard_size`` bytes each; shards
+    ``{prefix}-00001-of-0000N.safetensors`` with ``metadata``, and
+    ``{prefix}.safetensors.index.json`` whose metadata has ``total_size``
+    and ``total_parameters``), and each tensor is written at its place in
+    its shard as it comes, so memory holds only the tensors in hand: a
+    checkpoint larger than memory can be written. When the block ends with
+    every tensor written, the checkpoint replaces what the folder held as
+    one (the commit of ``save_sharded``); an exception, a missing tensor or
+    :meth:`ShardedWriter.abort` leave the folder's old checkpoint as it was
+    and nothing of the new one."""
+    return ShardedWriter(
+        folder,
+        layout,
+        max_shard_size=max_shard_size,
+        metadata=metadata,
+        prefix=prefix,
+        align=align,
+    )
 
 
 def _write_to_url(

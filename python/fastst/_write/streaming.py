@@ -27,7 +27,7 @@ from collections import abc
 from types import TracebackType
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
-from .._dtypes import NUMPY_DTYPES, target_dtype
+from .._dtypes import FACTS, NUMPY_DTYPES, target_dtype
 from .._errors import SafetensorError, rule_error
 from .._fastst import DEFAULT_HEADER_CAP, LayoutWriter
 from .._paths import os_path, readable
@@ -90,7 +90,7 @@ def _layout_shape(where: str, name: str, shape: Any) -> List[int]:
     return dims
 
 
-def _entries(where: str, layout: Any) -> List[Tuple[str, str, List[int]]]:
+def layout_entries(where: str, layout: Any) -> List[Tuple[str, str, List[int]]]:
     """``(name, header dtype, header shape)`` of each entry of ``layout``."""
     if not isinstance(layout, abc.Mapping):
         raise TypeError(
@@ -117,6 +117,20 @@ def _entries(where: str, layout: Any) -> List[Tuple[str, str, List[int]]]:
             shape[-1] *= 2
         entries.append((name, dtype, shape))
     return entries
+
+
+def element_count(shape: Sequence[int]) -> int:
+    """Elements of a tensor of ``shape`` (1 for a scalar)."""
+    count = 1
+    for d in shape:
+        count *= d
+    return count
+
+
+def tensor_bytes(dtype: str, shape: Sequence[int]) -> int:
+    """Bytes of a tensor of header ``dtype`` and header ``shape`` (packed
+    dtypes rounded up to whole bytes)."""
+    return -(-element_count(shape) * FACTS[dtype]["bits"] // 8)
 
 
 def _framework_input(name: str, value: Any, keep_alive: List[Any]) -> Any:
@@ -149,7 +163,7 @@ class TensorWriter:
     ) -> None:
         target = os_path(path)
         where = readable(target)
-        entries = _entries(where, layout)
+        entries = layout_entries(where, layout)
         meta = check_metadata(where, metadata)
         unit = check_align(where, align)
         if durable is not None and not isinstance(durable, bool):
