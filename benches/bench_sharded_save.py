@@ -9,6 +9,9 @@ runs each case once, rotating the order; ``os.sync()`` before each case):
 - ``fastst``: ``fastst.torch.save_sharded`` over the checkpoint of the round before (the
   whole-or-nothing commit: staged shards, the index switched, final names linked, the index
   switched again), every file flushed;
+- ``fed``: the same save fed tensor by tensor (``save_sharded(pairs, layout=...)``, the
+  streaming sharded writer: each tensor written at its offset in its shard), over the
+  checkpoint of the round before;
 - ``hub``: huggingface_hub's ``save_torch_state_dict`` (the reference package writing each
   shard) into the same kind of folder, then an ``fsync`` of every file it wrote, so that both
   saves end with the data on the disk.
@@ -51,6 +54,11 @@ CHILD = textwrap.dedent(
         import fastst.torch as ft
         start = time.perf_counter()
         ft.save_sharded(state, folder, max_shard_size=limit)
+    elif case == "fed":
+        import fastst.torch as ft
+        layout = {n: (t.dtype, tuple(t.shape)) for n, t in state.items()}
+        start = time.perf_counter()
+        ft.save_sharded(iter(state.items()), folder, max_shard_size=limit, layout=layout)
     elif case == "hub":
         from huggingface_hub import save_torch_state_dict
         start = time.perf_counter()
@@ -79,7 +87,7 @@ CHILD = textwrap.dedent(
     """
 )
 
-CASES = ("dd", "fastst", "hub")
+CASES = ("dd", "fastst", "fed", "hub")
 
 
 def run(case: str, folder: str, gb: float, shards: int) -> Dict[str, float]:
@@ -108,7 +116,7 @@ def main() -> int:
         order = CASES[r % len(CASES) :] + CASES[: r % len(CASES)]
         for case in order:
             folder = os.path.join(args.dir, case)
-            if case != "fastst":
+            if case not in ("fastst", "fed"):
                 shutil.rmtree(folder, ignore_errors=True)
             results[case].append(run(case, folder, args.gb, args.shards))
         load = os.getloadavg()[0]
@@ -131,6 +139,7 @@ def main() -> int:
         f"(worst round {1 / worst:.2f}x)"
     )
     print(f"fastst vs huggingface_hub (hub s / fastst s): {med['hub'] / med['fastst']:.2f}x")
+    print(f"fed vs dd: {med['dd'] / med['fed']:.2f}x, vs hub: {med['hub'] / med['fed']:.2f}x")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

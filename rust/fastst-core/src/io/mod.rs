@@ -21,7 +21,7 @@ pub(crate) use sys::link_unnamed;
 #[cfg(all(test, target_os = "linux"))]
 pub(crate) use sys::{advise_random, drop_cached, tests::cache_state_of};
 pub(crate) use sys::{advise_sequential, advise_sequential_from, advise_willneed};
-pub(crate) use sys::{set_direct, sync_range, SyncRange};
+pub(crate) use sys::{reopen_direct_for_writing, set_direct, sync_range, SyncRange};
 
 use std::fs::{File, Metadata};
 use std::path::Path;

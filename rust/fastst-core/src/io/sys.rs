@@ -226,6 +226,30 @@ pub(crate) fn set_direct(file: &File, on: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// A second open file description of the file `file` is open on, for
+/// writing with `O_DIRECT` (reopened through `/proc`, never by a path that
+/// may name another file by now; an unnamed `O_TMPFILE` file too). `None`
+/// where the system or the file system does not offer it.
+#[cfg(target_os = "linux")]
+pub(crate) fn reopen_direct_for_writing(file: &File) -> Option<File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    use std::os::unix::io::AsRawFd;
+    let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let direct = File::options()
+        .write(true)
+        .custom_flags(libc::O_DIRECT | libc::O_NOCTTY)
+        .open(path)
+        .ok()?;
+    let (a, b) = (file.metadata().ok()?, direct.metadata().ok()?);
+    ((a.dev(), a.ino()) == (b.dev(), b.ino()) && b.is_file()).then_some(direct)
+}
+
+/// A direct descriptor for writing: not offered on this system.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn reopen_direct_for_writing(_file: &File) -> Option<File> {
+    None
+}
+
 /// Turns `O_DIRECT` on or off: not offered on this system.
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn set_direct(_file: &File, _on: bool) -> io::Result<()> {

@@ -12,17 +12,30 @@
 //! [`LayoutWriter::commit`] finds every tensor written completely; dropped
 //! or [`LayoutWriter::abort`]ed before that, it vanishes and the target is
 //! left as it was.
+//!
+//! A durable writer writes around the page cache where the file system
+//! allows it, as durable saves do (see [`super::writeback`]): the whole
+//! aligned blocks inside a tensor go through a page-aligned buffer of
+//! [`DIRECT_CHUNK`] bytes per tensor being written to a second, `O_DIRECT`
+//! descriptor of the file; the few bytes at a tensor's edges, which share a
+//! block with the header or a neighbour, go through the page cache. No block
+//! is written both ways, and the commit's `fsync` flushes both.
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock};
+
+use memmap2::MmapMut;
 
 use super::atomic::AtomicFile;
 use super::plan::{PlannedTensor, WritePlan};
+use super::writeback::DIRECT_CHUNK;
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
-use crate::io::{sync_range, write_all_at, SyncRange};
+use crate::io::{reopen_direct_for_writing, sync_range, write_all_at, SyncRange, DIRECT_ALIGN};
 
 /// How many missing tensors a [`Error::TensorsMissing`] message names.
 const NAMED_MISSING: usize = 5;
@@ -62,6 +75,13 @@ pub struct LayoutWriter {
     /// they wait for writes in flight.
     file: RwLock<Option<AtomicFile>>,
     durable: bool,
+    /// A durable writer's `O_DIRECT` descriptor of the same file, where
+    /// the file system offers one.
+    direct: Option<File>,
+    /// Set when a direct write was refused: the page cache from then on.
+    direct_refused: AtomicBool,
+    /// Aligned buffers of direct writes, reused from tensor to tensor.
+    buffers: Mutex<Vec<MmapMut>>,
 }
 
 impl LayoutWriter {
@@ -80,6 +100,11 @@ impl LayoutWriter {
             file.set_len(plan.total_len())
                 .map_err(|e| Error::io("setting the new file's length", e))?;
         }
+        let direct = if durable {
+            reopen_direct_for_writing(atomic.file()?)
+        } else {
+            None
+        };
         let by_name = plan
             .tensors()
             .iter()
@@ -96,6 +121,9 @@ impl LayoutWriter {
             }),
             file: RwLock::new(Some(atomic)),
             durable,
+            direct,
+            direct_refused: AtomicBool::new(false),
+            buffers: Mutex::new(Vec::new()),
         })
     }
 
@@ -107,6 +135,27 @@ impl LayoutWriter {
     /// Whether the data is flushed to the device before the commit.
     pub fn durable(&self) -> bool {
         self.durable
+    }
+
+    /// True while whole blocks are written around the page cache.
+    pub fn direct(&self) -> bool {
+        self.direct.is_some() && !self.direct_refused.load(Ordering::Relaxed)
+    }
+
+    /// Writes the aligned `bytes` at the aligned `at` directly; where the
+    /// file system refuses (or a short write leaves the rest unaligned,
+    /// `EINVAL` either way), through the page cache instead, for good,
+    /// which then reports the real cause of a failure.
+    fn write_direct(&self, file: &File, bytes: &[u8], at: u64) -> io::Result<()> {
+        if let (Some(direct), false) = (&self.direct, self.direct_refused.load(Ordering::Relaxed)) {
+            match write_all_at(direct, bytes, at) {
+                Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                    self.direct_refused.store(true, Ordering::Relaxed);
+                }
+                done => return done,
+            }
+        }
+        write_all_at(file, bytes, at)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -155,6 +204,8 @@ impl LayoutWriter {
             index,
             filled: 0,
             finished: false,
+            buffer: None,
+            buffered: 0,
         })
     }
 
@@ -233,6 +284,11 @@ impl LayoutWriter {
         drop(self.take_file());
     }
 
+    /// The direct writes' spare buffers.
+    fn pool(&self) -> MutexGuard<'_, Vec<MmapMut>> {
+        self.buffers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn take_file(&self) -> Option<AtomicFile> {
         self.file.write().unwrap_or_else(|e| e.into_inner()).take()
     }
@@ -264,9 +320,13 @@ pub struct TensorWrite<'w> {
     writer: &'w LayoutWriter,
     /// Position in the plan's tensors (file order).
     index: usize,
-    /// Bytes written so far.
+    /// Bytes given so far (written, or held in `buffer`).
     filled: u64,
     finished: bool,
+    /// A direct write's aligned buffer, holding the last `buffered` bytes
+    /// given (they start at an aligned offset of the file).
+    buffer: Option<MmapMut>,
+    buffered: usize,
 }
 
 impl TensorWrite<'_> {
@@ -293,21 +353,85 @@ impl TensorWrite<'_> {
                 got,
             });
         }
-        let at = self
+        let too_large = || Error::FileTooLarge {
+            reason: "the file would exceed 2^64 bytes".to_owned(),
+        };
+        let start = self
             .writer
             .plan
             .data_start()
             .checked_add(t.begin)
-            .and_then(|p| p.checked_add(self.filled))
-            .ok_or_else(|| Error::FileTooLarge {
-                reason: "the file would exceed 2^64 bytes".to_owned(),
-            })?;
-        self.writer.with_file(|file| {
-            write_all_at(file, bytes, at)
-                .map_err(|e| Error::io(format!("writing the data of tensor {:?}", t.name), e))
+            .ok_or_else(too_large)?;
+        let end = start.checked_add(t.byte_len()).ok_or_else(too_large)?;
+        let at = start.checked_add(self.filled).ok_or_else(too_large)?;
+        // The whole blocks inside the tensor, through the aligned buffer
+        // (written directly, or through the cache once direct writes were
+        // refused: the same ranges either way).
+        let (a, b) = if self.writer.direct.is_some() {
+            (
+                start.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN,
+                end / DIRECT_ALIGN * DIRECT_ALIGN,
+            )
+        } else {
+            (end, end)
+        };
+        let name = t.name.clone();
+        let failed = |e| Error::io(format!("writing the data of tensor {name:?}"), e);
+        let mut pos = at;
+        let mut rest = bytes;
+        let writer = self.writer;
+        writer.with_file(|file| {
+            while !rest.is_empty() {
+                if a < b && (a..b).contains(&pos) {
+                    let took = self.to_buffer(file, rest, pos, b).map_err(failed)?;
+                    rest = &rest[took..];
+                    pos += took as u64;
+                } else {
+                    let edge = if pos < a { a.min(end) } else { end };
+                    let take = usize::try_from(edge - pos)
+                        .unwrap_or(usize::MAX)
+                        .min(rest.len());
+                    write_all_at(file, &rest[..take], pos).map_err(failed)?;
+                    rest = &rest[take..];
+                    pos += take as u64;
+                }
+            }
+            Ok(())
         })?;
         self.filled = got;
         Ok(())
+    }
+
+    /// Copies the start of `bytes` (the file's bytes from `pos`, inside the
+    /// direct range ending at `b`) into the aligned buffer, and writes the
+    /// buffer when it is full or reaches `b`; returns how many bytes it took.
+    fn to_buffer(&mut self, file: &File, bytes: &[u8], pos: u64, b: u64) -> io::Result<usize> {
+        let mut buffer = match self.buffer.take() {
+            Some(buffer) => buffer,
+            None => {
+                let pooled = self.writer.pool().pop();
+                match pooled {
+                    Some(buffer) => buffer,
+                    None => MmapMut::map_anon(DIRECT_CHUNK)?,
+                }
+            }
+        };
+        let room = buffer.len() - self.buffered;
+        let left = usize::try_from(b - pos).unwrap_or(usize::MAX);
+        let take = room.min(left).min(bytes.len());
+        buffer[self.buffered..self.buffered + take].copy_from_slice(&bytes[..take]);
+        self.buffered += take;
+        let end = pos + take as u64;
+        let mut written = Ok(());
+        if self.buffered == buffer.len() || end == b {
+            let from = end - self.buffered as u64;
+            written = self
+                .writer
+                .write_direct(file, &buffer[..self.buffered], from);
+            self.buffered = 0;
+        }
+        self.buffer = Some(buffer);
+        written.map(|()| take)
     }
 
     /// Checks the tensor got exactly its bytes and marks it written. For a
@@ -345,6 +469,9 @@ impl TensorWrite<'_> {
 
 impl Drop for TensorWrite<'_> {
     fn drop(&mut self) {
+        if let Some(buffer) = self.buffer.take() {
+            self.writer.pool().push(buffer);
+        }
         if self.finished {
             return;
         }
@@ -429,6 +556,61 @@ mod tests {
         let e = w.begin("a", Dtype::F32, &[2]).expect_err("closed");
         assert_eq!(e.rule(), "closed-file");
         assert_eq!(w.commit().expect_err("closed").rule(), "closed-file");
+    }
+
+    /// A durable writer with tensors spanning many blocks, none aligned,
+    /// written in odd parts, in any order, from several threads: the bytes
+    /// are the serializer's, and where the file system takes direct writes
+    /// the tensors' whole blocks went around the page cache.
+    #[test]
+    fn durable_writes_of_unaligned_tensors_give_the_serialized_bytes() {
+        let dir = temp_dir("direct");
+        let path = dir.join("m.safetensors");
+        let sizes = [3usize, 5000, 4096, 3 * (DIRECT_CHUNK + 12_345), 70_000, 1];
+        let tensors: Vec<NewTensor> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| NewTensor::new(&format!("t{i}"), Dtype::U8, vec![*n as u64]))
+            .collect();
+        let data: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (0..*n).map(|j| (j * 31 + i * 7 + j / 4096) as u8).collect())
+            .collect();
+        let p = plan(tensors, Some(vec![("format", "pt")])).expect("plan");
+        let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+        let expected = serialize(&p, &refs).expect("ser");
+        let w = LayoutWriter::create(p, &path, Some(true)).expect("create");
+        let direct = w.direct();
+        std::thread::scope(|scope| {
+            for (i, bytes) in data.iter().enumerate().rev() {
+                let w = &w;
+                scope.spawn(move || {
+                    let name = format!("t{i}");
+                    let mut t = w
+                        .begin(&name, Dtype::U8, &[bytes.len() as u64])
+                        .expect("begin");
+                    for part in bytes.chunks(777_777 + i) {
+                        t.write(part).expect("write");
+                    }
+                    t.finish().expect("finish");
+                });
+            }
+        });
+        w.commit().expect("commit");
+        #[cfg(target_os = "linux")]
+        if direct {
+            use crate::io::cache_state_of;
+            let file = File::open(&path).expect("open");
+            // The big tensor's whole blocks, after its first edge block.
+            let start = expected.len() as u64 - 70_001 - 3 * (DIRECT_CHUNK as u64 + 12_345);
+            let from = start.div_ceil(4096) * 4096 + 4096;
+            if let Some((cached, _, _)) = cache_state_of(&file, from, 2 * DIRECT_CHUNK as u64) {
+                assert_eq!(cached, 0, "written around the page cache");
+            }
+        }
+        let _ = direct;
+        assert_eq!(fs::read(&path).expect("read"), expected);
     }
 
     #[test]
