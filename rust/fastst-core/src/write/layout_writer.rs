@@ -383,7 +383,7 @@ impl TensorWrite<'_> {
         writer.with_file(|file| {
             while !rest.is_empty() {
                 if a < b && (a..b).contains(&pos) {
-                    let took = self.to_buffer(file, rest, pos, b).map_err(failed)?;
+                    let took = self.fill_buffer(file, rest, pos, b).map_err(failed)?;
                     rest = &rest[took..];
                     pos += took as u64;
                 } else {
@@ -405,7 +405,7 @@ impl TensorWrite<'_> {
     /// Copies the start of `bytes` (the file's bytes from `pos`, inside the
     /// direct range ending at `b`) into the aligned buffer, and writes the
     /// buffer when it is full or reaches `b`; returns how many bytes it took.
-    fn to_buffer(&mut self, file: &File, bytes: &[u8], pos: u64, b: u64) -> io::Result<usize> {
+    fn fill_buffer(&mut self, file: &File, bytes: &[u8], pos: u64, b: u64) -> io::Result<usize> {
         let mut buffer = match self.buffer.take() {
             Some(buffer) => buffer,
             None => {
