@@ -570,7 +570,7 @@ mod tests {
         let tensors: Vec<NewTensor> = sizes
             .iter()
             .enumerate()
-            .map(|(i, n)| NewTensor::new(&format!("t{i}"), Dtype::U8, vec![*n as u64]))
+            .map(|(i, n)| NewTensor::new(format!("t{i}"), Dtype::U8, vec![*n as u64]))
             .collect();
         let data: Vec<Vec<u8>> = sizes
             .iter()
