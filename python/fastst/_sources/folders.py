@@ -59,6 +59,20 @@ WEIGHTS_SUFFIX = ".safetensors"
 #: The ecosystem's name of a shard: ``{prefix}-00001-of-00002.safetensors``.
 _SHARD_NAME = re.compile(r"(.+)-\d{5}-of-\d{5}\.safetensors")
 
+#: A shard name's stem with the part of one save's own that shards saved
+#: to object storage carry (see :func:`shard_name`).
+_SAVE_PART = re.compile(r"(.+)-[0-9a-f]{8}")
+
+
+def shard_name(prefix: str, number: int, total: int, part: str = "") -> str:
+    """The name of shard ``number`` of ``total`` of the checkpoint
+    ``{prefix}.safetensors.index.json``: ``{prefix}-00001-of-00003.safetensors``,
+    or with ``part`` (8 hex digits, one save's own, for stores that cannot
+    rename) ``{prefix}-{part}-00001-of-00003.safetensors``."""
+    stem = f"{prefix}-{part}" if part else prefix
+    return f"{stem}-{number:05d}-of-{total:05d}.safetensors"
+
+
 UNFINISHED = re.compile(r"\.[0-9a-f]{16}\.fastst-tmp(?:\.(.+\.safetensors))?")
 
 
@@ -219,10 +233,18 @@ def claimed_shards(index_path: str) -> Set[str]:
     return {path for path in named if path}
 
 
-def _own_shard(name: str, prefixes: Set[str]) -> bool:
-    """Whether ``name`` is a shard's name of the index of one of ``prefixes``."""
+def own_shard(name: str, prefixes: Set[str]) -> bool:
+    """Whether ``name`` is a shard's name (:func:`shard_name`, with or without
+    a save's own part) of the index of one of ``prefixes``: such a file
+    belongs to that checkpoint (or to a save of it that did not finish), never
+    a checkpoint of its own."""
     match = _SHARD_NAME.fullmatch(name)
-    return match is not None and match.group(1) in prefixes
+    if match is None:
+        return False
+    if match.group(1) in prefixes:
+        return True
+    part = _SAVE_PART.fullmatch(match.group(1))
+    return part is not None and part.group(1) in prefixes
 
 
 def checkpoint_in(folder: str) -> str:
@@ -251,7 +273,7 @@ def checkpoint_in(folder: str) -> str:
     candidates: List[str] = indexes + [
         w
         for w in weights
-        if os.path.normpath(os.path.join(folder, w)) not in shards and not _own_shard(w, prefixes)
+        if os.path.normpath(os.path.join(folder, w)) not in shards and not own_shard(w, prefixes)
     ]
     if len(candidates) == 1:
         if shard_problem(folder, candidates[0]) is not None:

@@ -27,7 +27,7 @@ from .._errors import rule_error
 from .._fastst import RawFile
 from .._paths import readable
 from .._settings import index_cap
-from .folders import INDEX_SUFFIX, WEIGHTS_SUFFIX, parse_index
+from .folders import INDEX_SUFFIX, WEIGHTS_SUFFIX, own_shard, parse_index
 from .raw import RawSource
 from .sharded import ShardedFile
 
@@ -113,7 +113,10 @@ def checkpoint_under(url: str, opts: Options) -> str:
     for index in indexes:
         weight_map = read_index(url + quote(index), opts)[1]["weight_map"]
         claimed |= {s for s in weight_map.values() if isinstance(s, str)}
-    candidates = indexes + [w for w in weights if w not in claimed]
+    # Shards named as an index's own, with this save's part or an earlier
+    # one's (a save that was killed, or whose clean-up failed), belong to it.
+    prefixes = {i[: -len(INDEX_SUFFIX)] for i in indexes}
+    candidates = indexes + [w for w in weights if w not in claimed and not own_shard(w, prefixes)]
     if len(candidates) == 1:
         return url + quote(candidates[0])
     if not candidates:

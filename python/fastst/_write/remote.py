@@ -65,6 +65,14 @@ def shards_named(index_url: str, storage_options: Optional[Mapping[str, Any]]) -
     return sorted({s for s in weight_map.values() if isinstance(s, str)})
 
 
+def names_under(prefix_url: str, storage_options: Optional[Mapping[str, Any]]) -> List[str]:
+    """The names of the objects directly under ``prefix_url`` (ending in ``/``); none when the
+    prefix holds more than the listing cap (nothing is then cleaned up)."""
+    url = display(prefix_url)
+    names = _fastst.list_remote(prefix_url, url, _remote.options(storage_options), _remote.LIST_CAP)
+    return list(names or [])
+
+
 def shard_url(prefix_url: str, name: str) -> str:
     """The URL of the object ``name`` (a plain file name) under ``prefix_url`` (ending in
     ``/``), percent-encoded as shard names of indexes are read."""

@@ -30,7 +30,11 @@ see :mod:`fastst._write.remote`), then the index is written last, in one
 request, which is the commit; an old index never names a new shard. Then
 the shards the old index named and the new one does not are deleted. A
 failure before the index is written deletes the shards uploaded so far and
-leaves the old checkpoint as it was.
+leaves the old checkpoint as it was. A save killed before its index leaves
+its shards behind (a killed process deletes nothing; its multipart upload in
+flight stays pending until the store's lifecycle rule aborts it): no index
+names them and readers of the prefix ignore them (they are named as the
+index's own), and the next save under the prefix deletes them.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from .._errors import closed_file_error, rule_error
 from .._fastst import link_file
 from .._paths import os_path, readable
 from .._settings import parse_size
-from .._sources.folders import UNFINISHED
+from .._sources.folders import UNFINISHED, own_shard, shard_name
 from . import remote as _remote
 from .atomic import replace_bytes
 from .streaming import Layout, TensorWriter, element_count, layout_entries, tensor_bytes
@@ -104,7 +108,7 @@ class _LocalSave:
         self.groups = groups
         self.prefix = prefix
         total = len(groups)
-        self.finals = [f"{prefix}-{i:05d}-of-{total:05d}.safetensors" for i in range(1, total + 1)]
+        self.finals = [shard_name(prefix, i, total) for i in range(1, total + 1)]
         token = os.urandom(8).hex()
         self.staged = [os.path.join(self.folder, staged_name(token, n)) for n in self.finals]
         self.index_path = os.path.join(self.folder, f"{prefix}.safetensors.index.json")
@@ -426,9 +430,7 @@ def _write_to_url(
     total = len(groups)
     while True:  # a part of this save's own: no name the old index holds
         token = os.urandom(4).hex()
-        names = [
-            f"{prefix}-{token}-{i:05d}-of-{total:05d}.safetensors" for i in range(1, 1 + total)
-        ]
+        names = [shard_name(prefix, i, total, token) for i in range(1, 1 + total)]
         if not set(names) & set(old):
             break
     # 1. The shards, each uploaded whole, under names no index names.
@@ -445,8 +447,14 @@ def _write_to_url(
         for url in written:  # named by no index: not part of any checkpoint
             _forget(url, storage_options)
         raise
-    # 3. What the old index named and the new one does not.
-    for name in sorted(set(old) - set(names)):
+    # 3. What the old index named and the new one does not, and shards of
+    # saves that never finished (named as this index's own, with a part of
+    # their own): no index names them.
+    try:
+        strays = [n for n in _remote.names_under(base, storage_options) if own_shard(n, {prefix})]
+    except Exception:  # a failed listing leaves them: the checkpoint is whole
+        strays = []
+    for name in sorted((set(old) | set(strays)) - set(names)):
         if "/" not in name and name not in (".", ".."):
             _forget(_remote.shard_url(base, name), storage_options)
     return index_url
