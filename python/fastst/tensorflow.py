@@ -50,10 +50,19 @@ def save_file(
     *,
     durable: Optional[bool] = None,
     align: Optional[int] = None,
+    storage_options: Optional[Mapping[str, str]] = None,
 ) -> None:
     """Writes ``tensors`` and optional string ``metadata`` to ``filename``,
-    atomically; ``durable`` and ``align`` as :func:`fastst.numpy.save_file`'s."""
-    _io.save_file(tensors, filename, metadata, durable=durable, align=align)
+    atomically; ``durable``, ``align``, and a URL with ``storage_options``
+    as :func:`fastst.numpy.save_file` takes them."""
+    _io.save_file(
+        tensors,
+        filename,
+        metadata,
+        durable=durable,
+        align=align,
+        storage_options=storage_options,
+    )
 
 
 def load(data: bytes) -> Dict[str, tf.Tensor]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import _thread
 import hashlib
+import importlib.util
 import json
 import re
 import subprocess
@@ -152,6 +153,40 @@ def test_torch_saves_to_a_url(site: Site, tmp_path: Path) -> None:
         tensors, site.url(site.name), {"format": "pt"}, storage_options=_options(site)
     )
     assert _object(site) == path.read_bytes()
+
+
+FRAMEWORK_SAVE = {
+    "flax": "import jax.numpy as jnp; t = {'w': jnp.asarray(w)}",
+    "tensorflow": "import tensorflow as tf; t = {'w': tf.constant(w)}",
+    "paddle": "import paddle; t = {'w': paddle.to_tensor(w)}",
+    "mlx": "import mlx.core as mx; t = {'w': mx.array(w)}",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", sorted(FRAMEWORK_SAVE))
+def test_every_framework_saves_to_a_url(site: Site, tmp_path: Path, framework: str) -> None:
+    """Each framework module's ``save_file`` takes a URL and ``storage_options`` (in a process of
+    its own: some frameworks cannot be imported after others)."""
+    module = {"flax": "jax", "tensorflow": "tensorflow", "paddle": "paddle", "mlx": "mlx"}
+    if importlib.util.find_spec(module[framework]) is None:
+        pytest.skip(f"{framework} is not installed here")
+    w = np.arange(3 << 20, dtype=np.float32).reshape(3072, 1024)
+    np.save(tmp_path / "w.npy", w)
+    script = (
+        "import json, sys, numpy as np\n"
+        f"w = np.load({str(tmp_path / 'w.npy')!r})\n"
+        f"{FRAMEWORK_SAVE[framework]}\n"
+        f"import fastst.{framework} as fw\n"
+        "fw.save_file(t, sys.argv[1], {'format': 'x'}, storage_options=json.loads(sys.argv[2]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, site.url(site.name), json.dumps(_options(site))],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert _object(site) == _local({"w": w}, tmp_path, metadata={"format": "x"})
 
 
 # whole or nothing -----------------------------------------------------------------------------
