@@ -187,12 +187,16 @@ def environment(scratch: Path) -> Dict[str, str]:
     return env
 
 
+#: The recipes that read or write object storage.
+REMOTE = ("remote", "s3save")
+
+
 @contextlib.contextmanager
 def services(name: str, folder: Path) -> Iterator[Dict[str, str]]:
     """What a recipe needs besides files, as environment variables: the
-    remote recipe gets an S3-compatible store (SeaweedFS, as in the remote
+    remote recipes get an S3-compatible store (SeaweedFS, as in the remote
     tests) holding `folder`'s model.safetensors in the bucket `models`."""
-    if name != "remote":
+    if name not in REMOTE:
         yield {}
         return
     sys.path.insert(0, str(ROOT / "tests"))

