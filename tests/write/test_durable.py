@@ -204,6 +204,31 @@ def test_full_filesystem_during_a_durable_replace(full_fs: Path) -> None:
     assert (fnp.load_file(old)["w"] == 1).all()
 
 
+def test_full_filesystem_under_the_streaming_writers(full_fs: Path) -> None:
+    # open_writer and the sharded writer (durable, tensors written at their offsets, whole
+    # blocks directly) run out of space part-way: the write raises ENOSPC naming the file, and
+    # the folder keeps its old checkpoint and nothing else.
+    folder = full_fs / "ckpt"
+    old = {f"t{i}": np.full(4 << 20, i, dtype=np.uint8) for i in range(4)}  # 16 MiB
+    fnp.save_sharded(old, folder, max_shard_size="9MB")
+    before = {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    layout = {f"t{i}": ("U8", [10 << 20]) for i in range(4)}  # 40 MiB
+    with pytest.raises(OSError) as info:
+        with fastst.open_sharded_writer(folder, layout, max_shard_size="11MB") as w:
+            for i in range(4):
+                w.write(f"t{i}", np.ones(10 << 20, dtype=np.uint8))
+    assert info.value.errno in (errno.ENOSPC, errno.EDQUOT), info.value
+    assert "t" in str(info.value)
+    assert {p.name: p.read_bytes() for p in sorted(folder.iterdir())} == before
+    single = full_fs / "one.safetensors"
+    with pytest.raises(OSError) as info:
+        with fastst.open_writer(single, {"w": ("U8", [40 << 20])}) as w1:
+            w1.write("w", np.ones(40 << 20, dtype=np.uint8))
+    assert info.value.errno in (errno.ENOSPC, errno.EDQUOT), info.value
+    assert not single.exists()
+    assert sorted(p.name for p in full_fs.iterdir() if p.name != "lost+found") == ["ckpt"]
+
+
 SAVER = """
 import sys, numpy as np, fastst.numpy as fnp
 value = int(sys.argv[2])
