@@ -150,12 +150,9 @@ def _sharded(url: str, opts: Options, header_cap: int) -> ShardedFile:
     index = read_index(url, opts)[1]
     shards = list(placements(None, index["weight_map"], lambda *_: None))
     urls = [shard_url(url, shard) for shard in shards]
-    opened = dict(
-        zip(
-            shards,
-            _fastst.open_urls(urls, [display(u) for u in urls], opts, header_cap, SHARDS_AT_ONCE),
-        )
-    )
+    got = _fastst.open_urls(urls, [display(u) for u in urls], opts, header_cap, SHARDS_AT_ONCE)
+    # The list ends at the first failure: the walk below raises it there.
+    opened = dict(zip(shards, got, strict=False))
 
     def open_shard(shard: str) -> Optional[RawFile]:
         got = opened.pop(shard)

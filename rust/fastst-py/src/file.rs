@@ -110,13 +110,18 @@ impl RawFile {
     }
 
     /// Runs the reads `work` without the GIL: those of an object of a
-    /// store hearing Ctrl-C ([`hearing_signals`]).
+    /// store hearing Ctrl-C ([`hearing_signals`]). A read that failed
+    /// because the file was closed meanwhile (its waits cancelled) is
+    /// rule `closed-file`.
     fn reading<T: Send>(
         &self,
         py: Python<'_>,
         work: impl FnOnce() -> fastst_core::Result<T> + Send,
     ) -> PyResult<T> {
-        hearing_signals(py, self.canceller(), |_| work())?.in_file(&self.name)
+        match hearing_signals(py, self.canceller(), |_| work())? {
+            Err(_) if self.closed() => Err(closed(&self.name)),
+            done => done.in_file(&self.name),
+        }
     }
 }
 
@@ -362,7 +367,9 @@ impl RawFile {
         let t = self.lookup(&file, name)?;
         let dst = writable(&out)?;
         let file = &*file;
-        self.reading(py, move || file.read_tensor_into(t, offset, dst.into_slice()))
+        self.reading(py, move || {
+            file.read_tensor_into(t, offset, dst.into_slice())
+        })
     }
 
     /// Copies the elements of tensor `name` that `dims` select, one

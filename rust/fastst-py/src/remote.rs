@@ -86,7 +86,9 @@ fn open_urls<'py>(
     concurrency: usize,
 ) -> PyResult<Bound<'py, PyList>> {
     if urls.len() != names.len() {
-        return Err(PyValueError::new_err("urls and names must have the same length"));
+        return Err(PyValueError::new_err(
+            "urls and names must have the same length",
+        ));
     }
     let cancel = Cancel::default();
     let next = AtomicUsize::new(0);

@@ -91,9 +91,7 @@ pub(crate) fn hearing_signals<'env, T: Send>(
             .name("fastst-wait".into())
             .spawn_scoped(scope, move || work(&Caller { jobs: Some(tx) }));
         let helper = helper.map_err(|e| {
-            PyOSError::new_err(format!(
-                "cannot start a thread to wait on the store: {e}"
-            ))
+            PyOSError::new_err(format!("cannot start a thread to wait on the store: {e}"))
         })?;
         let mut raised: Option<PyErr> = None;
         loop {

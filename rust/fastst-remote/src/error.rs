@@ -75,7 +75,11 @@ fn shown(text: &str) -> String {
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{} [... {} more bytes not shown]", &text[..end], text.len() - end)
+    format!(
+        "{} [... {} more bytes not shown]",
+        &text[..end],
+        text.len() - end
+    )
 }
 
 /// `text` (a store's answer, which may quote the URL it requested) with
@@ -159,15 +163,14 @@ mod tests {
         let cut = shown(&long);
         assert!(cut.len() < ANSWER_SHOWN + 64 && cut.ends_with("more bytes not shown]"));
         assert_eq!(shown("short"), "short");
-        let wrapped = |inner: Box<dyn std::error::Error + Send + Sync>| {
-            object_store::Error::Generic {
+        let wrapped =
+            |inner: Box<dyn std::error::Error + Send + Sync>| object_store::Error::Generic {
                 store: "HTTP",
                 source: Box::new(object_store::client::HttpError::new_boxed(
                     object_store::client::HttpErrorKind::Connect,
                     inner,
                 )),
-            }
-        };
+            };
         let over = from_store("cannot list", wrapped(Box::new(OverCap)));
         assert_eq!(over.rule(), "remote-answer-over-cap");
         let emfile = wrapped(Box::new(std::io::Error::from_raw_os_error(libc::EMFILE)));

@@ -180,13 +180,20 @@ mod tests {
         let short = rt.block_on(head(body(vec![b"<Error>denied</Error>".to_vec()])));
         assert_eq!(short, "<Error>denied</Error>");
         let long = rt.block_on(head(body(vec![vec![b'x'; ERROR_BODY_KEPT * 3]])));
-        assert!(long.starts_with(&"x".repeat(ERROR_BODY_KEPT)), "{}", long.len());
+        assert!(
+            long.starts_with(&"x".repeat(ERROR_BODY_KEPT)),
+            "{}",
+            long.len()
+        );
         assert!(long.ends_with("[... the rest of the answer was not read]"));
         assert!(long.len() < ERROR_BODY_KEPT + 100);
         let page = rt.block_on(whole(body(vec![vec![1u8; 1000]]))).unwrap();
         assert_eq!(page.len(), 1000);
         let huge = rt.block_on(whole(body(vec![vec![0u8; ANSWER_CAP + 1]])));
         let err = huge.unwrap_err();
-        assert!(std::error::Error::source(&err).unwrap().is::<OverCap>(), "{err}");
+        assert!(
+            std::error::Error::source(&err).unwrap().is::<OverCap>(),
+            "{err}"
+        );
     }
 }

@@ -256,7 +256,10 @@ impl Source for RemoteSource {
         }
         let (Some(&(first, _)), Some(total)) = (
             fetched.first(),
-            fetched.iter().map(|(_, b)| b.len()).reduce(usize::saturating_add),
+            fetched
+                .iter()
+                .map(|(_, b)| b.len())
+                .reduce(usize::saturating_add),
         ) else {
             return Ok(());
         };

@@ -240,7 +240,9 @@ fn http_store(
     if parsed.scheme() == "http" {
         b = b.with_config(ClientConfigKey::AllowHttp, "true");
     }
-    Ok(Store::objects_only(Arc::new(b.with_retry(retry_config()).build()?)))
+    Ok(Store::objects_only(Arc::new(
+        b.with_retry(retry_config()).build()?,
+    )))
 }
 
 /// Why a store could not be made.
@@ -311,7 +313,8 @@ pub(crate) fn store_for(
     let bad = |why: String| OpenError::Config(ConfigError(format!("{}: {why}", display(url))));
     let parsed = Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
     let mut options = options.to_vec();
-    let tuning = Tuning::read(|n| std::env::var(n).ok(), &mut options).map_err(OpenError::Config)?;
+    let tuning =
+        Tuning::read(|n| std::env::var(n).ok(), &mut options).map_err(OpenError::Config)?;
     let signed = parsed
         .query()
         .filter(|_| matches!(parsed.scheme(), "http" | "https"));
@@ -322,8 +325,9 @@ pub(crate) fn store_for(
             ObjectStoreScheme::Http,
             Path::from_url_path(parsed.path()).map_err(|e| bad(e.to_string()))?,
         ),
-        None => ObjectStoreScheme::parse(&parsed)
-            .map_err(|e| bad(format!("not an object URL: {e}")))?,
+        None => {
+            ObjectStoreScheme::parse(&parsed).map_err(|e| bad(format!("not an object URL: {e}")))?
+        }
     };
     let key = stores::key(&parsed, &options);
     let store = stores::get_or_build(key, || build(url, &parsed, scheme, signed, options))
@@ -468,7 +472,10 @@ mod tests {
     fn deadlines_read_seconds_or_durations_and_grow_with_rounds() {
         let s = std::time::Duration::from_secs;
         assert_eq!(parse_deadline("90"), Some(s(90)));
-        assert_eq!(parse_deadline(" 2.5 "), Some(std::time::Duration::from_millis(2500)));
+        assert_eq!(
+            parse_deadline(" 2.5 "),
+            Some(std::time::Duration::from_millis(2500))
+        );
         assert_eq!(parse_deadline("5m"), Some(s(300)));
         assert_eq!(parse_deadline("0s"), None);
         let t = Tuning {

@@ -75,7 +75,11 @@ pub(crate) fn key(parsed: &Url, options: &[(String, String)]) -> String {
     }
     let mut env: Vec<String> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .filter(|(k, _)| ["AWS_", "GOOGLE_", "AZURE_"].iter().any(|p| k.starts_with(p)))
+        .filter(|(k, _)| {
+            ["AWS_", "GOOGLE_", "AZURE_"]
+                .iter()
+                .any(|p| k.starts_with(p))
+        })
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     env.sort();
