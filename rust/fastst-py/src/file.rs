@@ -71,11 +71,21 @@ impl RawFile {
             MappedFile::from_source(source, options)
         })?
         .in_file(&display_name)?;
-        Ok(RawFile {
+        Ok(RawFile::of_opened(file, display_name, cancel))
+    }
+
+    /// The file of an object of a store whose header was read, its reads
+    /// stopped by `cancel`.
+    pub(crate) fn of_opened(
+        file: MappedFile,
+        display_name: String,
+        cancel: fastst_remote::Cancel,
+    ) -> RawFile {
+        RawFile {
             remote: true,
             cancel: Some(cancel),
             ..RawFile::holding(file, display_name)
-        })
+        }
     }
 
     fn holding(file: MappedFile, name: String) -> RawFile {

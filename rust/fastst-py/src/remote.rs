@@ -69,12 +69,22 @@ pub(crate) fn open(
     opened?.map_err(|e| open_failed(name, e))
 }
 
+/// How the opening of one object of [`open_urls`] ended.
+enum Opened {
+    /// Opened, its header read and checked.
+    File(fastst_core::MappedFile),
+    /// The object could not be opened.
+    Failed(OpenError),
+    /// Its header breaks a rule.
+    Header(fastst_core::Error),
+}
+
 /// Opens the objects `urls` (named `names` in errors), a checkpoint's
-/// shards, at most `concurrency` at a time, with one client per store;
-/// their reads share one [`Cancel`] (one logical file). In order: a
-/// `RawFile`, `None` for an object that does not exist, or the exception
-/// of the first other failure, which ends the list (no later object is
-/// opened).
+/// shards, and reads their headers, at most `concurrency` at a time, with
+/// one client per store; their reads share one [`Cancel`] (one logical
+/// file). In order: a `RawFile`, `None` for an object that does not
+/// exist, or the exception of the first other failure, which ends the
+/// list (no later object is opened).
 #[pyfunction]
 #[pyo3(signature = (urls, names, options, header_cap, concurrency = 16))]
 fn open_urls<'py>(
@@ -93,26 +103,43 @@ fn open_urls<'py>(
     let cancel = Cancel::default();
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
-    let opened: Vec<Mutex<Option<Result<RemoteSource, OpenError>>>> =
-        urls.iter().map(|_| Mutex::new(None)).collect();
-    let workers = concurrency.clamp(1, urls.len().max(1));
+    let opened: Vec<Mutex<Option<Opened>>> = urls.iter().map(|_| Mutex::new(None)).collect();
+    let header = fastst_core::OpenOptions {
+        header_cap,
+        backend: fastst_core::Backend::Pread,
+    };
+    let open_one = |i: usize| match RemoteSource::open_with(&urls[i], &options, cancel.clone()) {
+        Ok(source) => match fastst_core::MappedFile::from_source(source, header) {
+            Ok(file) => Opened::File(file),
+            Err(e) => Opened::Header(e),
+        },
+        Err(e) => Opened::Failed(e),
+    };
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= urls.len() || failed.load(Ordering::Relaxed) {
+            break;
+        }
+        let got = open_one(i);
+        let ends = match &got {
+            Opened::File(_) => false,
+            Opened::Failed(e) => !is_not_found(e),
+            Opened::Header(_) => true,
+        };
+        if ends {
+            failed.store(true, Ordering::Relaxed);
+        }
+        *opened[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(got);
+    };
     let ran = hearing_signals(py, Some(&cancel), |_| {
         std::thread::scope(|s| {
-            for _ in 0..workers {
-                s.spawn(|| loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= urls.len() || failed.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let got = RemoteSource::open_with(&urls[i], &options, cancel.clone());
-                    if let Err(e) = &got {
-                        if !is_not_found(e) {
-                            failed.store(true, Ordering::Relaxed);
-                        }
-                    }
-                    *opened[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(got);
-                });
+            // Helpers as many as can be had, and this thread.
+            for _ in 1..concurrency.clamp(1, urls.len().max(1)) {
+                if std::thread::Builder::new().spawn_scoped(s, work).is_err() {
+                    break;
+                }
             }
+            work();
         })
     });
     warn_if_insecure(py)?;
@@ -122,16 +149,17 @@ fn open_urls<'py>(
         let got = slot.into_inner().unwrap_or_else(|p| p.into_inner());
         match got {
             None => break,
-            Some(Ok(source)) => match RawFile::of_object(py, source, name, header_cap) {
-                Ok(file) => out.append(Bound::new(py, file)?)?,
-                Err(e) => {
-                    out.append(e.value(py))?;
-                    break;
-                }
-            },
-            Some(Err(e)) if is_not_found(&e) => out.append(py.None())?,
-            Some(Err(e)) => {
+            Some(Opened::File(file)) => {
+                let raw = RawFile::of_opened(file, name, cancel.clone());
+                out.append(Bound::new(py, raw)?)?;
+            }
+            Some(Opened::Failed(e)) if is_not_found(&e) => out.append(py.None())?,
+            Some(Opened::Failed(e)) => {
                 out.append(open_failed(&name, e).value(py))?;
+                break;
+            }
+            Some(Opened::Header(e)) => {
+                out.append(to_pyerr(&name, e).value(py))?;
                 break;
             }
         }

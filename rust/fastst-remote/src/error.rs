@@ -1,10 +1,10 @@
 //! The store's errors as core errors: a missing object is `NotFound`
 //! (ENOENT), a refused one `PermissionDenied` (EACCES), a failed `If-Match`
 //! rule `file-changed`, an answer over its cap rule
-//! `remote-answer-over-cap`, an operating system's failure (out of
-//! descriptors, a refused connection) an I/O error of its errno, anything
-//! else an I/O error quoting the store's answer (its HTTP status, at most
-//! [`ANSWER_SHOWN`] bytes of it). The caller prefixes the URL.
+//! `remote-answer-over-cap`, running out of descriptors an I/O error of
+//! its errno (EMFILE, ENFILE), anything else an I/O error quoting the
+//! store's answer (its HTTP status, at most [`ANSWER_SHOWN`] bytes of it).
+//! The caller prefixes the URL.
 
 use fastst_core::Error;
 
@@ -29,7 +29,9 @@ pub(crate) fn from_store(what: &str, e: object_store::Error) -> Error {
                 cap: ANSWER_CAP as u64,
             }
         }
-        _ => io_cause(&e).and_then(|io| io.raw_os_error()),
+        _ => io_cause(&e)
+            .and_then(|io| io.raw_os_error())
+            .filter(|&no| no == libc::EMFILE || no == libc::ENFILE),
     };
     let answer = shown(&without_credentials(&e.to_string()));
     let message = format!("{what}: {answer}");
