@@ -84,7 +84,7 @@ def shard_url(index_url: str, shard: str) -> str:
     index ``index_url``: the name is percent-encoded into the index's
     prefix, so that it cannot leave it."""
     parts = urlsplit(index_url)
-    path = posixpath.join(posixpath.dirname(parts.path), quote(shard, safe="/"))
+    path = posixpath.dirname(parts.path).rstrip("/") + "/" + quote(shard, safe="/")
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
