@@ -120,7 +120,7 @@ def test_a_listing_has_the_deadline_of_a_read() -> None:
 
 
 def test_an_ambiguous_prefix_names_a_few_of_its_checkpoints() -> None:
-    names = [f"{'n' * 300}-{i:03d}.safetensors" for i in range(200)]
+    names = [f"{'n' * 3000}-{i:03d}.safetensors" for i in range(200)]
     server = Scripted(lambda m, p, h: (200, {}, list_page([f"p/{n}" for n in names], None)))
     try:
         with pytest.raises(fastst.FolderError) as caught:

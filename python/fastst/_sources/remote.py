@@ -41,8 +41,11 @@ LIST_CAP = 10_000
 #: The shards of a remote index opened at once.
 SHARDS_AT_ONCE = 16
 
-#: The candidates a ``folder-ambiguous`` message names (the rest counted).
+#: The candidates a ``folder-ambiguous`` message names (the rest counted),
+#: each cut to :data:`NAME_SHOWN` characters (a store's keys hold at most
+#: 1,024 bytes; a lying server's may not).
 NAMED_CANDIDATES = 10
+NAME_SHOWN = 256
 
 #: ``(key, value)`` pairs as the compiled store builder takes them.
 Options = List[Tuple[str, str]]
@@ -130,7 +133,9 @@ def checkpoint_under(url: str, opts: Options) -> str:
         raise FileNotFoundError(
             f"{display(url)}: no .safetensors object and no {INDEX_SUFFIX} index under this prefix"
         )
-    listed = ", ".join(candidates[:NAMED_CANDIDATES])
+    listed = ", ".join(
+        c if len(c) <= NAME_SHOWN else c[:NAME_SHOWN] + "..." for c in candidates[:NAMED_CANDIDATES]
+    )
     if len(candidates) > NAMED_CANDIDATES:
         listed += f" and {len(candidates) - NAMED_CANDIDATES:,} more"
     error = rule_error(
