@@ -152,6 +152,17 @@ class DropinWarning(UserWarning):
     ``FASTST_AS_SAFETENSORS`` environment variable is set."""
 
 
+class InsecureTransportWarning(UserWarning):
+    """A store was configured to skip the checks that keep its traffic
+    private and authentic: TLS certificates are not checked
+    (``allow_invalid_certificates`` in ``storage_options``, or
+    ``AWS_ALLOW_INVALID_CERTIFICATES`` and the like in the environment).
+    Given once per process; filter it like any warning, e.g.
+    ``warnings.simplefilter("error", fastst.InsecureTransportWarning)`` to
+    refuse such stores. See docs/remote.md, "Settings that weaken
+    security"."""
+
+
 __all__ = [
     "SafetensorError",
     "HeaderFramingError",
@@ -173,4 +184,5 @@ __all__ = [
     "FolderError",
     "HookError",
     "DropinWarning",
+    "InsecureTransportWarning",
 ]

@@ -25,8 +25,18 @@ The variables:
 - ``FASTST_INDEX_CAP``: a size, the most bytes an index file may hold
   (:func:`index_cap`).
 
-(``FASTST_REMOTE_CONCURRENCY`` and ``FASTST_REMOTE_PART_SIZE`` are read by
-the compiled object-store client, through the same grammar.)
+- ``FASTST_REMOTE_CONCURRENCY``: requests in flight per object of a store.
+- ``FASTST_REMOTE_PART_SIZE``: a size, the bytes of one ranged request.
+- ``FASTST_REMOTE_DEADLINE``: how long a read of a store may take (seconds,
+  or a duration such as ``90s`` or ``5m``; 120 s by default) for every
+  ``FASTST_REMOTE_CONCURRENCY`` requests it needs; an open or a listing
+  once. Past it the read fails with ``TimeoutError`` (rule
+  ``remote-deadline``).
+
+The three ``FASTST_REMOTE_*`` variables are read by the compiled
+object-store client (``rust/fastst-remote/src/options.rs``), each also as
+the lower-case ``storage_options`` key of its name, which wins; sizes
+through the same grammar.
 """
 
 from __future__ import annotations
@@ -42,6 +52,9 @@ READ_ENV = "FASTST_READ"
 PREFETCH_ENV = "FASTST_PREFETCH"
 PREFETCH_BUDGET_ENV = "FASTST_PREFETCH_BUDGET"
 INDEX_CAP_ENV = "FASTST_INDEX_CAP"
+REMOTE_CONCURRENCY_ENV = "FASTST_REMOTE_CONCURRENCY"
+REMOTE_PART_SIZE_ENV = "FASTST_REMOTE_PART_SIZE"
+REMOTE_DEADLINE_ENV = "FASTST_REMOTE_DEADLINE"
 
 #: The read modes ``FASTST_READ`` takes (``safe_open``'s back ends).
 READ_MODES = ("mmap", "pread")

@@ -313,3 +313,42 @@ print("collected on:", src.by, flush=True)
     assert "ended: LoadStopped" in out, out
     by = out.split("collected on: ")[1].split()[0]
     assert by not in ("MainThread", "fastst-load"), by
+
+
+@pytest.mark.slow
+def test_a_file_object_reading_its_own_file_is_refused_not_deadlocked(path: Path) -> None:
+    # readinto calls back into the safe_open it is being read for, from the loading thread:
+    # that read would wait for the lock its own caller holds. It is refused (rule
+    # reentrant-read) and the iteration raises; a regression hangs, which the time limit of
+    # the child interpreter turns into a failure.
+    script = f"""
+import io, fastst
+class Reentrant(io.RawIOBase):
+    def __init__(self, data):
+        self.inner, self.f = io.BytesIO(data), None
+    def readable(self):
+        return True
+    def seekable(self):
+        return True
+    def seek(self, *a):
+        return self.inner.seek(*a)
+    def readinto(self, b):
+        if self.f is not None:
+            self.f.get_tensor("scalar")
+        return self.inner.readinto(b)
+src = Reentrant(open({str(path)!r}, "rb").read())
+f = fastst.safe_open(src, "np")
+src.f = f
+try:
+    for name, t in f.iter_tensors():
+        pass
+except OSError as e:
+    chain = [e, e.__cause__]
+    print(type(e).__name__, [getattr(c, "rule", None) for c in chain])
+src.f = None
+print(f.get_tensor("scalar"))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.splitlines() == ["OSError [None, 'reentrant-read']", "1.0"], done.stderr

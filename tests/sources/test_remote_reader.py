@@ -15,6 +15,7 @@ import fastst.numpy
 import numpy as np
 import pytest
 from fastst import SafetensorError, ShardIndexError
+from fastst._sources.remote import shard_url
 from helpers.remote_servers import Site
 
 # Real servers (SeaweedFS, HTTP, a proxy) started for these tests: outside the inner loop.
@@ -146,6 +147,19 @@ def test_a_header_past_the_end_is_refused(remote: Site) -> None:
         fastst.safe_open(url, "np", storage_options=remote.options)
     assert info.value.rule == "header-past-end"
     assert remote.proxy.body_bytes() <= FIRST
+
+
+@pytest.mark.parametrize(
+    ("index", "shard", "url"),
+    [
+        ("http://h:1/m.index.json", "a.safetensors", "http://h:1/a.safetensors"),
+        ("http://h:1/d/m.index.json", "a b.safetensors", "http://h:1/d/a%20b.safetensors"),
+        ("s3://b/m.index.json", "sub/a.safetensors", "s3://b/sub/a.safetensors"),
+        ("https://h/d/m.index.json?sig=1", "a.safetensors", "https://h/d/a.safetensors?sig=1"),
+    ],
+)
+def test_shard_urls_sit_beside_the_index_even_at_the_root(index: str, shard: str, url: str) -> None:
+    assert shard_url(index, shard) == url
 
 
 def _index(remote: Site, name: str, shard: str) -> str:

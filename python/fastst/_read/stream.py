@@ -11,9 +11,11 @@ tensor of the ``file``-th file ending at or before ``filled`` in its data
 section being read (a failure: the exception). The
 iterating thread takes them off the queue and hands out the tensors below
 ``filled``, in file order. The loader stops at its next report once the
-iterator is finished with (or the file closed); the thread that iterated
-waits for it. A garbage collection on another thread only stops it: that
-thread may be one the reads wait on (a file object's ``readinto``).
+iterator is finished with (or the file closed), and the reads it has in
+flight on an object of a store are cancelled (``cancel_reads``: a slow
+server does not hold the loop's exit); the thread that iterated waits for
+it. A garbage collection on another thread only stops it: that thread may
+be one the reads wait on (a file object's ``readinto``).
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ def _hand_out(
     grand = sum(p.nbytes for p in plans)
     base = mark = 0
     consumer = threading.get_ident()
+    complete = False
     try:
         for k, (plan, file_ends) in enumerate(zip(plans, ends, strict=True)):
             members = plan.names
@@ -110,8 +113,8 @@ def _hand_out(
             while i < len(members):
                 event = events.get()
                 if isinstance(event, BaseException):
-                    if isinstance(event, LoadStopped) and raw.closed:
-                        raise closed_file_error(raw.name)
+                    if raw.closed:  # stopped, or its reads cancelled, by close()
+                        raise closed_file_error(raw.name) from event
                     raise event
                 at_file, done, _total, filled = event
                 if at_file != k:
@@ -128,10 +131,13 @@ def _hand_out(
                     mark = now - now % EVERY
                     callback(now, grand)
             base += plan.nbytes
+        complete = True
         if callback is not None:
             callback(grand, grand)
     finally:
         stop.set()
+        if not complete and loader.is_alive():
+            raw.cancel_reads()
         if threading.get_ident() == consumer:
             loader.join()
 

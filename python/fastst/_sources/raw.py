@@ -13,13 +13,16 @@ class RawSource(Protocol):
     """What ``safe_open`` reads through: the compiled ``RawFile`` (one file,
     whatever it is read from) or a :class:`fastst._sources.sharded.ShardedFile` (a
     checkpoint's shards as one file). Every method raises the rule
-    ``closed-file`` error, naming the file, once ``close()`` was called."""
+    ``closed-file`` error, naming the file, once ``close()`` was called.
+    ``cancel_reads()`` ends the reads of an object of a store in flight
+    (for a load left early; a local file's reads are never waited on)."""
 
     @property
     def name(self) -> str: ...
     @property
     def closed(self) -> bool: ...
     def close(self) -> None: ...
+    def cancel_reads(self) -> None: ...
     @property
     def backend(self) -> str: ...
     @property

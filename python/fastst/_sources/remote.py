@@ -13,7 +13,11 @@ compiled ``fastst-remote`` crate (see ``docs/remote.md``).
   (:func:`display`): presigned URLs carry their signature in the query.
 - An index is read with the cap of local ones (``FASTST_INDEX_CAP``); its
   shards are objects under the index's own prefix (:func:`shard_url`: a
-  relative name, no ``..``, no other bucket or host).
+  relative name, no ``..``, no other bucket or host), opened several at a
+  time (:data:`SHARDS_AT_ONCE`) through one client per store.
+- A listing of a prefix reads at most :data:`LIST_CAP` objects (rule
+  ``folder-over-cap``) and a thousand pages (rule
+  ``listing-pages-over-cap``), within the deadline of a read.
 """
 
 from __future__ import annotations
@@ -27,12 +31,21 @@ from .._errors import rule_error
 from .._fastst import RawFile
 from .._paths import readable
 from .._settings import index_cap
-from .folders import INDEX_SUFFIX, WEIGHTS_SUFFIX, own_shard, parse_index
+from .folders import INDEX_SUFFIX, WEIGHTS_SUFFIX, own_shard, parse_index, placements
 from .raw import RawSource
 from .sharded import ShardedFile
 
 #: The most objects (at any depth) a listing of a prefix reads.
 LIST_CAP = 10_000
+
+#: The shards of a remote index opened at once.
+SHARDS_AT_ONCE = 16
+
+#: The candidates a ``folder-ambiguous`` message names (the rest counted),
+#: each cut to :data:`NAME_SHOWN` characters (a store's keys hold at most
+#: 1,024 bytes; a lying server's may not).
+NAMED_CANDIDATES = 10
+NAME_SHOWN = 256
 
 #: ``(key, value)`` pairs as the compiled store builder takes them.
 Options = List[Tuple[str, str]]
@@ -74,7 +87,7 @@ def shard_url(index_url: str, shard: str) -> str:
     index ``index_url``: the name is percent-encoded into the index's
     prefix, so that it cannot leave it."""
     parts = urlsplit(index_url)
-    path = posixpath.dirname(parts.path) + "/" + quote(shard, safe="/")
+    path = posixpath.dirname(parts.path).rstrip("/") + "/" + quote(shard, safe="/")
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
@@ -123,7 +136,11 @@ def checkpoint_under(url: str, opts: Options) -> str:
         raise FileNotFoundError(
             f"{display(url)}: no .safetensors object and no {INDEX_SUFFIX} index under this prefix"
         )
-    listed = ", ".join(candidates)
+    listed = ", ".join(
+        c if len(c) <= NAME_SHOWN else c[:NAME_SHOWN] + "..." for c in candidates[:NAMED_CANDIDATES]
+    )
+    if len(candidates) > NAMED_CANDIDATES:
+        listed += f" and {len(candidates) - NAMED_CANDIDATES:,} more"
     error = rule_error(
         "folder-ambiguous",
         display(url),
@@ -134,17 +151,29 @@ def checkpoint_under(url: str, opts: Options) -> str:
 
 
 def _sharded(url: str, opts: Options, header_cap: int) -> ShardedFile:
-    """The checkpoint whose index is the object at ``url``."""
+    """The checkpoint whose index is the object at ``url``: its shards
+    (those whose names the index may hold) opened :data:`SHARDS_AT_ONCE`
+    at a time, then held to the rules of indexes in the index's order (the
+    first failure in that order is raised)."""
     index = read_index(url, opts)[1]
+    shards = list(placements(None, index["weight_map"], lambda *_: None))
+    urls = [shard_url(url, shard) for shard in shards]
+    got = _fastst.open_urls(urls, [display(u) for u in urls], opts, header_cap, SHARDS_AT_ONCE)
+    # The list ends at the first failure: the walk below raises it there.
+    opened = dict(zip(shards, got, strict=False))
 
     def open_shard(shard: str) -> Optional[RawFile]:
-        where = shard_url(url, shard)
-        try:
-            return RawFile.from_url(where, display(where), opts, header_cap)
-        except FileNotFoundError:
-            return None
+        got = opened.pop(shard)
+        if isinstance(got, BaseException):
+            raise got
+        return got
 
-    return ShardedFile.of_objects(display(url), index, open_shard)
+    try:
+        return ShardedFile.of_objects(display(url), index, open_shard)
+    finally:
+        for left in opened.values():  # not handed to the checkpoint (it failed)
+            if isinstance(left, RawFile):
+                left.close()
 
 
 def open_url(url: str, header_cap: int, storage_options: Optional[Mapping[str, Any]]) -> RawSource:

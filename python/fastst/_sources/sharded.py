@@ -126,6 +126,10 @@ class ShardedFile:
             raw.close()
         self._closed = True
 
+    def cancel_reads(self) -> None:
+        for raw in self._shards.values():
+            raw.cancel_reads()
+
     def _check(self) -> None:
         if self._closed:
             raise closed_file_error(self.name)

@@ -351,6 +351,16 @@ pub(crate) fn reading(name: &str, err: Error) -> Error {
             context: format!("tensor {name:?}: {context}"),
             source,
         },
+        Error::RemoteDeadline { context, seconds } if !name.is_empty() => Error::RemoteDeadline {
+            context: format!("tensor {name:?}: {context}"),
+            seconds,
+        },
+        Error::RemoteAnswerOverCap { context, cap } if !name.is_empty() => {
+            Error::RemoteAnswerOverCap {
+                context: format!("tensor {name:?}: {context}"),
+                cap,
+            }
+        }
         e => e,
     }
 }

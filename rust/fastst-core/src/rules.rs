@@ -326,6 +326,8 @@ catalogue! {
         "the checkpoint's pickle is larger, or more compressed, than convert's limits";
     ConvertStorageSize = "convert-storage-size", Usage, High,
         "a storage the pickle declares differs from the bytes the checkpoint holds for it";
+    ReentrantRead = "reentrant-read", Usage, High,
+        "a file object's read method read from the very file it is being read for (refused: it would wait on itself)";
     NotRegularFile = "not-regular-file", FileAccess, High,
         "the path names a FIFO, socket or device, not a regular file (refused without blocking)";
     FileChanged = "file-changed", FileAccess, High,
@@ -336,6 +338,10 @@ catalogue! {
         "the operating system failed to open, read or write the file";
     WorkerFailed = "worker-failed", Io, High,
         "a worker thread stopped without finishing its share of the work";
+    RemoteDeadline = "remote-deadline", Io, High,
+        "a remote open, read or listing did not finish within its deadline (FASTST_REMOTE_DEADLINE; TimeoutError)";
+    RemoteAnswerOverCap = "remote-answer-over-cap", Io, High,
+        "a store's answer without a byte range (a listing page, a token) holds more than the cap on such answers (16 MiB)";
 
     // --- writing --------------------------------------------------------------
     ReservedName = "reserved-name", Serialize, High,
@@ -424,6 +430,8 @@ catalogue! {
         "a folder scan met folders nested deeper than it enters (256 levels) and left them unexamined";
     FolderOverCap = "folder-over-cap", Folder, High,
         "a prefix in an object store holds more objects than one listing reads (10,000); name the checkpoint's index or file";
+    ListingPagesOverCap = "listing-pages-over-cap", Folder, High,
+        "a prefix's listing takes more pages than one listing reads (1,000), or a page repeats its token";
     HookAfterReference = "hook-after-reference", Hook, High,
         "the drop-in hook is turned on after the reference package was imported";
     SliceOutOfRange = "slice-out-of-range", ReferenceSlice, High,

@@ -7,8 +7,8 @@
 
 use fastst_core::{Error, Family, RuleId, WriteFailure};
 use pyo3::exceptions::{
-    PyFileNotFoundError, PyIsADirectoryError, PyMemoryError, PyOSError, PyPermissionError,
-    PyRuntimeError, PyValueError,
+    PyException, PyFileNotFoundError, PyIsADirectoryError, PyMemoryError, PyOSError,
+    PyPermissionError, PyRuntimeError, PyTimeoutError, PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyType;
@@ -50,8 +50,8 @@ pub fn rule_error(rule: RuleId, file: &str, tensor: Option<&str>, message: &str)
     Python::with_gil(|py| {
         // A family class missing from `fastst._errors` (a broken or older
         // package) falls back to the root class rather than fail.
-        let class =
-            exception_class(py, rule.family()).or_else(|_| exception_class(py, Family::Finding));
+        let class = exception_class(py, rule.family(), rule)
+            .or_else(|_| exception_class(py, Family::Finding, rule));
         let made = class.and_then(|class| {
             let value = class.call1((msg.as_str(),))?;
             // OSError's own `filename` would change its message; the file
@@ -74,12 +74,14 @@ pub fn rule_error(rule: RuleId, file: &str, tensor: Option<&str>, message: &str)
     })
 }
 
-/// The Python class of a family: a class of `fastst._errors` named by
-/// [`Family::python_name`] (the catalogue decides), or a builtin.
-fn exception_class(py: Python<'_>, family: Family) -> PyResult<Bound<'_, PyType>> {
+/// The Python class of a rule: its family's, a class of `fastst._errors`
+/// named by [`Family::python_name`] (the catalogue decides), or a builtin
+/// (`TimeoutError`, an `OSError`, for a remote deadline).
+fn exception_class(py: Python<'_>, family: Family, rule: RuleId) -> PyResult<Bound<'_, PyType>> {
     let name = match family {
         Family::Usage => return Ok(PyValueError::type_object(py)),
         Family::Memory => return Ok(PyMemoryError::type_object(py)),
+        Family::Io if rule == RuleId::RemoteDeadline => return Ok(PyTimeoutError::type_object(py)),
         Family::Io => return Ok(PyOSError::type_object(py)),
         // Findings are never raised; should one be, it is the root class.
         Family::Finding => "SafetensorError",
@@ -94,7 +96,9 @@ fn exception_class(py: Python<'_>, family: Family) -> PyResult<Bound<'_, PyType>
 /// Converts a core error about `file` into the matching Python exception.
 /// OS errors become the builtin `OSError` subclass of their errno, as the
 /// reference raises them; one raised by a file object's own method (a
-/// Python exception) is the `OSError`'s cause.
+/// Python exception) is the `OSError`'s cause, unless it is no
+/// `Exception` (KeyboardInterrupt, SystemExit): that one is raised as
+/// itself.
 #[cold]
 pub fn to_pyerr(file: &str, err: Error) -> PyErr {
     if let Error::Io { context, source } = &err {
@@ -102,6 +106,9 @@ pub fn to_pyerr(file: &str, err: Error) -> PyErr {
         let errno = source.raw_os_error();
         if let Some(cause) = source.get_ref().and_then(|e| e.downcast_ref::<PyErr>()) {
             return Python::with_gil(|py| {
+                if !cause.is_instance_of::<PyException>(py) {
+                    return cause.clone_ref(py);
+                }
                 let err = PyOSError::new_err(msg);
                 err.set_cause(py, Some(cause.clone_ref(py)));
                 err

@@ -1,6 +1,9 @@
 //! `RawFile`: an open file as seen from Python, whatever it is read from
-//! (a path, or a file object through [`PySource`]). The Python `safe_open`
-//! wraps it and turns its buffers into framework tensors.
+//! (a path, a file object through [`PySource`], an object of a store). The
+//! Python `safe_open` wraps it and turns its buffers into framework
+//! tensors. The reads of an object of a store hear Ctrl-C while they wait
+//! ([`crate::wait`]), and stop when the file is closed or
+//! `cancel_reads()` is called.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -18,6 +21,7 @@ use crate::buffer::TensorBuffer;
 use crate::errors::{closed, rule_error, InFile};
 use crate::paths::FsPath;
 use crate::source::PySource;
+use crate::wait::hearing_signals;
 
 /// An open `.safetensors` file (the header is parsed and validated).
 #[pyclass(frozen, module = "fastst._fastst")]
@@ -26,6 +30,8 @@ pub struct RawFile {
     /// Reads wait on a network: even small ones release the GIL (the
     /// server may be Python code in this process).
     remote: bool,
+    /// Stops the reads in flight of an object of a store.
+    cancel: Option<fastst_remote::Cancel>,
     inner: Mutex<Option<Arc<MappedFile>>>,
     sorted_keys: GILOnceCell<Py<PyList>>,
 }
@@ -48,10 +54,45 @@ impl RawFile {
         Ok(RawFile::holding(file, display_name))
     }
 
+    /// The file of an opened object of a store: its header read (a second
+    /// GET when it is longer than the first one brought), hearing Ctrl-C.
+    pub(crate) fn of_object(
+        py: Python<'_>,
+        source: fastst_remote::RemoteSource,
+        display_name: String,
+        header_cap: u64,
+    ) -> PyResult<RawFile> {
+        let options = OpenOptions {
+            header_cap,
+            backend: Backend::Pread,
+        };
+        let cancel = source.canceller();
+        let file = hearing_signals(py, Some(&cancel), |_| {
+            MappedFile::from_source(source, options)
+        })?
+        .in_file(&display_name)?;
+        Ok(RawFile::of_opened(file, display_name, cancel))
+    }
+
+    /// The file of an object of a store whose header was read, its reads
+    /// stopped by `cancel`.
+    pub(crate) fn of_opened(
+        file: MappedFile,
+        display_name: String,
+        cancel: fastst_remote::Cancel,
+    ) -> RawFile {
+        RawFile {
+            remote: true,
+            cancel: Some(cancel),
+            ..RawFile::holding(file, display_name)
+        }
+    }
+
     fn holding(file: MappedFile, name: String) -> RawFile {
         RawFile {
             name,
             remote: false,
+            cancel: None,
             inner: Mutex::new(Some(Arc::new(file))),
             sorted_keys: GILOnceCell::new(),
         }
@@ -70,6 +111,27 @@ impl RawFile {
 
     pub(crate) fn lookup<'a>(&self, file: &'a MappedFile, name: &str) -> PyResult<&'a TensorInfo> {
         file.header().require(name).in_file(&self.name)
+    }
+
+    /// What stops this file's reads in flight: an object of a store's;
+    /// `None` for a local file or a file object.
+    pub(crate) fn canceller(&self) -> Option<&fastst_remote::Cancel> {
+        self.cancel.as_ref()
+    }
+
+    /// Runs the reads `work` without the GIL: those of an object of a
+    /// store hearing Ctrl-C ([`hearing_signals`]). A read that failed
+    /// because the file was closed meanwhile (its waits cancelled) is
+    /// rule `closed-file`.
+    fn reading<T: Send>(
+        &self,
+        py: Python<'_>,
+        work: impl FnOnce() -> fastst_core::Result<T> + Send,
+    ) -> PyResult<T> {
+        match hearing_signals(py, self.canceller(), |_| work())? {
+            Err(_) if self.closed() => Err(closed(&self.name)),
+            done => done.in_file(&self.name),
+        }
     }
 }
 
@@ -184,11 +246,18 @@ impl RawFile {
         options: crate::remote::Options,
         header_cap: u64,
     ) -> PyResult<RawFile> {
-        let source = crate::remote::open(py, url, &display_name, &options)?;
-        Ok(RawFile {
-            remote: true,
-            ..RawFile::from_source(py, source, display_name, header_cap)?
-        })
+        let cancel = fastst_remote::Cancel::default();
+        let source = crate::remote::open(py, url, &display_name, &options, &cancel)?;
+        RawFile::of_object(py, source, display_name, header_cap)
+    }
+
+    /// Stops the reads of this file in flight (an object of a store's; a
+    /// local file's are never waited on): each ends at once with an
+    /// error. Later reads are not affected. For a load left early.
+    fn cancel_reads(&self) {
+        if let Some(cancel) = &self.cancel {
+            cancel.cancel();
+        }
     }
 
     /// The name used in error messages.
@@ -206,12 +275,14 @@ impl RawFile {
             .is_none()
     }
 
-    /// Releases the file; buffers obtained before stay valid.
+    /// Releases the file; buffers obtained before stay valid. The reads
+    /// of an object of a store still in flight stop.
     fn close(&self) {
         self.inner
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
+        self.cancel_reads();
     }
 
     /// Tensor names, sorted.
@@ -275,11 +346,10 @@ impl RawFile {
         let file = self.file()?;
         let t = self.lookup(&file, name)?;
         let data = if self.remote || t.byte_len() >= PRIVATE_MAP_THRESHOLD {
-            py.allow_threads(|| file.tensor_data(t))
+            self.reading(py, || file.tensor_data(t))?
         } else {
-            file.tensor_data(t)
-        }
-        .in_file(&self.name)?;
+            file.tensor_data(t).in_file(&self.name)?
+        };
         let buffer = Bound::new(py, TensorBuffer::new(data))?;
         (buffer, t.dtype.name(), shape_tuple(py, &t.shape)?).into_pyobject(py)
     }
@@ -291,8 +361,7 @@ impl RawFile {
         let t = self.lookup(&file, name)?;
         let dst = writable(&out)?;
         let file = &*file;
-        py.allow_threads(move || tensor_into(file, t, t.dtype, dst.into_slice()))
-            .in_file(&self.name)
+        self.reading(py, move || tensor_into(file, t, t.dtype, dst.into_slice()))
     }
 
     /// Copies `len(out)` bytes of tensor `name`, starting `offset` bytes
@@ -308,8 +377,9 @@ impl RawFile {
         let t = self.lookup(&file, name)?;
         let dst = writable(&out)?;
         let file = &*file;
-        py.allow_threads(move || file.read_tensor_into(t, offset, dst.into_slice()))
-            .in_file(&self.name)
+        self.reading(py, move || {
+            file.read_tensor_into(t, offset, dst.into_slice())
+        })
     }
 
     /// Copies the elements of tensor `name` that `dims` select, one
@@ -331,8 +401,7 @@ impl RawFile {
             .collect();
         let dst = writable(&out)?;
         let file = &*file;
-        py.allow_threads(move || file.read_slice_into(t, &dims, dst.into_slice()))
-            .in_file(&self.name)
+        self.reading(py, move || file.read_slice_into(t, &dims, dst.into_slice()))
     }
 
     /// Converts tensor `name` to dtype `to` (a header name) into `out`, a
@@ -350,8 +419,7 @@ impl RawFile {
             .ok_or_else(|| PyValueError::new_err(format!("unknown dtype {to:?}")))?;
         let dst = writable(&out)?;
         let file = &*file;
-        py.allow_threads(move || tensor_into(file, t, target, dst.into_slice()))
-            .in_file(&self.name)
+        self.reading(py, move || tensor_into(file, t, target, dst.into_slice()))
     }
 
     /// Hints the kernel that the whole file is about to be read in order.

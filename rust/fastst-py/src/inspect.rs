@@ -2,7 +2,8 @@
 //! `fastst_inspect` that release the GIL while they work and return
 //! plain Python data (dicts, lists, tuples, strings, ints). A path that is
 //! a URL is read from its store (`fastst-remote`) by `verify_file`,
-//! `hash_file`, `inspect_file` and `read_metadata`.
+//! `hash_file`, `inspect_file` and `read_metadata`, hearing Ctrl-C while
+//! they wait on it ([`crate::wait`]).
 
 use fastst_core::{Backend, MappedFile, OpenOptions, RuleId, StderrLine, DEFAULT_HEADER_CAP};
 use fastst_inspect::{self as inspect, Finding, HashOptions, VerifyOptions};
@@ -11,6 +12,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::errors::{display_path, InFile};
 use crate::paths::FsPath;
+use crate::wait::hearing_signals;
 
 fn finding_dict<'py>(py: Python<'py>, f: &Finding) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -32,28 +34,33 @@ pub(crate) fn remote(
     path: &std::path::Path,
 ) -> PyResult<Option<fastst_remote::RemoteSource>> {
     match path.to_str().filter(|p| fastst_remote::is_url(p)) {
-        Some(url) => crate::remote::open(py, url, &display_path(path), &Vec::new()).map(Some),
+        Some(url) => {
+            let cancel = fastst_remote::Cancel::default();
+            crate::remote::open(py, url, &display_path(path), &Vec::new(), &cancel).map(Some)
+        }
         None => Ok(None),
     }
 }
 
 /// Runs `work` without the GIL, with a stderr progress line labelled
-/// `progress` when given (written as given: the caller escapes it).
+/// `progress` when given (written as given: the caller escapes it); the
+/// reads of an object of a store (`cancel` its canceller) hear Ctrl-C.
 pub(crate) fn with_progress<T: Send>(
     py: Python<'_>,
+    cancel: Option<&fastst_remote::Cancel>,
     progress: Option<&str>,
     work: impl FnOnce(inspect::Progress) -> T + Send,
-) -> T {
+) -> PyResult<T> {
     if let Some(label) = progress {
         let p = StderrLine::new(label);
-        let out = py.allow_threads(|| {
+        let out = hearing_signals(py, cancel, |_| {
             let report = |done: u64, total: u64| p.report(done, total);
             work(Some(&report))
         });
         p.finish();
         out
     } else {
-        py.allow_threads(|| work(None))
+        hearing_signals(py, cancel, |_| work(None))
     }
 }
 
@@ -78,10 +85,11 @@ fn verify_file<'py>(
         threads,
     };
     let url = remote(py, &path)?;
-    let report = with_progress(py, progress.as_deref(), |p| match url {
+    let cancel = url.as_ref().map(fastst_remote::RemoteSource::canceller);
+    let report = with_progress(py, cancel.as_ref(), progress.as_deref(), |p| match url {
         Some(src) => inspect::verify_source(Box::new(src), &options, p),
         None => inspect::verify_path(&path, &options, p),
-    })
+    })?
     .in_file(&name)?;
     let d = PyDict::new(py);
     d.set_item("path", &name)?;
@@ -120,10 +128,11 @@ fn hash_file<'py>(
         header_cap,
     };
     let url = remote(py, &path)?;
-    let report = with_progress(py, progress.as_deref(), |p| match url {
+    let cancel = url.as_ref().map(fastst_remote::RemoteSource::canceller);
+    let report = with_progress(py, cancel.as_ref(), progress.as_deref(), |p| match url {
         Some(src) => inspect::hash_source(Box::new(src), &options, p),
         None => inspect::hash_path(&path, &options, p),
-    })
+    })?
     .in_file(&name)?;
     let d = PyDict::new(py);
     d.set_item("path", &name)?;
@@ -171,12 +180,12 @@ fn inspect_file<'py>(
         backend: Backend::Pread,
     };
     let url = remote(py, &path)?;
-    let file = py
-        .allow_threads(|| match url {
-            Some(src) => MappedFile::from_source(src, options),
-            None => MappedFile::open(&path, options),
-        })
-        .in_file(&name)?;
+    let cancel = url.as_ref().map(fastst_remote::RemoteSource::canceller);
+    let file = hearing_signals(py, cancel.as_ref(), |_| match url {
+        Some(src) => MappedFile::from_source(src, options),
+        None => MappedFile::open(&path, options),
+    })?
+    .in_file(&name)?;
     let header = file.header();
     let s = py.allow_threads(|| inspect::summarize(header));
     let d = PyDict::new(py);
@@ -231,10 +240,11 @@ fn read_metadata(
 ) -> PyResult<Option<Vec<(String, String)>>> {
     let name = display_path(&path);
     let url = remote(py, &path)?;
-    py.allow_threads(|| match url {
+    let cancel = url.as_ref().map(fastst_remote::RemoteSource::canceller);
+    hearing_signals(py, cancel.as_ref(), |_| match url {
         Some(src) => inspect::read_metadata_source(Box::new(src), header_cap),
         None => inspect::read_metadata(&path, header_cap),
-    })
+    })?
     .in_file(&name)
 }
 

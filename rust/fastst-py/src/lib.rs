@@ -24,7 +24,8 @@
 //! - `file`: `RawFile`, an open file (names, metadata, tensors, reads).
 //! - `source`: `PySource`, a Python file object as a core `Source`.
 //! - `remote`: URLs of object stores and HTTP(S) servers (`fastst-remote`):
-//!   opening, index files, listing a prefix.
+//!   opening (a checkpoint's shards several at once), index files,
+//!   listing a prefix, writing.
 //! - `buffer`: `TensorBuffer`, one tensor's bytes for the buffer protocol.
 //! - `load`: `load_into`, many tensors into Python-allocated memory.
 //! - `prefetch`: `Prefetcher`, the core's background page reader.
@@ -41,6 +42,8 @@
 //! - `paths`: `FsPath`, a path argument (`str`, `bytes`, `os.PathLike`).
 //! - `diff`: `diff_buffers`, two tensors' values compared.
 //! - `stats`: `stats_file`, what each tensor's values look like.
+//! - `wait`: waits on a remote store that hear Ctrl-C (the work on a
+//!   helper thread, signals run on the main thread, reads cancelled).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod buffer;
@@ -57,6 +60,7 @@ mod prefetch;
 mod remote;
 mod source;
 mod stats;
+mod wait;
 mod write;
 
 use pyo3::prelude::*;

@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 
 use crate::errors::InFile;
 use crate::file::{writable, RawFile, WritableBytes};
+use crate::wait::hearing_signals;
 
 /// Reads tensors `names` of `raw` into `outs` (writable C-contiguous byte
 /// buffers, one per name, exactly the tensor's length, or its converted
@@ -26,7 +27,9 @@ use crate::file::{writable, RawFile, WritableBytes};
 /// never) governs transparent huge pages for the destinations. `stream`:
 /// `progress(done, total, filled)` is also called each time more tensors
 /// are filled (every tensor ending at or before `filled` in the data
-/// section), and once more before a read error is raised.
+/// section), and once more before a read error is raised. The reads of an
+/// object of a store hear Ctrl-C while they wait (`crate::wait`); the
+/// callbacks run on this thread all the same.
 #[pyfunction]
 #[pyo3(signature = (raw, names, outs, targets, progress = None, bar = None, threads = 0, piece = 0, report_every = 0, direct = None, huge_pages = None, stream = false))]
 #[allow(clippy::too_many_arguments)]
@@ -79,7 +82,7 @@ pub fn load_into(
     let pending_ref = &mut pending;
     // Borrowed, so that no Python object is dropped without the GIL.
     let progress = progress.as_ref();
-    let outcome = py.allow_threads(move || {
+    let outcome = hearing_signals(py, raw.canceller(), move |caller| {
         let line = bar.as_deref().map(StderrLine::new);
         let dests = wanted
             .into_iter()
@@ -98,20 +101,21 @@ pub fn load_into(
             if let Some(line) = &line {
                 line.report(done, total);
             }
-            Python::with_gil(|py| {
-                let called = py.check_signals().and_then(|()| match progress {
+            let called = caller.call(move |py| {
+                py.check_signals().and_then(|()| match progress {
                     Some(cb) if stream => cb.call1(py, (done, total, filled)).map(drop),
                     Some(cb) => cb.call1(py, (done, total)).map(drop),
                     None => Ok(()),
-                });
-                match called {
-                    Ok(()) => ControlFlow::Continue(()),
-                    Err(e) => {
-                        *pending_ref = Some(e);
-                        ControlFlow::Break(())
-                    }
+                })
+            });
+            match called {
+                Some(Ok(())) => ControlFlow::Continue(()),
+                Some(Err(e)) => {
+                    *pending_ref = Some(e);
+                    ControlFlow::Break(())
                 }
-            })
+                None => ControlFlow::Break(()),
+            }
         };
         let outcome = if stream {
             fastst_core::load_streaming(file_ref, dests, options, &mut report)
@@ -129,7 +133,7 @@ pub fn load_into(
             line.finish();
         }
         outcome
-    });
+    })?;
     match outcome.in_file(raw.display_name())? {
         Outcome::Done => Ok(()),
         Outcome::Stopped => Err(pending.unwrap_or_else(|| {

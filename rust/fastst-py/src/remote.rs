@@ -1,17 +1,23 @@
 //! Objects in object stores and behind HTTP(S) (`fastst-remote`): opening
-//! one as a `RawFile` source, reading a small one whole (index files),
-//! listing a prefix, writing one with a multipart upload. The GIL is
-//! released while requests run.
+//! one as a `RawFile` source (or a checkpoint's shards, several at once),
+//! reading a small one whole (index files), listing a prefix, writing one
+//! with a multipart upload. The GIL is released while requests run, and
+//! the waits hear Ctrl-C ([`crate::wait`]). The first store made without
+//! certificate checks warns, once per process
+//! (`fastst.InsecureTransportWarning`).
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
-use fastst_core::TensorStream;
-use fastst_remote::{OpenError, RemoteSource, Upload};
+use fastst_core::{RuleId, TensorStream};
+use fastst_remote::{Cancel, Listing, OpenError, RemoteSource, Upload};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyList};
 
-use crate::errors::{to_pyerr, InFile};
+use crate::errors::{rule_error, to_pyerr, InFile};
+use crate::file::RawFile;
+use crate::wait::{hearing_signals, WAIT_SLICE};
 use crate::write::PyWritePlan;
 
 /// `storage_options` as pairs.
@@ -25,16 +31,146 @@ fn open_failed(name: &str, e: OpenError) -> PyErr {
     }
 }
 
-/// Opens the object `url` (one ranged GET), GIL released; errors name it
-/// `name`.
+/// Warns (`fastst.InsecureTransportWarning`), once per process, when a
+/// store was made that does not check TLS certificates. A warning turned
+/// into an error by the warning filters is raised.
+pub(crate) fn warn_if_insecure(py: Python<'_>) -> PyResult<()> {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !fastst_remote::certificates_unchecked() || WARNED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let category = py
+        .import("fastst._errors")?
+        .getattr("InsecureTransportWarning")?;
+    PyErr::warn(
+        py,
+        &category,
+        c"TLS certificate checks are off for a store (allow_invalid_certificates in \
+storage_options or the environment): its answers may come from anyone on the path",
+        1,
+    )?;
+    WARNED.store(true, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Opens the object `url` (one ranged GET), GIL released, hearing Ctrl-C;
+/// its reads stop when `cancel` is given; errors name it `name`.
 pub(crate) fn open(
     py: Python<'_>,
     url: &str,
     name: &str,
     options: &Options,
+    cancel: &Cancel,
 ) -> PyResult<RemoteSource> {
-    py.allow_threads(|| RemoteSource::open(url, options))
-        .map_err(|e| open_failed(name, e))
+    let opened = hearing_signals(py, Some(cancel), |_| {
+        RemoteSource::open_with(url, options, cancel.clone())
+    });
+    warn_if_insecure(py)?;
+    opened?.map_err(|e| open_failed(name, e))
+}
+
+/// How the opening of one object of [`open_urls`] ended.
+enum Opened {
+    /// Opened, its header read and checked.
+    File(fastst_core::MappedFile),
+    /// The object could not be opened.
+    Failed(OpenError),
+    /// Its header breaks a rule.
+    Header(fastst_core::Error),
+}
+
+/// Opens the objects `urls` (named `names` in errors), a checkpoint's
+/// shards, and reads their headers, at most `concurrency` at a time, with
+/// one client per store; their reads share one [`Cancel`] (one logical
+/// file). In order: a `RawFile`, `None` for an object that does not
+/// exist, or the exception of the first other failure, which ends the
+/// list (no later object is opened).
+#[pyfunction]
+#[pyo3(signature = (urls, names, options, header_cap, concurrency = 16))]
+fn open_urls<'py>(
+    py: Python<'py>,
+    urls: Vec<String>,
+    names: Vec<String>,
+    options: Options,
+    header_cap: u64,
+    concurrency: usize,
+) -> PyResult<Bound<'py, PyList>> {
+    if urls.len() != names.len() {
+        return Err(PyValueError::new_err(
+            "urls and names must have the same length",
+        ));
+    }
+    let cancel = Cancel::default();
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let opened: Vec<Mutex<Option<Opened>>> = urls.iter().map(|_| Mutex::new(None)).collect();
+    let header = fastst_core::OpenOptions {
+        header_cap,
+        backend: fastst_core::Backend::Pread,
+    };
+    let open_one = |i: usize| match RemoteSource::open_with(&urls[i], &options, cancel.clone()) {
+        Ok(source) => match fastst_core::MappedFile::from_source(source, header) {
+            Ok(file) => Opened::File(file),
+            Err(e) => Opened::Header(e),
+        },
+        Err(e) => Opened::Failed(e),
+    };
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= urls.len() || failed.load(Ordering::Relaxed) {
+            break;
+        }
+        let got = open_one(i);
+        let ends = match &got {
+            Opened::File(_) => false,
+            Opened::Failed(e) => !is_not_found(e),
+            Opened::Header(_) => true,
+        };
+        if ends {
+            failed.store(true, Ordering::Relaxed);
+        }
+        *opened[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(got);
+    };
+    let ran = hearing_signals(py, Some(&cancel), |_| {
+        std::thread::scope(|s| {
+            // Helpers as many as can be had, and this thread.
+            for _ in 1..concurrency.clamp(1, urls.len().max(1)) {
+                if std::thread::Builder::new().spawn_scoped(s, work).is_err() {
+                    break;
+                }
+            }
+            work();
+        })
+    });
+    warn_if_insecure(py)?;
+    ran?;
+    let out = PyList::empty(py);
+    for (slot, name) in opened.into_iter().zip(names) {
+        let got = slot.into_inner().unwrap_or_else(|p| p.into_inner());
+        match got {
+            None => break,
+            Some(Opened::File(file)) => {
+                let raw = RawFile::of_opened(file, name, cancel.clone());
+                out.append(Bound::new(py, raw)?)?;
+            }
+            Some(Opened::Failed(e)) if is_not_found(&e) => out.append(py.None())?,
+            Some(Opened::Failed(e)) => {
+                out.append(open_failed(&name, e).value(py))?;
+                break;
+            }
+            Some(Opened::Header(e)) => {
+                out.append(to_pyerr(&name, e).value(py))?;
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether an opening failed because the object does not exist.
+fn is_not_found(e: &OpenError) -> bool {
+    matches!(e, OpenError::Read(fastst_core::Error::Io { source, .. })
+        if source.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// Whether `name` is a URL of an object store or an HTTP(S) server. A name
@@ -58,18 +194,21 @@ fn read_remote<'py>(
     cap: u64,
 ) -> PyResult<Option<Bound<'py, PyBytes>>> {
     use fastst_core::Source;
-    let src = open(py, url, name, &options)?;
+    let cancel = Cancel::default();
+    let src = open(py, url, name, &options, &cancel)?;
     if src.len() > cap {
         return Ok(None);
     }
     let mut buf = fastst_core::internal::zeroed(src.len(), "").map_err(|e| to_pyerr(name, e))?;
-    py.allow_threads(|| src.read_at(0, &mut buf))
+    hearing_signals(py, Some(&cancel), |_| src.read_at(0, &mut buf))?
         .map_err(|e| to_pyerr(name, e))?;
     Ok(Some(PyBytes::new(py, &buf)))
 }
 
 /// The names of the objects directly under the prefix `url` (named `name`
 /// in errors), sorted; `None` when more than `cap` objects lie under it.
+/// A listing that takes more than `fastst_remote::LIST_PAGE_CAP` pages,
+/// or repeats a page, is rule `listing-pages-over-cap` (`FolderError`).
 #[pyfunction]
 #[pyo3(signature = (url, name, options, cap))]
 fn list_remote(
@@ -79,13 +218,27 @@ fn list_remote(
     options: Options,
     cap: usize,
 ) -> PyResult<Option<Vec<String>>> {
-    py.allow_threads(|| fastst_remote::list(url, &options, cap))
-        .map_err(|e| open_failed(name, e))
+    let cancel = Cancel::default();
+    let listed = hearing_signals(py, Some(&cancel), |_| {
+        fastst_remote::list(url, &options, cap, &cancel)
+    });
+    warn_if_insecure(py)?;
+    match listed?.map_err(|e| open_failed(name, e))? {
+        Listing::Names(names) => Ok(Some(names)),
+        Listing::OverCap => Ok(None),
+        Listing::Endless { pages } => Err(rule_error(
+            RuleId::ListingPagesOverCap,
+            name,
+            None,
+            &format!(
+                "the listing of the prefix did not end after {pages} pages (the most one \
+                 listing reads is {}, and a page may not repeat its token); name the \
+                 checkpoint's index or file",
+                fastst_remote::LIST_PAGE_CAP
+            ),
+        )),
+    }
 }
-
-/// How long a wait for the store lasts before Python's signal handlers
-/// run (Ctrl-C is heard within this).
-const WAIT_SLICE: Duration = Duration::from_millis(100);
 
 /// What stopped an upload while its bytes were fed.
 enum Stop {
@@ -183,9 +336,9 @@ fn upload_file(
 ) -> PyResult<()> {
     let plan = plan.get();
     let total = plan.plan.total_len();
-    let mut upload = py
-        .allow_threads(|| Upload::start(url, &options, total))
-        .map_err(|e| open_failed(name, e))?;
+    let started = py.allow_threads(|| Upload::start(url, &options, total));
+    warn_if_insecure(py)?;
+    let mut upload = started.map_err(|e| open_failed(name, e))?;
     let mut sink = Sink {
         upload: &mut upload,
         stopped: None,
@@ -228,8 +381,9 @@ fn put_remote(
     data: &[u8],
 ) -> PyResult<()> {
     let bytes = data.to_vec();
-    py.allow_threads(|| fastst_remote::upload::put(url, &options, bytes))
-        .map_err(|e| open_failed(name, e))
+    let put = py.allow_threads(|| fastst_remote::upload::put(url, &options, bytes));
+    warn_if_insecure(py)?;
+    put.map_err(|e| open_failed(name, e))
 }
 
 /// Deletes the object `url` (named `name` in errors); one that is not
@@ -245,6 +399,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(is_remote_url, m)?)?;
     m.add_function(wrap_pyfunction!(read_remote, m)?)?;
     m.add_function(wrap_pyfunction!(list_remote, m)?)?;
+    m.add_function(wrap_pyfunction!(open_urls, m)?)?;
     m.add_function(wrap_pyfunction!(upload_file, m)?)?;
     m.add_function(wrap_pyfunction!(put_remote, m)?)?;
     m.add_function(wrap_pyfunction!(delete_remote, m)?)?;

@@ -2,8 +2,12 @@
 //! as a core [`Source`], so that a `RawFile` reads it as it reads a path:
 //! the core reads and validates the header, converts and names errors.
 //! Each positioned read is a seek then reads, under a lock (file objects
-//! are not thread-safe), with the GIL held.
+//! are not thread-safe), with the GIL held. A file object whose read
+//! method reads the very file it is being read for (through the same
+//! `safe_open`) would wait on itself for that lock: such a read is
+//! refused (rule `reentrant-read`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use fastst_core::{ended_early, Error, Result, Source};
@@ -23,6 +27,29 @@ pub(crate) struct PySource {
     len: u64,
     readinto: bool,
     lock: Mutex<()>,
+    /// The thread holding `lock` ([`this_thread`]), 0 when none.
+    holder: AtomicU64,
+}
+
+/// A number naming this thread (never 0).
+fn this_thread() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local!(static ID: u64 = NEXT.fetch_add(1, Ordering::Relaxed));
+    ID.with(|id| *id)
+}
+
+/// The lock over seek and read, held by this thread.
+struct Serialised<'a> {
+    _guard: MutexGuard<'a, ()>,
+    holder: &'a AtomicU64,
+}
+
+impl Drop for Serialised<'_> {
+    fn drop(&mut self) {
+        // Before the guard is released: no other thread sees this one as
+        // the holder once it can take the lock.
+        self.holder.store(0, Ordering::Release);
+    }
 }
 
 impl PySource {
@@ -39,18 +66,33 @@ impl PySource {
             len,
             readinto,
             lock: Mutex::new(()),
+            holder: AtomicU64::new(0),
         })
     }
 
     /// The lock over seek and read. Never waited for with the GIL held: its
-    /// holder may need the GIL to finish.
-    fn serialised(&self, py: Python<'_>) -> MutexGuard<'_, ()> {
+    /// holder may need the GIL to finish. Refused (rule `reentrant-read`)
+    /// when this thread holds it already: the object's read method is
+    /// reading this file, and would wait on itself.
+    fn serialised(&self, py: Python<'_>) -> Result<Serialised<'_>> {
+        let me = this_thread();
         loop {
-            match self.lock.try_lock() {
-                Ok(guard) => return guard,
-                Err(TryLockError::Poisoned(p)) => return p.into_inner(),
-                Err(TryLockError::WouldBlock) => py.allow_threads(|| drop(self.lock.lock())),
-            }
+            let guard = match self.lock.try_lock() {
+                Ok(guard) => guard,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    if self.holder.load(Ordering::Acquire) == me {
+                        return Err(Error::ReentrantRead);
+                    }
+                    py.allow_threads(|| drop(self.lock.lock()));
+                    continue;
+                }
+            };
+            self.holder.store(me, Ordering::Release);
+            return Ok(Serialised {
+                _guard: guard,
+                holder: &self.holder,
+            });
         }
     }
 
@@ -120,12 +162,11 @@ impl Source for PySource {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let want = buf.len();
         let got = Python::with_gil(|py| {
-            let _serialised = self.serialised(py);
-            self.fill(py, offset, buf)
-        })
-        .map_err(|e| Error::Io {
-            context: format!("cannot read {want} bytes at offset {offset}"),
-            source: std::io::Error::other(e),
+            let _serialised = self.serialised(py)?;
+            self.fill(py, offset, buf).map_err(|e| Error::Io {
+                context: format!("cannot read {want} bytes at offset {offset}"),
+                source: std::io::Error::other(e),
+            })
         })?;
         if got < want {
             return Err(ended_early(offset, want, offset + got as u64, self.len));

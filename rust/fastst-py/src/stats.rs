@@ -42,10 +42,11 @@ fn stats_file<'py>(
         header_cap,
     };
     let url = crate::inspect::remote(py, &path)?;
-    let found = with_progress(py, progress.as_deref(), |p| match url {
+    let cancel = url.as_ref().map(fastst_remote::RemoteSource::canceller);
+    let found = with_progress(py, cancel.as_ref(), progress.as_deref(), |p| match url {
         Some(src) => inspect::stats_source(src, names.as_deref(), &options, p),
         None => inspect::stats_path(&path, names.as_deref(), &options, p),
-    })
+    })?
     .in_file(&name)?;
     // Thousands of small dicts would each wake the cycle collector, which
     // has nothing to find in them: pause it while they are built.

@@ -1,28 +1,70 @@
-//! The HTTP client of the cloud stores: `object_store`'s own client, but one
-//! that never follows a redirect, so that a signed request (its
-//! `Authorization` header, session token or signature) is only ever sent to
-//! the address it was signed for.
+//! The HTTP client of every store: `object_store`'s own client, built
+//! from the same [`ClientOptions`] (timeouts, proxy, HTTP versions, plain
+//! HTTP, certificates), but one that follows no redirect where a request
+//! carries credentials, and whose answers pass through [`crate::guard`]
+//! (caps on bodies, the query of a presigned URL).
 //!
-//! `object_store` builds its `reqwest` client with reqwest's default policy,
-//! which follows up to ten redirects and keeps headers such as
-//! `x-amz-security-token` across hosts. This connector builds the same
-//! client from the same [`ClientOptions`] (timeouts, proxy, HTTP versions,
-//! plain HTTP, certificates), with redirects off: a `3xx` answer reaches the
-//! store, which reports it as an error naming the status.
+//! `object_store` builds its `reqwest` client with reqwest's default
+//! policy, which follows up to ten redirects and keeps headers such as
+//! `x-amz-security-token` across hosts. The cloud stores (S3, GCS, Azure,
+//! and the services their credentials come from), presigned and SAS URLs
+//! and URLs with a user part connect with redirects off: a `3xx` answer
+//! reaches the store, which reports it as an error naming the status, so
+//! a signed request (its `Authorization` header, session token or
+//! signature) is only ever sent to the address it was signed for. Only a
+//! plain HTTP(S) URL without credentials follows redirects, as HTTP
+//! clients do (never from `https` to `http`).
 
 use std::str::FromStr;
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use object_store::client::{HttpClient, HttpConnector};
 use object_store::{ClientConfigKey as Key, ClientOptions};
 
-/// Connects the cloud stores through a client that follows no redirect.
-#[derive(Debug, Default)]
-pub(crate) struct NoRedirects;
+use crate::guard::Guard;
 
-impl HttpConnector for NoRedirects {
+/// Set once a client that does not check certificates was made
+/// (`allow_invalid_certificates`), for the caller's warning.
+static CERTIFICATES_UNCHECKED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a client made in this process does not check TLS
+/// certificates (`allow_invalid_certificates` in `storage_options` or
+/// the environment, e.g. `AWS_ALLOW_INVALID_CERTIFICATES`): the Python
+/// glue warns once when it becomes true.
+pub fn certificates_unchecked() -> bool {
+    CERTIFICATES_UNCHECKED.load(Ordering::Relaxed)
+}
+
+/// Makes the clients of one store.
+#[derive(Debug)]
+pub(crate) struct Connector {
+    /// Redirects are followed (a plain HTTP(S) URL without credentials).
+    pub(crate) redirects: bool,
+    /// The query every request carries (a presigned or SAS URL's).
+    pub(crate) query: Option<String>,
+}
+
+impl Connector {
+    /// A connector for requests that carry credentials: no redirect.
+    pub(crate) fn signed() -> Connector {
+        Connector {
+            redirects: false,
+            query: None,
+        }
+    }
+}
+
+impl HttpConnector for Connector {
     fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
-        Ok(HttpClient::new(client(options)?))
+        if Values(options).flag(Key::AllowInvalidCertificates)? {
+            CERTIFICATES_UNCHECKED.store(true, Ordering::Relaxed);
+        }
+        Ok(HttpClient::new(Guard::new(
+            client(options, self.redirects)?,
+            self.query.clone(),
+        )))
     }
 }
 
@@ -67,8 +109,8 @@ impl Values<'_> {
 }
 
 /// The `reqwest` client `object_store` would build from `options`, with
-/// redirects off.
-fn client(options: &ClientOptions) -> object_store::Result<reqwest::Client> {
+/// redirects off unless `redirects` (then reqwest's default policy).
+fn client(options: &ClientOptions, redirects: bool) -> object_store::Result<reqwest::Client> {
     let failed = |e: reqwest::Error| object_store::Error::Generic {
         store: "HTTP client",
         source: Box::new(e),
@@ -79,7 +121,11 @@ fn client(options: &ClientOptions) -> object_store::Result<reqwest::Client> {
         .unwrap_or_else(|| concat!("fastst/", env!("CARGO_PKG_VERSION")).to_owned());
     let mut b = reqwest::ClientBuilder::new()
         .user_agent(agent)
-        .redirect(reqwest::redirect::Policy::none())
+        .redirect(if redirects {
+            reqwest::redirect::Policy::default()
+        } else {
+            reqwest::redirect::Policy::none()
+        })
         // No transparent decompression: it would change the lengths the
         // store checks.
         .no_gzip()
@@ -154,7 +200,7 @@ mod tests {
             .with_allow_http(true)
             .with_config(Key::Http1Only, "yes")
             .with_config(Key::PoolMaxIdlePerHost, "3");
-        assert!(client(&options).is_ok());
+        assert!(client(&options, false).is_ok());
         let o = Values(&options);
         assert_eq!(
             o.duration(Key::Timeout).unwrap(),
@@ -162,7 +208,7 @@ mod tests {
         );
         assert!(o.flag(Key::AllowHttp).unwrap() && o.flag(Key::Http1Only).unwrap());
         let wrong = ClientOptions::new().with_config(Key::Timeout, "soon");
-        let err = client(&wrong).unwrap_err().to_string();
+        let err = client(&wrong, true).unwrap_err().to_string();
         assert!(
             err.contains("\"soon\"") && err.contains("duration"),
             "{err}"

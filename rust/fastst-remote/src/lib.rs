@@ -16,6 +16,11 @@
 //! - Transient failures (5xx, timeouts, connection resets, a body cut
 //!   short) are retried with backoff by `object_store`; a part is handed
 //!   out only when every one of its bytes arrived.
+//! - Every wait has a deadline ([`Tuning::deadline`], rule
+//!   `remote-deadline`) and can be stopped from another thread
+//!   ([`Cancel`]: a file closed, a load left, Ctrl-C); every answer read
+//!   whole has a cap ([`guard`]), every listing a cap on objects and on
+//!   pages ([`list`]).
 //!
 //! Writing ([`upload`]): an [`Upload`] writes one object of a cloud store
 //! with a multipart upload, part by part as the bytes come, with bounded
@@ -24,8 +29,10 @@
 //!
 //! Configuration ([`options`]): URL schemes, credentials from the
 //! environment the way the cloud SDKs read them, `storage_options` keys,
-//! and the two tuning knobs. The cloud stores' requests follow no
-//! redirect, so that a signed request goes only where it was signed for. Requests run on one small tokio runtime
+//! and the tuning knobs. No request that carries credentials follows a
+//! redirect, so that a signed request goes only where it was signed for
+//! (`client`); one store serves every object of a bucket or server with
+//! the same settings (`stores`). Requests run on one small tokio runtime
 //! owned by the crate ([`runtime`]); callers block on it, so the Python
 //! glue releases the GIL around every call.
 //!
@@ -44,22 +51,29 @@
 mod client;
 mod error;
 mod fetch;
+pub mod guard;
 pub mod options;
-mod presigned;
 mod runtime;
+mod stores;
 pub mod upload;
+mod wait;
 
 use std::sync::Arc;
 
 use fastst_core::{Error, Result, Source};
-use futures::StreamExt;
+use object_store::list::PaginatedListOptions;
 use object_store::path::Path;
 use object_store::ObjectStore;
 
+pub use client::certificates_unchecked;
+pub use error::ANSWER_SHOWN;
 pub use fetch::{parts, Part};
 pub use options::{display, is_url, ConfigError, Tuning};
 pub use runtime::runtime;
 pub use upload::Upload;
+pub use wait::Cancel;
+
+use wait::wait;
 
 /// Bytes fetched by the first request of an open: the size prefix and any
 /// header shorter than this arrive with it.
@@ -97,6 +111,7 @@ pub struct RemoteSource {
     first: Vec<u8>,
     tuning: Tuning,
     in_flight: Arc<tokio::sync::Semaphore>,
+    cancel: Cancel,
 }
 
 impl RemoteSource {
@@ -106,19 +121,40 @@ impl RemoteSource {
     /// `NotFound` (ENOENT), a refused one of kind `PermissionDenied`
     /// (EACCES); others name the store's answer (its HTTP status).
     pub fn open(url: &str, options: &[(String, String)]) -> Result<RemoteSource, OpenError> {
-        let (store, path, tuning) = options::store_for(url, options).map_err(OpenError::Config)?;
+        RemoteSource::open_with(url, options, Cancel::default())
+    }
+
+    /// [`RemoteSource::open`], the waits of the opening and of every later
+    /// read stopped by `cancel` (which may be shared with other objects,
+    /// e.g. the shards of one checkpoint).
+    pub fn open_with(
+        url: &str,
+        options: &[(String, String)],
+        cancel: Cancel,
+    ) -> Result<RemoteSource, OpenError> {
+        let (store, path, tuning) = options::store_for(url, options)?;
         if path.as_ref().is_empty() || url.ends_with('/') {
             return Err(OpenError::Config(ConfigError(format!(
                 "{}: the URL names no object (a prefix ending in /)",
                 display(url)
             ))));
         }
-        Ok(RemoteSource::in_store(Arc::from(store), path, tuning)?)
+        Ok(RemoteSource::in_store(store.objects, path, tuning, cancel)?)
     }
 
     /// Opens the object at `path` in `store`.
-    fn in_store(store: Arc<dyn ObjectStore>, path: Path, tuning: Tuning) -> Result<RemoteSource> {
-        let (len, etag, first) = runtime()?.block_on(fetch::open(&*store, &path))?;
+    fn in_store(
+        store: Arc<dyn ObjectStore>,
+        path: Path,
+        tuning: Tuning,
+        cancel: Cancel,
+    ) -> Result<RemoteSource> {
+        let (len, etag, first) = wait(
+            fetch::open(&*store, &path),
+            tuning.deadline,
+            &cancel,
+            || "cannot open the object".into(),
+        )?;
         Ok(RemoteSource {
             store,
             path,
@@ -127,12 +163,32 @@ impl RemoteSource {
             first,
             in_flight: Arc::new(tokio::sync::Semaphore::new(tuning.concurrency)),
             tuning,
+            cancel,
         })
     }
 
     /// The tuning in force for this object.
     pub fn tuning(&self) -> Tuning {
         self.tuning
+    }
+
+    /// What stops this object's reads in flight (a clone: giving it stops
+    /// them here too).
+    pub fn canceller(&self) -> Cancel {
+        self.cancel.clone()
+    }
+
+    /// Runs the reads `work` fetching `parts` parts, within their deadline
+    /// and until cancelled; errors say they read `len` bytes at `offset`.
+    fn wait<T>(
+        &self,
+        work: impl std::future::Future<Output = Result<T>>,
+        parts: usize,
+        (offset, len): (u64, usize),
+    ) -> Result<T> {
+        wait(work, self.tuning.deadline_for(parts), &self.cancel, || {
+            format!("cannot read {len} bytes at offset {offset}")
+        })
     }
 
     /// Checks that `buf.len()` bytes at `offset` lie inside the object
@@ -177,7 +233,9 @@ impl Source for RemoteSource {
         if self.kept(offset, buf)? {
             return Ok(());
         }
-        runtime()?.block_on(self.object().read(offset, buf, self.tuning))
+        let what = (offset, buf.len());
+        let parts = buf.len().div_ceil(self.tuning.part.max(1));
+        self.wait(self.object().read(offset, buf, self.tuning), parts, what)
     }
 
     /// Nearby ranges are fetched as one when the bytes between take less
@@ -196,10 +254,22 @@ impl Source for RemoteSource {
                 fetched.push((*offset, &mut **buf));
             }
         }
-        if fetched.is_empty() {
+        let (Some(&(first, _)), Some(total)) = (
+            fetched.first(),
+            fetched
+                .iter()
+                .map(|(_, b)| b.len())
+                .reduce(usize::saturating_add),
+        ) else {
             return Ok(());
-        }
-        runtime()?.block_on(self.object().read_many(&mut fetched, self.tuning))
+        };
+        let part = self.tuning.part.max(1);
+        let parts = fetched.iter().map(|(_, b)| b.len().div_ceil(part)).sum();
+        self.wait(
+            self.object().read_many(&mut fetched, self.tuning),
+            parts,
+            (first, total),
+        )
     }
 
     fn load_hint(&self) -> Option<(usize, usize)> {
@@ -207,37 +277,88 @@ impl Source for RemoteSource {
     }
 }
 
-/// The names of the objects directly under the prefix `url` (a URL ending
-/// in `/`; sub-prefixes are not descended into), sorted: a remote
-/// "folder". The listing is read page by page; `None` once it met more
-/// than `cap` objects under the prefix (at any depth), so that a bucket
-/// of millions is never listed whole. Stores that cannot list (plain
-/// HTTP) fail.
+/// The most pages one listing reads: a store sends up to a thousand
+/// objects a page, so this is far more than [`list`]'s cap on objects
+/// needs, and bounds a listing that never ends (empty pages marked "more").
+pub const LIST_PAGE_CAP: usize = 1_000;
+
+/// What a listing of a prefix found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Listing {
+    /// The names of the objects directly under the prefix, sorted.
+    Names(Vec<String>),
+    /// More objects (at any depth) than the cap asked for.
+    OverCap,
+    /// More pages than [`LIST_PAGE_CAP`], or a page whose token for the
+    /// next one is its own (a listing that would never end).
+    Endless {
+        /// Pages read.
+        pages: usize,
+    },
+}
+
+/// Lists the prefix `url` (a URL ending in `/`): the names of the objects
+/// directly under it (sub-prefixes are not descended into), sorted. The
+/// listing is read page by page and stops once it met more than `cap`
+/// objects under the prefix (at any depth), so that a bucket of millions
+/// is never listed whole, or read [`LIST_PAGE_CAP`] pages; it has the
+/// deadline of a read and ends when `cancel` is given. Stores that cannot
+/// list (plain HTTP) fail.
 pub fn list(
     url: &str,
     options: &[(String, String)],
     cap: usize,
-) -> Result<Option<Vec<String>>, OpenError> {
-    let (store, prefix, _) = options::store_for(url, options).map_err(OpenError::Config)?;
-    let listed = runtime()?.block_on(async {
-        let mut listed = store.list(Some(&prefix));
-        let mut names = Vec::new();
-        let mut seen = 0usize;
-        while let Some(meta) = listed.next().await {
-            let meta = meta.map_err(|e| error::from_store("cannot list the prefix", e))?;
-            seen += 1;
-            if seen > cap {
-                return Ok(None);
+    cancel: &Cancel,
+) -> Result<Listing, OpenError> {
+    let (store, prefix, tuning) = options::store_for(url, options)?;
+    let Some(pages) = store.pages else {
+        return Err(OpenError::Config(ConfigError(format!(
+            "{}: this store cannot list a prefix (a plain HTTP server): name the checkpoint's index or file",
+            display(url)
+        ))));
+    };
+    let listed = async {
+        let under = Some(prefix.as_ref())
+            .filter(|p| !p.is_empty())
+            .map(|p| format!("{p}{}", object_store::path::DELIMITER));
+        let (mut names, mut seen, mut token) = (Vec::new(), 0usize, None::<String>);
+        for page in 1..=LIST_PAGE_CAP {
+            let options = PaginatedListOptions {
+                page_token: token.clone(),
+                ..PaginatedListOptions::default()
+            };
+            let got = pages
+                .list_paginated(under.as_deref(), options)
+                .await
+                .map_err(|e| error::from_store("cannot list the prefix", e))?;
+            for meta in got.result.objects {
+                seen += 1;
+                if seen > cap {
+                    return Ok(Listing::OverCap);
+                }
+                let mut rest = meta.location.prefix_match(&prefix).into_iter().flatten();
+                if let (Some(name), None) = (rest.next(), rest.next()) {
+                    names.push(name.as_ref().to_owned());
+                }
             }
-            let mut rest = meta.location.prefix_match(&prefix).into_iter().flatten();
-            if let (Some(name), None) = (rest.next(), rest.next()) {
-                names.push(name.as_ref().to_owned());
+            match got.page_token {
+                None => {
+                    names.sort();
+                    return Ok(Listing::Names(names));
+                }
+                Some(next) if token.as_deref() == Some(next.as_str()) => {
+                    return Ok(Listing::Endless { pages: page })
+                }
+                next => token = next,
             }
         }
-        names.sort();
-        Ok::<_, Error>(Some(names))
-    })?;
-    Ok(listed)
+        Ok::<_, Error>(Listing::Endless {
+            pages: LIST_PAGE_CAP,
+        })
+    };
+    Ok(wait(listed, tuning.deadline, cancel, || {
+        "cannot list the prefix".into()
+    })?)
 }
 
 #[cfg(test)]
@@ -266,8 +387,10 @@ mod tests {
         let tuning = Tuning {
             concurrency: 3,
             part: 4096,
+            ..Tuning::default()
         };
-        let src = RemoteSource::in_store(store.clone(), path.clone(), tuning).unwrap();
+        let src =
+            RemoteSource::in_store(store.clone(), path.clone(), tuning, Cancel::default()).unwrap();
         assert_eq!(src.len(), bytes.len() as u64);
         assert_eq!(src.first.len() as u64, FIRST_READ);
         for (offset, len) in [(0, 8), (10, 70_000), (65_530, 10), (100_001, 199_999)] {
@@ -307,7 +430,13 @@ mod tests {
     #[test]
     fn a_missing_object_is_not_found() {
         let (store, _) = stored(vec![1, 2, 3]);
-        let err = RemoteSource::in_store(store, Path::from("nope"), Tuning::default()).unwrap_err();
+        let err = RemoteSource::in_store(
+            store,
+            Path::from("nope"),
+            Tuning::default(),
+            Cancel::default(),
+        )
+        .unwrap_err();
         match err {
             Error::Io { source, .. } => assert_eq!(source.kind(), std::io::ErrorKind::NotFound),
             other => panic!("{other}"),

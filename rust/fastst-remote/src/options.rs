@@ -13,24 +13,31 @@
 //! `aws_access_key_id`, `google_service_account`,
 //! `azure_storage_account_name`, `allow_http`, `timeout`...). A key the
 //! store does not know is refused. An `http://` endpoint or URL allows
-//! plain HTTP by itself. The cloud stores connect through a client that
-//! follows no redirect (`client.rs`): a signed request goes only where it
-//! was signed for.
+//! plain HTTP by itself. Every request that carries credentials (the
+//! cloud stores', a presigned URL's, a URL with a user part) follows no
+//! redirect (`client.rs`): a signed request goes only where it was signed
+//! for. One store (one client, one pool of connections) serves every
+//! object of a bucket or server with the same settings (`stores.rs`).
 //!
-//! Two knobs tune the reads ([`Tuning`]), from the environment or the
+//! Three knobs tune the reads ([`Tuning`]), from the environment or the
 //! options (keys in lower case): `FASTST_REMOTE_CONCURRENCY` (requests in
-//! flight per object) and `FASTST_REMOTE_PART_SIZE` (bytes per request,
-//! a size in fastst's one grammar, `fastst_core::parse_size`).
+//! flight per object), `FASTST_REMOTE_PART_SIZE` (bytes per request,
+//! a size in fastst's one grammar, `fastst_core::parse_size`) and
+//! `FASTST_REMOTE_DEADLINE` (how long a read may take).
 
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::http::HttpBuilder;
+use std::sync::Arc;
+
 use object_store::path::Path;
-use object_store::{ClientConfigKey, ObjectStore, ObjectStoreScheme};
+use object_store::{ClientConfigKey, ObjectStoreScheme};
 use url::Url;
 
-use crate::client::NoRedirects;
+use crate::client::Connector;
+use crate::stores::{self, Store};
+use crate::OpenError;
 
 /// The variable (and, in lower case, the option) naming the requests in
 /// flight per object.
@@ -38,6 +45,13 @@ pub const CONCURRENCY_ENV: &str = "FASTST_REMOTE_CONCURRENCY";
 /// The variable (and, in lower case, the option) naming the bytes per
 /// request.
 pub const PART_SIZE_ENV: &str = "FASTST_REMOTE_PART_SIZE";
+/// The variable (and, in lower case, the option) naming the deadline of
+/// a read: seconds, or a duration such as `90s` or `5m`.
+pub const DEADLINE_ENV: &str = "FASTST_REMOTE_DEADLINE";
+
+/// The deadline of a read when none is set: what a person waits for
+/// before deciding that the server will not answer.
+pub const DEFAULT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// How an object's reads (and an upload's parts) are cut and overlapped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +62,10 @@ pub struct Tuning {
     /// Bytes per ranged GET of a large read (and per part of an upload,
     /// at least [`crate::upload::MIN_PART`]).
     pub part: usize,
+    /// How long a read may take, for every `concurrency` parts it needs
+    /// (an open, a listing: once), retries included; then it fails with
+    /// rule `remote-deadline`.
+    pub deadline: std::time::Duration,
 }
 
 impl Default for Tuning {
@@ -57,6 +75,7 @@ impl Default for Tuning {
         Tuning {
             concurrency: 16,
             part: 8 << 20,
+            deadline: DEFAULT_DEADLINE,
         }
     }
 }
@@ -92,7 +111,26 @@ fn parse_size(text: &str) -> Option<usize> {
     usize::try_from(n).ok().filter(|&n| n > 0)
 }
 
+/// A positive, finite duration: seconds (`"90"`, `"2.5"`) or a number
+/// with units (`"90s"`, `"5m"`, `"1h 30m"`).
+fn parse_deadline(text: &str) -> Option<std::time::Duration> {
+    let text = text.trim();
+    let d = match text.parse::<f64>() {
+        Ok(secs) => std::time::Duration::try_from_secs_f64(secs).ok()?,
+        Err(_) => humantime::parse_duration(text).ok()?,
+    };
+    Some(d).filter(|d| !d.is_zero())
+}
+
 impl Tuning {
+    /// The deadline of a read that needs `parts` requests: the deadline
+    /// once per round of `concurrency` of them (at least one).
+    pub fn deadline_for(&self, parts: usize) -> std::time::Duration {
+        let rounds = parts.div_ceil(self.concurrency.max(1)).max(1);
+        self.deadline
+            .saturating_mul(u32::try_from(rounds).unwrap_or(u32::MAX))
+    }
+
     /// The tuning from the environment and then `options` (which win);
     /// the options it used are taken out of `options`.
     pub fn read(
@@ -101,6 +139,14 @@ impl Tuning {
     ) -> Result<Tuning, ConfigError> {
         let mut t = Tuning::default();
         let mut set = |name: &str, value: &str| -> Result<(), ConfigError> {
+            if name.eq_ignore_ascii_case(DEADLINE_ENV) {
+                t.deadline = parse_deadline(value).ok_or_else(|| {
+                    ConfigError(format!(
+                        "{name}={value:?} is not a positive duration (seconds, or with a unit: 90s, 5m)"
+                    ))
+                })?;
+                return Ok(());
+            }
             let n = parse_size(value).ok_or_else(|| {
                 ConfigError(format!(
                     "{name}={value:?} is not a positive size (bytes, or with a unit: KB/MB/GB = 1000^n, KiB/MiB/GiB or K/M/G = 1024^n)"
@@ -113,14 +159,15 @@ impl Tuning {
             }
             Ok(())
         };
-        for name in [CONCURRENCY_ENV, PART_SIZE_ENV] {
+        let names = [CONCURRENCY_ENV, PART_SIZE_ENV, DEADLINE_ENV];
+        for name in names {
             if let Some(v) = env(name).filter(|v| !v.trim().is_empty()) {
                 set(name, &v)?;
             }
         }
         let mut rest = Vec::with_capacity(options.len());
         for (k, v) in options.drain(..) {
-            if k.eq_ignore_ascii_case(CONCURRENCY_ENV) || k.eq_ignore_ascii_case(PART_SIZE_ENV) {
+            if names.iter().any(|n| k.eq_ignore_ascii_case(n)) {
                 set(&k, &v)?;
             } else {
                 rest.push((k, v));
@@ -170,27 +217,53 @@ fn retry_config() -> object_store::RetryConfig {
     }
 }
 
-/// The plain HTTP store `b` of the server of `parsed`.
+/// The plain HTTP store of the server of `parsed`, whose requests carry
+/// `query` (a presigned URL's) when given. Only a URL without credentials
+/// (no query, no user part) follows redirects.
 fn http_store(
-    b: HttpBuilder,
     parsed: &Url,
+    query: Option<&str>,
     options: Vec<(String, String)>,
-    retry: object_store::RetryConfig,
-) -> Result<Box<dyn ObjectStore>, ConfigError> {
-    let mut b = b.with_url(&parsed[..url::Position::BeforePath]);
+) -> Result<Store, BuildError> {
+    let credentials =
+        query.is_some() || !parsed.username().is_empty() || parsed.password().is_some();
+    let connector = Connector {
+        redirects: !credentials,
+        query: query.map(str::to_owned),
+    };
+    let mut b = HttpBuilder::new()
+        .with_http_connector(connector)
+        .with_url(&parsed[..url::Position::BeforePath]);
     for (k, v) in options {
         b = b.with_config(key("HTTP", &k, |c| c)?, v);
     }
     if parsed.scheme() == "http" {
         b = b.with_config(ClientConfigKey::AllowHttp, "true");
     }
-    let store = b.with_retry(retry).build().map_err(|e| {
-        ConfigError(format!(
-            "{}: cannot configure the store: {e}",
-            display(parsed.as_str())
-        ))
-    })?;
-    Ok(Box::new(store))
+    Ok(Store::objects_only(Arc::new(
+        b.with_retry(retry_config()).build()?,
+    )))
+}
+
+/// Why a store could not be made.
+#[derive(Debug)]
+pub(crate) enum BuildError {
+    /// The settings are wrong.
+    Config(ConfigError),
+    /// The builder failed (bad values, or no resources to make a client).
+    Store(object_store::Error),
+}
+
+impl From<ConfigError> for BuildError {
+    fn from(e: ConfigError) -> Self {
+        BuildError::Config(e)
+    }
+}
+
+impl From<object_store::Error> for BuildError {
+    fn from(e: object_store::Error) -> Self {
+        BuildError::Store(e)
+    }
 }
 
 /// `url` as messages show it: without its user part, query or fragment
@@ -228,32 +301,59 @@ pub(crate) fn takes_uploads(url: &str) -> bool {
     )
 }
 
-/// The store holding `url`, the object's path in it, and the tuning.
+/// The store holding `url` (one per bucket or server and settings,
+/// [`stores`]), the object's path in it, and the tuning. A store that
+/// cannot be made for lack of resources (descriptors, threads) is an I/O
+/// error; wrong settings are a [`ConfigError`].
 pub(crate) fn store_for(
     url: &str,
     options: &[(String, String)],
-) -> Result<(Box<dyn ObjectStore>, Path, Tuning), ConfigError> {
+) -> Result<(Store, Path, Tuning), OpenError> {
     crate::runtime::install_tls();
-    let bad = |why: String| ConfigError(format!("{}: {why}", display(url)));
+    let bad = |why: String| OpenError::Config(ConfigError(format!("{}: {why}", display(url))));
     let parsed = Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
     let mut options = options.to_vec();
-    let tuning = Tuning::read(|n| std::env::var(n).ok(), &mut options)?;
-    let retry = retry_config();
+    let tuning =
+        Tuning::read(|n| std::env::var(n).ok(), &mut options).map_err(OpenError::Config)?;
     let signed = parsed
         .query()
         .filter(|_| matches!(parsed.scheme(), "http" | "https"));
-    if let Some(query) = signed {
+    let (scheme, path) = match signed {
         // Its own authorisation in the query (presigned, SAS): plain HTTP
         // whatever the host, the query sent with every request.
-        let path = Path::from_url_path(parsed.path()).map_err(|e| bad(e.to_string()))?;
-        let connector = crate::presigned::WithQuery(query.to_owned());
-        let b = HttpBuilder::new().with_http_connector(connector);
-        let store = http_store(b, &parsed, options, retry).map_err(|e| bad(e.to_string()))?;
-        return Ok((store, path, tuning));
-    }
-    let (scheme, path) =
-        ObjectStoreScheme::parse(&parsed).map_err(|e| bad(format!("not an object URL: {e}")))?;
-    let built = match scheme {
+        Some(_) => (
+            ObjectStoreScheme::Http,
+            Path::from_url_path(parsed.path()).map_err(|e| bad(e.to_string()))?,
+        ),
+        None => {
+            ObjectStoreScheme::parse(&parsed).map_err(|e| bad(format!("not an object URL: {e}")))?
+        }
+    };
+    let key = stores::key(&parsed, &options);
+    let store = stores::get_or_build(key, || build(url, &parsed, scheme, signed, options))
+        .map_err(|e| match e {
+            BuildError::Config(c) => bad(c.0),
+            BuildError::Store(e) => match crate::error::io_cause(&e) {
+                Some(io) => OpenError::Read(fastst_core::Error::Io {
+                    context: "cannot make the store's client".into(),
+                    source: io,
+                }),
+                None => bad(format!("cannot configure the store: {e}")),
+            },
+        })?;
+    Ok((store, path, tuning))
+}
+
+/// Makes the store of `url` (parsed: `parsed`) of kind `scheme`, whose
+/// requests carry `signed` (a presigned URL's query) when given.
+fn build(
+    url: &str,
+    parsed: &Url,
+    scheme: ObjectStoreScheme,
+    signed: Option<&str>,
+    options: Vec<(String, String)>,
+) -> Result<Store, BuildError> {
+    Ok(match scheme {
         ObjectStoreScheme::AmazonS3 => {
             let mut b = AmazonS3Builder::from_env().with_url(url);
             for (k, v) in options {
@@ -262,20 +362,22 @@ pub(crate) fn store_for(
             if plain_http(b.get_config_value(&AmazonS3ConfigKey::Endpoint)) {
                 b = b.with_allow_http(true);
             }
-            b.with_http_connector(NoRedirects)
-                .with_retry(retry)
-                .build()
-                .map(|s| Box::new(s) as _)
+            let store = b
+                .with_http_connector(Connector::signed())
+                .with_retry(retry_config())
+                .build()?;
+            Store::listing(Arc::new(store))
         }
         ObjectStoreScheme::GoogleCloudStorage => {
             let mut b = GoogleCloudStorageBuilder::from_env().with_url(url);
             for (k, v) in options {
                 b = b.with_config(key("GCS", &k, GoogleConfigKey::Client)?, v);
             }
-            b.with_http_connector(NoRedirects)
-                .with_retry(retry)
-                .build()
-                .map(|s| Box::new(s) as _)
+            let store = b
+                .with_http_connector(Connector::signed())
+                .with_retry(retry_config())
+                .build()?;
+            Store::listing(Arc::new(store))
         }
         ObjectStoreScheme::MicrosoftAzure => {
             let mut b = MicrosoftAzureBuilder::from_env().with_url(url);
@@ -285,22 +387,15 @@ pub(crate) fn store_for(
             if plain_http(b.get_config_value(&AzureConfigKey::Endpoint)) {
                 b = b.with_allow_http(true);
             }
-            b.with_http_connector(NoRedirects)
-                .with_retry(retry)
-                .build()
-                .map(|s| Box::new(s) as _)
+            let store = b
+                .with_http_connector(Connector::signed())
+                .with_retry(retry_config())
+                .build()?;
+            Store::listing(Arc::new(store))
         }
-        ObjectStoreScheme::Http => {
-            return Ok((
-                http_store(HttpBuilder::new(), &parsed, options, retry)?,
-                path,
-                tuning,
-            ))
-        }
-        _ => return Err(bad("not an object store or HTTP URL".into())),
-    };
-    let store = built.map_err(|e| bad(format!("cannot configure the store: {e}")))?;
-    Ok((store, path, tuning))
+        ObjectStoreScheme::Http => http_store(parsed, signed, options)?,
+        _ => return Err(ConfigError("not an object store or HTTP URL".into()).into()),
+    })
 }
 
 #[cfg(test)]
@@ -351,19 +446,47 @@ mod tests {
         let mut opts = vec![
             ("fastst_remote_part_size".to_owned(), "1M".to_owned()),
             ("region".to_owned(), "x".to_owned()),
+            ("FASTST_REMOTE_DEADLINE".to_owned(), "1m 30s".to_owned()),
         ];
         let t = Tuning::read(env, &mut opts).unwrap();
         assert_eq!(
             t,
             Tuning {
                 concurrency: 4,
-                part: 1 << 20
+                part: 1 << 20,
+                deadline: std::time::Duration::from_secs(90),
             }
         );
         assert_eq!(opts, vec![("region".to_owned(), "x".to_owned())]);
         let mut bad = vec![(CONCURRENCY_ENV.to_owned(), "0".to_owned())];
         let err = Tuning::read(|_| None, &mut bad).unwrap_err();
         assert!(err.0.contains("not a positive size"), "{err}");
+        for wrong in ["0", "-1", "soon", "nan", "inf", ""] {
+            let mut bad = vec![(DEADLINE_ENV.to_owned(), wrong.to_owned())];
+            let err = Tuning::read(|_| None, &mut bad).unwrap_err();
+            assert!(err.0.contains("not a positive duration"), "{wrong}: {err}");
+        }
+    }
+
+    #[test]
+    fn deadlines_read_seconds_or_durations_and_grow_with_rounds() {
+        let s = std::time::Duration::from_secs;
+        assert_eq!(parse_deadline("90"), Some(s(90)));
+        assert_eq!(
+            parse_deadline(" 2.5 "),
+            Some(std::time::Duration::from_millis(2500))
+        );
+        assert_eq!(parse_deadline("5m"), Some(s(300)));
+        assert_eq!(parse_deadline("0s"), None);
+        let t = Tuning {
+            concurrency: 4,
+            part: 1,
+            deadline: s(10),
+        };
+        assert_eq!(t.deadline_for(0), s(10));
+        assert_eq!(t.deadline_for(4), s(10));
+        assert_eq!(t.deadline_for(5), s(20));
+        assert_eq!(Tuning::default().deadline, DEFAULT_DEADLINE);
     }
 
     #[test]
@@ -388,7 +511,9 @@ mod tests {
     #[test]
     fn unknown_keys_and_urls_are_refused() {
         let opts = vec![("no_such_key".to_owned(), "1".to_owned())];
-        let err = store_for("s3://bucket/k", &opts).err().unwrap();
+        let Some(OpenError::Config(err)) = store_for("s3://bucket/k", &opts).err() else {
+            panic!("a configuration error")
+        };
         assert!(
             err.0
                 .contains("\"no_such_key\" is not a configuration key of S3"),

@@ -21,22 +21,25 @@ pub(crate) fn install_tls() {
 }
 
 /// The crate's runtime, or the I/O error of its start (out of threads or
-/// descriptors), kept.
+/// descriptors: its errno kept). A failed start is tried again at the
+/// next call.
 pub fn runtime() -> Result<&'static Runtime> {
-    static RUNTIME: OnceLock<std::result::Result<Runtime, String>> = OnceLock::new();
-    let made = RUNTIME.get_or_init(|| {
-        let workers = std::thread::available_parallelism()
-            .map_or(2, |n| n.get())
-            .clamp(2, MAX_WORKERS);
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(workers)
-            .thread_name("fastst-remote")
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())
-    });
-    made.as_ref().map_err(|e| Error::Io {
-        context: "cannot start the runtime of remote reads".into(),
-        source: std::io::Error::other(e.clone()),
-    })
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    if let Some(made) = RUNTIME.get() {
+        return Ok(made);
+    }
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(2, MAX_WORKERS);
+    let made = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("fastst-remote")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Io {
+            context: "cannot start the runtime of remote reads".into(),
+            source: e,
+        })?;
+    // A thread that started one first wins; this one is dropped.
+    Ok(RUNTIME.get_or_init(|| made))
 }

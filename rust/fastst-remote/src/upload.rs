@@ -307,7 +307,7 @@ impl Drop for Upload {
 /// What a write of the object `url` needs: a cloud store's object (not a
 /// prefix ending in `/`), its store, path and tuning.
 type Target = (
-    Box<dyn object_store::ObjectStore>,
+    std::sync::Arc<dyn object_store::ObjectStore>,
     object_store::path::Path,
     crate::Tuning,
 );
@@ -322,11 +322,11 @@ fn object_to_write(url: &str, options: &[(String, String)]) -> Result<Target, Op
              (not a plain HTTP server, nor a presigned URL)",
         ));
     }
-    let (store, path, tuning) = store_for(url, options).map_err(OpenError::Config)?;
+    let (store, path, tuning) = store_for(url, options)?;
     if path.as_ref().is_empty() || url.ends_with('/') {
         return Err(refuse("the URL names no object (a prefix ending in /)"));
     }
-    Ok((store, path, tuning))
+    Ok((store.objects, path, tuning))
 }
 
 /// Writes `bytes` as the object `url` with one PUT (a small object, such as

@@ -357,6 +357,25 @@ pub enum Error {
         /// The work that failed.
         task: &'static str,
     },
+    #[error("{context}: not done within the deadline of remote reads ({seconds} s; FASTST_REMOTE_DEADLINE sets it)")]
+    /// A remote open, read or listing did not finish within its deadline.
+    RemoteDeadline {
+        /// What was being done.
+        context: String,
+        /// The deadline, in seconds.
+        seconds: f64,
+    },
+    #[error("{context}: the store's answer holds more than {cap} bytes, the most fastst reads of an answer without a byte range")]
+    /// A store's answer without a byte range is larger than its cap.
+    RemoteAnswerOverCap {
+        /// What was being done.
+        context: String,
+        /// The cap in bytes.
+        cap: u64,
+    },
+    #[error("a read of the file object called back into the open file it is being read for; such a read would wait on itself, so it is refused")]
+    /// A file object's read method read from the very file it is being read for.
+    ReentrantRead,
 
     // --- writer input errors (kind `Write`) ---
     #[error("tensor name {name:?} is reserved for the metadata map and cannot name a tensor")]
