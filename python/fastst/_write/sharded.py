@@ -47,7 +47,7 @@ from .._sources.folders import UNFINISHED
 from . import remote as _remote
 from .atomic import replace_bytes
 
-__all__ = ["plan_shards", "write_sharded", "staged_name"]
+__all__ = ["plan_shards", "write_sharded", "staged_name", "commit_staged"]
 
 
 def staged_name(token: str, final: str) -> str:
@@ -119,7 +119,6 @@ def write_sharded(
     finals = [f"{prefix}-{i:05d}-of-{total:05d}.safetensors" for i in range(1, total + 1)]
     token = os.urandom(8).hex()
     staged = [staged_name(token, name) for name in finals]
-    index_path = os.path.join(folder, f"{prefix}.safetensors.index.json")
 
     # 1. The new shards, under names no reader knows yet.
     written: List[str] = []
@@ -132,6 +131,23 @@ def write_sharded(
         for path in written:
             _remove(path)
         raise
+    return commit_staged(folder, prefix, staged, finals, index_bytes)
+
+
+def commit_staged(
+    folder: str,
+    prefix: str,
+    staged: List[str],
+    finals: List[str],
+    index_bytes: Callable[[List[str]], bytes],
+) -> str:
+    """Steps 2 to 5 of the sequence (see the module's documentation), once
+    the shards ``staged`` (names in ``folder``, each complete and flushed)
+    are written: the index ``{prefix}.safetensors.index.json``, whose
+    bytes ``index_bytes(shard names)`` gives, commits them under the names
+    ``finals``; returns the index's path."""
+    total = len(finals)
+    index_path = os.path.join(folder, f"{prefix}.safetensors.index.json")
     # 2. The commit: the index names the new shards.
     replace_bytes(index_path, index_bytes(staged))
     # 3. The ecosystem's names, each replaced in one step.
