@@ -35,7 +35,7 @@ from .._settings import parse_size
 from .._write.sharded import commit_staged, plan_shards, staged_name
 from .._write.streaming import TensorWriter, open_writer
 from . import dcp_commit
-from .dcp_files import Chunk, Tensor, chunk_table, output_name
+from .dcp_files import Tensor, check_mapping, chunk_table, output_name, threads
 
 __all__ = ["consolidate", "consolidate_on_every_rank", "Output", "plan_outputs"]
 
@@ -69,8 +69,6 @@ def plan_outputs(
     """The output files of ``table``'s tensors: by ``mapping`` (tensor name
     -> file index from 1, every tensor named), else in shards of at most
     ``max_shard_size`` (tensors by name), else one file."""
-    from .dcp_writer import check_mapping
-
     names = sorted(table)
     mapping = check_mapping(mapping)
     if mapping is not None:
@@ -153,7 +151,7 @@ def pieces(t: Tensor, views: List[Tuple[np.ndarray, Tuple[int, ...]]]) -> Iterat
     cuts = sorted({0, rows} | {o[0] for _a, o in views} | {o[0] + a.shape[0] for a, o in views})
     step = max(1, BLOCK // row_bytes)
     buf: Optional[np.ndarray] = None
-    for a, b in zip(cuts, cuts[1:]):
+    for a, b in zip(cuts, cuts[1:], strict=False):
         band = [(arr, off) for arr, off in views if off[0] <= a < off[0] + arr.shape[0]]
         if len(band) == 1 and band[0][0].shape[1:] == row_shape:
             arr, off = band[0]
@@ -168,12 +166,6 @@ def pieces(t: Tensor, views: List[Tuple[np.ndarray, Tuple[int, ...]]]) -> Iterat
                 region = tuple(slice(o, o + n) for o, n in zip(off[1:], arr.shape[1:], strict=True))
                 out[(slice(None),) + region] = arr[x - off[0] : y - off[0]]
             yield out.reshape(-1)
-
-
-def _threads(count: Optional[int], jobs: int) -> int:
-    from .dcp_writer import _threads as threads
-
-    return threads(count, jobs)
 
 
 def _index_bytes(outputs: List[Output]) -> Any:
@@ -205,12 +197,12 @@ def _write_outputs(
             w, t = job
             w.write_parts(t.name, pieces(t, _views(t, files)))
 
-        threads = _threads(thread_count, len(jobs))
-        if threads == 1:
+        count = threads(thread_count, len(jobs))
+        if count == 1:
             for job in jobs:
                 write(job)
         else:
-            with ThreadPoolExecutor(threads, thread_name_prefix="fastst-consolidate") as pool:
+            with ThreadPoolExecutor(count, thread_name_prefix="fastst-consolidate") as pool:
                 list(pool.map(write, jobs))
         for w in writers:
             w.close()

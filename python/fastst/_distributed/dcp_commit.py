@@ -176,9 +176,15 @@ def _record(folder: str, stage: str) -> Optional[Dict[str, Any]]:
     token = os.path.basename(stage)[1:17]
     path = os.path.join(stage, _RECORD)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(
+            path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+        )
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError:  # a link in its place (O_NOFOLLOW): not one of ours
+        raise rule_error(
+            "dcp-sharding-info", folder, f"the commit record {path!r} is not one fastst wrote"
+        ) from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
@@ -280,4 +286,3 @@ def open_files(paths: List[str]) -> Dict[str, RawFile]:
             raw.close()
         raise
     return out
-

@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Mapping as MappingType
 
 from .._dtypes import FACTS
 from .._errors import rule_error
@@ -36,7 +39,9 @@ __all__ = [
     "DCP_VERSION",
     "Chunk",
     "Tensor",
+    "check_mapping",
     "chunk_table",
+    "threads",
     "file_metadata",
     "output_name",
     "rank_file_name",
@@ -201,3 +206,35 @@ def chunk_table(files: Dict[str, RawFile]) -> Dict[str, Tensor]:
     for t in table.values():
         _check(t)
     return table
+
+
+def check_mapping(mapping: Optional[MappingType[str, int]]) -> Optional[Dict[str, int]]:
+    """``fqn_to_index_mapping`` checked: tensor names to file indexes from 1."""
+    if mapping is None:
+        return None
+    if not isinstance(mapping, Mapping):
+        raise TypeError(
+            f"fqn_to_index_mapping must be a dict of tensor name -> file index, "
+            f"got {type(mapping).__name__}"
+        )
+    out: Dict[str, int] = {}
+    for name, index in mapping.items():
+        if not isinstance(name, str):
+            raise TypeError(f"fqn_to_index_mapping: names must be str, got {name!r}")
+        if isinstance(index, bool) or not isinstance(index, int) or not 1 <= index <= 99999:
+            raise ValueError(
+                f"fqn_to_index_mapping: {name!r} -> {index!r}: "
+                "file indexes are ints from 1 to 99999"
+            )
+        out[name] = index
+    return out
+
+
+def threads(count: Optional[int], jobs: int) -> int:
+    """How many threads serve ``jobs`` jobs: ``count`` (None: up to 8, by
+    the cores), never more than the jobs."""
+    if count is None:
+        count = min(8, os.cpu_count() or 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"thread counts are positive ints, got {count!r}")
+    return max(1, min(count, jobs))

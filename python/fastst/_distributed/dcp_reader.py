@@ -42,7 +42,7 @@ from .._fastst import RawFile
 from .._frameworks import torch as _fw_torch
 from .._write.remote import is_url
 from . import dcp_commit
-from .dcp_files import chunk_table
+from .dcp_files import chunk_table, threads
 
 __all__ = ["StorageReader"]
 
@@ -79,9 +79,7 @@ class StorageReader(_StorageReader):
 
     def __init__(self, path: PathLike, thread_count: Optional[int] = None) -> None:
         super().__init__()
-        from .dcp_writer import _threads
-
-        _threads(thread_count, 1)
+        threads(thread_count, 1)
         self.thread_count = thread_count
         self._set_path(path)
         self.load_id = str(uuid.uuid4())
@@ -133,7 +131,9 @@ class StorageReader(_StorageReader):
                     properties=TensorProperties(dtype=dtype),
                     size=torch.Size(t.shape),
                     chunks=[
-                        ChunkStorageMetadata(offsets=torch.Size(c.offsets), sizes=torch.Size(c.shape))
+                        ChunkStorageMetadata(
+                            offsets=torch.Size(c.offsets), sizes=torch.Size(c.shape)
+                        )
                         for c in t.chunks
                     ],
                 )
@@ -206,16 +206,13 @@ class StorageReader(_StorageReader):
             path, offsets, req, info = job
             _read_item(self._files[path], planner, req, info, offsets)
 
-        from .dcp_writer import _threads
-
-        threads = _threads(self.thread_count, len(items))
-        if threads == 1:
+        count = threads(self.thread_count, len(items))
+        if count == 1:
             for job in items:
                 one(job)
         else:
-            with ThreadPoolExecutor(threads, thread_name_prefix="fastst-dcp-read") as pool:
+            with ThreadPoolExecutor(count, thread_name_prefix="fastst-dcp-read") as pool:
                 list(pool.map(one, items))
-
 
 
 def _read_item(

@@ -33,7 +33,7 @@ from torch.futures import Future
 from .._write.remote import is_url
 from .._write.streaming import TensorWriter, open_writer
 from . import dcp_commit
-from .dcp_files import MODEL_FILE, RANK_FILE, file_metadata, rank_file_name
+from .dcp_files import MODEL_FILE, RANK_FILE, check_mapping, file_metadata, rank_file_name, threads
 
 __all__ = ["StorageWriter", "SHARDED_DIR"]
 
@@ -49,35 +49,6 @@ class StoredChunk:
 
     relative_path: str
     length: int
-
-
-def check_mapping(mapping: Optional[Mapping[str, int]]) -> Optional[Dict[str, int]]:
-    """``fqn_to_index_mapping`` checked: tensor names to file indexes from 1."""
-    if mapping is None:
-        return None
-    if not isinstance(mapping, Mapping):
-        raise TypeError(
-            f"fqn_to_index_mapping must be a dict of tensor name -> file index, "
-            f"got {type(mapping).__name__}"
-        )
-    out: Dict[str, int] = {}
-    for name, index in mapping.items():
-        if not isinstance(name, str):
-            raise TypeError(f"fqn_to_index_mapping: names must be str, got {name!r}")
-        if isinstance(index, bool) or not isinstance(index, int) or not 1 <= index <= 99999:
-            raise ValueError(
-                f"fqn_to_index_mapping: {name!r} -> {index!r}: file indexes are ints from 1 to 99999"
-            )
-        out[name] = index
-    return out
-
-
-def _threads(count: Optional[int], jobs: int) -> int:
-    if count is None:
-        count = min(8, os.cpu_count() or 1)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"thread counts are positive ints, got {count!r}")
-    return max(1, min(count, jobs))
 
 
 def _local(tensor: Any, fqn: str) -> torch.Tensor:
@@ -131,8 +102,8 @@ class StorageWriter(_StorageWriter):
         self.enable_consolidation = bool(enable_consolidation)
         self.thread_count_consolidation = thread_count_consolidation
         self.max_shard_size = max_shard_size
-        _threads(thread_count, 1)
-        _threads(thread_count_consolidation, 1)
+        threads(thread_count, 1)
+        threads(thread_count_consolidation, 1)
         self._set_path(path)
         self.save_id = str(uuid.uuid4())
         self.is_coordinator = True
@@ -286,12 +257,12 @@ class StorageWriter(_StorageWriter):
                 w, item = job
                 w.write(item.index.fqn, _local(planner.resolve_data(item), item.index.fqn))
 
-            threads = _threads(self.thread_count, len(jobs))
-            if threads == 1:
+            count = threads(self.thread_count, len(jobs))
+            if count == 1:
                 for job in jobs:
                     put(job)
             else:
-                with ThreadPoolExecutor(threads, thread_name_prefix="fastst-dcp") as pool:
+                with ThreadPoolExecutor(count, thread_name_prefix="fastst-dcp") as pool:
                     list(pool.map(put, jobs))
             results = []
             for final, w, items in writers:
