@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 
+from .._errors import SafetensorError
 from . import render
 
 
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace, out: render.Out) -> int:
         )
         with open(index, encoding="utf-8") as fh:
             body = json.load(fh)
-    except (OSError, ValueError, TypeError, RuntimeError, MemoryError) as exc:
+    except (SafetensorError, OSError, ValueError, TypeError, RuntimeError, MemoryError) as exc:
         out.error(args.source, exc)
         return 2
     files = sorted(set(body["weight_map"].values()))
