@@ -733,28 +733,40 @@ def test_sharding_info_not_json(tmp_path: Path) -> None:
     assert info.value.rule == "dcp-sharding-info"
 
 
+class _Rows:
+    """A chunk's file as the assembly reads it: positioned reads of its bytes, counted."""
+
+    def __init__(self, data: np.ndarray) -> None:
+        self.data = data.reshape(-1).view(np.uint8)
+        self.read = 0
+        self.name = "mem"
+
+    def read_range_into(self, _name: str, offset: int, out: np.ndarray) -> None:
+        out[:] = self.data[offset : offset + out.nbytes]
+        self.read += out.nbytes
+
+
 def test_pieces_gather_columns_in_bounded_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Column chunks are gathered a few rows at a time; row chunks pass as views."""
+    """Column chunks are gathered a few rows at a time, row chunks read in
+    blocks; each byte is read once and no piece exceeds the block."""
     full = np.arange(7 * 10, dtype=np.float32).reshape(7, 10)
-    views = [
-        (np.ascontiguousarray(full[:, :4]).view(np.uint8), (0, 0)),
-        (np.ascontiguousarray(full[:, 4:]).view(np.uint8), (0, 16)),
-    ]
     monkeypatch.setattr(C, "BLOCK", 3 * 40)
-    t = Tensor("w", "F32", (7, 10), [Chunk("a", (0, 0), (7, 4)), Chunk("b", (0, 4), (7, 6))])
-    parts = [bytes(p) for p in C.pieces(t, views)]
-    assert b"".join(parts) == full.tobytes()
-    assert max(len(p) for p in parts) <= 3 * 40
-    rows = [
-        (np.ascontiguousarray(full[:3]).view(np.uint8), (0, 0)),
-        (np.ascontiguousarray(full[3:]).view(np.uint8), (3, 0)),
-    ]
-    t = Tensor("w", "F32", (7, 10), [Chunk("a", (0, 0), (3, 10)), Chunk("b", (3, 0), (4, 10))])
-    parts = list(C.pieces(t, rows))
-    assert len(parts) == 2 and all(
-        np.shares_memory(p, v) for p, (v, _o) in zip(parts, rows, strict=True)
-    )
-    assert b"".join(bytes(p) for p in parts) == full.tobytes()
+    for cut, chunks in (
+        ("columns", [((0, 0), full[:, :4]), ((0, 4), full[:, 4:])]),
+        ("rows", [((0, 0), full[:3]), ((3, 0), full[3:])]),
+        ("mixed", [((0, 0), full[:2]), ((2, 0), full[2:, :5]), ((2, 5), full[2:, 5:])]),
+    ):
+        files = {f"f{i}": _Rows(np.ascontiguousarray(d)) for i, (_o, d) in enumerate(chunks)}
+        t = Tensor(
+            "w",
+            "F32",
+            (7, 10),
+            [Chunk(f"f{i}", o, d.shape) for i, (o, d) in enumerate(chunks)],
+        )
+        got = [bytes(p) for p in C.pieces(t, C.parts(t, files))]
+        assert b"".join(got) == full.tobytes(), cut
+        assert max(len(p) for p in got) <= 3 * 40, cut
+        assert sum(f.read for f in files.values()) == full.nbytes, cut
 
 
 def test_consolidate_max_shard_size_and_failure_keeps_old(tmp_path: Path) -> None:

@@ -4,12 +4,13 @@
 (:func:`fastst._distributed.dcp_files.chunk_table`), plans the output
 files (``model-00001-of-0000N.safetensors``, grouped by
 ``fqn_to_index_mapping``, by ``max_shard_size``, or all in one) and writes
-each whole tensor with the streaming writer from its chunks, in file
-order: a chunk holding whole rows of the tensor goes to the output
-straight from the mapped input (no copy in between), other chunks are
-gathered a few megabytes of rows at a time; several tensors are written
-at once, each by one thread. Every chunk byte is read once. The output is
-committed as a sharded save commits (staged shards, then the index,
+each whole tensor with the streaming writer from its chunks, a few
+megabytes of rows at a time: rows one chunk holds whole are read with
+positioned reads into a buffer and written from it, other rows are
+gathered from each chunk's part of them; several tensors are written at
+once, each by one thread, so memory stays at two buffers per thread
+(:data:`BLOCK` bytes each), whatever the tensors' sizes. Every chunk
+byte is read once. The output is committed as a sharded save commits (staged shards, then the index,
 :func:`fastst._write.sharded.commit_staged`), so it appears whole or not
 at all; its tensors, metadata (none) and index equal what torch's
 ``consolidate_safetensors_files`` makes of the same input.
@@ -37,7 +38,15 @@ from .._write.streaming import TensorWriter, open_writer
 from . import dcp_commit
 from .dcp_files import Tensor, check_mapping, chunk_table, output_name, threads
 
-__all__ = ["consolidate", "consolidate_on_every_rank", "Output", "plan_outputs"]
+__all__ = [
+    "consolidate",
+    "consolidate_on_every_rank",
+    "Output",
+    "Part",
+    "parts",
+    "pieces",
+    "plan_outputs",
+]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -119,53 +128,79 @@ def _byte_shape(t: Tensor, shape: Tuple[int, ...], where: str) -> Tuple[int, ...
     return tuple(shape[:-1]) + (shape[-1] * bits // 8,)
 
 
-def _views(t: Tensor, files: Dict[str, RawFile]) -> List[Tuple[np.ndarray, Tuple[int, ...]]]:
-    """Each non-empty chunk of ``t`` as bytes mapped from its file (shape
-    :func:`_byte_shape`), with its offsets (the last in bytes)."""
+class Part:
+    """A non-empty chunk of a tensor as the assembly reads it: its open file,
+    its shape and offsets in bytes (:func:`_byte_shape`)."""
+
+    def __init__(self, raw: Any, name: str, shape: Tuple[int, ...], offsets: Tuple[int, ...]):
+        self.raw = raw
+        self.name = name
+        self.shape = shape
+        self.offsets = offsets
+        self.row = math.prod(shape[1:])
+
+    def read_rows(self, first: int, out: np.ndarray) -> None:
+        """Reads the chunk's rows from ``first`` (of its own) into ``out``,
+        as many as it holds bytes for."""
+        self.raw.read_range_into(self.name, first * self.row, out.reshape(-1))
+
+
+def parts(t: Tensor, files: Dict[str, Any]) -> List[Part]:
+    """The non-empty chunks of ``t`` as :class:`Part` s."""
     out = []
     for c in t.chunks:
         if math.prod(c.shape) == 0:
             continue
         raw = files[c.file]
-        buffer, _dtype, _shape = raw.tensor(t.name)
-        data = np.frombuffer(buffer, dtype=np.uint8).reshape(_byte_shape(t, c.shape, raw.name))
-        end = _byte_shape(t, c.offsets, raw.name) if c.offsets else (0,)
-        out.append((data, end))
+        shape = _byte_shape(t, c.shape, raw.name)
+        offsets = _byte_shape(t, c.offsets, raw.name) if c.offsets else (0,)
+        out.append(Part(raw, t.name, shape, offsets))
     return out
 
 
-def pieces(t: Tensor, views: List[Tuple[np.ndarray, Tuple[int, ...]]]) -> Iterator[Any]:
-    """The bytes of the whole tensor ``t``, in order, from its chunks'
-    ``views`` (see :func:`_views`), which tile it: rows held whole by one
-    chunk as views of it, other rows gathered :data:`BLOCK` bytes at a time
-    into one reused buffer."""
-    if not t.shape:
-        if views:
-            yield views[0][0].reshape(-1)
-        return
+def pieces(t: Tensor, chunks: List[Part]) -> Iterator[np.ndarray]:
+    """The bytes of the whole tensor ``t``, in order, read from its
+    ``chunks`` (which tile it) :data:`BLOCK` bytes of rows at a time into a
+    buffer reused for each: rows one chunk holds whole are read into it
+    straight, others gathered from each chunk's part of those rows."""
     full = _byte_shape(t, t.shape, t.name)
+    if not t.shape:
+        if chunks:
+            out = np.empty(full[0], dtype=np.uint8)
+            chunks[0].read_rows(0, out)
+            yield out
+        return
     rows, row_shape = full[0], full[1:]
     row_bytes = math.prod(row_shape)
     if rows == 0 or row_bytes == 0:
         return
-    cuts = sorted({0, rows} | {o[0] for _a, o in views} | {o[0] + a.shape[0] for a, o in views})
+    cuts = sorted(
+        {0, rows} | {c.offsets[0] for c in chunks} | {c.offsets[0] + c.shape[0] for c in chunks}
+    )
     step = max(1, BLOCK // row_bytes)
-    buf: Optional[np.ndarray] = None
+    buf = np.empty(min(step, rows) * row_bytes, dtype=np.uint8)
+    spare: Optional[np.ndarray] = None
     for a, b in zip(cuts, cuts[1:], strict=False):
-        band = [(arr, off) for arr, off in views if off[0] <= a < off[0] + arr.shape[0]]
-        if len(band) == 1 and band[0][0].shape[1:] == row_shape:
-            arr, off = band[0]
-            yield arr[a - off[0] : b - off[0]].reshape(-1)
-            continue
+        band = [c for c in chunks if c.offsets[0] <= a < c.offsets[0] + c.shape[0]]
+        whole = len(band) == 1 and band[0].shape[1:] == row_shape
         for x in range(a, b, step):
             y = min(x + step, b)
-            if buf is None:
-                buf = np.empty((min(step, rows),) + row_shape, dtype=np.uint8)
-            out = buf[: y - x]
-            for arr, off in band:
-                region = tuple(slice(o, o + n) for o, n in zip(off[1:], arr.shape[1:], strict=True))
-                out[(slice(None),) + region] = arr[x - off[0] : y - off[0]]
-            yield out.reshape(-1)
+            out = buf[: (y - x) * row_bytes]
+            if whole:
+                band[0].read_rows(x - band[0].offsets[0], out)
+                yield out
+                continue
+            if spare is None:
+                spare = np.empty_like(buf)
+            grid = out.reshape((y - x,) + row_shape)
+            for c in band:
+                part = spare[: (y - x) * c.row].reshape((y - x,) + c.shape[1:])
+                c.read_rows(x - c.offsets[0], part)
+                region = tuple(
+                    slice(o, o + n) for o, n in zip(c.offsets[1:], c.shape[1:], strict=True)
+                )
+                grid[(slice(None),) + region] = part
+            yield out
 
 
 def _index_bytes(outputs: List[Output]) -> Any:
@@ -195,7 +230,7 @@ def _write_outputs(
 
         def write(job: Tuple[TensorWriter, Tensor]) -> None:
             w, t = job
-            w.write_parts(t.name, pieces(t, _views(t, files)))
+            w.write_parts(t.name, pieces(t, parts(t, files)))
 
         count = threads(thread_count, len(jobs))
         if count == 1:
@@ -221,10 +256,8 @@ def _open_input(input_dir: str) -> Tuple[Dict[str, RawFile], Dict[str, Tensor]]:
     paths = dcp_commit.checkpoint_files(input_dir)
     if not paths:
         raise FileNotFoundError(f"{input_dir}: no .safetensors files to consolidate")
-    files = dcp_commit.open_files(paths)
+    files = dcp_commit.open_files(paths, "pread")
     try:
-        for raw in files.values():
-            raw.advise_sequential()
         table = chunk_table(files)
     except BaseException:
         for raw in files.values():

@@ -266,21 +266,21 @@ def checkpoint_files(folder: str) -> List[str]:
     return [ours[n] for n in sorted(ours)]
 
 
-def open_files(paths: List[str]) -> Dict[str, RawFile]:
-    """The files ``paths`` opened and validated (mapped), by path; a file
+def open_files(paths: List[str], backend: str = "mmap") -> Dict[str, RawFile]:
+    """The files ``paths`` opened and validated (read with ``backend``), by path; a file
     staged by a commit that moved it meanwhile is opened at its final name."""
     out: Dict[str, RawFile] = {}
     try:
         for path in paths:
             try:
-                out[path] = open_file(path, "mmap", DEFAULT_HEADER_CAP)
+                out[path] = open_file(path, backend, DEFAULT_HEADER_CAP)
             except FileNotFoundError:
                 stage = os.path.dirname(path)
                 match = UNFINISHED.fullmatch(os.path.basename(path))
                 if not _STAGING.fullmatch(os.path.basename(stage)) or not match:
                     raise
                 final = os.path.join(os.path.dirname(stage), match.group(1))
-                out[path] = open_file(final, "mmap", DEFAULT_HEADER_CAP)
+                out[path] = open_file(final, backend, DEFAULT_HEADER_CAP)
     except BaseException:
         for raw in out.values():
             raw.close()
