@@ -90,6 +90,9 @@ def _rank(rank: int, world: int, port: int, case: str, folder: str, layers: int,
         from fastst._dropin import hook
 
         hook.install()
+        # imported here, once: the hook's first import races when torch's writer threads
+        # import safetensors.torch at the same time
+        import safetensors.torch  # noqa: F401
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
