@@ -613,7 +613,7 @@ def test_commit_in_progress_is_read_whole(tmp_path: Path) -> None:
     record = {
         "token": token,
         "files": finals,
-        "family": r"shard-\d{5}-model-\d{5}-of-\d{5}\.safetensors",
+        "kind": "rank",
         "index": None,
     }
     (stage / "commit.json").write_text(json.dumps(record))
@@ -789,3 +789,23 @@ def test_consolidate_max_shard_size_and_failure_keeps_old(tmp_path: Path) -> Non
     with pytest.raises(ValueError, match="not in fqn_to_index_mapping"):
         fdcp.consolidate(src, out, {"a": 1})
     assert hashes(str(out)) == before
+
+
+def test_hostile_folders(tmp_path: Path) -> None:
+    """A file linked from outside the folder, and a commit record fastst did not write."""
+    outside = tmp_path / "outside.safetensors"
+    save_file({"w": torch.zeros(2)}, str(outside))
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    (folder / "shard-00001-model-00001-of-00001.safetensors").symlink_to(outside)
+    with pytest.raises(fastst.SafetensorError) as info:
+        dcp_commit.checkpoint_files(str(folder))
+    assert info.value.rule == "shard-path"
+    (folder / "shard-00001-model-00001-of-00001.safetensors").unlink()
+    stage = Path(dcp_commit.staging_dir(str(folder), "00000000000000aa"))
+    stage.mkdir()
+    record = {"token": "00000000000000aa", "files": ["../x.safetensors"], "kind": "rank"}
+    (stage / "commit.json").write_text(json.dumps({**record, "index": None}))
+    for call in (dcp_commit.checkpoint_files, dcp_commit.recover):
+        with pytest.raises(fastst.SafetensorError, match="not one fastst wrote"):
+            call(str(folder))

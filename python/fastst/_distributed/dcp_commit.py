@@ -45,9 +45,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from .._errors import rule_error
 from .._fastst import DEFAULT_HEADER_CAP, RawFile
 from .._sources.file import open_file
-from .._sources.folders import UNFINISHED
+from .._sources.folders import UNFINISHED, shard_problem
 from .._write.atomic import replace_bytes
 from .._write.sharded import staged_name
+from .dcp_files import MODEL_FILE, RANK_FILE
 
 __all__ = [
     "INDEX_NAME",
@@ -85,19 +86,25 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
+#: The kinds of save, and the names of their files a new save of the kind replaces.
+FAMILIES = {"rank": RANK_FILE, "model": MODEL_FILE}
+
+
 def commit(
     folder: str,
     token: str,
     finals: List[str],
-    family: str,
+    kind: str,
     index: Optional[bytes] = None,
 ) -> None:
     """Steps 2 and 3 (see the module's documentation): the save ``token``
     of the files ``finals`` becomes the checkpoint in ``folder``; files of
-    the previous save whose names match the regular expression ``family``
-    and are not in ``finals`` are removed; ``index`` (bytes) replaces
+    the previous save of the same ``kind`` (a key of :data:`FAMILIES`) not
+    in ``finals`` are removed; ``index`` (bytes) replaces
     :data:`INDEX_NAME`. Raises ``FileNotFoundError`` naming a staged file
     that is missing, before anything changes."""
+    if kind not in FAMILIES:
+        raise ValueError(f"kind must be one of {sorted(FAMILIES)}, got {kind!r}")
     stage = staging_dir(folder, token)
     for final in finals:
         path = staged_path(folder, token, final)
@@ -110,7 +117,7 @@ def commit(
     record = {
         "token": token,
         "files": list(finals),
-        "family": family,
+        "kind": kind,
         "index": None if index is None else index.decode("utf-8"),
     }
     replace_bytes(os.path.join(stage, _RECORD), json.dumps(record).encode("utf-8"))
@@ -126,7 +133,7 @@ def _complete(folder: str, stage: str, record: Dict[str, Any]) -> None:
             os.replace(staged_path(folder, token, final), os.path.join(folder, final))
         except FileNotFoundError:
             pass  # moved by the interrupted pass
-    family = re.compile(record["family"])
+    family = FAMILIES[record["kind"]]
     keep = set(finals)
     for entry in os.listdir(folder):
         if family.fullmatch(entry) and entry not in keep:
@@ -200,7 +207,7 @@ def _record(folder: str, stage: str) -> Optional[Dict[str, Any]]:
         and record.get("token") == token
         and isinstance(record.get("files"), list)
         and all(_plain_name(f) for f in record["files"])
-        and isinstance(record.get("family"), str)
+        and record.get("kind") in FAMILIES
         and (record.get("index") is None or isinstance(record.get("index"), str))
     )
     if not ok:
@@ -254,11 +261,15 @@ def checkpoint_files(folder: str) -> List[str]:
         and not UNFINISHED.fullmatch(e)
         and os.path.isfile(os.path.join(folder, e))
     )
+    for name in names:
+        problem = shard_problem(folder, name)
+        if problem is not None:
+            raise rule_error(problem[0], os.path.join(folder, name), problem[1])
     found = _committing(folder)
     if found is None:
         return [os.path.join(folder, n) for n in names]
     stage, record = found
-    family = re.compile(record["family"])
+    family = FAMILIES[record["kind"]]
     ours: Dict[str, str] = {n: os.path.join(folder, n) for n in names if not family.fullmatch(n)}
     for final in record["files"]:
         staged = os.path.join(stage, staged_name(record["token"], final))

@@ -33,7 +33,7 @@ from torch.futures import Future
 from .._write.remote import is_url
 from .._write.streaming import TensorWriter, open_writer
 from . import dcp_commit
-from .dcp_files import MODEL_FILE, RANK_FILE, check_mapping, file_metadata, rank_file_name, threads
+from .dcp_files import check_mapping, file_metadata, rank_file_name, threads
 
 __all__ = ["StorageWriter", "SHARDED_DIR"]
 
@@ -192,8 +192,8 @@ class StorageWriter(_StorageWriter):
         if not self.save_distributed:
             body = {"metadata": {"total_size": sum(stored.values())}, "weight_map": weight_map}
             index = (json.dumps(body, indent=2) + "\n").encode("utf-8")
-        family = (RANK_FILE if self.save_distributed else MODEL_FILE).pattern
-        dcp_commit.commit(self.folder, self._token, sorted(stored), family, index)
+        kind = "rank" if self.save_distributed else "model"
+        dcp_commit.commit(self.folder, self._token, sorted(stored), kind, index)
         self._token = None
         if self.save_distributed and self.enable_consolidation:
             from .consolidate import consolidate
