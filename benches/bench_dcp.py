@@ -26,8 +26,10 @@ case, ``posix_fadvise(DONTNEED)``):
 - ``fastst``: ``fastst.torch.dcp.consolidate`` (every output file flushed, whole or nothing);
 - ``torch-tN``: torch's ``consolidate_safetensors_files(num_threads=N)`` for N in 1, 2, 4,
   then an ``fsync`` of every file it wrote (it flushes none), so that all end on the disk;
-- ``copy``: ``cat`` of the input files into ``dd bs=8M conv=fsync`` (one output file of the
-  same bytes): the disk's copy limit.
+- ``copy``: ``cat`` of the input files to ``/dev/null``, then ``dd bs=8M conv=fsync`` of as
+  many bytes into one file: the disk's copy limit, reading and writing one after the other;
+- ``copy-pipe``: ``cat`` of the input files into ``dd bs=8M conv=fsync``: the same, overlapped
+  through one pipe.
 
 Run::
 
@@ -53,7 +55,7 @@ sys.path.insert(0, HERE)
 
 SAVE_CASES = ("fastst", "torch", "torch+switch")
 TORCH_THREADS = (1, 2, 4)
-CONSOLIDATE_CASES = ("fastst", *(f"torch-t{n}" for n in TORCH_THREADS), "copy")
+CONSOLIDATE_CASES = ("fastst", *(f"torch-t{n}" for n in TORCH_THREADS), "copy", "copy-pipe")
 FILES = 4
 
 
@@ -218,6 +220,14 @@ def _consolidate_child(case: str, src: str, dst: str, layers: int) -> Dict[str, 
     elif case.startswith("torch"):
         consolidate_safetensors_files(src, dst, mapping, num_threads=int(case[len("torch-t") :]))
         _fsync_tree(dst)
+    elif case == "copy":
+        nbytes = sum(os.path.getsize(p) for p in inputs)
+        subprocess.run(["cat", *inputs], stdout=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            ["dd", "if=/dev/zero", f"of={dst}/copy", "bs=8M", f"count={-(-nbytes // (8 << 20))}"]
+            + ["conv=fsync", "status=none"],
+            check=True,
+        )
     else:
         cat = subprocess.Popen(["cat", *inputs], stdout=subprocess.PIPE)
         subprocess.run(
