@@ -33,6 +33,7 @@ from torch.futures import Future
 from .._write.remote import is_url
 from .._write.streaming import TensorWriter, open_writer
 from . import dcp_commit
+from .consolidate import consolidate
 from .dcp_files import check_mapping, file_metadata, rank_file_name, threads
 
 __all__ = ["StorageWriter", "SHARDED_DIR"]
@@ -196,8 +197,6 @@ class StorageWriter(_StorageWriter):
         dcp_commit.commit(self.folder, self._token, sorted(stored), kind, index)
         self._token = None
         if self.save_distributed and self.enable_consolidation:
-            from .consolidate import consolidate
-
             assert self.consolidated_output_path is not None
             consolidate(
                 self.folder,
@@ -270,7 +269,7 @@ class StorageWriter(_StorageWriter):
                 for item in items:
                     td = item.tensor_data
                     assert td is not None
-                    n = td.chunk.sizes.numel() * _itemsize(td.properties.dtype)
+                    n = td.chunk.sizes.numel() * td.properties.dtype.itemsize
                     results.append(
                         WriteResult(
                             index=item.index, size_in_bytes=n, storage_data=StoredChunk(final, n)
@@ -281,7 +280,3 @@ class StorageWriter(_StorageWriter):
             for _final, w, _items in writers:
                 w.abort()
             raise
-
-
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
