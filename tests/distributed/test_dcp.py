@@ -809,3 +809,16 @@ def test_hostile_folders(tmp_path: Path) -> None:
     for call in (dcp_commit.checkpoint_files, dcp_commit.recover):
         with pytest.raises(fastst.SafetensorError, match="not one fastst wrote"):
             call(str(folder))
+
+
+def test_tiling_overlap_with_the_right_volume() -> None:
+    """Chunks holding as many elements as the tensor, one overlapping another (and so a hole)."""
+    from fastst._distributed.dcp_files import _check
+
+    column = Chunk("a", (0, 0), (2, 1))
+    row = Chunk("b", (0, 0), (1, 2))
+    with pytest.raises(fastst.SafetensorError, match="overlaps another") as info:
+        _check(Tensor("w", "F32", (2, 2), [column, row]))
+    assert info.value.rule == "dcp-chunks"
+    grid = [Chunk("f", (i, j), (1, 1)) for i in range(2) for j in range(2)]
+    _check(Tensor("w", "F32", (2, 2), grid))  # a 2-d mesh's tiling

@@ -20,6 +20,7 @@ the same chunk saved twice, as a replicated tensor may be, counts once).
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -28,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 from typing import Mapping as MappingType
+
+import numpy as np
 
 from .._dtypes import FACTS
 from .._errors import rule_error
@@ -145,40 +148,80 @@ def file_chunks(raw: RawFile, file: str) -> List[Tuple[str, str, Chunk]]:
     return out
 
 
-def _overlap(a: Chunk, b: Chunk) -> bool:
-    return all(
-        oa < ob + sb and ob < oa + sa
-        for oa, sa, ob, sb in zip(a.offsets, a.shape, b.offsets, b.shape, strict=True)
+#: The most cells the tiling check lays out for one tensor (the grid its
+#: chunks' edges cut it into: about one per chunk for DTensor layouts).
+MAX_CELLS = 1 << 22
+
+
+def _chunk_error(t: Tensor, file: str, why: str) -> BaseException:
+    return rule_error(
+        "dcp-chunks", file, f"tensor {t.name!r} of shape {list(t.shape)}: {why}", t.name
     )
 
 
+def _split_along_one_dim(shape: Tuple[int, ...], full: List[Chunk]) -> bool:
+    """Whether ``full`` cuts ``shape`` into consecutive slabs along one
+    dimension (``Shard(d)`` on a 1-D mesh): the common case, checked in
+    linear time."""
+    if not shape:
+        return len(full) == 1
+    for d in range(len(shape)):
+        slabs = sorted(full, key=lambda c: c.offsets[d])
+        end = 0
+        for c in slabs:
+            if c.offsets[d] != end or any(
+                k != d and (c.offsets[k] != 0 or c.shape[k] != n) for k, n in enumerate(shape)
+            ):
+                break
+            end += c.shape[d]
+        else:
+            if end == shape[d]:
+                return True
+    return False
+
+
 def _check(t: Tensor) -> None:
-    """Drops repeated copies of a chunk, then checks the chunks tile ``t``."""
+    """Drops repeated copies of a chunk, then checks the chunks tile ``t``
+    exactly: they hold as many elements as it has, and laid on the grid of
+    their edges, each cell of the grid is covered once (the work is bounded
+    by :data:`MAX_CELLS`, whatever the number of chunks)."""
     unique: Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], Chunk] = {}
     for c in t.chunks:
         unique.setdefault((c.offsets, c.shape), c)
     t.chunks = list(unique.values())
-    if any(math.prod(c.shape) == 0 for c in t.chunks) and math.prod(t.shape) == 0:
+    total = math.prod(t.shape)
+    if total == 0:
         t.chunks = t.chunks[:1]
-    covered = sum(math.prod(c.shape) for c in t.chunks)
-    for i, a in enumerate(t.chunks):
-        for b in t.chunks[i + 1 :]:
-            if math.prod(a.shape) and math.prod(b.shape) and _overlap(a, b):
-                raise rule_error(
-                    "dcp-chunks",
-                    b.file,
-                    f"tensor {t.name!r}: the chunk at {list(b.offsets)} of shape "
-                    f"{list(b.shape)} overlaps the one at {list(a.offsets)} in {a.file}",
-                    t.name,
-                )
-    if covered != math.prod(t.shape):
-        raise rule_error(
-            "dcp-chunks",
-            t.chunks[0].file,
-            f"tensor {t.name!r} of shape {list(t.shape)}: its chunks hold {covered} of "
-            f"its {math.prod(t.shape)} elements",
-            t.name,
+        return
+    full = [c for c in t.chunks if math.prod(c.shape)]
+    covered = sum(math.prod(c.shape) for c in full)
+    if covered != total:
+        where = full[0].file if full else t.chunks[0].file
+        raise _chunk_error(t, where, f"its chunks hold {covered} of its {total} elements")
+    if _split_along_one_dim(t.shape, full):
+        return
+    edges = [
+        sorted({0, n} | {c.offsets[k] for c in full} | {c.offsets[k] + c.shape[k] for c in full})
+        for k, n in enumerate(t.shape)
+    ]
+    cells = math.prod(len(e) - 1 for e in edges)
+    if cells > MAX_CELLS:
+        raise _chunk_error(t, full[0].file, f"its {len(full)} chunks cut it into too many pieces")
+    grid = np.zeros([len(e) - 1 for e in edges], dtype=np.uint8)
+    touched = 0
+    for c in full:
+        box = tuple(
+            slice(bisect.bisect_left(e, o), bisect.bisect_left(e, o + n))
+            for e, o, n in zip(edges, c.offsets, c.shape, strict=True)
         )
+        touched += math.prod(b.stop - b.start for b in box)
+        if touched > cells or grid[box].any():
+            raise _chunk_error(
+                t,
+                c.file,
+                f"the chunk at {list(c.offsets)} of shape {list(c.shape)} overlaps another",
+            )
+        grid[box] = 1
 
 
 def chunk_table(files: Dict[str, RawFile]) -> Dict[str, Tensor]:
