@@ -74,7 +74,7 @@ def rank_file_name(index: int, last: int, shard: Optional[int]) -> str:
     return name if shard is None else f"shard-{shard:05d}-{name}"
 
 
-def file_metadata(offsets: Dict[str, Sequence[int]]) -> Dict[str, str]:
+def file_metadata(offsets: MappingType[str, Sequence[int]]) -> Dict[str, str]:
     """The ``__metadata__`` of a file holding chunks at ``offsets`` (tensor
     name -> offsets of the chunk in the whole tensor), as torch writes it."""
     info = {name: {_OFFSETS: [int(o) for o in off]} for name, off in offsets.items()}
