@@ -15,6 +15,10 @@ then the consolidated checkpoint, both flushed to disk by the writers):
 - ``torch+switch``: the same with fastst serving ``import safetensors`` (the drop-in hook,
   as ``FASTST_AS_SAFETENSORS=1`` installs it).
 
+torch's writer flushes the ranks' files but its consolidation flushes none of the files it
+writes: rank 0 then ``fsync``s them inside the timed part, so that every case ends with the
+whole checkpoint on the disk (fastst's writer and consolidation flush their files).
+
 Reported per case: seconds from the barrier before ``dcp.save`` to its end (consolidation
 included) and the peak resident memory each rank gained during the save (``ru_maxrss``
 above what it held with its state dict built), the larger rank's.
@@ -138,6 +142,8 @@ def _rank(rank: int, world: int, port: int, case: str, folder: str, layers: int,
     dist.barrier()
     start = time.perf_counter()
     dcp.save(state, storage_writer=writer)
+    if case != "fastst" and rank == 0:
+        _fsync_tree(folder)  # torch's consolidation flushes none of its files
     dist.barrier()
     seconds = time.perf_counter() - start
     grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
@@ -192,6 +198,8 @@ def _drop_cache(paths: List[str]) -> None:
 
 def _fsync_tree(folder: str) -> None:
     for name in os.listdir(folder):
+        if not os.path.isfile(os.path.join(folder, name)):
+            continue
         fd = os.open(os.path.join(folder, name), os.O_RDONLY)
         os.fsync(fd)
         os.close(fd)
