@@ -35,9 +35,9 @@ LINES: List[str] = cookbook.README.read_text("utf-8").split("\n")
 RECIPES = cookbook.recipes(LINES)
 JOBS = ["inspect", "verify", "diff", "convert", "meta", "load", "whole", "stream", "dropin"]
 JOBS += ["sign", "sbom"]
-JOBS += ["distributed", "remote", "s3save"]
+JOBS += ["distributed", "dcp", "remote", "s3save"]
 # transformers; two ranks; an S3 store to start; torch in fresh interpreters; key generation
-SLOW = {"dropin", "distributed", "remote", "s3save", "load", "convert", "sign"}
+SLOW = {"dropin", "distributed", "dcp", "remote", "s3save", "load", "convert", "sign"}
 NEEDS = {
     "convert": "torch",
     "load": "torch",
@@ -45,6 +45,7 @@ NEEDS = {
     "sign": "sigstore_models",
     "sbom": "cyclonedx",
     "distributed": "torch.distributed",
+    "dcp": "torch.distributed.checkpoint",
     "remote": "boto3",  # to fill the store
     "s3save": "boto3",
 }

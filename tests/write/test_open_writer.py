@@ -473,3 +473,31 @@ def test_peak_memory_is_bounded_by_buffers_not_the_checkpoint(tmp_path: Path) ->
     # One tensor (64 MiB) and its conversion's copy plus chunk buffers: far
     # below the 3 GiB a writer holding the file would need.
     assert growth < 300 << 20, f"peak RSS grew by {growth >> 20} MiB"
+
+
+def test_write_parts_streams_a_tensor_from_pieces(tmp_path: Path) -> None:
+    """A tensor given as its bytes in pieces is the tensor written whole; pieces that do not
+    add up to it, or that fail, leave it unwritten, to be written again."""
+    w_data = np.arange(24, dtype=np.float32).reshape(4, 6)
+    b_data = np.ones(3, dtype=np.float16)
+    path = tmp_path / "parts.safetensors"
+    with fastst.open_writer(path, {"w": ("F32", (4, 6)), "b": (np.float16, (3,))}) as w:
+        flat = w_data.reshape(-1).view(np.uint8)
+        with pytest.raises(SerializeError) as info:
+            w.write_parts("w", [flat[:40], flat[40:]] + [flat[:8]])  # 8 bytes too many
+        assert info.value.rule == "data-length"
+
+        def failing() -> Iterator[Any]:
+            yield flat[:16]
+            raise RuntimeError("source went away")
+
+        with pytest.raises(RuntimeError, match="went away"):
+            w.write_parts("w", failing())
+        assert w.missing() == ["w", "b"]
+        w.write_parts("w", (flat[i : i + 10] for i in range(0, flat.nbytes, 10)))
+        w.write_parts("b", [b_data.tobytes()])
+        with pytest.raises(SerializeError) as info:
+            w.write_parts("zz", [])
+        assert info.value.rule == "tensor-not-in-layout"
+    fnp.save_file({"w": w_data, "b": b_data}, tmp_path / "whole.safetensors")
+    assert path.read_bytes() == (tmp_path / "whole.safetensors").read_bytes()

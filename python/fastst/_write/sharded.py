@@ -61,6 +61,7 @@ __all__ = [
     "plan_shards",
     "write_sharded",
     "staged_name",
+    "commit_staged",
     "ShardedWriter",
     "open_sharded_writer",
     "write_sharded_from",
@@ -125,26 +126,43 @@ class _LocalSave:
 
     def commit(self) -> str:
         """Steps 2-5, once every staged shard is complete; the index's path."""
-        # 2. The commit: the index names the new shards.
-        staged_names = [os.path.basename(p) for p in self.staged]
-        replace_bytes(self.index_path, self.index_bytes(staged_names))
-        # 3. The ecosystem's names, each replaced in one step.
-        total = len(self.finals)
-        for at, (path, final) in enumerate(zip(self.staged, self.finals, strict=True)):
-            target = os.path.join(self.folder, final)
-            link_file(path, target, readable(target), at == total - 1)
-        # 4. The index names them.
-        replace_bytes(self.index_path, self.index_bytes(self.finals))
-        # 5. What no index names any more.
-        ours = re.compile(re.escape(self.prefix) + r"-\d{5}-of-\d{5}\.safetensors")
-        keep = set(self.finals)
-        for entry in os.listdir(self.folder):
-            old_shard = ours.fullmatch(entry) is not None and entry not in keep
-            match = UNFINISHED.fullmatch(entry)
-            staged_for = None if match is None else match.group(1)
-            if old_shard or (staged_for is not None and ours.fullmatch(staged_for) is not None):
-                _remove(os.path.join(self.folder, entry))
-        return self.index_path
+        staged = [os.path.basename(p) for p in self.staged]
+        return commit_staged(self.folder, self.prefix, staged, self.finals, self.index_bytes)
+
+
+def commit_staged(
+    folder: str,
+    prefix: str,
+    staged: List[str],
+    finals: List[str],
+    index_bytes: Callable[[List[str]], bytes],
+) -> str:
+    """Steps 2 to 5 of the sequence (see the module's documentation), once
+    the shards ``staged`` (names in ``folder``, each complete and flushed)
+    are written: the index ``{prefix}.safetensors.index.json``, whose bytes
+    ``index_bytes(shard names)`` gives, commits them under the names
+    ``finals``; returns the index's path. Every sharded commit of fastst
+    (saves, the sharded writer, consolidation) runs through here."""
+    total = len(finals)
+    index_path = os.path.join(folder, f"{prefix}.safetensors.index.json")
+    # 2. The commit: the index names the new shards.
+    replace_bytes(index_path, index_bytes(staged))
+    # 3. The ecosystem's names, each replaced in one step.
+    for at, (name, final) in enumerate(zip(staged, finals, strict=True)):
+        target = os.path.join(folder, final)
+        link_file(os.path.join(folder, name), target, readable(target), at == total - 1)
+    # 4. The index names them.
+    replace_bytes(index_path, index_bytes(finals))
+    # 5. What no index names any more.
+    ours = re.compile(re.escape(prefix) + r"-\d{5}-of-\d{5}\.safetensors")
+    keep = set(finals)
+    for entry in os.listdir(folder):
+        old_shard = ours.fullmatch(entry) is not None and entry not in keep
+        match = UNFINISHED.fullmatch(entry)
+        staged_for = None if match is None else match.group(1)
+        if old_shard or (staged_for is not None and ours.fullmatch(staged_for) is not None):
+            _remove(os.path.join(folder, entry))
+    return index_path
 
 
 def index_bytes(groups: List[List[str]], metadata: Mapping[str, Any], names: List[str]) -> bytes:

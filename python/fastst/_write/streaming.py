@@ -25,7 +25,7 @@ import os
 import sys
 from collections import abc
 from types import TracebackType
-from typing import Any, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from .._dtypes import FACTS, NUMPY_DTYPES, target_dtype
 from .._errors import SafetensorError, rule_error
@@ -170,6 +170,7 @@ class TensorWriter:
             raise TypeError(f"durable must be a bool or None, got {type(durable).__name__}")
         self._where = where
         self._names = frozenset(e[0] for e in entries)
+        self._entries = {e[0]: (e[1], e[2]) for e in entries}
         self._native = LayoutWriter(target, where, entries, meta, header_cap, unit, durable)
 
     @property
@@ -218,6 +219,26 @@ class TensorWriter:
         tensor = prepare(self._where, name, _framework_input(name, data, keep_alive))
         self._native.write(name, tensor.dtype, list(tensor.shape), tensor.data)
         del keep_alive
+
+    def write_parts(self, name: str, parts: Iterable[Any]) -> None:
+        """Writes tensor ``name`` of the layout from its bytes as the file
+        holds them, given in order by ``parts``: C-contiguous buffers (numpy
+        arrays, memoryviews, ``bytes``...) whose lengths add up to the
+        tensor's size, so that a tensor gathered from pieces is written
+        without being assembled in memory. The rules and errors are those of
+        :meth:`write` (an exception from ``parts`` leaves the tensor
+        unwritten)."""
+        if not isinstance(name, str):
+            raise TypeError(f"{self._where}: tensor names must be str, got {type(name).__name__}")
+        if name not in self._names:
+            raise rule_error(
+                "tensor-not-in-layout",
+                self._where,
+                f"tensor {name!r} is not in the writer's layout",
+                name,
+            )
+        dtype, shape = self._entries[name]
+        self._native.write(name, dtype, list(shape), iter(parts))
 
     def close(self) -> None:
         """Saves the file: when every tensor of the layout was written, it

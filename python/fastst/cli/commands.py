@@ -355,6 +355,12 @@ def _cmd_convert(args: argparse.Namespace, out: render.Out) -> int:
     return convert.run(args, out, _envelope, _progress(args))
 
 
+def _cmd_consolidate(args: argparse.Namespace, out: render.Out) -> int:
+    from . import consolidate
+
+    return consolidate.run(args, out)
+
+
 _COMMANDS: Dict[str, Callable[[argparse.Namespace, render.Out], int]] = {
     "inspect": _cmd_inspect,
     "verify": _cmd_verify,
@@ -363,6 +369,7 @@ _COMMANDS: Dict[str, Callable[[argparse.Namespace, render.Out], int]] = {
     "diff": _cmd_diff,
     "stats": cmd_stats,
     "convert": _cmd_convert,
+    "consolidate": _cmd_consolidate,
     "sign": prov.run_sign,
     "sbom": prov.run_sbom,
 }

@@ -106,6 +106,10 @@ EXAMPLES = {
         "fastst convert pytorch_model.bin model.safetensors",
         "fastst convert --dtype bf16 --max-shard-size 5GB model.ckpt ./out",
     ),
+    "consolidate": _examples(
+        "fastst consolidate ./ckpt/sharded ./ckpt   # the ranks' files -> index + shards",
+        "fastst consolidate --max-shard-size 5GB ./step-1000 ./hf-model",
+    ),
     "meta": _examples(
         "fastst meta lora.safetensors              # card and raw metadata",
         "fastst meta --set modelspec.license=MIT --in-place lora.safetensors",
@@ -357,6 +361,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="refuse a checkpoint whose pickle is larger than SIZE (default 256MiB)",
     )
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+
+    p = sub.add_parser(
+        "consolidate",
+        help="a torch.distributed.checkpoint save's rank files to whole tensors",
+        description="Turn the ranks' .safetensors files of a torch.distributed.checkpoint save "
+        "in the Hugging Face layout (IN) into the consolidated checkpoint inference loads (OUT: "
+        "model-*.safetensors and model.safetensors.index.json), whole or not at all.",
+    )
+    p.add_argument("source", metavar="IN", help="the folder of the ranks' files")
+    p.add_argument("output", metavar="OUT", help="the folder to write the checkpoint into")
+    p.add_argument(
+        "--max-shard-size", metavar="SIZE", help="write shards of at most SIZE (e.g. 5GB)"
+    )
+    _add_threads(p)
+    _add_look(p)
 
     p = sub.add_parser(
         "meta",

@@ -408,6 +408,10 @@ catalogue! {
         "a shard holds a tensor the index does not place in it";
     ShardDuplicateTensor = "shard-duplicate-tensor", ShardIndex, High,
         "a tensor is stored in two shards of one checkpoint; readers disagree on which wins";
+    DcpShardingInfo = "dcp-sharding-info", ShardIndex, High,
+        "a distributed checkpoint file's DCP_SHARDING_INFO metadata is missing, malformed or disagrees with its tensors";
+    DcpChunks = "dcp-chunks", ShardIndex, High,
+        "the chunks of a tensor of a distributed checkpoint overlap, leave a hole or disagree on its dtype";
 
     // --- loading across processes (fastst.torch.load_distributed, load_tensor_parallel)
     DistNoGroup = "dist-no-group", DistributedLoad, High,

@@ -1,0 +1,386 @@
+"""Consolidation: a DCP-sharded Hugging Face checkpoint becomes whole tensors in index + shards.
+
+:func:`consolidate` reads the headers of the checkpoint's rank files
+(:func:`fastst._distributed.dcp_files.chunk_table`), plans the output
+files (``model-00001-of-0000N.safetensors``, grouped by
+``fqn_to_index_mapping``, by ``max_shard_size``, or all in one) and writes
+each whole tensor with the streaming writer from its chunks, a few
+megabytes of rows at a time: rows one chunk holds whole are read with
+positioned reads into a buffer and written from it, other rows are
+gathered from each chunk's part of them; several tensors are written at
+once, each by one thread, so memory stays at two buffers per thread
+(:data:`BLOCK` bytes each), whatever the tensors' sizes. Every chunk
+byte is read once. The output is committed as a sharded save commits (staged shards, then the index,
+:func:`fastst._write.sharded.commit_staged`), so it appears whole or not
+at all; its tensors, metadata (none) and index equal what torch's
+``consolidate_safetensors_files`` makes of the same input.
+:func:`consolidate_on_every_rank` splits the output files among the ranks
+of a process group, as torch's ``consolidate_safetensors_files_on_every_rank``
+does, and commits once all ranks wrote theirs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+from .._dtypes import FACTS
+from .._errors import rule_error
+from .._fastst import RawFile
+from .._settings import parse_size
+from .._write.sharded import commit_staged, plan_shards, staged_name
+from .._write.streaming import TensorWriter, open_writer
+from . import dcp_commit
+from .dcp_files import Tensor, check_mapping, chunk_table, output_name, threads
+
+__all__ = [
+    "consolidate",
+    "consolidate_on_every_rank",
+    "Output",
+    "Part",
+    "parts",
+    "pieces",
+    "plan_outputs",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: Bytes of rows gathered at a time for a chunk that does not hold whole rows.
+BLOCK = 8 << 20
+_PREFIX = "model"
+
+
+def _folder(path: PathLike, what: str) -> str:
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(f"{what} must be a path, got {type(path).__name__}")
+    return os.fsdecode(os.fspath(path))
+
+
+class Output:
+    """One output file: its final name and its tensors, in file order."""
+
+    def __init__(self, name: str, tensors: List[Tensor]) -> None:
+        self.name = name
+        self.tensors = tensors
+
+
+def plan_outputs(
+    table: Dict[str, Tensor],
+    mapping: Optional[Mapping[str, int]],
+    max_shard_size: Any,
+    where: str,
+) -> List[Output]:
+    """The output files of ``table``'s tensors: by ``mapping`` (tensor name
+    -> file index from 1, every tensor named), else in shards of at most
+    ``max_shard_size`` (tensors by name), else one file."""
+    names = sorted(table)
+    mapping = check_mapping(mapping)
+    if mapping is not None:
+        if max_shard_size is not None:
+            raise ValueError("give fqn_to_index_mapping or max_shard_size, not both")
+        missing = [n for n in mapping if n not in table]
+        if missing:
+            raise ValueError(
+                f"{where}: fqn_to_index_mapping names tensors the checkpoint lacks: "
+                f"{missing[:5]!r}{' ...' if len(missing) > 5 else ''}"
+            )
+        unplaced = [n for n in names if n not in mapping]
+        if unplaced:
+            raise ValueError(
+                f"{where}: tensors not in fqn_to_index_mapping: "
+                f"{unplaced[:5]!r}{' ...' if len(unplaced) > 5 else ''}"
+            )
+        last = max(mapping.values(), default=1)
+        by_index: Dict[int, List[Tensor]] = {}
+        for n in names:
+            by_index.setdefault(mapping[n], []).append(table[n])
+        return [Output(output_name(i, last), by_index[i]) for i in sorted(by_index)]
+    if max_shard_size is not None:
+        limit = parse_size(max_shard_size, "max_shard_size")
+        if limit <= 0:
+            raise ValueError(f"max_shard_size must be positive, got {max_shard_size!r}")
+        groups = plan_shards({n: table[n].nbytes for n in names}, limit)
+    else:
+        groups = [names]
+    return [
+        Output(output_name(i, len(groups)), [table[n] for n in g])
+        for i, g in enumerate(groups, start=1)
+    ]
+
+
+def _byte_shape(t: Tensor, shape: Tuple[int, ...], where: str) -> Tuple[int, ...]:
+    """``shape`` of ``t``'s dtype with its last dimension counted in bytes."""
+    bits = FACTS[t.dtype]["bits"]
+    if not shape:
+        return (bits // 8,)
+    if shape[-1] * bits % 8:
+        raise rule_error(
+            "dcp-chunks",
+            where,
+            f"tensor {t.name!r}: a chunk of {t.dtype} does not start or end on a byte",
+            t.name,
+        )
+    return tuple(shape[:-1]) + (shape[-1] * bits // 8,)
+
+
+class Part:
+    """A non-empty chunk of a tensor as the assembly reads it: its open file,
+    its shape and offsets in bytes (:func:`_byte_shape`)."""
+
+    def __init__(self, raw: Any, name: str, shape: Tuple[int, ...], offsets: Tuple[int, ...]):
+        self.raw = raw
+        self.name = name
+        self.shape = shape
+        self.offsets = offsets
+        self.row = math.prod(shape[1:])
+
+    def read_rows(self, first: int, out: np.ndarray) -> None:
+        """Reads the chunk's rows from ``first`` (of its own) into ``out``,
+        as many as it holds bytes for."""
+        self.raw.read_range_into(self.name, first * self.row, out.reshape(-1))
+
+
+def parts(t: Tensor, files: Dict[str, Any]) -> List[Part]:
+    """The non-empty chunks of ``t`` as :class:`Part` s."""
+    out = []
+    for c in t.chunks:
+        if math.prod(c.shape) == 0:
+            continue
+        raw = files[c.file]
+        shape = _byte_shape(t, c.shape, raw.name)
+        offsets = _byte_shape(t, c.offsets, raw.name) if c.offsets else (0,)
+        out.append(Part(raw, t.name, shape, offsets))
+    return out
+
+
+def pieces(t: Tensor, chunks: List[Part]) -> Iterator[np.ndarray]:
+    """The bytes of the whole tensor ``t``, in order, read from its
+    ``chunks`` (which tile it) :data:`BLOCK` bytes of rows at a time into a
+    buffer reused for each: rows one chunk holds whole are read into it
+    straight, others gathered from each chunk's part of those rows."""
+    full = _byte_shape(t, t.shape, t.name)
+    if not t.shape:
+        if chunks:
+            out = np.empty(full[0], dtype=np.uint8)
+            chunks[0].read_rows(0, out)
+            yield out
+        return
+    rows, row_shape = full[0], full[1:]
+    row_bytes = math.prod(row_shape)
+    if rows == 0 or row_bytes == 0:
+        return
+    cuts = sorted(
+        {0, rows} | {c.offsets[0] for c in chunks} | {c.offsets[0] + c.shape[0] for c in chunks}
+    )
+    step = max(1, BLOCK // row_bytes)
+    buf = np.empty(min(step, rows) * row_bytes, dtype=np.uint8)
+    spare: Optional[np.ndarray] = None
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        band = [c for c in chunks if c.offsets[0] <= a < c.offsets[0] + c.shape[0]]
+        whole = len(band) == 1 and band[0].shape[1:] == row_shape
+        for x in range(a, b, step):
+            y = min(x + step, b)
+            out = buf[: (y - x) * row_bytes]
+            if whole:
+                band[0].read_rows(x - band[0].offsets[0], out)
+                yield out
+                continue
+            if spare is None:
+                spare = np.empty_like(buf)
+            grid = out.reshape((y - x,) + row_shape)
+            for c in band:
+                part = spare[: (y - x) * c.row].reshape((y - x,) + c.shape[1:])
+                c.read_rows(x - c.offsets[0], part)
+                region = tuple(
+                    slice(o, o + n) for o, n in zip(c.offsets[1:], c.shape[1:], strict=True)
+                )
+                grid[(slice(None),) + region] = part
+            yield out
+
+
+def _index_bytes(outputs: List[Output]) -> Any:
+    total = sum(t.nbytes for o in outputs for t in o.tensors)
+
+    def render(names: List[str]) -> bytes:
+        weight_map = {t.name: names[i] for i, o in enumerate(outputs) for t in o.tensors}
+        body = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+        return (json.dumps(body, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+    return render
+
+
+def _write_outputs(
+    outputs: List[Output],
+    paths: List[str],
+    files: Dict[str, RawFile],
+    thread_count: Optional[int],
+) -> None:
+    """Writes each output to its path (the staged name), whole or not at all."""
+    writers: List[TensorWriter] = []
+    try:
+        for o, path in zip(outputs, paths, strict=True):
+            layout = {t.name: (t.dtype, t.shape) for t in o.tensors}
+            writers.append(open_writer(path, layout, durable=True))
+        jobs = [(w, t) for w, o in zip(writers, outputs, strict=True) for t in o.tensors]
+
+        def write(job: Tuple[TensorWriter, Tensor]) -> None:
+            w, t = job
+            w.write_parts(t.name, pieces(t, parts(t, files)))
+
+        count = threads(thread_count, len(jobs))
+        if count == 1:
+            for job in jobs:
+                write(job)
+        else:
+            with ThreadPoolExecutor(count, thread_name_prefix="fastst-consolidate") as pool:
+                list(pool.map(write, jobs))
+        for w in writers:
+            w.close()
+    except BaseException:
+        for w in writers:
+            w.abort()
+        for path in paths:
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+        raise
+
+
+def _open_input(input_dir: str) -> Tuple[Dict[str, RawFile], Dict[str, Tensor]]:
+    paths = dcp_commit.checkpoint_files(input_dir)
+    if not paths:
+        raise FileNotFoundError(f"{input_dir}: no .safetensors files to consolidate")
+    files = dcp_commit.open_files(paths, "pread")
+    try:
+        table = chunk_table(files)
+    except BaseException:
+        for raw in files.values():
+            raw.close()
+        raise
+    return files, table
+
+
+def consolidate(
+    input_dir: PathLike,
+    output_dir: PathLike,
+    fqn_to_index_mapping: Optional[Mapping[str, int]] = None,
+    *,
+    max_shard_size: Any = None,
+    thread_count: Optional[int] = None,
+) -> str:
+    """Turns the DCP-sharded Hugging Face checkpoint in ``input_dir`` (as
+    :class:`fastst.torch.dcp.StorageWriter` or torch's
+    ``HuggingFaceStorageWriter(save_distributed=True)`` write it) into whole
+    tensors in ``output_dir``: ``model-00001-of-0000N.safetensors`` files and
+    ``model.safetensors.index.json``, whose path is returned.
+
+    ``fqn_to_index_mapping`` (tensor name -> file index from 1, naming every
+    tensor) places the tensors as torch's ``consolidate_safetensors_files``
+    does; without it, ``max_shard_size`` (bytes or a size such as ``"5GB"``)
+    cuts shards of tensors in name order, and without either all tensors
+    go to one file. ``thread_count`` tensors are written at once (None: up
+    to 8, by the cores). The output appears whole or not at all: a failure
+    leaves ``output_dir``'s previous checkpoint as it was. Input whose
+    sharding metadata or chunks do not add up raises
+    :class:`fastst.ShardIndexError` (rules ``dcp-sharding-info``,
+    ``dcp-chunks``)."""
+    src = _folder(input_dir, "input_dir")
+    dst = _folder(output_dir, "output_dir")
+    files, table = _open_input(src)
+    try:
+        outputs = plan_outputs(table, fqn_to_index_mapping, max_shard_size, src)
+        os.makedirs(dst, exist_ok=True)
+        token = os.urandom(8).hex()
+        staged = [staged_name(token, o.name) for o in outputs]
+        _write_outputs(outputs, [os.path.join(dst, s) for s in staged], files, thread_count)
+    finally:
+        for raw in files.values():
+            raw.close()
+    return commit_staged(dst, _PREFIX, staged, [o.name for o in outputs], _index_bytes(outputs))
+
+
+def consolidate_on_every_rank(
+    input_dir: PathLike,
+    output_dir: PathLike,
+    fqn_to_index_mapping: Optional[Mapping[str, int]] = None,
+    *,
+    max_shard_size: Any = None,
+    thread_count: Optional[int] = None,
+    process_group: Any = None,
+) -> Optional[str]:
+    """:func:`consolidate` with the output files split among the ranks of
+    ``process_group`` (the default group when None): every rank calls it,
+    rank ``r`` writes the files whose position in the plan is ``r`` modulo
+    the group's size, and rank 0 commits once every rank wrote its files
+    (the index path is returned there, None elsewhere). A rank that fails
+    makes every rank raise, and nothing is committed. Outside a process
+    group it is :func:`consolidate`."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return consolidate(
+            input_dir,
+            output_dir,
+            fqn_to_index_mapping,
+            max_shard_size=max_shard_size,
+            thread_count=thread_count,
+        )
+    src = _folder(input_dir, "input_dir")
+    dst = _folder(output_dir, "output_dir")
+    rank = dist.get_rank(process_group)
+    world = dist.get_world_size(process_group)
+    nccl = dist.get_backend(process_group) == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    token_bytes = torch.tensor(list(os.urandom(8)), dtype=torch.uint8, device=device)
+    dist.broadcast(token_bytes, group=process_group, group_src=0)
+    token = bytes(token_bytes.cpu().tolist()).hex()
+    staged: List[str] = []
+    error: Optional[BaseException] = None
+    outputs: List[Output] = []
+    mine: List[str] = []
+    try:
+        files, table = _open_input(src)
+        try:
+            outputs = plan_outputs(table, fqn_to_index_mapping, max_shard_size, src)
+            staged = [staged_name(token, o.name) for o in outputs]
+            os.makedirs(dst, exist_ok=True)
+            share = [i for i in range(len(outputs)) if i % world == rank]
+            mine = [os.path.join(dst, staged[i]) for i in share]
+            _write_outputs([outputs[i] for i in share], mine, files, thread_count)
+        finally:
+            for raw in files.values():
+                raw.close()
+    except Exception as exc:  # every rank learns of it below
+        error = exc
+    failed = torch.tensor([0 if error is None else 1], dtype=torch.int32, device=device)
+    dist.all_reduce(failed, group=process_group)
+    if failed.item():
+        for path in mine:  # another rank failed: this rank's files are not wanted
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+        if error is not None:
+            raise error
+        raise RuntimeError(f"{dst}: consolidation failed on another rank; nothing was committed")
+    result: Optional[str] = None
+    if rank == 0:
+        try:
+            names = [o.name for o in outputs]
+            result = commit_staged(dst, _PREFIX, staged, names, _index_bytes(outputs))
+        except Exception as exc:
+            error = exc
+    committed = torch.tensor([0 if error is None else 1], dtype=torch.int32, device=device)
+    dist.all_reduce(committed, group=process_group)
+    if error is not None:
+        raise error
+    if committed.item():
+        raise RuntimeError(f"{dst}: the commit on rank 0 failed")
+    return result

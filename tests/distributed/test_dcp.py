@@ -1,0 +1,824 @@
+"""torch.distributed.checkpoint on fastst, across gloo processes: save, load, reshard, consolidate.
+
+The slow tests spawn 2 or 3 local processes (gloo over loopback) that save
+DTensors (``Shard(0)``, ``Shard(1)``, ``Replicate``, uneven, FSDP2), BF16 /
+F32 / F8 and tied weights with ``fastst.torch.dcp.StorageWriter`` and with
+torch's ``HuggingFaceStorageWriter``, load each with the other's reader,
+load into another world size and placement, and write what they saw to
+JSON; the assertions run here. One test kills a rank in the middle of a
+save. The quick tests check the commit protocol, the chunk table's rules
+and the consolidation's assembly in this process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import fastst
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from fastst._distributed import consolidate as C
+from fastst._distributed import dcp_commit
+from fastst._distributed.dcp_files import Chunk, Tensor, chunk_table, file_metadata
+from fastst.torch import dcp as fdcp
+from fastst.torch import save_file
+
+pytestmark = [
+    pytest.mark.skipif(
+        not (dist.is_available() and dist.is_gloo_available()), reason="torch without gloo"
+    ),
+    pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning"),
+]
+
+TIME_LIMIT = 240  # seconds for one spawned group
+
+MAPPING = {
+    "w_row": 1,
+    "w_col": 1,
+    "w_rep": 2,
+    "uneven": 2,
+    "f8": 2,
+    "bias": 1,
+    "embed.weight": 1,
+    "lm_head.weight": 2,
+}
+
+
+# the state dicts ------------------------------------------------------------------
+
+
+def full_tensors() -> Dict[str, torch.Tensor]:
+    """The whole tensors every scenario saves (tied: embed.weight is lm_head.weight)."""
+    g = torch.Generator().manual_seed(7)
+    embed = torch.randn(10, 4, generator=g)
+    return {
+        "w_row": torch.randn(8, 6, generator=g),
+        "w_col": torch.randn(6, 10, generator=g).to(torch.bfloat16),
+        "w_rep": torch.randn(5, generator=g),
+        "uneven": torch.randn(7, 3, generator=g),
+        "f8": torch.randn(6, 4, generator=g).to(torch.float8_e4m3fn),
+        "bias": torch.randn(3, generator=g),
+        "embed.weight": embed,
+        "lm_head.weight": embed,
+    }
+
+
+def placements(kind: str) -> Dict[str, Any]:
+    from torch.distributed.tensor import Replicate, Shard
+
+    if kind == "saved":
+        return {
+            "w_row": Shard(0),
+            "w_col": Shard(1),
+            "w_rep": Replicate(),
+            "uneven": Shard(0),
+            "f8": Shard(0),
+            "embed.weight": Shard(0),
+        }
+    return {  # another placement for every tensor
+        "w_row": Shard(1),
+        "w_col": Shard(0),
+        "w_rep": Shard(0),
+        "uneven": Shard(0),
+        "f8": Replicate(),
+        "embed.weight": Shard(1),
+    }
+
+
+def state_dict(kind: str, empty: bool = False) -> Dict[str, Any]:
+    """DTensors over all ranks (plain tensors for ``bias``), the tied pair one object."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import distribute_tensor
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    where = placements(kind)
+    out: Dict[str, Any] = {}
+    for name, full in full_tensors().items():
+        if name == "lm_head.weight":
+            out[name] = out["embed.weight"]
+            continue
+        value = torch.zeros_like(full) if empty else full
+        if name == "bias":
+            out[name] = value.clone()
+        else:
+            out[name] = distribute_tensor(value, mesh, [where[name]], src_data_rank=None)
+    return out
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().contiguous().reshape(-1)
+    return t.view(torch.uint8) if t.numel() else t.to(torch.uint8)
+
+
+def differ(got: Dict[str, Any], want: Dict[str, Any]) -> List[str]:
+    """Names whose local parts differ in dtype, shape or any bit."""
+    from torch.distributed.tensor import DTensor
+
+    bad = []
+    for name, w in want.items():
+        g = got[name]
+        gl = g.to_local() if isinstance(g, DTensor) else g
+        wl = w.to_local() if isinstance(w, DTensor) else w
+        if gl.dtype != wl.dtype or gl.shape != wl.shape or not torch.equal(_bits(gl), _bits(wl)):
+            bad.append(name)
+    return bad
+
+
+def local_bytes(sd: Dict[str, Any]) -> int:
+    from torch.distributed.tensor import DTensor
+
+    total = 0
+    for t in sd.values():
+        local = t.to_local() if isinstance(t, DTensor) else t
+        total += local.numel() * local.element_size()
+    return total
+
+
+class CountingReader(fdcp.StorageReader):
+    """The reader, counting the bytes each read of a chunk asks for."""
+
+    asked = 0
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+        meta = super().read_metadata(*args, **kwargs)
+        self._files = {p: _Counting(raw, self) for p, raw in self._files.items()}
+        return meta
+
+
+class _Counting:
+    def __init__(self, raw: Any, owner: CountingReader) -> None:
+        self._raw = raw
+        self._owner = owner
+
+    def read_into(self, name: str, out: Any) -> None:
+        self._owner.asked += out.nbytes
+        self._raw.read_into(name, out)
+
+    def read_slice_into(self, name: str, dims: Any, out: Any) -> None:
+        self._owner.asked += out.nbytes
+        self._raw.read_slice_into(name, dims, out)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+# scenarios (in the spawned processes) ------------------------------------------------
+
+
+def _fsdp2(root: str) -> Dict[str, Any]:
+    """An FSDP2 model on the CPU saved, then loaded into a fresh one."""
+    from torch.distributed.fsdp import fully_shard
+
+    def model() -> torch.nn.Module:
+        torch.manual_seed(3)
+        m = torch.nn.Sequential(torch.nn.Linear(6, 10), torch.nn.Linear(10, 4))
+        fully_shard(m[0])
+        fully_shard(m[1])
+        fully_shard(m)
+        return m
+
+    saved = model()
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save(saved.state_dict(), storage_writer=fdcp.StorageWriter(root, save_distributed=True))
+    fresh = model()
+    with torch.no_grad():
+        for p in fresh.parameters():
+            p.zero_()
+    sd = fresh.state_dict()
+    dcp.load(sd, storage_reader=fdcp.StorageReader(root))
+    fresh.load_state_dict(sd)
+    x = torch.randn(3, 6, generator=torch.Generator().manual_seed(1))
+    same = torch.equal(saved(x), fresh(x))
+    return {"same_output": same, "differ": differ(fresh.state_dict(), saved.state_dict())}
+
+
+def _tiny_llama(root: str) -> Dict[str, Any]:
+    """A tiny Llama with tied embeddings, its weights as Shard(0) DTensors,
+    saved with consolidation: the parent loads it with from_pretrained."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    model = tiny_llama()
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    sd = {
+        k: distribute_tensor(v.detach(), mesh, [Shard(0)], src_data_rank=None)
+        for k, v in model.state_dict().items()
+    }
+    if "lm_head.weight" in sd:
+        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+    writer = fdcp.StorageWriter(root, save_distributed=True, enable_consolidation=True)
+    dcp.save(sd, storage_writer=writer)
+    if dist.get_rank() == 0:
+        model.config.save_pretrained(root)
+    return {"saved": sorted(sd)}
+
+
+def tiny_llama() -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(11)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        tie_word_embeddings=True,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def _two_ranks(root: str) -> Dict[str, Callable[[], Dict[str, Any]]]:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageReader, HuggingFaceStorageWriter
+
+    ours = os.path.join(root, "ours")
+    theirs = os.path.join(root, "theirs")
+
+    def save() -> Dict[str, Any]:
+        writer = fdcp.StorageWriter(
+            ours,
+            fqn_to_index_mapping=MAPPING,
+            save_distributed=True,
+            enable_consolidation=True,
+            thread_count=2,
+        )
+        dcp.save(state_dict("saved"), storage_writer=writer)
+        dcp.save(
+            state_dict("saved"),
+            storage_writer=HuggingFaceStorageWriter(
+                theirs, fqn_to_index_mapping=MAPPING, save_distributed=True
+            ),
+        )
+        return {}
+
+    def load(folder: str, reader: Any) -> Dict[str, Any]:
+        got = state_dict("saved", empty=True)
+        dcp.load(got, storage_reader=reader)
+        return {"differ": differ(got, state_dict("saved"))}
+
+    def async_save() -> Dict[str, Any]:
+        where = os.path.join(root, "async")
+        writer = fdcp.StorageWriter(where, save_distributed=True)
+        dcp.async_save(state_dict("saved"), storage_writer=writer).result()
+        return load(where, fdcp.StorageReader(where))
+
+    def on_every_rank() -> Dict[str, Any]:
+        out = os.path.join(root, "every")
+        fdcp.consolidate_on_every_rank(os.path.join(ours, "sharded"), out, MAPPING)
+        return {}
+
+    return {
+        "save": save,
+        "load_ours": lambda: load(ours, fdcp.StorageReader(os.path.join(ours, "sharded"))),
+        "we_read_theirs": lambda: load(theirs, fdcp.StorageReader(theirs, thread_count=3)),
+        "they_read_ours": lambda: load(
+            ours, HuggingFaceStorageReader(os.path.join(ours, "sharded"))
+        ),
+        "async_save": async_save,
+        "every_rank": on_every_rank,
+        "fsdp2": lambda: _fsdp2(os.path.join(root, "fsdp2")),
+        "llama": lambda: _tiny_llama(os.path.join(root, "llama")),
+    }
+
+
+def _three_ranks(root: str) -> Dict[str, Callable[[], Dict[str, Any]]]:
+    import torch.distributed.checkpoint as dcp
+
+    def reshard(folder: str) -> Dict[str, Any]:
+        got = state_dict("other", empty=True)
+        reader = CountingReader(folder)
+        dcp.load(got, storage_reader=reader)
+        return {
+            "differ": differ(got, state_dict("other")),
+            "asked": reader.asked,
+            "local": local_bytes(got),
+        }
+
+    def on_every_rank() -> Dict[str, Any]:
+        src = os.path.join(root, "ours", "sharded")
+        fdcp.consolidate_on_every_rank(src, os.path.join(root, "every3"), MAPPING)
+        return {}
+
+    return {
+        "reshard_ours": lambda: reshard(os.path.join(root, "ours", "sharded")),
+        "reshard_theirs": lambda: reshard(os.path.join(root, "theirs")),
+        "every_rank": on_every_rank,
+    }
+
+
+def _killed(root: str) -> Dict[str, Callable[[], Dict[str, Any]]]:
+    """A first save, then a second one whose rank 1 is killed after writing
+    part of its tensors; rank 0 reports the files as they were between."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import DefaultSavePlanner
+
+    folder = os.path.join(root, "killed")
+
+    class Killing(DefaultSavePlanner):
+        calls = 0
+
+        def resolve_data(self, write_item: Any) -> Any:
+            Killing.calls += 1
+            if dist.get_rank() == 1 and Killing.calls == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return super().resolve_data(write_item)
+
+    def run() -> Dict[str, Any]:
+        dcp.save(
+            state_dict("saved"), storage_writer=fdcp.StorageWriter(folder, save_distributed=True)
+        )
+        dist.barrier()
+        before = hashes(folder) if dist.get_rank() == 0 else {}
+        if dist.get_rank() == 0:
+            Path(root, "before.json").write_text(json.dumps(before))
+        changed = {
+            k: v if v.dtype == torch.float8_e4m3fn else v * 2
+            for k, v in state_dict("saved").items()
+        }
+        try:
+            dcp.save(
+                changed,
+                storage_writer=fdcp.StorageWriter(folder, save_distributed=True, thread_count=1),
+                planner=Killing(),
+            )
+        except Exception as exc:  # noqa: BLE001 - what rank 0 sees
+            return {"raised": type(exc).__name__}
+        return {"raised": None}
+
+    return {"killed": run}
+
+
+def hashes(folder: str) -> Dict[str, str]:
+    """SHA-256 of each file a reader lists in ``folder``."""
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            out[name] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return out
+
+
+SCENARIOS = {"two": _two_ranks, "three": _three_ranks, "killed": _killed}
+
+
+def _worker(rank: int, world: int, port: int, which: str, root: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if sys.platform.startswith("linux"):
+        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
+    results: Dict[str, Any] = {}
+    try:
+        for name, scenario in SCENARIOS[which](root).items():
+            try:
+                results[name] = scenario()
+            except Exception:  # noqa: BLE001 - reported to the test
+                results[name] = {"crashed": traceback.format_exc()}
+        Path(root, f"{which}-rank{rank}.json").write_text(json.dumps(results))
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def spawn(which: str, world: int, root: Path) -> List[Any]:
+    """Runs the scenarios ``which`` on ``world`` ranks; each rank's results
+    (None for a rank that died), and the exit codes."""
+    ctx = multiprocessing.get_context("spawn")
+    port = _free_port()
+    procs = [
+        ctx.Process(target=_worker, args=(r, world, port, which, str(root))) for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + TIME_LIMIT
+    for p in procs:
+        p.join(max(1.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            pytest.fail(f"{world} ranks did not finish within {TIME_LIMIT} s (a hang)")
+    out = []
+    for r in range(world):
+        path = root / f"{which}-rank{r}.json"
+        out.append(json.loads(path.read_text()) if path.exists() else None)
+    return [out, [p.exitcode for p in procs]]
+
+
+def ok(result: Dict[str, Any]) -> Dict[str, Any]:
+    assert "crashed" not in result, result["crashed"]
+    return result
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
+    root = tmp_path_factory.mktemp("dcp")
+    results, codes = spawn("two", 2, root)
+    assert codes == [0, 0]
+    return {"root": root, "results": results}
+
+
+# the spawned tests ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_ranks_save_load_interop(saved: Dict[str, Any]) -> None:
+    for res in saved["results"]:
+        ok(res["save"])
+        assert ok(res["load_ours"])["differ"] == []
+        assert ok(res["we_read_theirs"])["differ"] == []
+        assert ok(res["they_read_ours"])["differ"] == []
+        assert ok(res["async_save"])["differ"] == []
+        ok(res["every_rank"])
+    sharded = saved["root"] / "ours" / "sharded"
+    # The layout of torch's writer, nothing else left behind.
+    assert sorted(os.listdir(sharded)) == sorted(os.listdir(saved["root"] / "theirs"))
+    assert sorted(os.listdir(sharded)) == [
+        f"shard-0000{r}-model-0000{i}-of-00002.safetensors" for r in (1, 2) for i in (1, 2)
+    ]
+
+
+@pytest.mark.slow
+def test_fsdp2_on_cpu(saved: Dict[str, Any]) -> None:
+    for res in saved["results"]:
+        got = ok(res["fsdp2"])
+        assert got["same_output"] and got["differ"] == []
+
+
+def _tensors_of(folder: Path) -> Dict[str, Dict[str, Any]]:
+    """Each consolidated file's tensors (as bytes) and metadata, by file name; the index."""
+    out: Dict[str, Any] = {}
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".safetensors"):
+            with fastst.safe_open(str(folder / name), "np") as f:
+                out[name] = {
+                    "metadata": f.metadata(),
+                    "tensors": {
+                        k: (
+                            f.get_slice(k).get_dtype(),
+                            f.get_slice(k).get_shape(),
+                            f.get_tensor(k).tobytes(),
+                        )
+                        for k in f.keys()
+                    },
+                }
+    out["index"] = json.loads((folder / "model.safetensors.index.json").read_text())
+    return out
+
+
+@pytest.mark.slow
+def test_consolidation_equals_torchs(saved: Dict[str, Any], tmp_path: Path) -> None:
+    from torch.distributed.checkpoint._consolidate_hf_safetensors import (
+        consolidate_safetensors_files,
+    )
+
+    root = saved["root"]
+    (tmp_path / "torch").mkdir()
+    consolidate_safetensors_files(str(root / "ours" / "sharded"), str(tmp_path / "torch"), MAPPING)
+    theirs = _tensors_of(tmp_path / "torch")
+    assert _tensors_of(root / "ours") == theirs  # consolidated by dcp.save
+    assert _tensors_of(root / "every") == theirs  # split over 2 ranks
+    # and the whole tensors are the ones saved
+    want = full_tensors()
+    for name, entry in theirs.items():
+        if name == "index":
+            continue
+        for k, (_dtype, _shape, data) in entry["tensors"].items():
+            assert data == _bits(want[k]).numpy().tobytes(), k
+
+
+@pytest.mark.slow
+def test_three_ranks_reshard_read_each_byte_once(saved: Dict[str, Any]) -> None:
+    results, codes = spawn("three", 3, saved["root"])
+    assert codes == [0, 0, 0]
+    for res in results:
+        for name in ("reshard_ours", "reshard_theirs"):
+            got = ok(res[name])
+            assert got["differ"] == [], name
+            # exactly this rank's part of each tensor was read, each byte once
+            assert got["asked"] == got["local"], (name, got)
+        ok(res["every_rank"])
+    # the consolidation split over 3 ranks (one has no file to write) equals the one by dcp.save
+    assert _tensors_of(saved["root"] / "every3") == _tensors_of(saved["root"] / "ours")
+
+
+@pytest.mark.slow
+def test_consolidated_loads_with_transformers(saved: Dict[str, Any]) -> None:
+    from transformers import AutoModelForCausalLM
+
+    folder = saved["root"] / "llama"
+    for res in saved["results"]:
+        ok(res["llama"])
+    model = tiny_llama()
+    loaded = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    ids = torch.tensor([[1, 5, 9, 2, 33, 63]])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, loaded(ids).logits)
+
+
+@pytest.mark.slow
+def test_a_rank_killed_mid_save_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
+    results, codes = spawn("killed", 2, tmp_path)
+    assert codes[1] == -signal.SIGKILL
+    assert results[1] is None
+    assert results[0]["killed"]["raised"] is not None
+    folder = tmp_path / "killed"
+    before = json.loads((tmp_path / "before.json").read_text())
+    # the previous checkpoint, byte for byte; the staging folder aside
+    now = hashes(str(folder))
+    assert now == before
+    stages = [e for e in os.listdir(folder) if e.endswith(".fastst-tmp")]
+    assert len(stages) == 1
+    # the previous checkpoint still loads, and whole
+    table = chunk_table(dcp_commit.open_files(dcp_commit.checkpoint_files(str(folder))))
+    assert sorted(table) == sorted(full_tensors())
+    # the next save clears the unfinished one
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save(
+        {"x": torch.ones(2)},
+        storage_writer=fdcp.StorageWriter(folder, save_distributed=True),
+        no_dist=True,
+    )
+    assert not [e for e in os.listdir(folder) if e.endswith(".fastst-tmp")]
+    assert sorted(os.listdir(folder)) == ["shard-00001-model-00001-of-00001.safetensors"]
+
+
+@pytest.mark.slow
+def test_importing_fastst_torch_leaves_dcp_unimported() -> None:
+    code = (
+        "import sys, fastst.torch as t\n"
+        "assert 'torch.distributed.checkpoint' not in sys.modules\n"
+        "from fastst.torch import dcp\n"
+        "assert 'torch.distributed.checkpoint' not in sys.modules\n"
+        "w = dcp.StorageWriter\n"
+        "assert 'torch.distributed.checkpoint' in sys.modules\n"
+        "import fastst.torch.dcp as d\n"
+        "assert d is dcp and d.StorageWriter is w\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# quick tests in this process -------------------------------------------------------
+
+
+def _save_no_dist(sd: Dict[str, torch.Tensor], folder: Path, **options: Any) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save(sd, storage_writer=fdcp.StorageWriter(folder, **options), no_dist=True)
+
+
+def test_commit_in_progress_is_read_whole(tmp_path: Path) -> None:
+    """A coordinator killed in the middle of the renames: readers see the
+    new checkpoint whole, and the next save completes the commit."""
+    folder = tmp_path / "ck"
+    _save_no_dist({"a": torch.zeros(3), "b": torch.zeros(2)}, folder, save_distributed=True)
+    old = folder / "shard-00001-model-00001-of-00001.safetensors"
+    token = "0123456789abcdef"
+    stage = Path(dcp_commit.staging_dir(str(folder), token))
+    stage.mkdir()
+    finals = [
+        "shard-00001-model-00001-of-00002.safetensors",
+        "shard-00001-model-00002-of-00002.safetensors",
+    ]
+    for i, final in enumerate(finals):
+        save_file(
+            {f"t{i}": torch.full((2,), float(i + 1))},
+            dcp_commit.staged_path(str(folder), token, final),
+        )
+    assert dcp_commit.checkpoint_files(str(folder)) == [str(old)]  # not committed yet
+    record = {
+        "token": token,
+        "files": finals,
+        "kind": "rank",
+        "index": None,
+    }
+    (stage / "commit.json").write_text(json.dumps(record))
+    os.replace(
+        dcp_commit.staged_path(str(folder), token, finals[0]), folder / finals[0]
+    )  # half done
+    files = dcp_commit.checkpoint_files(str(folder))
+    assert [os.path.basename(f) for f in files] == [
+        finals[0],
+        os.path.basename(dcp_commit.staged_path(str(folder), token, finals[1])),
+    ]
+    assert sorted(chunk_table(dcp_commit.open_files(files))) == ["t0", "t1"]
+    dcp_commit.recover(str(folder))
+    assert sorted(os.listdir(folder)) == finals
+
+
+def test_uncommitted_save_is_invisible_and_cleaned(tmp_path: Path) -> None:
+    folder = tmp_path / "ck"
+    _save_no_dist({"a": torch.zeros(3)}, folder, save_distributed=True)
+    stage = Path(dcp_commit.staging_dir(str(folder), "fedcba9876543210"))
+    stage.mkdir()
+    save_file(
+        {"z": torch.ones(1)},
+        dcp_commit.staged_path(
+            str(folder), "fedcba9876543210", "shard-00002-model-00001-of-00001.safetensors"
+        ),
+    )
+    assert [os.path.basename(p) for p in dcp_commit.checkpoint_files(str(folder))] == [
+        "shard-00001-model-00001-of-00001.safetensors"
+    ]
+    # fastst verify finds the staged file as a stale temporary
+    from fastst.tools.stale_temp import stale_temp_files
+
+    assert len(stale_temp_files([str(folder)])) == 1
+    _save_no_dist({"a": torch.ones(3)}, folder, save_distributed=True)
+    assert os.listdir(folder) == ["shard-00001-model-00001-of-00001.safetensors"]
+
+
+def test_single_writer_layout_and_index(tmp_path: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+    sd = {"a": torch.randn(4, 3), "b": torch.randn(2).to(torch.bfloat16), "c": torch.randn(5)}
+    _save_no_dist(sd, tmp_path / "ck", fqn_to_index_mapping={"a": 1, "b": 2, "c": 2})
+    assert sorted(os.listdir(tmp_path / "ck")) == [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+    ]
+    index = json.loads((tmp_path / "ck" / "model.safetensors.index.json").read_text())
+    assert index["weight_map"] == {
+        "a": "model-00001-of-00002.safetensors",
+        "b": "model-00002-of-00002.safetensors",
+        "c": "model-00002-of-00002.safetensors",
+    }
+    assert index["metadata"]["total_size"] == 48 + 4 + 20
+    got = {k: torch.empty_like(v) for k, v in sd.items()}
+    dcp.load(got, storage_reader=HuggingFaceStorageReader(str(tmp_path / "ck")), no_dist=True)
+    assert all(torch.equal(got[k], sd[k]) for k in sd)
+    # a plain Hugging Face checkpoint (no sharding metadata) loads too
+    got = {k: torch.empty_like(v) for k, v in sd.items()}
+    dcp.load(got, storage_reader=fdcp.StorageReader(tmp_path / "ck"), no_dist=True)
+    assert all(torch.equal(got[k], sd[k]) for k in sd)
+
+
+def test_non_tensor_values_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(BaseException, match="not a tensor"):
+        _save_no_dist({"a": torch.zeros(2), "step": 3}, tmp_path / "ck", save_distributed=True)
+    assert not (tmp_path / "ck").exists() or not [
+        e for e in os.listdir(tmp_path / "ck") if e.endswith(".safetensors")
+    ]
+
+
+def _chunk_file(
+    path: Path, tensors: Dict[str, torch.Tensor], offsets: Dict[str, List[int]]
+) -> None:
+    save_file(tensors, str(path), metadata=file_metadata(offsets))
+
+
+def _open(folder: Path) -> Any:
+    return dcp_commit.open_files(dcp_commit.checkpoint_files(str(folder)))
+
+
+@pytest.mark.parametrize(
+    "second, rule",
+    [
+        ({"w": ([2, 0], torch.zeros(2, 3))}, None),  # tiles: fine
+        ({"w": ([1, 0], torch.zeros(2, 3))}, "dcp-chunks"),  # overlap
+        ({"w": ([2, 0], torch.zeros(1, 3))}, "dcp-chunks"),  # hole... the size says 3 rows
+        ({"w": ([2, 0], torch.zeros(2, 3, dtype=torch.float16))}, "dcp-chunks"),  # dtype
+        ({"w": ([2], torch.zeros(2, 3))}, "dcp-sharding-info"),  # offsets of another rank
+        ({"w": ([2, -1], torch.zeros(2, 3))}, "dcp-sharding-info"),
+    ],
+)
+def test_chunk_table_rules(tmp_path: Path, second: Dict[str, Any], rule: Any) -> None:
+    _chunk_file(tmp_path / "a.safetensors", {"w": torch.zeros(2, 3)}, {"w": [0, 0]})
+    ((name, (off, t)),) = second.items()
+    if rule == "dcp-chunks" and t.shape[0] == 1:
+        _chunk_file(tmp_path / "c.safetensors", {"w": torch.zeros(1, 3)}, {"w": [4, 0]})
+    _chunk_file(tmp_path / "b.safetensors", {name: t}, {name: off})
+    files = _open(tmp_path)
+    if rule is None:
+        table = chunk_table(files)
+        assert table["w"].shape == (4, 3) and len(table["w"].chunks) == 2
+        return
+    with pytest.raises(fastst.SafetensorError) as info:
+        chunk_table(files)
+    assert info.value.rule == rule
+
+
+def test_sharding_info_not_json(tmp_path: Path) -> None:
+    save_file(
+        {"w": torch.zeros(2)}, str(tmp_path / "a.safetensors"), metadata={"DCP_SHARDING_INFO": "[1"}
+    )
+    with pytest.raises(fastst.SafetensorError) as info:
+        chunk_table(_open(tmp_path))
+    assert info.value.rule == "dcp-sharding-info"
+
+
+class _Rows:
+    """A chunk's file as the assembly reads it: positioned reads of its bytes, counted."""
+
+    def __init__(self, data: np.ndarray) -> None:
+        self.data = data.reshape(-1).view(np.uint8)
+        self.read = 0
+        self.name = "mem"
+
+    def read_range_into(self, _name: str, offset: int, out: np.ndarray) -> None:
+        out[:] = self.data[offset : offset + out.nbytes]
+        self.read += out.nbytes
+
+
+def test_pieces_gather_columns_in_bounded_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Column chunks are gathered a few rows at a time, row chunks read in
+    blocks; each byte is read once and no piece exceeds the block."""
+    full = np.arange(7 * 10, dtype=np.float32).reshape(7, 10)
+    monkeypatch.setattr(C, "BLOCK", 3 * 40)
+    for cut, chunks in (
+        ("columns", [((0, 0), full[:, :4]), ((0, 4), full[:, 4:])]),
+        ("rows", [((0, 0), full[:3]), ((3, 0), full[3:])]),
+        ("mixed", [((0, 0), full[:2]), ((2, 0), full[2:, :5]), ((2, 5), full[2:, 5:])]),
+    ):
+        files = {f"f{i}": _Rows(np.ascontiguousarray(d)) for i, (_o, d) in enumerate(chunks)}
+        t = Tensor(
+            "w",
+            "F32",
+            (7, 10),
+            [Chunk(f"f{i}", o, d.shape) for i, (o, d) in enumerate(chunks)],
+        )
+        got = [bytes(p) for p in C.pieces(t, C.parts(t, files))]
+        assert b"".join(got) == full.tobytes(), cut
+        assert max(len(p) for p in got) <= 3 * 40, cut
+        assert sum(f.read for f in files.values()) == full.nbytes, cut
+
+
+def test_consolidate_max_shard_size_and_failure_keeps_old(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    _save_no_dist(
+        {"a": torch.randn(64), "b": torch.randn(64), "c": torch.randn(64)},
+        src,
+        save_distributed=True,
+    )
+    out = tmp_path / "out"
+    fdcp.consolidate(src, out, max_shard_size=600)  # a and b (256 bytes each), then c
+    assert sorted(os.listdir(out)) == [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+    ]
+    before = hashes(str(out))
+    with pytest.raises(ValueError, match="lacks"):
+        fdcp.consolidate(src, out, {"a": 1, "b": 1, "c": 1, "zz": 2})
+    with pytest.raises(ValueError, match="not in fqn_to_index_mapping"):
+        fdcp.consolidate(src, out, {"a": 1})
+    assert hashes(str(out)) == before
+
+
+def test_hostile_folders(tmp_path: Path) -> None:
+    """A file linked from outside the folder, and a commit record fastst did not write."""
+    outside = tmp_path / "outside.safetensors"
+    save_file({"w": torch.zeros(2)}, str(outside))
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    (folder / "shard-00001-model-00001-of-00001.safetensors").symlink_to(outside)
+    with pytest.raises(fastst.SafetensorError) as info:
+        dcp_commit.checkpoint_files(str(folder))
+    assert info.value.rule == "shard-path"
+    (folder / "shard-00001-model-00001-of-00001.safetensors").unlink()
+    stage = Path(dcp_commit.staging_dir(str(folder), "00000000000000aa"))
+    stage.mkdir()
+    record = {"token": "00000000000000aa", "files": ["../x.safetensors"], "kind": "rank"}
+    (stage / "commit.json").write_text(json.dumps({**record, "index": None}))
+    for call in (dcp_commit.checkpoint_files, dcp_commit.recover):
+        with pytest.raises(fastst.SafetensorError, match="not one fastst wrote"):
+            call(str(folder))
+
+
+def test_tiling_overlap_with_the_right_volume() -> None:
+    """Chunks holding as many elements as the tensor, one overlapping another (and so a hole)."""
+    from fastst._distributed.dcp_files import _check
+
+    column = Chunk("a", (0, 0), (2, 1))
+    row = Chunk("b", (0, 0), (1, 2))
+    with pytest.raises(fastst.SafetensorError, match="overlaps another") as info:
+        _check(Tensor("w", "F32", (2, 2), [column, row]))
+    assert info.value.rule == "dcp-chunks"
+    grid = [Chunk("f", (i, j), (1, 1)) for i in range(2) for j in range(2)]
+    _check(Tensor("w", "F32", (2, 2), grid))  # a 2-d mesh's tiling
