@@ -11,10 +11,7 @@ their storage, without an intermediate copy.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
-import types
 from collections import defaultdict  # noqa: F401 (in the reference module's namespace too)
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
@@ -292,27 +289,18 @@ def load_model(
     return missing, unexpected  # type: ignore[return-value]
 
 
-def _lazy_dcp() -> types.ModuleType:
-    """``fastst.torch.dcp`` (:mod:`fastst._distributed.dcp`), importable under
-    that name too, whose code (and ``torch.distributed.checkpoint``) is
-    loaded on its first use."""
-    name = "fastst._distributed.dcp"
-    module = sys.modules.get(name)
-    if module is None:
-        spec = importlib.util.find_spec(name)
-        assert spec is not None and spec.loader is not None
-        loader = importlib.util.LazyLoader(spec.loader)
-        spec.loader = loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        loader.exec_module(module)
-    sys.modules.setdefault(__name__ + ".dcp", module)
-    return module
+def __getattr__(name: str) -> Any:
+    """``fastst.torch.dcp`` (:mod:`fastst._distributed.dcp`: torch.distributed.checkpoint
+    storage on fastst, ``StorageWriter``, ``StorageReader``, ``consolidate``), imported with
+    ``torch.distributed.checkpoint`` on its first use, never by importing ``fastst.torch`` (no
+    stand-in module is left in ``sys.modules`` for other code to trip over)."""
+    if name == "dcp":
+        from ._distributed import dcp as module
 
+        globals()["dcp"] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-#: torch.distributed.checkpoint storage on fastst: ``StorageWriter``,
-#: ``StorageReader``, ``consolidate`` (see :mod:`fastst._distributed.dcp`).
-dcp = _lazy_dcp()
 
 # The reference's private helpers, for callers that import them.
 from ._dropin.compat_torch import *  # noqa: E402,F401,F403

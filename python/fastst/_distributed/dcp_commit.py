@@ -18,9 +18,9 @@ commits through this sequence instead:
    writes the commit record, ``commit.json`` in the staging folder, naming
    the new files (atomically, flushed): from here on the new checkpoint
    is the saved one;
-3. each staged file is renamed to its final name in the folder (replacing
-   the old file of that name in one step), the files of the previous save
-   of the same kind that the new one does not have are removed, the
+3. each staged file is linked to its final name in the folder (replacing
+   the old file of that name in one step, :func:`fastst._fastst.link_file`),
+   the files of the previous save of the same kind that the new one does not have are removed, the
    index (when the layout has one) is replaced, the folder is flushed,
    and the staging folder removed.
 
@@ -43,7 +43,8 @@ import stat
 from typing import Any, Dict, List, Optional, Tuple
 
 from .._errors import rule_error
-from .._fastst import DEFAULT_HEADER_CAP, RawFile
+from .._fastst import DEFAULT_HEADER_CAP, RawFile, link_file
+from .._paths import readable
 from .._sources.file import open_file
 from .._sources.folders import UNFINISHED, shard_problem
 from .._write.atomic import replace_bytes
@@ -129,10 +130,11 @@ def _complete(folder: str, stage: str, record: Dict[str, Any]) -> None:
     token = record["token"]
     finals: List[str] = record["files"]
     for final in finals:
-        try:
-            os.replace(staged_path(folder, token, final), os.path.join(folder, final))
+        target = os.path.join(folder, final)
+        try:  # the one replace-in-one-step of fastst (a link renamed over the target)
+            link_file(staged_path(folder, token, final), target, readable(target), False)
         except FileNotFoundError:
-            pass  # moved by the interrupted pass
+            pass  # the staging folder is gone: the interrupted pass got past this
     family = FAMILIES[record["kind"]]
     keep = set(finals)
     for entry in os.listdir(folder):
