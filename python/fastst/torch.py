@@ -11,7 +11,7 @@ their storage, without an intermediate copy.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 import sys
 import types
@@ -268,27 +268,37 @@ def load_model(
     return missing, unexpected  # type: ignore[return-value]
 
 
-def _lazy_dcp() -> types.ModuleType:
-    """``fastst.torch.dcp`` (:mod:`fastst._distributed.dcp`), importable under
-    that name too, whose code (and ``torch.distributed.checkpoint``) is
-    loaded on its first use."""
-    name = "fastst._distributed.dcp"
-    module = sys.modules.get(name)
-    if module is None:
-        spec = importlib.util.find_spec(name)
-        assert spec is not None and spec.loader is not None
-        loader = importlib.util.LazyLoader(spec.loader)
-        spec.loader = loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        loader.exec_module(module)
-    sys.modules.setdefault(__name__ + ".dcp", module)
-    return module
+class _LazyModule(types.ModuleType):
+    """A module whose public names come from another one, imported when one
+    of them is first used (dunder names never import it, so tools that
+    scan ``sys.modules`` do not)."""
+
+    def __init__(self, name: str, source: str, names: List[str], doc: str) -> None:
+        super().__init__(name, doc)
+        self.__all__ = names
+        self._fastst_source = source
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_fastst_source":
+            raise AttributeError(name)
+        value = getattr(importlib.import_module(self._fastst_source), name)
+        setattr(self, name, value)
+        return value
+
+    def __dir__(self) -> List[str]:
+        return sorted(set(super().__dir__()) | set(self.__all__))
 
 
-#: torch.distributed.checkpoint storage on fastst: ``StorageWriter``,
-#: ``StorageReader``, ``consolidate`` (see :mod:`fastst._distributed.dcp`).
-dcp = _lazy_dcp()
+#: torch.distributed.checkpoint storage on fastst (:mod:`fastst._distributed.dcp`, imported with
+#: ``torch.distributed.checkpoint`` when one of its names is first used), importable as
+#: ``fastst.torch.dcp`` too.
+dcp = _LazyModule(
+    __name__ + ".dcp",
+    "fastst._distributed.dcp",
+    ["StorageWriter", "StorageReader", "consolidate", "consolidate_on_every_rank"],
+    "torch.distributed.checkpoint storage and consolidation on fastst.",
+)
+sys.modules.setdefault(dcp.__name__, dcp)
 
 # The reference's private helpers, for callers that import them.
 from ._dropin.compat_torch import *  # noqa: E402,F401,F403

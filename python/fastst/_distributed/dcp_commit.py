@@ -18,8 +18,9 @@ commits through this sequence instead:
    writes the commit record, ``commit.json`` in the staging folder, naming
    the new files (atomically, flushed): from here on the new checkpoint
    is the saved one;
-3. each staged file is renamed to its final name in the folder (replacing
-   the old file of that name in one step), the files of the previous save
+3. each staged file is given its final name in the folder (replacing the
+   old file of that name in one step: :func:`fastst._fastst.link_file`,
+   the commit every sharded save uses), its staged name is removed, the files of the previous save
    of the same kind that the new one does not have are removed, the
    index (when the layout has one) is replaced, the folder is flushed,
    and the staging folder removed.
@@ -30,8 +31,8 @@ killed at any instant, they see the whole previous checkpoint (before
 step 2) or the whole new one (after it). A coordinator killed during
 step 3 leaves the record, and the next save into the folder completes
 that step first (:func:`recover`). A reader that lists the folder itself
-(torch's) sees the new files appear one rename at a time during step 3:
-the renames are all that step does, no data is written there.
+(torch's) sees the new files appear one at a time during step 3: naming
+them is all that step does, no data is written there.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ import stat
 from typing import Any, Dict, List, Optional, Tuple
 
 from .._errors import rule_error
-from .._fastst import DEFAULT_HEADER_CAP, RawFile
+from .._fastst import DEFAULT_HEADER_CAP, RawFile, link_file
+from .._paths import readable
 from .._sources.file import open_file
 from .._sources.folders import UNFINISHED, shard_problem
 from .._write.atomic import replace_bytes
@@ -129,10 +131,11 @@ def _complete(folder: str, stage: str, record: Dict[str, Any]) -> None:
     token = record["token"]
     finals: List[str] = record["files"]
     for final in finals:
-        try:
-            os.replace(staged_path(folder, token, final), os.path.join(folder, final))
-        except FileNotFoundError:
-            pass  # moved by the interrupted pass
+        staged = staged_path(folder, token, final)
+        if os.path.exists(staged):  # else moved by the interrupted pass
+            target = os.path.join(folder, final)
+            link_file(staged, target, readable(target), False)
+            _remove(staged)
     family = FAMILIES[record["kind"]]
     keep = set(finals)
     for entry in os.listdir(folder):
