@@ -11,14 +11,16 @@ their storage, without an intermediate copy.
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
+import types
 from collections import defaultdict  # noqa: F401 (in the reference module's namespace too)
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _frameworks
 from ._frameworks.io import FrameworkIO
-from ._write.sharded import write_sharded, write_sharded_from
-from ._write.streaming import Layout
+from ._write.sharded import write_sharded
 
 try:
     import torch
@@ -96,7 +98,7 @@ def save_file(
 
 
 def save_sharded(
-    tensors: Union[Mapping[str, torch.Tensor], Iterable[Tuple[str, torch.Tensor]]],
+    tensors: Dict[str, torch.Tensor],
     folder: PathLike,
     *,
     max_shard_size: Union[int, str] = "5GB",
@@ -106,7 +108,6 @@ def save_sharded(
     shared_tensors_to_discard: Optional[List[str]] = None,
     align: Optional[int] = None,
     storage_options: Optional[Mapping[str, str]] = None,
-    layout: Optional[Layout] = None,
 ) -> str:
     """Writes ``tensors`` as a sharded checkpoint in ``folder`` (shards of at
     most ``max_shard_size`` bytes plus ``{prefix}.safetensors.index.json``,
@@ -124,29 +125,7 @@ def save_sharded(
     passed to each shard's :func:`save_file`. A URL prefix
     (``s3://bucket/run/``, configured by ``storage_options``) gets shards
     whose names carry a part of this save's own and the index last (see
-    ``docs/remote.md``); the index's URL is returned.
-
-    With ``layout`` (``name -> (dtype, shape)``, as for
-    :func:`fastst.open_writer`), the shards are planned from it and
-    ``tensors`` may be any iterable of ``(name, tensor)`` pairs (a
-    generator), each written at its place as it comes, so a checkpoint
-    larger than memory can be saved (see :func:`fastst.open_sharded_writer`;
-    local folders only). The layout names exactly what is stored: tied
-    weights are not looked for, and every shard's metadata has
-    ``"format": "pt"``."""
-    if layout is not None:
-        return write_sharded_from(
-            tensors,
-            folder,
-            layout,
-            max_shard_size=max_shard_size,
-            metadata={"format": "pt", **(metadata or {})},
-            prefix=prefix,
-            align=align,
-            storage_options=storage_options,
-        )
-    if not isinstance(tensors, Mapping):
-        raise TypeError("save_sharded takes a dict, or (name, tensor) pairs and layout=")
+    ``docs/remote.md``); the index's URL is returned."""
     save_one = _io.shard_saver(folder, align, storage_options)
     state = dict(tensors)
     dropped: Dict[str, str] = {}
@@ -289,18 +268,37 @@ def load_model(
     return missing, unexpected  # type: ignore[return-value]
 
 
-def __getattr__(name: str) -> Any:
-    """``fastst.torch.dcp`` (:mod:`fastst._distributed.dcp`: torch.distributed.checkpoint
-    storage on fastst, ``StorageWriter``, ``StorageReader``, ``consolidate``), imported with
-    ``torch.distributed.checkpoint`` on its first use, never by importing ``fastst.torch`` (no
-    stand-in module is left in ``sys.modules`` for other code to trip over)."""
-    if name == "dcp":
-        from ._distributed import dcp as module
+class _LazyModule(types.ModuleType):
+    """A module whose public names come from another one, imported when one
+    of them is first used (dunder names never import it, so tools that
+    scan ``sys.modules`` do not)."""
 
-        globals()["dcp"] = module
-        return module
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __init__(self, name: str, source: str, names: List[str], doc: str) -> None:
+        super().__init__(name, doc)
+        self.__all__ = names
+        self._fastst_source = source
 
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_fastst_source":
+            raise AttributeError(name)
+        value = getattr(importlib.import_module(self._fastst_source), name)
+        setattr(self, name, value)
+        return value
+
+    def __dir__(self) -> List[str]:
+        return sorted(set(super().__dir__()) | set(self.__all__))
+
+
+#: torch.distributed.checkpoint storage on fastst (:mod:`fastst._distributed.dcp`, imported with
+#: ``torch.distributed.checkpoint`` when one of its names is first used), importable as
+#: ``fastst.torch.dcp`` too.
+dcp = _LazyModule(
+    __name__ + ".dcp",
+    "fastst._distributed.dcp",
+    ["StorageWriter", "StorageReader", "consolidate", "consolidate_on_every_rank"],
+    "torch.distributed.checkpoint storage and consolidation on fastst.",
+)
+sys.modules.setdefault(dcp.__name__, dcp)
 
 # The reference's private helpers, for callers that import them.
 from ._dropin.compat_torch import *  # noqa: E402,F401,F403

@@ -18,9 +18,10 @@ commits through this sequence instead:
    writes the commit record, ``commit.json`` in the staging folder, naming
    the new files (atomically, flushed): from here on the new checkpoint
    is the saved one;
-3. each staged file is linked to its final name in the folder (replacing
-   the old file of that name in one step, :func:`fastst._fastst.link_file`),
-   the files of the previous save of the same kind that the new one does not have are removed, the
+3. each staged file is given its final name in the folder (replacing the
+   old file of that name in one step: :func:`fastst._fastst.link_file`,
+   the commit every sharded save uses), its staged name is removed, the files of the previous save
+   of the same kind that the new one does not have are removed, the
    index (when the layout has one) is replaced, the folder is flushed,
    and the staging folder removed.
 
@@ -30,8 +31,8 @@ killed at any instant, they see the whole previous checkpoint (before
 step 2) or the whole new one (after it). A coordinator killed during
 step 3 leaves the record, and the next save into the folder completes
 that step first (:func:`recover`). A reader that lists the folder itself
-(torch's) sees the new files appear one rename at a time during step 3:
-the renames are all that step does, no data is written there.
+(torch's) sees the new files appear one at a time during step 3: naming
+them is all that step does, no data is written there.
 """
 
 from __future__ import annotations
@@ -130,11 +131,11 @@ def _complete(folder: str, stage: str, record: Dict[str, Any]) -> None:
     token = record["token"]
     finals: List[str] = record["files"]
     for final in finals:
-        target = os.path.join(folder, final)
-        try:  # the one replace-in-one-step of fastst (a link renamed over the target)
-            link_file(staged_path(folder, token, final), target, readable(target), False)
-        except FileNotFoundError:
-            pass  # the staging folder is gone: the interrupted pass got past this
+        staged = staged_path(folder, token, final)
+        if os.path.exists(staged):  # else moved by the interrupted pass
+            target = os.path.join(folder, final)
+            link_file(staged, target, readable(target), False)
+            _remove(staged)
     family = FAMILIES[record["kind"]]
     keep = set(finals)
     for entry in os.listdir(folder):
