@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
+from .. import _settings
 from .._dropin.hook import run as run_with_hook
 from .._sources.identify import NOT_FILES
 from .._sources.remote import is_url
@@ -397,6 +398,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         color=render.use_color(sys.stdout, args.color),
         full=args.full,
     )
+    # The URLs on the command line are its user's own: read as URLs even
+    # under the drop-in switch (see fastst._settings.reads_urls).
+    running, _settings.command_running = _settings.command_running, True
     try:
         code: int = _COMMANDS[args.command](args, out)
         sys.stdout.flush()
@@ -413,4 +417,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except (OSError, ValueError, AttributeError):  # pragma: no cover
             pass
         return EXIT_PIPE
+    finally:
+        _settings.command_running = running
     return code

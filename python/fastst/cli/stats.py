@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..tools.checkpoint import shown
+from .._paths import shown
 from ..tools.stats import layer_of, stats_checkpoint, stats_file
 from . import charts, html, render
 from .exits import EXIT_ERROR, EXIT_OK

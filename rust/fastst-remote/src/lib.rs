@@ -46,6 +46,7 @@ mod error;
 mod fetch;
 pub mod options;
 mod presigned;
+mod redact;
 mod runtime;
 pub mod upload;
 
@@ -57,7 +58,8 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 
 pub use fetch::{parts, Part};
-pub use options::{display, is_url, ConfigError, Tuning};
+pub use options::{is_url, ConfigError, Tuning};
+pub use redact::{display, in_text};
 pub use runtime::runtime;
 pub use upload::Upload;
 

@@ -31,6 +31,7 @@ use object_store::{ClientConfigKey, ObjectStore, ObjectStoreScheme};
 use url::Url;
 
 use crate::client::NoRedirects;
+use crate::redact::display;
 
 /// The variable (and, in lower case, the option) naming the requests in
 /// flight per object.
@@ -193,21 +194,6 @@ fn http_store(
     Ok(Box::new(store))
 }
 
-/// `url` as messages show it: without its user part, query or fragment
-/// (a presigned URL carries its signature in the query).
-pub fn display(url: &str) -> String {
-    match Url::parse(url) {
-        Ok(mut u) => {
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.set_query(None);
-            u.set_fragment(None);
-            u.to_string()
-        }
-        Err(_) => url.split(['?', '#']).next().unwrap_or(url).to_owned(),
-    }
-}
-
 /// Whether `url` names an object of a cloud store (S3, GCS, Azure), which
 /// takes multipart uploads; a plain HTTP(S) URL, presigned or not, does not.
 pub(crate) fn takes_uploads(url: &str) -> bool {
@@ -364,16 +350,6 @@ mod tests {
         let mut bad = vec![(CONCURRENCY_ENV.to_owned(), "0".to_owned())];
         let err = Tuning::read(|_| None, &mut bad).unwrap_err();
         assert!(err.0.contains("not a positive size"), "{err}");
-    }
-
-    #[test]
-    fn urls_are_shown_without_user_query_or_fragment() {
-        assert_eq!(
-            display("https://u:p@h:8/a/b%20c?X-Amz-Signature=s#f"),
-            "https://h:8/a/b%20c"
-        );
-        assert_eq!(display("s3://b/k?versionId=1"), "s3://b/k");
-        assert_eq!(display("not a url?sig=1"), "not a url");
     }
 
     #[test]
