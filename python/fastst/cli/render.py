@@ -439,7 +439,7 @@ def shape_text(shape: Sequence[int]) -> str:
 
 #: Version of the JSON envelope every ``--json`` output shares
 #: (``output.schema.json``).
-JSON_SCHEMA_VERSION = 1
+JSON_SCHEMA_VERSION = 2
 
 
 def envelope(command: str, results: List[Any], out: Out, **extra: Any) -> Dict[str, Any]:

@@ -101,8 +101,8 @@ def severity_rank(severity: str) -> int:
 
 
 def rules() -> List[Dict[str, str]]:
-    """The catalogue of rules: dicts with ``id``, ``severity`` (the default)
-    and ``summary``."""
+    """The rules ``verify`` reports: dicts with ``id``, ``severity`` (the
+    default), ``verdict`` (``malformed`` or ``red-flag``) and ``summary``."""
     return list(_fastst.verify_rules())
 
 
