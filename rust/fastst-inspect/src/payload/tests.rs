@@ -2,6 +2,8 @@
 //! region and anywhere in it, and nothing in random bytes, floating-point
 //! weights or text.
 
+#![allow(clippy::unwrap_used)]
+
 use super::*;
 
 /// A fixed xorshift stream.
@@ -138,7 +140,14 @@ fn a_script_without_a_shebang_counts_only_when_it_calls_code() {
     );
     let prose = b"A model card in plain text, with numbers 1 2 3 and no code at all.".repeat(3);
     assert_eq!(text_script(&prose), None);
-    let binary = [&b"import os; os.system('id')"[..], &[0xffu8; 64][..]].concat();
+    // The text ends where the bytes stop being text: a script followed by
+    // weights counts, a short call between binary bytes does not.
+    let then_numbers = [&script[..], &[0xffu8; 4096][..]].concat();
+    assert_eq!(
+        text_script(&then_numbers).and_then(|p| p.len),
+        Some(script.len())
+    );
+    let binary = [&b"\xffimport os; os.system('id')"[..], &[0xffu8; 64][..]].concat();
     assert_eq!(text_script(&binary), None);
 }
 

@@ -213,19 +213,13 @@ pub(crate) fn blob(text: &str) -> Option<(usize, usize, &'static str)> {
     None
 }
 
-/// The share of `bytes` that is printable ASCII, tab, CR or LF.
-pub(crate) fn printable_share(bytes: &[u8]) -> f64 {
-    if bytes.is_empty() {
-        return 0.0;
-    }
-    let n = bytes
-        .iter()
-        .filter(|&&c| (0x20..0x7f).contains(&c) || matches!(c, b'\t' | b'\n' | b'\r'))
-        .count();
-    n as f64 / bytes.len() as f64
+/// Whether `c` is printable ASCII, a tab, CR or LF.
+pub(crate) fn printable(c: u8) -> bool {
+    (0x20..0x7f).contains(&c) || matches!(c, b'\t' | b'\n' | b'\r')
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -292,9 +286,8 @@ mod tests {
     }
 
     #[test]
-    fn printable_share_counts_text() {
-        assert_eq!(printable_share(b"abc\n"), 1.0);
-        assert_eq!(printable_share(b"ab\0\xff"), 0.5);
-        assert_eq!(printable_share(b""), 0.0);
+    fn printable_is_text() {
+        assert!(b"az AZ~\t\r\n".iter().all(|&c| printable(c)));
+        assert!(!b"\0\x7f\x80\xff\x1b".iter().any(|&c| printable(c)));
     }
 }
