@@ -108,12 +108,6 @@ def _severity(rule: str) -> Tuple[str, str]:
         raise ValueError(f"no rule {rule!r} in the catalogue") from None
 
 
-def verdict(rule: str) -> str:
-    """What a finding of ``rule`` says about the file (:data:`Verdict`),
-    as the catalogue says."""
-    return _severity(rule)[1]
-
-
 def finding(rule: str, message: str, **where: Any) -> Dict[str, Any]:
     """A :class:`Finding` of ``rule`` at its catalogue severity and
     verdict; ``where`` sets the other keys (``tensor``, ``key``,
