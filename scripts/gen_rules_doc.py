@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
 
@@ -30,6 +30,11 @@ from the catalogue in `rust/fastst-core/src/rules.rs` by
   `MemoryError`, `OSError`). `Finding` rules are never raised: only
   `fastst verify` reports them.
 - **severity**: what `fastst verify` reports a finding of the rule at, by default.
+- **verdict**: what a `fastst verify` finding of the rule says about the file:
+  `malformed` (it breaks the format: the verdict is inconclusive, exit 2, since
+  a broken file is not evidence of an attack) or `red-flag` (it carries
+  something worth a look, counted against `--fail-on`, exit 1); `-` for the
+  rules `verify` does not report.
 """
 
 
@@ -37,12 +42,14 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render(catalogue: List[Dict[str, str]]) -> str:
+def render(catalogue: List[Dict[str, Optional[str]]]) -> str:
     """The whole text of docs/rules.md for ``catalogue``."""
-    lines = [INTRO, "| id | family | severity | summary |", "|---|---|---|---|"]
+    lines = [INTRO, "| id | family | severity | verdict | summary |", "|---|---|---|---|---|"]
     for rule in catalogue:
+        verdict = rule["verdict"] or "-"
         lines.append(
-            f"| `{rule['id']}` | {rule['family']} | {rule['severity']} | {_cell(rule['summary'])} |"
+            f"| `{rule['id']}` | {rule['family']} | {rule['severity']} | {verdict} "
+            f"| {_cell(str(rule['summary']))} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -24,6 +24,9 @@ The variables:
   its consumer (:func:`prefetch_budget`).
 - ``FASTST_INDEX_CAP``: a size, the most bytes an index file may hold
   (:func:`index_cap`).
+- ``FASTST_DROPIN_URLS``: ``1``/``true``/``yes``/``on`` lets names holding
+  URLs be read as URLs while the drop-in switch is on; without it they are
+  paths there, as for the reference package (:func:`reads_urls`).
 
 - ``FASTST_REMOTE_CONCURRENCY``: requests in flight per object of a store.
 - ``FASTST_REMOTE_PART_SIZE``: a size, the bytes of one ranged request.
@@ -45,6 +48,8 @@ import os
 import sys
 from typing import Optional
 
+import _fastst_switch as _switch
+
 from . import _fastst
 
 AS_SAFETENSORS_ENV = "FASTST_AS_SAFETENSORS"
@@ -55,6 +60,7 @@ INDEX_CAP_ENV = "FASTST_INDEX_CAP"
 REMOTE_CONCURRENCY_ENV = "FASTST_REMOTE_CONCURRENCY"
 REMOTE_PART_SIZE_ENV = "FASTST_REMOTE_PART_SIZE"
 REMOTE_DEADLINE_ENV = "FASTST_REMOTE_DEADLINE"
+DROPIN_URLS_ENV = "FASTST_DROPIN_URLS"
 
 #: The read modes ``FASTST_READ`` takes (``safe_open``'s back ends).
 READ_MODES = ("mmap", "pread")
@@ -122,6 +128,27 @@ def dropin_on() -> bool:
         return True
     boot = sys.modules.get("_fastst_boot")
     return boot is not None and bool(boot.pending())
+
+
+#: True while the ``fastst`` command runs (set by :func:`fastst.cli.main`):
+#: the URLs on its command line are its user's own, read as URLs even
+#: while the drop-in switch is on.
+command_running = False
+
+
+def reads_urls() -> bool:
+    """Whether a name holding a URL (``s3://``, ``https://``...) is read as
+    one. Always, except while the drop-in switch is on (:func:`dropin_on`):
+    then every name given to fastst's reading and writing functions is a
+    path, as the reference package takes it, so that a program passing a
+    name its own user chose to ``safetensors`` makes no request to any
+    host. ``FASTST_DROPIN_URLS`` holding a true value (``1``, ``true``,
+    ``yes``, ``on``; any case) opts in to URLs there; the ``fastst``
+    command reads the URLs it is given."""
+    if command_running or not dropin_on():
+        return True
+    value = os.environ.get(DROPIN_URLS_ENV)
+    return value is not None and value.strip().lower() in _switch.TRUE_VALUES
 
 
 def read_backend(backend: str) -> str:

@@ -149,7 +149,9 @@ def test_verify_index_against_shards(tmp_path: Path, capsys: pytest.CaptureFixtu
     bad = json.loads(json.dumps(original))
     bad["weight_map"]["ghost"] = "model-00099-of-00099.safetensors"
     code, report, found = rules(bad)
-    assert code == 1 and "shard-missing" in found and not report["accepted"]
+    # A checkpoint whose index disagrees with its shards is malformed: inconclusive.
+    assert code == 2 and "shard-missing" in found and not report["accepted"]
+    assert report["inconclusive"] and not report["fails"]
     # The index places a tensor in a shard that lacks it.
     bad = json.loads(json.dumps(original))
     bad["weight_map"]["nowhere"] = shards[0]
@@ -174,7 +176,7 @@ def test_verify_index_against_shards(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert found == {"index-total-size"} and code == 1 and report["accepted"]
     index.write_text("{not json")
     code, report = _verify(capsys, index)
-    assert {f["rule"] for f in report["findings"]} == {"index-json"} and code == 1
+    assert {f["rule"] for f in report["findings"]} == {"index-json"} and code == 2
     index.write_text('{"weight_map": []}')
     code, report = _verify(capsys, index)
     assert {f["rule"] for f in report["findings"]} == {"index-shape"}
@@ -194,7 +196,7 @@ def test_verify_tensor_in_two_shards(tmp_path: Path, capsys: pytest.CaptureFixtu
     code, report = _verify(capsys, index)
     (dup,) = [f for f in report["findings"] if f["rule"] == "shard-duplicate-tensor"]
     assert dup["shard"] == "two.safetensors" and dup["tensor"] == "w" and dup["severity"] == "high"
-    assert code == 1
+    assert code == 2 and dup["verdict"] == "malformed"
     code, out, _ = run(["verify", str(folder)], capsys)
     assert "shard-duplicate-tensor" in out and 'two.safetensors: tensor "w"' in out
 
@@ -239,7 +241,7 @@ def test_sarif_points_at_the_shard(tmp_path: Path, capsys: pytest.CaptureFixture
     (result,) = [r for r in run_["results"] if r["ruleId"] == "trailing-bytes"]
     where = result["locations"][0]["physicalLocation"]["artifactLocation"]
     assert where["uri"] == uris[where["index"]] and where["uri"].endswith(shard.name)
-    assert result["properties"]["shard"] == shard.name and code == 1
+    assert result["properties"]["shard"] == shard.name and code == 2
 
 
 # One rule for what an index may name, in every command ---------------------
@@ -315,7 +317,7 @@ def test_every_command_refuses_an_index_over_the_cap(
             assert code == 2 and [e["rule"] for e in doc["errors"]] == ["index-over-cap"]
             assert err.count("\n") == 1 and "FASTST_INDEX_CAP" in err
     code, report = _verify(capsys, index)
-    assert code == 1 and [f["rule"] for f in report["findings"]] == ["index-over-cap"]
+    assert code == 2 and [f["rule"] for f in report["findings"]] == ["index-over-cap"]
     assert "FASTST_INDEX_CAP" in report["findings"][0]["message"]
     code, doc, _ = run_envelope(["diff", "--json", str(index), str(index)], capsys)
     assert code == 2 and [e["rule"] for e in doc["errors"]] == ["index-over-cap"]

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict
 
@@ -198,3 +201,37 @@ def test_sbom_model_card(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     props = {p["name"]: p["value"] for p in card["properties"]}
     assert props["fastst:config.num_hidden_layers"] == "3"
     assert "beyond the count 3" in json.loads(props["fastst:config.mismatches"])[0]
+
+
+@pytest.mark.slow
+def test_config_counts_are_compared_not_enumerated(tmp_path: Path) -> None:
+    # A 36-byte config.json declaring 10**12 layers beside a model of 4
+    # repeated layers: the count is compared arithmetically, so each command
+    # ends at once, under a memory cap, with the mismatch said.
+    folder = _model(tmp_path / "m", layers=4, config='{"num_hidden_layers": 1000000000000}')
+    assert (folder / "config.json").stat().st_size < 50
+
+    def capped() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    said = (
+        "config.json declares 1,000,000,000,000 layers; the weights hold 4 "
+        "(model.layers.{0-3}); missing 4-999999999999"
+    )
+    for argv, expected in (
+        (["inspect", "--json"], 0),
+        (["inspect"], 0),
+        (["meta"], 0),
+        (["sbom", "--output", str(tmp_path / "bom.json")], 0),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "fastst", *argv, str(folder / "model.safetensors")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            preexec_fn=capped,
+        )
+        assert result.returncode == expected, (argv, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr and "MemoryError" not in result.stderr
+        if argv[0] == "inspect":
+            assert said in result.stdout.replace("\n" + " " * 15, " "), result.stdout

@@ -60,7 +60,10 @@ def test_missing_symlink_loop_and_folder_without_files(
     for command in ("inspect", "verify", "hash", "meta"):
         code, out, err = run([command, str(loop_a), str(tmp_path / "none"), str(empty)], capsys)
         lines = err.splitlines()
-        summary = "0 inputs verified: 0 with findings at or above low, 3 unreadable\n"
+        summary = (
+            "0 inputs verified: 0 with red flags at or above low, 0 malformed (inconclusive), "
+            "3 unreadable\n"
+        )
         assert code == 2 and out == ("" if command != "verify" else summary), out
         assert len(lines) == 3, (command, err)
         assert "symbolic links" in lines[0] and "No such file" in lines[1]
@@ -101,7 +104,7 @@ def test_truncated_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         code, out, err = run([command, str(path)], capsys)
         assert err.count("\n") <= 1 and "Traceback" not in err
     assert run(["inspect", str(path)], capsys)[0] == 2
-    assert run(["verify", str(path)], capsys)[0] == 1
+    assert run(["verify", str(path)], capsys)[0] == 2  # malformed: inconclusive
     # A length prefix past the end of the file.
     path.write_bytes(struct.pack("<Q", 1000) + b'{"w":')
     code, _, err = run(["inspect", str(path)], capsys)

@@ -144,3 +144,29 @@ def test_hostile_names_cost_linear_work(tmp_path: Path, capsys: pytest.CaptureFi
     fastst.numpy.save_file({n: np.zeros(1, np.float32) for n in deep}, path)
     code, out, _ = run(["inspect", "--tensors", "--width", "80", str(path)], capsys)
     assert code == 0 and max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_long_numbers_in_names_are_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A block number of 5,000 digits (past Python's limit on int() of text)
+    # is no number: that tensor stands alone, and every command reads the
+    # file the reference loads. Block numbers of up to 18 digits are numbers.
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    big = "9" * 5_000
+    tensors = {f"model.layers.{i}.w": np.full(4, i, np.float32) for i in range(2)}
+    tensors |= {f"model.layers.{big}.w": np.ones(4, np.float32), f"h_{big}_x.y": np.ones(2)}
+    tensors[f"model.layers.{10**17}.w"] = np.ones(4, np.float32)  # far from 0 and 1
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    fastst.numpy.save_file(tensors, a)
+    fastst.numpy.save_file(tensors | {f"model.layers.{big}.w": np.zeros(4, np.float32)}, b)
+    assert len(safetensors_numpy.load_file(str(a))) == len(tensors)
+    view = layer_view(_rows(list(tensors)))
+    assert [b["pattern"] for b in view["blocks"]] == [f"model.layers.{{0-1,{10**17}}}"]
+    assert {t["name"] for t in view["single"]} == {f"model.layers.{big}.w", f"h_{big}_x.y"}
+    for argv in (["inspect"], ["inspect", "--json"], ["stats"], ["stats", "--json"], ["meta"]):
+        code, out, err = run([*argv, str(a)], capsys)
+        assert code == 0 and not err and "Traceback" not in out, (argv, err)
+    code, out, err = run(["stats", str(a)], capsys)
+    assert "std by layer" in out and out.count("\n") < 40  # no line per missing layer
+    for argv in (["diff"], ["diff", "--json"]):
+        code, out, err = run([*argv, str(a), str(b)], capsys)
+        assert code == 1 and not err and f"model.layers.{big}.w" in out, (argv, err)

@@ -253,7 +253,7 @@ def test_envelope_for_every_subcommand(tmp_path: Path, capsys: pytest.CaptureFix
         code, doc, err = run_envelope([command, "--json", str(good), missing], capsys)
         assert code == 2, command
         assert doc["command"] == command
-        assert doc["fastst"]["schema"] == 1 and doc["fastst"]["version"] == fastst.__version__
+        assert doc["fastst"]["schema"] == 2 and doc["fastst"]["version"] == fastst.__version__
         assert len(doc["results"]) == 1
         (error,) = doc["errors"]
         assert error["path"] == missing and "No such file" in error["message"]
@@ -263,7 +263,7 @@ def test_envelope_for_every_subcommand(tmp_path: Path, capsys: pytest.CaptureFix
 def test_schema_rejects_a_wrong_shape() -> None:
     import jsonschema
 
-    bad = {"fastst": {"version": "0", "schema": 1}, "command": "inspect", "results": [{}]}
+    bad = {"fastst": {"version": "0", "schema": 2}, "command": "inspect", "results": [{}]}
     with pytest.raises(jsonschema.ValidationError):
         validate_envelope(bad)
 

@@ -97,6 +97,7 @@ def _finding(**changes: Any) -> Dict[str, Any]:
     f = {
         "rule": "nan-values",
         "severity": "medium",
+        "verdict": "red-flag",
         "message": "m",
         "tensor": "w",
         "key": None,
@@ -120,11 +121,12 @@ def _verify_doc(finding: Dict[str, Any], **report: Any) -> Dict[str, Any]:
         "values_checked": None,
         "findings": [finding],
         "fails": True,
+        "malformed": False,
         "inconclusive": False,
     }
     result.update(report)
     return {
-        "fastst": {"version": "0", "schema": 1},
+        "fastst": {"version": "0", "schema": 2},
         "command": "verify",
         "fail_on": "low",
         "results": [result],
@@ -137,6 +139,7 @@ def _verify_doc(finding: Dict[str, Any], **report: Any) -> Dict[str, Any]:
     [
         (_finding(extra=1), {}),  # an unknown key
         (_finding(severity="severe"), {}),  # not a severity
+        (_finding(verdict="bad"), {}),  # not a verdict
         (_finding(offset=-1), {}),  # offsets are not negative
         ({k: v for k, v in _finding().items() if k != "count"}, {}),  # a key missing
         (_finding(), {"kind": "archive"}),

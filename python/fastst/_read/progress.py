@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any, Callable, Optional, Tuple, Union
 
-from .._text import escape
+from .._paths import progress_label
 
 #: ``progress=`` of a load: None/False (off), True (shown, see above) or a
 #: callable taking ``(bytes_done, bytes_total)``.
@@ -36,7 +36,9 @@ def _terminal() -> bool:
 
 def resolve(progress: Progress, name: str) -> Tuple[Optional[Report], bool]:
     """``(callback or None, whether the core draws its terminal line)`` for a
-    load of the file ``name`` given ``progress``."""
+    load of the file ``name`` given ``progress``; lines and bars name it by
+    :func:`fastst._paths.progress_label` (a URL without its user part,
+    query or fragment, escaped for the terminal)."""
     if progress is None or progress is False:
         return None, False
     if progress is True:
@@ -45,11 +47,15 @@ def resolve(progress: Progress, name: str) -> Tuple[Optional[Report], bool]:
         try:
             from tqdm.auto import tqdm  # type: ignore[import-untyped,unused-ignore]
         except ImportError:
-            return _Lines(escape(name)), False
-        return _Bar(escape(name), tqdm), False
+            return _Lines(_label(name)), False
+        return _Bar(_label(name), tqdm), False
     if callable(progress):
         return progress, False
     raise TypeError(f"progress must be None, a bool or a callable, got {type(progress).__name__}")
+
+
+def _label(name: str) -> str:
+    return progress_label(name, True) or ""
 
 
 class _Bar:

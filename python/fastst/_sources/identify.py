@@ -13,7 +13,7 @@ from typing import Any, Dict, Optional
 
 from .. import _fastst
 from .._errors import rule_error
-from .._paths import readable
+from .._paths import is_url, readable
 
 __all__ = ["identify", "not_safetensors_message", "explain"]
 
@@ -47,7 +47,7 @@ def identify(path: str) -> Optional[Dict[str, Any]]:
     :func:`fastst.tools.inspect.identify`). Raises :class:`OSError` when ``path``
     cannot be examined. A URL gives None: its object is read by the
     reader, whose errors say what is wrong."""
-    if _fastst.is_remote_url(path):
+    if is_url(path):
         return None
     st = os.stat(path)
     for test, kind, description in _SPECIAL:

@@ -29,7 +29,7 @@ import sys
 from typing import Any, Mapping, Optional
 
 from .._fastst import RawFile
-from .._paths import os_path
+from .._paths import os_path, shown
 from . import remote as _remote
 from .file import open_file
 from .folders import checkpoint_in
@@ -73,10 +73,12 @@ def _open_path(path: str, backend: str, header_cap: int) -> RawSource:
 def _not_found(path: str, exc: FileNotFoundError) -> FileNotFoundError:
     """The reference's error for a missing file: ``FileNotFoundError("No such
     file or directory: <path>")`` (callers match on the text), with ``errno``
-    set; other FileNotFoundErrors (a missing shard...) are kept."""
+    set; other FileNotFoundErrors (a missing shard...) are kept. A name that
+    might be a URL (a URL taken as a path under the drop-in switch) is shown
+    by the one display rule (:func:`fastst._paths.shown`)."""
     if os.path.exists(path) or os.path.islink(path):
         return exc
-    err = FileNotFoundError(f"No such file or directory: {path}")
+    err = FileNotFoundError(f"No such file or directory: {shown(path)}")
     err.errno = errno.ENOENT
     return err
 

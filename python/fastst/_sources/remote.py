@@ -4,7 +4,9 @@ URLs as sources: objects in object stores (``s3://``, ``gs://``,
 ``az://``...) and files behind HTTP(S), read with ranged GETs by the
 compiled ``fastst-remote`` crate (see ``docs/remote.md``).
 
-- :func:`is_url` tells a URL from a path; :func:`open_url` opens one object
+- :func:`is_url` tells a URL from a path (:func:`fastst._paths.is_url`:
+  under the drop-in switch, names are paths unless the user opts in);
+  :func:`open_url` opens one object
   (a ``.safetensors`` file, a sharded checkpoint's index, or a prefix
   ending in ``/`` holding one checkpoint, when the store can list).
 - ``storage_options`` (:func:`options`) configure the store; without them
@@ -29,6 +31,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from .. import _fastst
 from .._errors import rule_error
 from .._fastst import RawFile
+from .._paths import is_url as is_url  # the one test, re-exported
 from .._paths import readable
 from .._settings import index_cap
 from .folders import INDEX_SUFFIX, WEIGHTS_SUFFIX, own_shard, parse_index, placements
@@ -49,11 +52,6 @@ NAME_SHOWN = 256
 
 #: ``(key, value)`` pairs as the compiled store builder takes them.
 Options = List[Tuple[str, str]]
-
-
-def is_url(source: object) -> bool:
-    """True for a ``str`` naming an object store or HTTP(S) URL."""
-    return isinstance(source, str) and _fastst.is_remote_url(source)
 
 
 def options(storage_options: Optional[Mapping[str, Any]]) -> Options:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
+from .. import _settings
 from .._dropin.hook import run as run_with_hook
 from .._sources.identify import NOT_FILES
 from .._sources.remote import is_url
@@ -59,7 +60,16 @@ def _fail_threshold(args: argparse.Namespace) -> int:
 
 
 def _fails(findings: Sequence[Dict[str, Any]], threshold: int) -> bool:
-    return any(fi.severity_rank(f["severity"]) >= threshold for f in findings)
+    """Whether a red flag is at or above the threshold: a finding that the
+    input is malformed fails nothing (it makes the verdict inconclusive)."""
+    return any(
+        fi.severity_rank(f["severity"]) >= threshold and f.get("verdict") != "malformed"
+        for f in findings
+    )
+
+
+def _malformed(findings: Sequence[Dict[str, Any]]) -> bool:
+    return any(f.get("verdict") == "malformed" for f in findings)
 
 
 # inspect -------------------------------------------------------------------
@@ -162,8 +172,12 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
         except READ_ERRORS as exc:
             out.error(path, exc)
             continue
+        # A red flag fails the input (exit 1); a malformed input without one
+        # is inconclusive (exit 2): broken is not the same as malicious.
         result["fails"] = _fails(result["findings"], threshold)
-        result["inconclusive"] = not result["complete"] and not result["fails"]
+        result["malformed"] = _malformed(result["findings"])
+        broken = result["malformed"] or not result["complete"]
+        result["inconclusive"] = broken and not result["fails"]
         reports.append(result)
     if args.format == "json":
         out.json(
@@ -186,11 +200,13 @@ def _cmd_verify(args: argparse.Namespace, out: render.Out) -> int:
         prov.print_unchecked(out, stale)
         if len(reports) + len(out.errors) > 1:
             failing = sum(1 for r in reports if r["fails"])
+            inconclusive = sum(1 for r in reports if r["inconclusive"])
             render.paragraph(
                 out,
                 "",
-                f"{render.plural(len(reports), 'input')} verified: {failing:,} with findings at "
-                f"or above {args.fail_on}, {len(out.errors):,} unreadable",
+                f"{render.plural(len(reports), 'input')} verified: {failing:,} with red flags at "
+                f"or above {args.fail_on}, {inconclusive:,} malformed (inconclusive), "
+                f"{len(out.errors):,} unreadable",
                 2,
             )
     if out.errors or any(r["inconclusive"] for r in reports):
@@ -233,6 +249,7 @@ def _add_foreign(result: Dict[str, Any], found: Dict[str, Any]) -> None:
         {
             "rule": "foreign-content",
             "severity": "critical" if found["executable"] else "high",
+            "verdict": "red-flag",
             "message": message,
             "tensor": None,
             "key": None,
@@ -404,6 +421,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         color=render.use_color(sys.stdout, args.color),
         full=args.full,
     )
+    # The URLs on the command line are its user's own: read as URLs even
+    # under the drop-in switch (see fastst._settings.reads_urls).
+    running, _settings.command_running = _settings.command_running, True
     try:
         code: int = _COMMANDS[args.command](args, out)
         sys.stdout.flush()
@@ -420,4 +440,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except (OSError, ValueError, AttributeError):  # pragma: no cover
             pass
         return EXIT_PIPE
+    finally:
+        _settings.command_running = running
     return code

@@ -21,6 +21,7 @@ import html
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .._fastst import __version__
+from .._paths import shown
 from .._text import escape
 from .._write.atomic import replace_bytes
 from .render import Out, count_text, plural, shape_text, size_text
@@ -369,10 +370,16 @@ def page(title: str, sections: Sequence[str], command: Optional[str] = None) -> 
 
 
 def report(out: Out, path: str, command: str, sections: List[str], inputs: Sequence[str]) -> None:
-    """Writes the ``--html`` page of ``command`` over ``inputs`` to ``path``;
-    failing to write it is an error recorded on ``out`` like an unreadable
-    input (exit 2)."""
-    title = f"fastst {command}: " + ", ".join(inputs)
+    """Writes the ``--html`` page of ``command`` over ``inputs`` to ``path``
+    when it has something to show; a run that read nothing writes no page
+    (its errors say why). Inputs are named as results name them
+    (:func:`fastst._paths.shown`: a URL without its user part, query or
+    fragment). Failing to write is an error recorded on ``out`` like an
+    unreadable input (exit 2)."""
+    if not sections:
+        out.warn(f"{path}: no report written: no input was read")
+        return
+    title = f"fastst {command}: " + ", ".join(shown(i) for i in inputs)
     try:
         write(path, page(title, sections, command))
     except OSError as exc:

@@ -9,6 +9,7 @@ import os
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from .._errors import SafetensorError
+from .._paths import shown
 from .._sources.remote import is_url
 from ..tools import inspect as fi
 from ..tools import results
@@ -45,7 +46,7 @@ def inputs(
             out.error(path, exc)
             found = True
         if not found:
-            out.error(path, f"no .safetensors file or checkpoint index under {path}")
+            out.error(path, f"no .safetensors file or checkpoint index under {shown(path)}")
 
 
 def not_safetensors(out: render.Out, path: str) -> bool:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 
+from .._paths import shown
 from .._write.metadata import update_metadata
 from ..tools import inspect as fi
 from ..tools.card import strict_json
-from ..tools.checkpoint import shown
 from . import render, report
 from .exits import EXIT_ERROR, EXIT_OK
 from .inputs import READ_ERRORS, config_beside, inputs, not_safetensors

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, TextIO, Tuple, Union
 
 from .._fastst import __version__
-from ..tools.checkpoint import shown
+from .._paths import readable_text, shown
 from .text import ELLIPSIS, _take, display_width, escape, fit, json_text, pad, wrap
 
 __all__ = [
@@ -175,9 +175,12 @@ class Out:
         fmt: Optional[str] = None,
     ) -> str:
         """Records an error about ``path`` and writes it as one line on stderr
-        (``fastst: PATH: why``); returns the message (not escaped)."""
+        (``fastst: PATH: why``); returns the message (not escaped). The path
+        and every URL in the message are shown by the one display rule
+        (:func:`fastst._paths.shown`, :func:`fastst._paths.readable_text`):
+        what goes to stderr, ``--json`` and SARIF holds no credential."""
         path = shown(path)
-        message = exc if isinstance(exc, str) else one_line(exc)
+        message = readable_text(exc if isinstance(exc, str) else one_line(exc))
         if rule is None and not isinstance(exc, str):
             rule = getattr(exc, "rule", None)
         if not message.startswith(path):
@@ -188,7 +191,7 @@ class Out:
         return message
 
     def warn(self, message: str) -> None:
-        self.stderr.write(f"fastst: {escape(message)}\n")
+        self.stderr.write(f"fastst: {escape(readable_text(message))}\n")
 
 
 def _clip_pieces(pieces: List[Tuple[str, str]], columns: int) -> List[Tuple[str, str]]:
@@ -436,7 +439,7 @@ def shape_text(shape: Sequence[int]) -> str:
 
 #: Version of the JSON envelope every ``--json`` output shares
 #: (``output.schema.json``).
-JSON_SCHEMA_VERSION = 1
+JSON_SCHEMA_VERSION = 2
 
 
 def envelope(command: str, results: List[Any], out: Out, **extra: Any) -> Dict[str, Any]:

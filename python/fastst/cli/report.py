@@ -36,8 +36,10 @@ def _lines(out: Out, label: str, value: str, indent: int) -> None:
 
 
 def print_verify(out: Out, report: Dict[str, Any]) -> None:
-    """The ``verify`` report of one file or checkpoint: the verdict, then
-    one line per finding, most severe first."""
+    """The ``verify`` report of one file or checkpoint: the verdict (a red
+    flag, malformed and so inconclusive, or neither), then one line per
+    finding, most severe first, those saying the file is malformed marked
+    so."""
     findings = report["findings"]
     verdict = "accepted by the reader" if report["accepted"] else "REJECTED by the reader"
     if report["kind"] == "folder":
@@ -53,7 +55,16 @@ def print_verify(out: Out, report: Dict[str, Any]) -> None:
     for f in findings:
         counts[f["severity"]] = counts.get(f["severity"], 0) + 1
     by_severity = ", ".join(f"{counts[s]:,} {s}" for s in reversed(fi.SEVERITIES) if s in counts)
-    summary = f": {plural(len(findings), 'finding')} ({by_severity}); {verdict}"
+    # A red flag at or above --fail-on fails the input; a malformed one
+    # without any is inconclusive: the two are never said alike.
+    state = ""
+    if report.get("fails"):
+        state = "RED FLAG: "
+    elif report.get("malformed"):
+        state = "MALFORMED, inconclusive: "
+    elif report.get("inconclusive"):
+        state = "INCONCLUSIVE: "
+    summary = f": {state}{plural(len(findings), 'finding')} ({by_severity}); {verdict}"
     paragraph(out, ("bold", report["path"]), summary, 2)
     width = max(len(f["rule"]) for f in findings)
     indent = 2 + 8 + 1 + width + 2
@@ -61,6 +72,8 @@ def print_verify(out: Out, report: Dict[str, Any]) -> None:
     for f in findings:
         sev = f["severity"]
         where = f"{escape(f['shard'])}: " if f.get("shard") else ""
+        if f.get("verdict") == "malformed":
+            where = "malformed: " + where
         lines = wrap(where + escape(f["message"]), room)
         out.print("  ", (sev, pad(sev.upper(), 8)), " ", pad(f["rule"], width), "  ", lines[0])
         for more in lines[1:]:

@@ -3,7 +3,13 @@
 SARIF 2.1.0 logs, as GitHub code scanning and other SARIF viewers read
 them: of ``fastst verify`` reports (``--format sarif``), of a signature
 check, and of notes (signature files left unchecked, stale temporary files)
-added to either."""
+added to either.
+
+A red flag is a result of kind ``fail`` at its severity's level; a finding
+that the file is malformed is of kind ``review`` (SARIF's "not enough
+information to decide": the verdict is inconclusive), level ``none``, and
+the log says which inputs are malformed in a warning notification. Each
+result and rule carries the catalogue's ``verdict`` as a property."""
 
 from __future__ import annotations
 
@@ -36,13 +42,16 @@ def _artifact_uri(path: str) -> str:
     return urllib.parse.quote(path.replace(os.sep, "/"), errors="surrogateescape")
 
 
-def _rule(rule: str, severity: str, summary: str) -> Dict[str, Any]:
+def _rule(rule: str, severity: str, summary: str, verdict: Optional[str] = None) -> Dict[str, Any]:
+    properties = {"severity": severity, "security-severity": _SECURITY_SEVERITY[severity]}
+    if verdict is not None:
+        properties["verdict"] = verdict
     return {
         "id": rule,
         "name": "".join(part.capitalize() for part in rule.split("-")),
         "shortDescription": {"text": summary},
         "defaultConfiguration": {"level": _LEVELS[severity]},
-        "properties": {"severity": severity, "security-severity": _SECURITY_SEVERITY[severity]},
+        "properties": properties,
     }
 
 
@@ -81,7 +90,7 @@ def sarif_log(
     and of files that could not be read."""
     catalogue = fi.rules()
     index = {r["id"]: i for i, r in enumerate(catalogue)}
-    rules = [_rule(r["id"], r["severity"], r["summary"]) for r in catalogue]
+    rules = [_rule(r["id"], r["severity"], r["summary"], r.get("verdict")) for r in catalogue]
     results = []
     artifacts: List[Dict[str, Any]] = []
     for report in reports:
@@ -106,12 +115,14 @@ def sarif_log(
                 location["region"] = region
             properties = {
                 key: f[key]
-                for key in ("severity", "tensor", "key", "count", "shard")
+                for key in ("severity", "verdict", "tensor", "key", "count", "shard")
                 if f.get(key) is not None
             }
+            malformed = f.get("verdict") == "malformed"
             result: Dict[str, Any] = {
                 "ruleId": f["rule"],
-                "level": _LEVELS[f["severity"]],
+                "kind": "review" if malformed else "fail",
+                "level": "none" if malformed else _LEVELS[f["severity"]],
                 "message": {"text": f["message"]},
                 "locations": [{"physicalLocation": location}],
                 "properties": properties,
@@ -134,6 +145,18 @@ def sarif_log(
         }
         for r in reports
         if not r["complete"] and r.get("kind") != "folder"
+    ]
+    notifications += [
+        {
+            "level": "warning",
+            "message": {
+                "text": f"{r['path']}: malformed (it breaks the format): the verdict is "
+                "inconclusive, not a red flag"
+            },
+            "locations": [_at(_artifact_uri(r["path"]))],
+        }
+        for r in reports
+        if r.get("inconclusive") and r.get("malformed")
     ]
     return _log(rules, artifacts, results, notifications, not errors)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..tools.checkpoint import shown
+from .._paths import shown
 from ..tools.stats import layer_of, stats_checkpoint, stats_file
 from . import charts, html, render
 from .exits import EXIT_ERROR, EXIT_OK
@@ -142,7 +142,7 @@ def _print_layers(out: render.Out, tensors: Sequence[Dict[str, Any]], ascii: boo
     out.print(("dim", "  std by layer (each block, lowest to highest)"))
     name_w = max(display_width(render.escape(p)) for p, _ in rows)
     for pattern, layers in rows:
-        values = [layers.get(n) for n in range(min(layers), max(layers) + 1)]
+        values = _by_layer(layers)
         present = [v for v in values if v is not None]
         lo, hi = (min(present), max(present)) if present else (None, None)
         span = f"  {number(lo)} .. {number(hi)}"
@@ -151,6 +151,17 @@ def _print_layers(out: render.Out, tensors: Sequence[Dict[str, Any]], ascii: boo
         name_room = name_w if room is None else max(8, min(name_w, room - columns))
         line = charts.sparkline(values, columns, ascii=ascii, merge="max", relative=True)
         out.print("  ", pad(out.fit(pattern, name_room), name_room), "  ", line, span)
+
+
+def _by_layer(layers: Mapping[int, Optional[float]]) -> List[Optional[float]]:
+    """``layers``' values from the lowest layer to the highest, a gap (None)
+    for each number missing between them, unless the numbers (from names,
+    so data) spread over more than a few times their count: then the
+    values in order, without gaps."""
+    low, high = min(layers), max(layers)
+    if high - low < 4 * len(layers):
+        return [layers.get(n) for n in range(low, high + 1)]
+    return [layers[n] for n in sorted(layers)]
 
 
 def _print_bars(out: render.Out, t: Dict[str, Any], ascii: bool) -> None:

@@ -17,7 +17,7 @@ from .. import _fastst
 from .._errors import SafetensorError
 from .._fastst import DEFAULT_HEADER_CAP
 from .._paths import os_path as _path
-from .._paths import progress_label, readable
+from .._paths import progress_label, readable, shown
 from .._sources import remote as _remote
 from .._sources.folders import INDEX_SUFFIX, claimed_shards, index_shards, read_index
 from .._sources.sharded import ShardedFile
@@ -26,12 +26,6 @@ from .walk import walk
 
 PathLike = Union[str, "os.PathLike[str]"]
 Finding = Dict[str, Any]
-
-
-def shown(path: str) -> str:
-    """``path`` as results and messages show it: a URL without its query
-    (a presigned URL's signature), user part or fragment."""
-    return _remote.display(path) if _remote.is_url(path) else path
 
 
 def _hash_file(path: str, progress: bool = False, **options: Any) -> Dict[str, Any]:
@@ -276,7 +270,7 @@ def checkpoint_metadata(
     index = _index(path)[1]
     url = _remote.is_url(path)
     folder = None if url else os.path.dirname(os.path.abspath(path))
-    name = _remote.display(path) if url else readable(path)
+    name = readable(path)
     names = sorted(index_shards(name, folder, index["weight_map"]))
     meta = index.get("metadata")
     index_meta = meta if isinstance(meta, dict) else {}

@@ -16,6 +16,7 @@ from typing import Any, Collection, Dict, List, Union, cast
 from .. import _fastst
 from .._errors import SafetensorError, ShardIndexError
 from .._fastst import DEFAULT_HEADER_CAP
+from .._paths import shown
 from .._sources import remote as _remote
 from .._sources.shard_rules import ShardProblem, Table, check_shards
 from . import results
@@ -26,7 +27,6 @@ from .checkpoint import (
     _path,
     _verify_file,
     shard_location,
-    shown,
 )
 
 Finding = Dict[str, Any]

@@ -136,6 +136,35 @@ def _span(numbers: Set[int]) -> str:
     return span_text(sorted(numbers))
 
 
+def _gaps(held: Sequence[int], count: int) -> List[range]:
+    """The runs of ``range(count)`` missing from ``held`` (sorted, distinct),
+    computed from ``held`` alone: ``count`` comes from the config, and a
+    hostile one (``10**12``) must cost nothing."""
+    gaps: List[range] = []
+    start = 0
+    for n in held:
+        if n >= count:
+            break
+        if n > start:
+            gaps.append(range(start, n))
+        start = max(start, n + 1)
+    if start < count:
+        gaps.append(range(start, count))
+    return gaps
+
+
+def _gaps_text(gaps: Sequence[range]) -> str:
+    """``0-3,7`` for the runs ``gaps``, the first :data:`_LISTED` of them
+    (then how many more)."""
+    parts = [str(g.start) if len(g) == 1 else f"{g.start}-{g.stop - 1}" for g in gaps[:_LISTED]]
+    more = f" and {len(gaps) - _LISTED:,} more runs" if len(gaps) > _LISTED else ""
+    return ",".join(parts) + more
+
+
+#: Runs of missing layers named one by one in a mismatch.
+_LISTED = 50
+
+
 def compare_config(
     config: results.ModelConfig,
     layers: results.LayerView,
@@ -172,6 +201,8 @@ def compare_config(
 
 
 def _layer_mismatches(declared: int, layers: results.LayerView) -> List[str]:
+    """The layer count ``declared`` (a value from the config: compared
+    arithmetically, never enumerated) against the most repeated block."""
     by_prefix: Dict[str, Set[int]] = {}
     for block in layers["blocks"]:
         by_prefix.setdefault(block["prefix"], set()).update(block["indices"])
@@ -179,22 +210,24 @@ def _layer_mismatches(declared: int, layers: results.LayerView) -> List[str]:
         # One layer cannot repeat: nothing to compare it with.
         if declared <= 1:
             return []
-        return [f"config.json declares {declared} layers; no block of the weights repeats"]
+        return [f"config.json declares {declared:,} layers; no block of the weights repeats"]
     prefix, alike = max(by_prefix.items(), key=lambda item: (len(item[1]), item[0]))
     # Layers whose tensors differ from their siblings' are among the others.
     odd = {n for n in (number_after(t["name"], prefix) for t in layers["single"]) if n is not None}
     held = alike | odd
-    expected = set(range(declared))
-    if held == expected and not odd:
+    within = sorted(n for n in held if 0 <= n < declared)
+    beyond = {n for n in held if n >= declared}
+    if len(within) == declared and not beyond and not odd:
         return []
     parts = [
-        f"config.json declares {declared} layers; the weights hold {len(held)} "
+        f"config.json declares {declared:,} layers; the weights hold {len(held):,} "
         f"({prefix}{{{_span(held)}}})"
     ]
-    if expected - held:
-        parts.append(f"missing {_span(expected - held)}")
-    if held - expected:
-        parts.append(f"beyond the count {_span(held - expected)}")
+    missing = _gaps(within, declared)
+    if missing:
+        parts.append(f"missing {_gaps_text(missing)}")
+    if beyond:
+        parts.append(f"beyond the count {_span(beyond)}")
     if odd - alike:
         parts.append(f"unlike the others {_span(odd - alike)}")
     return ["; ".join(parts)]

@@ -15,9 +15,9 @@ from typing import Any, Dict, List, Optional, Tuple, Union, cast
 from .. import _fastst
 from .._fastst import DEFAULT_HEADER_CAP
 from .._paths import os_path as _path
+from .._paths import shown
 from .._sources.opener import open_source
 from . import results
-from .checkpoint import shown
 from .stats import layer_of
 
 __all__ = ["diff"]

@@ -40,7 +40,7 @@ from .._dtypes import NARROW_FLOATS
 from .._errors import rule_error
 from .._fastst import DEFAULT_HEADER_CAP
 from .._paths import os_path as _path
-from .._paths import readable
+from .._paths import readable, shown
 from .._read.safe_open import safe_open
 from .._sources import identify as _identify
 from .._sources.identify import not_safetensors_message
@@ -54,7 +54,6 @@ from .checkpoint import (
     hash_checkpoint,
     inspect_checkpoint,
     iter_inputs,
-    shown,
 )
 from .checkpoint_verify import summarise_truncation, verify_checkpoint
 from .diff import diff
@@ -102,8 +101,8 @@ def severity_rank(severity: str) -> int:
 
 
 def rules() -> List[Dict[str, str]]:
-    """The catalogue of rules: dicts with ``id``, ``severity`` (the default)
-    and ``summary``."""
+    """The rules ``verify`` reports: dicts with ``id``, ``severity`` (the
+    default), ``verdict`` (``malformed`` or ``red-flag``) and ``summary``."""
     return list(_fastst.verify_rules())
 
 

@@ -1,7 +1,7 @@
 """The layer view of a checkpoint: tensors grouped by repeated structure.
 
 A name such as ``model.layers.7.self_attn.q_proj.weight`` has a numeric
-component (components are separated by ``.`` or ``_``, so kohya's
+component of at most 18 digits (components are separated by ``.`` or ``_``, so kohya's
 ``lora_unet_down_blocks_0_...`` names work too); the names sharing what
 comes before it (``model.layers.``) form instances (7), each with the set
 of what comes after it (``.self_attn.q_proj.weight``...). Instances with
@@ -23,7 +23,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tup
 
 from . import results
 
-__all__ = ["layer_view", "span_text", "number_after"]
+__all__ = ["layer_view", "span_text", "number_after", "DIGITS"]
 
 #: (name, dtype, shape, bytes) of one tensor.
 Row = Tuple[str, str, Sequence[int], int]
@@ -50,8 +50,13 @@ def span_text(indices: Sequence[int]) -> str:
 #: How many numbers of a name are tried, outermost first: real models nest
 #: blocks a few deep; a hostile name holding thousands costs no more.
 _DEPTH = 8
-#: A number component: digits (no leading zero) between separators.
-_NUMBER = re.compile(r"(?:(?<=[._])|^)(?:0|[1-9][0-9]*)(?=[._]|$)")
+#: The most digits a block number has: a longer run of digits in a name is
+#: text, not a number (names are data; Python refuses to turn more than
+#: 4,300 digits into an int, and no model has 10**18 layers).
+DIGITS = 18
+#: A number component: digits (no leading zero, at most :data:`DIGITS`)
+#: between separators.
+_NUMBER = re.compile(rf"(?:(?<=[._])|^)(?:0|[1-9][0-9]{{0,{DIGITS - 1}}})(?=[._]|$)")
 
 
 def number_after(name: str, prefix: str) -> Optional[int]:

@@ -42,6 +42,11 @@ class Schema:
 Count = Annotated[int, Schema(minimum=0)]
 Sha256 = Annotated[str, Schema(pattern="^[0-9a-f]{64}$")]
 Severity = Literal["info", "low", "medium", "high", "critical"]
+#: What a ``verify`` finding says about the file: ``malformed``, it breaks
+#: the format (the verdict is then inconclusive: broken is not malicious);
+#: ``red-flag``, it carries something worth a look, counted against
+#: ``--fail-on``.
+Verdict = Literal["malformed", "red-flag"]
 #: Severities, lowest first.
 SEVERITIES: Tuple[str, ...] = get_args(Severity)
 #: An input as a whole: one ``.safetensors`` file, or a sharded checkpoint
@@ -53,7 +58,7 @@ class Producer(TypedDict):
     """Who wrote the document."""
 
     version: str  # fastst's version
-    schema: Literal[1]  # version of this shape; raised when a field changes meaning or goes away
+    schema: Literal[2]  # version of this shape; raised when a field changes meaning or goes away
 
 
 class ErrorEntry(TypedDict):
@@ -68,6 +73,7 @@ class ErrorEntry(TypedDict):
 class _Finding(TypedDict):
     rule: str  # a rule id of the catalogue (docs/rules.md)
     severity: Severity
+    verdict: Verdict  # malformed (inconclusive) or red-flag (counted against --fail-on)
     message: str
     tensor: Optional[str]  # the tensor it is about
     key: Optional[str]  # the __metadata__ key it is about
@@ -85,12 +91,17 @@ class Finding(_Finding, total=False):
 _UNPLACED = dict.fromkeys(_Finding.__annotations__)
 
 
-_SEVERITY: Dict[str, str] = {}  # rule id -> severity, filled on first use
+_SEVERITY: Dict[str, Tuple[str, str]] = {}  # rule id -> (severity, verdict), filled on first use
 
 
-def _severity(rule: str) -> str:
+def _severity(rule: str) -> Tuple[str, str]:
     if not _SEVERITY:
-        _SEVERITY.update((r["id"], str(r["severity"])) for r in _fastst.rule_catalogue())
+        # A rule verify does not classify (an error that stopped a check)
+        # leaves the verdict inconclusive, as a malformed file does.
+        _SEVERITY.update(
+            (r["id"], (str(r["severity"]), str(r["verdict"] or "malformed")))
+            for r in _fastst.rule_catalogue()
+        )
     try:
         return _SEVERITY[rule]
     except KeyError:
@@ -98,10 +109,18 @@ def _severity(rule: str) -> str:
 
 
 def finding(rule: str, message: str, **where: Any) -> Dict[str, Any]:
-    """A :class:`Finding` of ``rule`` at its catalogue severity; ``where``
-    sets the other keys (``tensor``, ``key``, ``offset``, ``count``,
-    ``shard``, or another ``severity``)."""
-    return {**_UNPLACED, "rule": rule, "severity": _severity(rule), "message": message, **where}
+    """A :class:`Finding` of ``rule`` at its catalogue severity and
+    verdict; ``where`` sets the other keys (``tensor``, ``key``,
+    ``offset``, ``count``, ``shard``, or another ``severity``)."""
+    severity, said = _severity(rule)
+    return {
+        **_UNPLACED,
+        "rule": rule,
+        "severity": severity,
+        "verdict": said,
+        "message": message,
+        **where,
+    }
 
 
 # inspect -------------------------------------------------------------------------
@@ -282,8 +301,9 @@ class _VerifyReport(FileVerification):
             description="folder: a folder nested too deep to scan, with its folder-too-deep finding"
         ),
     ]
-    fails: bool  # a finding at or above --fail-on
-    inconclusive: bool  # not complete, and nothing at or above --fail-on
+    fails: bool  # a red-flag finding at or above --fail-on (exit 1)
+    malformed: bool  # a finding says the input breaks the format
+    inconclusive: bool  # malformed or not complete, and not failing (exit 2)
 
 
 class VerifyReport(_VerifyReport, total=False):

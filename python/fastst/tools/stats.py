@@ -26,6 +26,7 @@ from .._paths import os_path as _path
 from .._paths import progress_label
 from . import results
 from .checkpoint import _strict_index, iter_inputs, shard_location
+from .layers import DIGITS
 
 __all__ = ["tensor_stats", "stats_file", "stats_checkpoint", "layer_of", "MAX_BINS"]
 
@@ -35,7 +36,9 @@ PathLike = Union[str, "os.PathLike[str]"]
 MAX_BINS = 4096
 
 
-_LAYER = re.compile(r"(.*?)\.(\d+)\.(.+)", re.DOTALL)
+#: A numbered block's name: its first number between dots of at most
+#: :data:`fastst.tools.layers.DIGITS` digits (a longer one is text).
+_LAYER = re.compile(rf"(.*?)\.(\d{{1,{DIGITS}}})\.(.+)", re.DOTALL)
 
 
 def layer_of(name: str) -> Optional[Tuple[str, int, str]]:

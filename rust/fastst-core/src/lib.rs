@@ -153,7 +153,7 @@ pub use read::{
     Backend, MappedFile, OpenOptions, OwnedBytes, SharedRegion, TensorData, HANDOUT_ALIGN,
     PRIVATE_MAP_THRESHOLD,
 };
-pub use rules::{Family, RuleId, Severity};
+pub use rules::{Family, RuleId, Severity, Verdict};
 pub use size::{parse_size, SizeGrammarError};
 pub use slice::{slice_ranges, Dim};
 pub use source::{ended_early, read_header, Source};

@@ -482,6 +482,16 @@ catalogue! {
         "the file is another format (pickle, zip, executable...) under a safetensors name";
     HiddenPayload = "hidden-payload", Finding, Critical,
         "bytes no tensor covers start with the magic number of another format";
+    TensorPayload = "tensor-payload", Finding, Critical,
+        "a tensor's bytes hold another format's file: a pickle program, a zip (PyTorch) archive, an ELF, PE or Mach-O executable, or a script";
+    MetadataPayload = "metadata-payload", Finding, Critical,
+        "a __metadata__ value holds another format's file: a pickle program, an executable's header or a script";
+    PicklePrefix = "pickle-prefix", Finding, Critical,
+        "the file's first bytes, its header-length prefix included, also parse as a pickle program (a polyglot)";
+    MetadataCode = "metadata-code", Finding, High,
+        "a __metadata__ value holds Python or shell code (exec or eval, os or subprocess calls, a download piped to a shell...)";
+    MetadataExecutableLink = "metadata-executable-link", Finding, High,
+        "a __metadata__ value links to an executable, a script or a pickle (a URL ending in .exe, .sh, .py, .pkl...)";
     GhostTensor = "ghost-tensor", Finding, High,
         "a tensor's bytes lie entirely past the end of the file";
     AliasedTensor = "aliased-tensor", Finding, High,
@@ -508,6 +518,8 @@ catalogue! {
         "whitespace precedes the header's opening `{`";
     MetadataNull = "metadata-null", Finding, Low,
         "__metadata__ is null";
+    MetadataBlob = "metadata-blob", Finding, Medium,
+        "a __metadata__ value holds a long base64 or hexadecimal blob (reported, never decoded)";
     HugeMetadataValue = "huge-metadata-value", Finding, Low,
         "a __metadata__ value is unusually large";
     MalformedMetadataValue = "malformed-metadata-value", Finding, Low,
@@ -536,6 +548,58 @@ impl RuleId {
         let family = self.family();
         (family.is_format() || matches!(family, Family::Finding))
             && !matches!(self, RuleId::TooManyTensors)
+    }
+}
+
+/// What a `fastst verify` finding says about the file: that it is broken,
+/// or that it carries something to look at. The two are kept apart: a
+/// malformed file is not evidence of an attack (a download cut short, a
+/// buggy writer), so it makes the verdict inconclusive (exit 2), while a
+/// red flag at or above `--fail-on` fails it (exit 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// The file breaks the format (the strict reader rejects it, the file
+    /// is cut short, a checkpoint's index disagrees with its shards).
+    Malformed,
+    /// Content worth a person's attention, at the finding's severity:
+    /// another format's file, code, a misleading name, bad values...
+    RedFlag,
+}
+
+impl Verdict {
+    /// `"malformed"` or `"red-flag"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Verdict::Malformed => "malformed",
+            Verdict::RedFlag => "red-flag",
+        }
+    }
+}
+
+impl RuleId {
+    /// What a finding of this rule says about the file (see [`Verdict`]),
+    /// for the rules `fastst verify` reports about files and checkpoints
+    /// (the format rules, the forensic findings, a checkpoint's index
+    /// rules, a folder too deep to scan); `None` for the others. Malformed:
+    /// every format rule, a file cut short between tensors
+    /// (`ghost-tensor`), two tensors over the same bytes (the overlap rule
+    /// read forensically) and an index disagreeing with its shards, save
+    /// one naming a shard outside its folder (`shard-path`, a red flag).
+    /// An index whose `total_size` is wrong, which readers accept, is a
+    /// red flag.
+    pub const fn verdict(self) -> Option<Verdict> {
+        let family = self.family();
+        if family.is_format() {
+            return Some(Verdict::Malformed);
+        }
+        match (family, self) {
+            (_, RuleId::ShardPath) => Some(Verdict::RedFlag),
+            (Family::ShardIndex, _) | (_, RuleId::GhostTensor | RuleId::AliasedTensor) => {
+                Some(Verdict::Malformed)
+            }
+            (Family::Finding, _) | (_, RuleId::FolderTooDeep) => Some(Verdict::RedFlag),
+            _ => None,
+        }
     }
 }
 
@@ -682,6 +746,45 @@ mod tests {
             let expected = (f.is_format() || f == Family::Finding) && r != RuleId::TooManyTensors;
             assert_eq!(r.is_verify_rule(), expected, "{r}");
         }
+    }
+
+    #[test]
+    fn malformed_and_red_flags_are_kept_apart() {
+        for &r in RuleId::ALL {
+            let family = r.family();
+            if family.is_format() {
+                assert_eq!(r.verdict(), Some(Verdict::Malformed), "{r}");
+            }
+            if family == Family::Finding {
+                assert!(r.verdict().is_some(), "{r}");
+            }
+            if r.verdict().is_none() {
+                assert!(!r.is_verify_rule(), "{r}");
+            }
+        }
+        for r in [
+            RuleId::ForeignContent,
+            RuleId::HiddenPayload,
+            RuleId::TensorPayload,
+            RuleId::MetadataPayload,
+            RuleId::PicklePrefix,
+            RuleId::MetadataCode,
+            RuleId::ShardPath,
+            RuleId::NonFiniteValues,
+            RuleId::IndexTotalSize,
+        ] {
+            assert_eq!(r.verdict(), Some(Verdict::RedFlag), "{r}");
+        }
+        for r in [
+            RuleId::GhostTensor,
+            RuleId::AliasedTensor,
+            RuleId::ShardMissing,
+        ] {
+            assert_eq!(r.verdict(), Some(Verdict::Malformed), "{r}");
+        }
+        assert_eq!(RuleId::FileChanged.verdict(), None);
+        assert_eq!(Verdict::RedFlag.name(), "red-flag");
+        assert_eq!(Verdict::Malformed.name(), "malformed");
     }
 
     #[test]

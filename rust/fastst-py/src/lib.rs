@@ -88,6 +88,7 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     catalogue::register(m)?;
     // the one way a path or URL is shown in messages
     m.add_function(wrap_pyfunction!(errors::display_name, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::display_text, m)?)?;
     // what a file that is not safetensors is
     identify::register(m)?;
     // the values of two tensors compared (fastst diff)

@@ -36,6 +36,7 @@ use object_store::{ClientConfigKey, ObjectStoreScheme};
 use url::Url;
 
 use crate::client::Connector;
+use crate::redact::display;
 use crate::stores::{self, Store};
 use crate::OpenError;
 
@@ -266,21 +267,6 @@ impl From<object_store::Error> for BuildError {
     }
 }
 
-/// `url` as messages show it: without its user part, query or fragment
-/// (a presigned URL carries its signature in the query).
-pub fn display(url: &str) -> String {
-    match Url::parse(url) {
-        Ok(mut u) => {
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.set_query(None);
-            u.set_fragment(None);
-            u.to_string()
-        }
-        Err(_) => url.split(['?', '#']).next().unwrap_or(url).to_owned(),
-    }
-}
-
 /// Whether `url` names an object of a cloud store (S3, GCS, Azure), which
 /// takes multipart uploads; a plain HTTP(S) URL, presigned or not, does not.
 pub(crate) fn takes_uploads(url: &str) -> bool {
@@ -487,16 +473,6 @@ mod tests {
         assert_eq!(t.deadline_for(4), s(10));
         assert_eq!(t.deadline_for(5), s(20));
         assert_eq!(Tuning::default().deadline, DEFAULT_DEADLINE);
-    }
-
-    #[test]
-    fn urls_are_shown_without_user_query_or_fragment() {
-        assert_eq!(
-            display("https://u:p@h:8/a/b%20c?X-Amz-Signature=s#f"),
-            "https://h:8/a/b%20c"
-        );
-        assert_eq!(display("s3://b/k?versionId=1"), "s3://b/k");
-        assert_eq!(display("not a url?sig=1"), "not a url");
     }
 
     #[test]

@@ -32,7 +32,8 @@ use object_store::{MultipartUpload, ObjectStoreExt, PutPayload};
 use tokio::task::JoinSet;
 
 use crate::error::from_store;
-use crate::options::{display, store_for, takes_uploads, ConfigError};
+use crate::options::{store_for, takes_uploads, ConfigError};
+use crate::redact::display;
 use crate::runtime::runtime;
 use crate::OpenError;
 

@@ -6,10 +6,13 @@
 //! same rules ([`fastst_core::internal::entry`],
 //! [`fastst_core::internal::layout`]) run collect-all: [`entry`] checks each
 //! entry, [`layout`] walks the byte ranges (with the forensic reading of
-//! aliases, ghosts and hidden bytes), [`scan`] counts bad values.
+//! aliases, ghosts and hidden bytes), [`scan`] counts bad values, and
+//! [`payloads`] looks for other formats' files in the first bytes and in
+//! the tensors' (every byte of them with `values`, their starts without).
 
 mod entry;
 mod layout;
+mod payloads;
 mod scan;
 #[cfg(test)]
 mod tests;
@@ -18,6 +21,7 @@ use std::path::Path;
 
 use self::entry::{check_entry, metadata_blocks};
 use self::layout::layout_findings;
+use self::payloads::{head_findings, prefix_pickle, Placed};
 use self::scan::{scan_values, ScanItem};
 use crate::lenient;
 use crate::metadata::metadata_findings;
@@ -27,7 +31,7 @@ use crate::values::scannable;
 use crate::{Finding, Progress, RuleId, Severity};
 use fastst_core::internal::layout::{duplicates, name_order, Span};
 use fastst_core::internal::{sniff, whitespace_len, SNIFF_LEN};
-use fastst_core::{check_prefix, Error, Header, Result, DEFAULT_HEADER_CAP};
+use fastst_core::{check_prefix, Dtype, Error, Header, Result, DEFAULT_HEADER_CAP};
 
 /// Options for [`verify_path`].
 #[derive(Clone, Copy, Debug)]
@@ -35,7 +39,8 @@ pub struct VerifyOptions {
     /// Largest header length accepted (the reader's cap).
     pub header_cap: u64,
     /// Also read every tensor's data: NaN/Inf counts for floating-point
-    /// kinds, non-0/1 bytes for BOOL.
+    /// kinds, non-0/1 bytes for BOOL, other formats' files at any offset
+    /// (without it, only each tensor's first bytes are looked at).
     pub values: bool,
     /// Worker threads for the value scan (0: one per core).
     pub threads: usize,
@@ -113,6 +118,7 @@ fn verify(src: Source, options: &VerifyOptions, progress: Progress) -> Result<Ve
         }
     };
     report.header_len = Some(n);
+    prefix_pickle(&src, &mut report.findings)?;
     let json = src.read_range(8, n)?;
     let buffer_len = src.len - 8 - n;
     let data_start = 8 + n;
@@ -152,9 +158,19 @@ fn verify(src: Source, options: &VerifyOptions, progress: Progress) -> Result<Ve
         }
     }
     if options.values && report.complete {
-        report.values_checked = Some(items.len() as u64);
+        report.values_checked = Some(items.iter().filter(|i| i.values).count() as u64);
         let found = scan_values(&src, &items, options.threads, progress)?;
         report.findings.extend(found);
+    } else if report.complete {
+        let placed: Vec<Placed> = items
+            .iter()
+            .map(|i| Placed {
+                name: i.name.clone(),
+                abs_begin: i.abs_begin,
+                len: i.len,
+            })
+            .collect();
+        head_findings(&src, &placed, &mut report.findings)?;
     }
     Ok(finish(report))
 }
@@ -244,12 +260,13 @@ fn accepted_findings(header: &Header, out: &mut Vec<Finding>, items: &mut Vec<Sc
     for t in header.tensors() {
         name_findings(&t.name, out);
         dtype_findings(&t.name, t.dtype, data_start + t.begin, t.byte_len(), out);
-        if scannable(t.dtype) && t.byte_len() > 0 {
+        if t.byte_len() > 0 {
             items.push(ScanItem {
                 name: t.name.clone(),
                 dtype: t.dtype,
                 abs_begin: data_start + t.begin,
                 len: t.byte_len(),
+                values: scannable(t.dtype),
             });
         }
     }
@@ -275,8 +292,8 @@ fn rejected_findings(
         name_findings(&name, &mut found);
         let (offsets, dtype) = check_entry(&name, &node, &mut found);
         if let Some((begin, end)) = offsets {
+            let len = end - begin;
             if let Some(dtype) = dtype {
-                let len = end - begin;
                 dtype_findings(
                     &name,
                     dtype,
@@ -284,14 +301,15 @@ fn rejected_findings(
                     len,
                     &mut found,
                 );
-                if scannable(dtype) && len > 0 && end <= buffer_len {
-                    scan.push(ScanItem {
-                        name: name.clone(),
-                        dtype,
-                        abs_begin: data_start + begin,
-                        len,
-                    });
-                }
+            }
+            if len > 0 && end <= buffer_len {
+                scan.push(ScanItem {
+                    name: name.clone(),
+                    dtype: dtype.unwrap_or(Dtype::U8),
+                    abs_begin: data_start + begin,
+                    len,
+                    values: dtype.is_some_and(scannable),
+                });
             }
             placed.push((idx, begin, end));
         }

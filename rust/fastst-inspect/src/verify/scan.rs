@@ -1,10 +1,14 @@
-//! `verify --values`: NaN/Inf counts of floating-point tensors and bytes
-//! other than 0 and 1 in BOOL tensors, across threads, read with positioned
-//! reads (a file truncated underneath gives an error, never SIGBUS).
+//! `verify --values`: NaN/Inf counts of floating-point tensors, bytes
+//! other than 0 and 1 in BOOL tensors, and other formats' files anywhere in
+//! any tensor's bytes ([`crate::payload::scan`], windows of [`BLOCK`] bytes
+//! read with [`OVERLAP`] more), across threads, read with positioned reads
+//! (a file truncated underneath gives an error, never SIGBUS).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use super::payloads::tensor_finding;
+use crate::payload::{self, Found, OVERLAP};
 use crate::source::Source;
 use crate::values::{count_values, ValueCounts};
 use crate::{Finding, Progress, RuleId};
@@ -14,16 +18,19 @@ use fastst_core::{Dtype, Error, Result};
 /// Bytes read and counted at a time (a multiple of every element size).
 const BLOCK: usize = 8 << 20;
 
-/// One tensor whose values can be scanned.
+/// One tensor whose bytes are scanned.
 pub(super) struct ScanItem {
     pub name: String,
     pub dtype: Dtype,
     pub abs_begin: u64,
     pub len: u64,
+    /// Whether its values are counted (floating-point kinds and BOOL);
+    /// every tensor's bytes are scanned for other formats' files.
+    pub values: bool,
 }
 
-/// Scans the values of `items` across threads; one finding per tensor with
-/// NaN/Inf values or bad booleans, in file order.
+/// Scans `items` across threads; one finding per tensor with NaN/Inf
+/// values, bad booleans or another format's file, in file order.
 pub(super) fn scan_values(
     src: &Source,
     items: &[ScanItem],
@@ -54,7 +61,7 @@ pub(super) fn scan_values(
         for _ in 0..workers {
             s.spawn(|| {
                 let mut local = Vec::new();
-                let mut buf = match zeroed(BLOCK.min(max_len) as u64, "") {
+                let mut buf = match zeroed((BLOCK + OVERLAP).min(max_len) as u64, "") {
                     Ok(b) => b,
                     Err(e) => return fail(e),
                 };
@@ -65,23 +72,50 @@ pub(super) fn scan_values(
                     let end = item.abs_begin.saturating_add(item.len).min(src.len);
                     let mut pos = item.abs_begin.min(end);
                     let mut counts = ValueCounts::default();
+                    let mut files = Found::default();
+                    let mut from = 0;
                     while pos < end {
-                        let n = (end - pos).min(buf.len() as u64) as usize;
-                        let piece = &mut buf[..n];
+                        // BLOCK bytes counted and scanned, read with up to
+                        // OVERLAP more for a file that starts near the end.
+                        let n = (end - pos).min(BLOCK as u64) as usize;
+                        let w = (end - pos).min(buf.len() as u64) as usize;
+                        let piece = &mut buf[..w];
                         if let Err(e) = src.read_exact_at(piece, pos) {
                             fail(e);
                             break 'items;
                         }
+                        let shift = (pos - item.abs_begin) as usize;
+                        if shift == 0 {
+                            if let Some(p) = payload::at_start(piece, end - pos)
+                                .or_else(|| payload::text_script(piece))
+                            {
+                                from = p.len.unwrap_or(1);
+                                files.add(
+                                    Found {
+                                        first: Some(p),
+                                        count: 1,
+                                    },
+                                    0,
+                                );
+                            }
+                        }
+                        let (seen, next) = payload::scan(piece, from, n, end - pos);
+                        files.add(seen, shift);
+                        from = next.saturating_sub(n);
                         pos += n as u64;
-                        let c = count_values(item.dtype, piece);
-                        counts.nan += c.nan;
-                        counts.inf += c.inf;
-                        counts.bad_bool += c.bad_bool;
-                        let d = done.fetch_add(piece.len() as u64, Ordering::Relaxed)
-                            + piece.len() as u64;
+                        if item.values {
+                            let c = count_values(item.dtype, &piece[..n]);
+                            counts.nan += c.nan;
+                            counts.inf += c.inf;
+                            counts.bad_bool += c.bad_bool;
+                        }
+                        let d = done.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
                         if let Some(report) = progress {
                             report(d, total);
                         }
+                    }
+                    if let Some(f) = tensor_finding(&item.name, item.abs_begin, item.len, &files) {
+                        local.push((i, f));
                     }
                     if counts.nan + counts.inf > 0 {
                         local.push((
@@ -156,6 +190,7 @@ mod tests {
             dtype: Dtype::F32,
             abs_begin: 0,
             len: data.len() as u64,
+            values: true,
         }];
         let found = scan_values(&src, &items, 2, None).unwrap();
         assert_eq!(found.len(), 1);

@@ -357,6 +357,109 @@ mod findings {
         assert_eq!(r.values_checked, Some(2));
     }
 
+    /// `pickle.dumps` of a call of `builtins.exec`, protocol 4, by hand.
+    fn pickle_exec() -> Vec<u8> {
+        let mut p = b"\x80\x04\x95\x28\0\0\0\0\0\0\0".to_vec();
+        p.extend_from_slice(b"\x8c\x08builtins\x94\x8c\x04exec\x94\x93\x94");
+        p.extend_from_slice(b"\x8c\x0cimport os;id\x94\x85\x94R\x94.");
+        p
+    }
+
+    fn u8_and_f32(u8s: &[u8], f32s: &[u8]) -> crate::testfs::TempFile {
+        let (a, b) = (u8s.len(), u8s.len() + f32s.len());
+        let header = format!(
+            r#"{{"blob":{{"dtype":"U8","shape":[{a}],"data_offsets":[0,{a}]}},"w":{{"dtype":"F32","shape":[{}],"data_offsets":[{a},{b}]}}}}"#,
+            f32s.len() / 4
+        );
+        build(&header, &[u8s, f32s].concat())
+    }
+
+    #[test]
+    fn a_tensor_carrying_a_pickle_is_found_where_it_sits() {
+        let mut blob = pickle_exec();
+        blob.resize(200, 0);
+        let f = u8_and_f32(&blob, &[0; 64]);
+        for values in [false, true] {
+            let r = verify(&f, values);
+            assert!(r.accepted);
+            assert_eq!(rules(&r), ["tensor-payload"], "values: {values}");
+            let p = finding(&r, "tensor-payload");
+            let data_start = 8 + r.header_len.unwrap();
+            assert_eq!(p.tensor.as_deref(), Some("blob"));
+            assert_eq!((p.offset, p.length), (Some(data_start), Some(51)));
+            assert_eq!(p.severity, Severity::Critical);
+            assert!(p.message.contains("imports builtins.exec"), "{}", p.message);
+        }
+    }
+
+    #[test]
+    fn a_file_deep_in_a_tensor_is_found_by_the_value_scan() {
+        // An ELF header 10,000 bytes into a float tensor: past what the
+        // quick look at each tensor's start reads, found when every byte
+        // is read.
+        let mut w = vec![0u8; 1 << 16];
+        let elf = b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0\x02\0\x3e\0";
+        w[10_000..10_000 + elf.len()].copy_from_slice(elf);
+        let f = u8_and_f32(&[1, 2, 3, 4], &w);
+        assert!(!rules(&verify(&f, false)).contains(&"tensor-payload"));
+        let r = verify(&f, true);
+        let p = finding(&r, "tensor-payload");
+        let data_start = 8 + r.header_len.unwrap();
+        assert_eq!(p.tensor.as_deref(), Some("w"));
+        assert_eq!(p.offset, Some(data_start + 4 + 10_000));
+        assert!(p.message.contains("an ELF executable"), "{}", p.message);
+        // Across the boundary of two scan windows too.
+        let mut big = vec![0u8; 20 << 20];
+        let at = (8 << 20) - 10;
+        big[at..at + elf.len()].copy_from_slice(elf);
+        let f = u8_and_f32(&[], &big);
+        let r = verify(&f, true);
+        let p = finding(&r, "tensor-payload");
+        assert_eq!(p.offset, Some(8 + r.header_len.unwrap() + at as u64));
+        assert_eq!(p.count, Some(1));
+    }
+
+    #[test]
+    fn a_prefix_that_is_also_a_pickle_is_a_polyglot() {
+        // N = 0x2158: the prefix reads `X` (BINUNICODE) of 0x21 bytes,
+        // which ends 30 bytes into the header, on `0N.` in a metadata
+        // value: POP, NONE, STOP. pickle.loads(file) gives None.
+        let mut header = r#"{"__metadata__":{"p":"aaaaaaaa0N."},"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}"#.to_owned();
+        assert_eq!(header.find("0N."), Some(30));
+        header.push_str(&" ".repeat(0x2158 - header.len()));
+        let f = build(&header, &[0]);
+        let r = verify(&f, false);
+        assert!(r.accepted);
+        let p = finding(&r, "pickle-prefix");
+        assert_eq!(
+            (p.offset, p.length, p.severity),
+            (Some(0), Some(41), Severity::High)
+        );
+        // The same file with a header length that is no pickle.
+        header.push_str("        ");
+        let r = verify(&build(&header, &[0]), false);
+        assert!(!rules(&r).contains(&"pickle-prefix"), "{:?}", rules(&r));
+    }
+
+    #[test]
+    fn random_weights_hold_no_payload() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let f32s: Vec<u8> = (0..1 << 18)
+            .flat_map(|_| ((next() % 2000) as f32 / 1000.0 - 1.0).to_le_bytes())
+            .collect();
+        let noise: Vec<u8> = (0..1 << 16).map(|_| next() as u8).collect();
+        let f = u8_and_f32(&noise, &f32s);
+        for values in [false, true] {
+            assert_eq!(rules(&verify(&f, values)), Vec::<&str>::new());
+        }
+    }
+
     #[test]
     fn missing_file_is_an_error() {
         let err = verify_path(
