@@ -355,7 +355,7 @@ def test_a_file_truncated_during_a_batch_load_is_file_changed(tmp_path):
         with fastst.safe_open(path, "np", backend=backend) as f:
             names = f.offset_keys()
             arrays = [
-                _aligned_empty(e - b, placement(e - b, True))
+                _aligned_empty(e - b, placement(e - b, True, f._raw.data_start + b))
                 for _d, _s, b, e in map(f._raw.info, names)
             ]
 
