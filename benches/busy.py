@@ -1,4 +1,4 @@
-"""Busy hosts for the cold benchmarks: background work like a shared machine's, and the host's state.
+"""Busy hosts for the cold benchmarks: a shared machine's background work, and the host's state.
 
 A benchmark that only runs on a quiet machine measures a machine nobody deploys on. Each mode
 starts its background processes before the measurements and stops them after (``with
@@ -97,7 +97,9 @@ def busy(mode: str, repo: Path, warmup: float = 5.0) -> Iterator[None]:
     """Runs the background work of ``mode`` (see the module's docstring) around the block,
     ``warmup`` seconds ahead of it; ``repo`` is the checkout the ``suite`` mode tests."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo / "python"), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(repo / "python"), env.get("PYTHONPATH")) if p
+    )
     procs = [
         subprocess.Popen(
             cmd,

@@ -134,8 +134,11 @@ def test_large_copies_sit_at_their_file_offset_modulo_4096(large, framework, bac
 def test_copies_whose_offset_splits_an_element_stay_64_byte_aligned(tmp_path) -> None:
     path = tmp_path / "split.safetensors"
     body = np.ones(300_000, dtype=np.float32).tobytes()
-    header = json.dumps({"w": {"dtype": "F32", "shape": [300_000], "data_offsets": [2, 2 + len(body)]},
-                         "b": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}}).encode()
+    table = {
+        "w": {"dtype": "F32", "shape": [300_000], "data_offsets": [2, 2 + len(body)]},
+        "b": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},
+    }
+    header = json.dumps(table).encode()
     header += b" " * (-len(header) % 8)
     path.write_bytes(len(header).to_bytes(8, "little") + header + b"\0\0" + body)
     for load in (fastst.numpy.load_file, fastst.torch.load_file):

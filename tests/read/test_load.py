@@ -516,3 +516,14 @@ def test_other_frameworks_get_owned_loads(every_dtype):
 
 if sys.platform != "linux":  # pragma: no cover - direct I/O and /dev/shm are Linux's
     pytestmark = pytest.mark.skip("Linux only")
+
+
+def test_the_fault_probe_measures_both_page_sizes() -> None:
+    from fastst._fastst import fault_probe
+
+    got = fault_probe()
+    assert got is not None, "anonymous memory for the probe"
+    huge, small, wins = got
+    assert small > 0 and (huge is None or huge > 0)
+    # Huge pages win only where they measured at least a quarter cheaper.
+    assert wins == (huge is not None and huge * 4 < small * 3)

@@ -232,9 +232,7 @@ class safe_open:  # noqa: N801 - the reference package's name
             outs, targets, size = [], [], 0
             start = file.data_start
             for name in members:
-                result, out_bytes, target, src, nbytes = self._destination(
-                    file, name, dtype, start
-                )
+                result, out_bytes, target, src, nbytes = self._destination(file, name, dtype, start)
                 made[name] = result
                 outs.append(out_bytes)
                 targets.append(None if target == src else target)
