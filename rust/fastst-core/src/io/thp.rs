@@ -21,12 +21,14 @@
 //! through a large load, after which every huge page is the dear kind. So
 //! where the probe finds huge pages cheaper, the load goes on checking
 //! ([`Trial`]): each request's destination is faulted in before its read
-//! and timed, and the first request whose huge pages cost more per byte
-//! than the probe's 4 KiB pages ends the trial: the rest of the load takes
-//! 4 KiB pages.
+//! and timed, and the first [`WINDOW`] of requests whose huge pages cost
+//! more per byte than the probe's 4 KiB pages ends the trial: the rest of
+//! the load takes 4 KiB pages. (A window, not a request: dear pages come
+//! scattered among the cheap ones before they take over.)
 #![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use memmap2::MmapMut;
@@ -56,6 +58,10 @@ impl FaultProbe {
     }
 }
 
+/// Bytes of requests whose faults are compared, together, with what 4 KiB
+/// pages would have cost.
+pub(crate) const WINDOW: usize = 64 << 20;
+
 /// Huge pages for a load's destinations while they stay cheaper than 4 KiB
 /// pages (see the module's documentation).
 #[derive(Debug)]
@@ -63,6 +69,8 @@ pub(crate) struct Trial {
     on: AtomicBool,
     /// What 4 KiB pages cost, per MiB faulted in (from the probe).
     small_per_mib: Duration,
+    /// The faults of the window so far: CPU time, bytes.
+    window: Mutex<(Duration, usize)>,
 }
 
 impl Trial {
@@ -71,6 +79,7 @@ impl Trial {
         probe.huge_pages_win().then(|| Trial {
             on: AtomicBool::new(true),
             small_per_mib: probe.small / (PROBE >> 20) as u32,
+            window: Mutex::new((Duration::ZERO, 0)),
         })
     }
 
@@ -112,17 +121,27 @@ impl Trial {
 
     /// Before a read into `dst` (part of a destination advised huge):
     /// while the trial is on, faults `dst` in (`MADV_POPULATE_WRITE`) and
-    /// ends the trial when that cost more per byte than 4 KiB pages; once
-    /// it is off, advises `dst` back to 4 KiB pages.
+    /// ends the trial once a [`WINDOW`] of such requests cost more per byte
+    /// than 4 KiB pages (at once where the kernel cannot populate); once it
+    /// is off, advises `dst` back to 4 KiB pages.
     pub(crate) fn fault_in(&self, dst: &mut [u8]) {
         if !self.on() {
             super::advise_huge_pages(dst, false);
             return;
         }
-        let mib = (dst.len() >> 20).max(1) as u32;
-        match populate(dst) {
-            Some(took) if took <= self.small_per_mib.saturating_mul(mib) => {}
-            _ => self.on.store(false, Ordering::Relaxed),
+        let Some(took) = populate(dst) else {
+            self.on.store(false, Ordering::Relaxed);
+            return;
+        };
+        let mut w = self.window.lock().unwrap_or_else(PoisonError::into_inner);
+        w.0 = w.0.saturating_add(took);
+        w.1 = w.1.saturating_add(dst.len());
+        if w.1 >= WINDOW {
+            let mib = u32::try_from(w.1 >> 20).unwrap_or(u32::MAX);
+            if w.0 > self.small_per_mib.saturating_mul(mib) {
+                self.on.store(false, Ordering::Relaxed);
+            }
+            *w = (Duration::ZERO, 0);
         }
     }
 }
@@ -254,11 +273,11 @@ mod tests {
     }
 
     /// A trial starts only after a probe that found huge pages cheaper,
-    /// and ends at the first request whose pages cost more than 4 KiB
-    /// pages; after it, requests are advised back to 4 KiB pages and
-    /// their bytes never change.
+    /// goes on while a window of requests costs no more than 4 KiB pages,
+    /// ends at the first window that costs more; after it, requests are
+    /// advised back to 4 KiB pages. Bytes never change.
     #[test]
-    fn a_trial_ends_at_the_first_dear_request() {
+    fn a_trial_ends_at_the_first_dear_window() {
         let ms = Duration::from_millis;
         assert!(Trial::after(FaultProbe {
             huge: Some(ms(9)),
@@ -275,14 +294,20 @@ mod tests {
         mem[5] = 7;
         trial.fault_in(&mut mem[..]);
         assert_eq!(mem[5], 7);
-        // Dearer than 4 KiB pages: no time allowed at all.
+        assert!(trial.on());
+        // Dearer than 4 KiB pages (no time allowed at all): the trial
+        // ends once a window's worth of requests was faulted in, not before.
         let dear = Trial {
             on: AtomicBool::new(true),
             small_per_mib: Duration::ZERO,
+            window: Mutex::new((Duration::ZERO, 0)),
         };
-        let mut fresh = memmap2::MmapMut::map_anon(4 << 20).unwrap();
+        let mut fresh = memmap2::MmapMut::map_anon(WINDOW).unwrap();
         dear.advise(fresh.as_ptr() as usize, fresh.len());
-        dear.fault_in(&mut fresh[..]);
+        let (first, rest) = fresh.split_at_mut(WINDOW / 2);
+        dear.fault_in(first);
+        assert!(dear.on());
+        dear.fault_in(rest);
         assert!(!dear.on());
         dear.fault_in(&mut fresh[..4096]);
         assert!(!dear.on());

@@ -110,7 +110,7 @@ pub(super) fn plan(
         if d.to == d.info.dtype && piece as u64 >= DIRECT_ALIGN {
             // Each cut at the last block boundary before the next `piece`.
             let at = data_start + d.info.begin;
-            let span = (d.dst.len() >= HUGE_PAGE).then(|| Span {
+            let span = (d.dst.len() >= HUGE_PAGE).then_some(Span {
                 addr: d.dst.as_ptr() as usize,
                 len: d.dst.len(),
                 end: d.info.end,

@@ -415,6 +415,59 @@ fn plan_runs_small_neighbours_and_splits_large_tensors() {
     }
 }
 
+/// The first request of a copy into a destination of 2 MiB or more
+/// carries that whole destination (for the huge-page trial), no other one
+/// does: not its later requests, not a smaller copy, not a conversion.
+#[test]
+fn the_first_request_of_a_large_copy_spans_its_destination() {
+    let mib = 1 << 20;
+    let (f, _) = layout(&[
+        ("a", Dtype::U8, 100),
+        ("b", Dtype::U8, mib + 5),
+        ("g", Dtype::F16, 3 * mib + 2),
+    ]);
+    let file = open(&f.0, Backend::Pread);
+    let infos: Vec<&TensorInfo> = ["a", "b", "g"]
+        .iter()
+        .map(|n| file.header().require(n).unwrap())
+        .collect();
+    for convert in [false, true] {
+        let mut outs: Vec<Vec<u8>> = infos
+            .iter()
+            .map(|t| {
+                let wide = convert && t.dtype == Dtype::F16;
+                vec![0u8; t.byte_len() as usize * if wide { 2 } else { 1 }]
+            })
+            .collect();
+        let g_at = (outs[2].as_ptr() as usize, outs[2].len());
+        let dests = infos
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(info, dst)| Destination {
+                info,
+                to: if convert && info.dtype == Dtype::F16 {
+                    Dtype::F32
+                } else {
+                    info.dtype
+                },
+                dst,
+            })
+            .collect();
+        let parts = plan(dests, mib, file.header().data_start());
+        let spans: Vec<_> = parts
+            .iter()
+            .filter_map(|p| p.span.map(|s| (p.begin, s.addr, s.len, s.end)))
+            .collect();
+        assert!(parts.iter().all(|p| !p.huge));
+        let g = file.header().require("g").unwrap();
+        if convert {
+            assert!(spans.is_empty());
+        } else {
+            assert_eq!(spans, vec![(g.begin, g_at.0, g_at.1, g.end)]);
+        }
+    }
+}
+
 /// The cold/warm choice (direct reads) looks at the pages of the tensors
 /// loaded, not at the rest of the file.
 #[test]
