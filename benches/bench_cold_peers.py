@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -443,6 +444,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     parser.add_argument("--json", help="also write every measurement as JSON to this file")
     args = parser.parse_args(argv)
+    # Stopped by a signal, the busy mode's processes are stopped too (its `finally`).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if os.geteuid() != 0 or not os.access("/proc/sys/vm/drop_caches", os.W_OK):
         print("bench_cold_peers: skipped, cannot write /proc/sys/vm/drop_caches (needs root)")
         return 0

@@ -24,12 +24,15 @@
 //! and timed, and the first [`WINDOW`] of requests whose huge pages cost
 //! more per byte than the probe's 4 KiB pages ends the trial: the rest of
 //! the load takes 4 KiB pages. (A window, not a request: dear pages come
-//! scattered among the cheap ones before they take over.)
+//! scattered among the cheap ones before they take over.) Such a verdict
+//! holds for the loads that start in the [`REMEMBERED`] after it (the
+//! shards of a checkpoint, the files of a model): they take 4 KiB pages
+//! without a probe or a trial.
 #![allow(unsafe_code)]
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
 
@@ -61,6 +64,38 @@ impl FaultProbe {
 /// Bytes of requests whose faults are compared, together, with what 4 KiB
 /// pages would have cost.
 pub(crate) const WINDOW: usize = 64 << 20;
+
+/// How long a trial that ended on dear huge pages keeps later loads on
+/// 4 KiB pages.
+pub(crate) const REMEMBERED: Duration = Duration::from_secs(10);
+
+/// When (nanoseconds after [`epoch`], plus one; 0: never) a trial last
+/// ended on dear huge pages, in this process.
+static DEAR_AT: AtomicU64 = AtomicU64::new(0);
+
+/// The process's own zero of time for [`DEAR_AT`].
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Now, as [`DEAR_AT`] counts (never 0).
+fn now_mark() -> u64 {
+    u64::try_from(epoch().elapsed().as_nanos())
+        .unwrap_or(u64::MAX - 1)
+        .saturating_add(1)
+}
+
+/// Whether a trial ended on dear huge pages less than [`REMEMBERED`]
+/// before `now` (marks of [`now_mark`]; `at` 0: never).
+fn dear_within(at: u64, now: u64) -> bool {
+    at != 0 && now.saturating_sub(at) < REMEMBERED.as_nanos() as u64
+}
+
+/// Whether a trial of this process ended on dear huge pages lately.
+pub(crate) fn recently_dear() -> bool {
+    dear_within(DEAR_AT.load(Ordering::Relaxed), now_mark())
+}
 
 /// Huge pages for a load's destinations while they stay cheaper than 4 KiB
 /// pages (see the module's documentation).
@@ -140,6 +175,7 @@ impl Trial {
             let mib = u32::try_from(w.1 >> 20).unwrap_or(u32::MAX);
             if w.0 > self.small_per_mib.saturating_mul(mib) {
                 self.on.store(false, Ordering::Relaxed);
+                DEAR_AT.store(now_mark(), Ordering::Relaxed);
             }
             *w = (Duration::ZERO, 0);
         }
@@ -312,6 +348,18 @@ mod tests {
         dear.fault_in(&mut fresh[..4096]);
         assert!(!dear.on());
         assert!(fresh.iter().all(|&b| b == 0));
+    }
+
+    /// A dear verdict holds for [`REMEMBERED`], then loads ask again.
+    #[test]
+    fn a_dear_verdict_holds_for_a_while() {
+        let s = |secs: u64| secs * 1_000_000_000 + 1;
+        assert!(!dear_within(0, s(1)));
+        assert!(dear_within(s(5), s(5)));
+        assert!(dear_within(s(5), s(14)));
+        assert!(!dear_within(s(5), s(15)));
+        assert!(!dear_within(s(5), s(100)));
+        assert!(now_mark() >= 1);
     }
 
     #[cfg(unix)]

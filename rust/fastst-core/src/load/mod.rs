@@ -103,9 +103,10 @@ pub enum HugePages {
     /// except in a load that reads around the page cache (most of its data
     /// not cached, direct I/O open) into at least [`PROBED`] bytes, when a
     /// probe of the first faults ([`crate::probe_faults`]) finds huge pages
-    /// clearly cheaper on this host at this moment: then destinations take
-    /// huge pages (`MADV_HUGEPAGE`) for as long as they stay cheaper, each
-    /// request's faults timed before its read (on a virtual machine whose
+    /// clearly cheaper on this host at this moment (and no trial of the
+    /// last few seconds found them dear): then destinations take huge
+    /// pages (`MADV_HUGEPAGE`) for as long as they stay cheaper, the faults
+    /// of each request timed before its read (on a virtual machine whose
     /// free memory the host takes back, the cheap huge pages run out
     /// part-way through a large load, and the rest cost several times what
     /// 4 KiB pages cost). A copy from the page cache into huge pages waits
@@ -242,10 +243,10 @@ fn advise_destinations(dests: &mut [Destination<'_>], how: HugePages) {
 
 /// What [`HugePages::Auto`] chooses for a load of `total` bytes, `direct`
 /// when it reads around the page cache: a trial of huge pages only where
-/// the probe finds them clearly cheaper ([`io::Trial`]), else none (4 KiB
-/// pages).
+/// the probe finds them clearly cheaper ([`io::Trial`]) and no trial of
+/// the last few seconds found them dear, else none (4 KiB pages).
 fn huge_page_trial(total: u64, direct: bool) -> Option<io::Trial> {
-    if !direct || total < PROBED {
+    if !direct || total < PROBED || io::recently_dear() {
         return None;
     }
     io::probe_faults().and_then(io::Trial::after)
