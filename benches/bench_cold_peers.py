@@ -2,6 +2,7 @@
 
     python benches/bench_cold_peers.py [--dir DIR] [--rounds N] [--modes cold,warm]
                                        [--inputs single,sharded] [--cases a,b,...] [--json PATH]
+                                       [--busy quiet,churn,build,suite] [--settle SECONDS]
 
 Inputs (generated into ``--dir``, default ``/tmp/fastst-cold-peers``): a TinyLlama-shaped BF16
 checkpoint (22 layers, hidden 2048, MLP 5632, 4 KV heads of 64, vocabulary 32000: about 2.2
@@ -30,6 +31,20 @@ loader of fresh memory can beat, and what fresh memory costs. ``floor-moved`` is
 with each 8 MiB read then moved by 56 bytes in place (``memmove``): the limit of owned copies
 64-byte aligned when the file's offsets are not (a direct read lands on whole disk blocks, so
 such copies are moved once; the inputs' offsets are 56 modulo 64, as in most files).
+``fastst-np-4k`` and ``fastst-np-huge`` are numpy ``copy=True`` with the page size forced
+(4 KiB pages; huge pages throughout): both sides of the choice fastst makes per load.
+
+Busy hosts (``--busy``, see ``benches/busy.py``): every case is measured with the machine quiet
+and beside each busy mode asked for (``churn``: a spinning core and a process allocating,
+touching and freeing memory; ``build``: interpreters started back to back and a reader of many
+small files; ``suite``: the project's tests in a loop), all rounds of one mode together. Each
+measurement records the load average, the free memory in 2 MiB blocks (``/proc/buddyinfo``)
+before it and the growth of the huge-page and compaction counters of ``/proc/vmstat`` during
+it, and its CPU seconds (every thread, and child processes such as ``cat``). ``--settle S``
+waits S seconds between emptying the cache and the load: on a virtual machine whose host takes
+back free memory, memory freed just before a load (by ``drop_caches``) is still backed by the
+host for a few seconds, which a long-running host's free memory is not. Peers that are not
+installed are left out, with a line saying so.
 """
 
 from __future__ import annotations
@@ -37,6 +52,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -46,6 +62,7 @@ from typing import Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from busy import MODES, busy, growth, host_state, thp_settings  # noqa: E402
 from layouts import write_file  # noqa: E402
 
 #: A prime below the page size: every 4 KiB page of every tensor is read.
@@ -122,6 +139,16 @@ CASES: Dict[str, Tuple[str, str]] = {
         SETUP + "import fastst, fastst.torch\n",
         "out = fastst.torch.load_file(OPEN, copy=True)",
     ),
+    # Both sides of the page-size choice, forced (numpy copy=True, the core's load called as
+    # load_file calls it, huge_pages=False: 4 KiB pages; True: numpy's own advice, huge pages).
+    "fastst-np-4k": (
+        SETUP + "import fastst\nfrom fastst._fastst import load_into\n",
+        "out = forced(OPEN, False)",
+    ),
+    "fastst-np-huge": (
+        SETUP + "import fastst\nfrom fastst._fastst import load_into\n",
+        "out = forced(OPEN, True)",
+    ),
     "fastst-np-stream": (
         SETUP + "import fastst\n",
         "out = {}\n"
@@ -171,6 +198,13 @@ CASES: Dict[str, Tuple[str, str]] = {
         SETUP + "import safetensors.torch\n",
         "out = {}\nfor s in SHARDS:\n    out.update(safetensors.torch.load_file(s))\n    mark()",
     ),
+}
+
+#: The module each peer needs (a peer whose module is missing is left out).
+NEEDS = {
+    "runai": "runai_model_streamer",
+    "fastsafetensors": "fastsafetensors",
+    "reference": "safetensors",
 }
 
 #: Cases that read the files as bytes, not as tensors (no checksum to compare).
@@ -233,6 +267,14 @@ def fresh(n, huge=True):
         mem.madvise(mmap.MADV_HUGEPAGE)
     return mem
 
+def forced(path, huge):
+    # fastst.numpy.load_file(path, copy=True) with the page size forced (load_into's huge_pages).
+    with fastst.safe_open(path, "np") as f:
+        made, plans = f._allocate(f.offset_keys(), None)
+        for p in plans:
+            load_into(p.file, p.names, p.outs, p.targets, None, None, huge_pages=huge)
+        return {name: f._finish(name, made[name]) for name in made}
+
 def cat(files):
     with open(os.devnull, "wb") as sink:
         subprocess.run(["cat", *files], stdout=sink, check=True)
@@ -246,18 +288,25 @@ if spec["mode"] == "cold":
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as fh:
         fh.write("3\n")
+    time.sleep(spec["settle"])
 else:
     cat(spec["files"])
+import resource
+def cpu():
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + kids.ru_utime + kids.ru_stime
+cpu0 = cpu()
 start = time.perf_counter()
 exec(load)
 touched = touch(out) if out and "touched" not in globals() else globals().get("touched", 0)
 took = time.perf_counter() - start
+cpu_s = cpu() - cpu0
 fields = {}
 for name, key in (("/proc/self/status", "VmHWM:"), ("/proc/self/smaps_rollup", "AnonHugePages:")):
     with open(name) as fh:
         fields[key] = next(int(l.split()[1]) for l in fh if l.startswith(key))
 print("RESULT " + json.dumps({
-    "seconds": took, "first": first if first is not None else took, "count": len(out),
+    "seconds": took, "cpu": cpu_s, "first": first if first is not None else took, "count": len(out),
     "checksum": touched, "hwm_mb": fields["VmHWM:"] / 1024,
     "huge_mb": fields["AnonHugePages:"] / 1024,
 }))
@@ -283,7 +332,7 @@ def expected(shards: List[Path]) -> Tuple[int, int]:
     return count, total
 
 
-def measure(case: str, files: List[Path], mode: str) -> dict:
+def measure(case: str, files: List[Path], mode: str, settle: float = 0.0) -> dict:
     shards = [str(f) for f in files if f.name != INDEX]
     spec = {
         "shards": shards,
@@ -292,6 +341,7 @@ def measure(case: str, files: List[Path], mode: str) -> dict:
         "stride": STRIDE,
         "ready": case == "floor-touched",
         "mode": mode,
+        "settle": settle,
         "setup": CASES[case][0],
         "load": CASES[case][1],
     }
@@ -304,7 +354,7 @@ def measure(case: str, files: List[Path], mode: str) -> dict:
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode or not lines:
         raise RuntimeError(f"{case} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT ") :])
+    return dict(json.loads(lines[-1][len("RESULT ") :]))
 
 
 def ratio(base: Dict[str, float], case: str, med: float) -> str:
@@ -312,8 +362,71 @@ def ratio(base: Dict[str, float], case: str, med: float) -> str:
     return f"{base[case] / med:5.2f}x" if case in base else "    -"
 
 
-def loadavg() -> float:
-    return os.getloadavg()[0]
+FLOORS = ("floor", "floor-nohuge")
+PEERS = ("runai", "fastsafetensors")
+
+
+def installed(case: str) -> bool:
+    """Whether the module a peer needs can be imported here."""
+    module = NEEDS.get(case)
+    if module is None:
+        return True
+    found = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)",
+        ],
+        capture_output=True,
+    )
+    return found.returncode == 0
+
+
+def report(
+    runs: Dict[Tuple[str, str, str, str], List[dict]], key: Tuple[str, str, str], cases: List[str]
+) -> None:
+    """One table: every case of one busy mode, cache mode and input."""
+    how, mode, inp = key
+    rows = {c: runs[(how, mode, inp, c)] for c in cases if runs.get((how, mode, inp, c))}
+    base = {c: statistics.median(x["seconds"] for x in xs) for c, xs in rows.items()}
+    floors = [base[f] for f in FLOORS if f in base]
+    peers = [base[p] for p in PEERS if p in base]
+    if floors:
+        base["faster floor"] = min(floors)
+    if peers:
+        base["best peer"] = min(peers)
+    print(
+        f"\n{how}, {mode}, {inp}: median (min-max) s | worst | CPU s | vs faster floor | vs cat | "
+        "vs best peer | first s | HWM MB | AnonHugePages MB"
+    )
+    for case, xs in rows.items():
+        secs = [x["seconds"] for x in xs]
+        med = statistics.median(secs)
+        first = statistics.median(x["first"] for x in xs)
+        cpu = statistics.median(x.get("cpu", 0.0) for x in xs)
+        print(
+            f"  {case:16s} {med:6.2f} ({min(secs):.2f}-{max(secs):.2f}) | "
+            f"{max(secs):5.2f} | {cpu:5.2f} | "
+            f"{ratio(base, 'faster floor', med)} | {ratio(base, 'cat', med)} | "
+            f"{ratio(base, 'best peer', med)} | {first:5.2f} | "
+            f"{max(x['hwm_mb'] for x in xs):6.0f} | {max(x['huge_mb'] for x in xs):5.0f}"
+        )
+
+
+def host_summary(runs: Dict[Tuple[str, str, str, str], List[dict]], how: str) -> None:
+    """The host's state during the measurements of one busy mode."""
+    xs = [x for (h, *_rest), v in runs.items() if h == how for x in v]
+    if not xs:
+        return
+    loads = [x["host"]["load"] for x in xs]
+    free = [x["host"]["free_2m_mib"] for x in xs]
+    mid = statistics.median(loads)
+    line = f"\n{how}: load average {min(loads):.1f}-{max(loads):.1f} (median {mid:.1f}); "
+    line += f"free in 2 MiB blocks before each run {min(free)}-{max(free)} MiB"
+    for counter in ("thp_fault_alloc", "thp_fault_fallback", "compact_stall", "pgscan_direct"):
+        grown = [x["grew"].get(counter, 0) for x in xs]
+        line += f"; {counter} +{statistics.median(grown):.0f}/run (max {max(grown)})"
+    print(line)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -325,13 +438,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--modes", default="cold,warm")
     parser.add_argument("--inputs", default="single,sharded")
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--busy", default="quiet", help=f"busy modes, of {','.join(MODES)}")
+    parser.add_argument(
+        "--settle", type=float, default=0.0, help="seconds between drop_caches and a cold load"
+    )
     parser.add_argument("--json", help="also write every measurement as JSON to this file")
     args = parser.parse_args(argv)
+    # Stopped by a signal, the busy mode's processes are stopped too (its `finally`).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if os.geteuid() != 0 or not os.access("/proc/sys/vm/drop_caches", os.W_OK):
         print("bench_cold_peers: skipped, cannot write /proc/sys/vm/drop_caches (needs root)")
         return 0
     inputs = prepare(args.dir)
-    cases = [c for c in args.cases.split(",") if c]
+    cases = []
+    for c in (c for c in args.cases.split(",") if c):
+        if installed(c):
+            cases.append(c)
+        else:
+            print(f"bench_cold_peers: {c} left out: module {NEEDS[c]} is not installed")
     sums = {name: expected([f for f in files if f.name != INDEX]) for name, files in inputs.items()}
     units = [
         (mode, inp, case)
@@ -339,43 +463,46 @@ def main(argv: Optional[List[str]] = None) -> int:
         for inp in args.inputs.split(",")
         for case in cases
     ]
-    runs: Dict[Tuple[str, str, str], List[dict]] = {u: [] for u in units}
-    loads: List[float] = []
-    for r in range(args.rounds):
-        k = r % len(units)
-        for mode, inp, case in units[k:] + units[:k]:
-            loads.append(loadavg())
-            got = measure(case, inputs[inp], mode)
-            want = sums[inp]
-            if case == "fastst-first":
-                want = (1, got["checksum"])
-            if case not in UNCHECKED and (got["count"], got["checksum"]) != want:
-                raise AssertionError(f"{case} {inp}: {got['count']}, {got['checksum']} != {want}")
-            runs[(mode, inp, case)].append(got)
-            print(
-                f"round {r + 1} {mode:4s} {inp:7s} {case:16s} {got['seconds']:7.3f} s "
-                f"first {got['first']:6.3f} s  load {loads[-1]:.1f}",
-                flush=True,
-            )
-    print(f"\nload average during the runs: {min(loads):.1f}-{max(loads):.1f}")
-    for mode in args.modes.split(","):
-        for inp in args.inputs.split(","):
-            print(f"\n{mode}, {inp}: median (min-max) s | vs runai | vs cat | first s | ", end="")
-            print("HWM MB | AnonHugePages MB")
-            base = {c: statistics.median(x["seconds"] for x in runs[(mode, inp, c)]) for c in cases}
-            for case in cases:
-                xs = runs[(mode, inp, case)]
-                secs = [x["seconds"] for x in xs]
-                med = statistics.median(secs)
-                first = statistics.median(x["first"] for x in xs)
-                print(
-                    f"  {case:16s} {med:6.2f} ({min(secs):.2f}-{max(secs):.2f}) | "
-                    f"{ratio(base, 'runai', med)} | {ratio(base, 'cat', med)} | {first:5.2f} | "
-                    f"{max(x['hwm_mb'] for x in xs):6.0f} | {max(x['huge_mb'] for x in xs):5.0f}"
-                )
+    runs: Dict[Tuple[str, str, str, str], List[dict]] = {}
+    modes = [m for m in args.busy.split(",") if m]
+    print(f"transparent huge pages: {thp_settings()}")
+    for how in modes:
+        with busy(how, HERE.parent):
+            for r in range(args.rounds):
+                k = r % len(units)
+                for mode, inp, case in units[k:] + units[:k]:
+                    before = host_state()
+                    got = measure(case, inputs[inp], mode, args.settle)
+                    got["host"], got["grew"] = before, growth(before, host_state())
+                    want = sums[inp]
+                    if case == "fastst-first":
+                        want = (1, got["checksum"])
+                    if case not in UNCHECKED and (got["count"], got["checksum"]) != want:
+                        raise AssertionError(
+                            f"{case} {inp}: {got['count']}, {got['checksum']} != {want}"
+                        )
+                    runs.setdefault((how, mode, inp, case), []).append(got)
+                    print(
+                        f"{how:5s} round {r + 1} {mode:4s} {inp:7s} {case:16s} "
+                        f"{got['seconds']:7.3f} s cpu {got['cpu']:6.2f} s "
+                        f"first {got['first']:6.3f} s  load {before['load']:.1f} "
+                        f"free2M {before['free_2m_mib']} MiB "
+                        f"thp +{got['grew'].get('thp_fault_alloc', 0)}",
+                        flush=True,
+                    )
+    for how in modes:
+        host_summary(runs, how)
+        for mode in args.modes.split(","):
+            for inp in args.inputs.split(","):
+                report(runs, (how, mode, inp), cases)
     if args.json:
-        doc = [{"mode": m, "input": i, "case": c, "runs": v} for (m, i, c), v in runs.items()]
-        Path(args.json).write_text(json.dumps({"loads": loads, "results": doc}, indent=1) + "\n")
+        doc = [
+            {"busy": h, "mode": m, "input": i, "case": c, "runs": v}
+            for (h, m, i, c), v in runs.items()
+        ]
+        Path(args.json).write_text(
+            json.dumps({"settle": args.settle, "results": doc}, indent=1) + "\n"
+        )
     return 0
 
 

@@ -6,9 +6,11 @@ The reference hands out torch tensors as views of its mapping of the file:
 and its pread back end are copies wherever the allocator puts them. fastst
 hands out every tensor at its file offset's alignment (views, and the small
 tensors and pread tensors it copies alike), directly and through the
-drop-in switch; memory of its own (``copy=True``, ``dtype=``) starts at a
-multiple of 64 bytes, like torch's allocator, whatever its size (a cold
-load still reads large copies from the disk straight into place)."""
+drop-in switch. Memory of its own (``copy=True``, ``dtype=``) starts at a
+multiple of 64 bytes, like torch's allocator, except copies of 1 MiB or
+more, which sit at their file offset modulo 4096 (so that a cold load's
+direct reads, whole disk blocks, land in place; modulo 64 that is where the
+reference's views sit)."""
 
 from __future__ import annotations
 
@@ -100,18 +102,49 @@ def large(tmp_path_factory) -> Path:
     return path
 
 
+def file_offsets(path: Path) -> Dict[str, int]:
+    with fastst.safe_open(path, "np") as f:
+        return {k: f._raw.data_start + f._raw.info(k)[2] for k in f.keys()}
+
+
+@pytest.mark.parametrize("backend", ["mmap", "pread"])
 @pytest.mark.parametrize("framework", ["pt", "np"])
-def test_large_copies_are_64_byte_aligned_too(large, framework) -> None:
-    assert len({v % 64 for v in file_alignment(large).values()}) > 1, "the offsets are spread"
+def test_large_copies_sit_at_their_file_offset_modulo_4096(large, framework, backend) -> None:
+    offsets = file_offsets(large)
+    big = {"h", "w", "z"}
+    assert len({offsets[k] % 4096 for k in big}) == 3, "the offsets are spread"
+    assert all(offsets[k] % 4096 for k in big), "none sits on a page boundary in the file"
     load = fastst.torch.load_file if framework == "pt" else fastst.numpy.load_file
-    loaded = load(large, copy=True)
-    assert {pointer(t) % 64 for t in loaded.values()} == {0}
-    with fastst.safe_open(large, framework) as f:
-        assert pointer(f.get_tensor("w", copy=True)) % 64 == 0
+    loaded = load(large, copy=True, backend=backend)
+    want = {k: offsets[k] % 4096 for k in big}
+    assert {k: pointer(loaded[k]) % 4096 for k in big} == want
+    assert pointer(loaded["a"]) % 64 == 0
+    with fastst.safe_open(large, framework, backend=backend) as f:
+        assert pointer(f.get_tensor("w", copy=True)) % 4096 == offsets["w"] % 4096
+        streamed = {k: pointer(t) for k, t in f.iter_tensors()}
+        assert {k: streamed[k] % 4096 for k in big} == want
+        assert streamed["a"] % 64 == 0
+        # Conversions stay 64-byte aligned.
         assert pointer(f.get_tensor("w", dtype="F64")) % 64 == 0
     assert all(
         np.all(np.asarray(t) == (np.arange(5) if k == "a" else 1)) for k, t in loaded.items()
     )
+
+
+def test_copies_whose_offset_splits_an_element_stay_64_byte_aligned(tmp_path) -> None:
+    path = tmp_path / "split.safetensors"
+    body = np.ones(300_000, dtype=np.float32).tobytes()
+    table = {
+        "w": {"dtype": "F32", "shape": [300_000], "data_offsets": [2, 2 + len(body)]},
+        "b": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},
+    }
+    header = json.dumps(table).encode()
+    header += b" " * (-len(header) % 8)
+    path.write_bytes(len(header).to_bytes(8, "little") + header + b"\0\0" + body)
+    for load in (fastst.numpy.load_file, fastst.torch.load_file):
+        w = load(path, copy=True)["w"]
+        assert pointer(w) % 64 == 0
+        assert np.all(np.asarray(w) == 1)
 
 
 DROP_IN = r"""

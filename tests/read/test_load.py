@@ -355,7 +355,7 @@ def test_a_file_truncated_during_a_batch_load_is_file_changed(tmp_path):
         with fastst.safe_open(path, "np", backend=backend) as f:
             names = f.offset_keys()
             arrays = [
-                _aligned_empty(e - b, placement(e - b, True))
+                _aligned_empty(e - b, placement(e - b, True, f._raw.data_start + b))
                 for _d, _s, b, e in map(f._raw.info, names)
             ]
 
@@ -516,3 +516,14 @@ def test_other_frameworks_get_owned_loads(every_dtype):
 
 if sys.platform != "linux":  # pragma: no cover - direct I/O and /dev/shm are Linux's
     pytestmark = pytest.mark.skip("Linux only")
+
+
+def test_the_fault_probe_measures_both_page_sizes() -> None:
+    from fastst._fastst import fault_probe
+
+    got = fault_probe()
+    assert got is not None, "anonymous memory for the probe"
+    huge, small, wins = got
+    assert small > 0 and (huge is None or huge > 0)
+    # Huge pages win only where they measured at least a quarter cheaper.
+    assert wins == (huge is not None and huge * 4 < small * 3)

@@ -79,7 +79,7 @@ def test_views_and_checkpoints(path: Path, tmp_path: Path) -> None:
         got = dict(f.iter_tensors(copy=False))
     assert list(got) == list(views)
     assert all(got[k].tobytes() == v.tobytes() for k, v in views.items())
-    # A sharded checkpoint streams shard by shard.
+    # A sharded checkpoint streams its shards in file order.
     fastst.numpy.save_sharded(views, tmp_path, max_shard_size=4 * MIB)
     index = tmp_path / "model.safetensors.index.json"
     with fastst.safe_open(index, "np") as f:
@@ -91,6 +91,38 @@ def test_views_and_checkpoints(path: Path, tmp_path: Path) -> None:
     assert list(got) == list(want)
     for k, v in want.items():
         assert got[k].tobytes() == v.astype(np.float32).tobytes(), k
+
+
+def test_the_shards_of_a_checkpoint_load_side_by_side(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    views = fastst.numpy.load_file(path)
+    fastst.numpy.save_sharded(views, tmp_path, max_shard_size=4 * MIB)
+    index = tmp_path / "model.safetensors.index.json"
+    real = fastst._read.stream.load_into
+    second = threading.Event()
+    started: List[str] = []
+    overlapped: List[bool] = []
+
+    def load_into(file: Any, *args: Any, **kwargs: Any) -> None:
+        started.append(file.name)
+        if len(started) == 1:
+            # The first shard's load waits for the second one to start
+            # (bounded, so that one after the other fails instead of hanging).
+            overlapped.append(second.wait(10))
+        else:
+            second.set()
+        real(file, *args, **kwargs)
+
+    monkeypatch.setattr(fastst._read.stream, "load_into", load_into)
+    with fastst.safe_open(index, "np") as f:
+        got = dict(f.iter_tensors())
+        assert len({f._raw._shard(k).name for k in f.keys()}) >= 3
+        assert list(got) == f.offset_keys()
+    assert overlapped == [True] and len(started) >= 3
+    assert sorted(got) == sorted(views)
+    assert all(got[k].tobytes() == v.tobytes() for k, v in views.items())
+    assert not _loaders()
 
 
 @pytest.fixture

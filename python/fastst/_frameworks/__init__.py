@@ -100,23 +100,24 @@ class Where(NamedTuple):
 #: Owned memory starts at a multiple of this many bytes (as torch's
 #: allocator gives; numpy's gives 16)...
 OWNED_ALIGN = 64
-#: ... and owned copies of at least ``PLACED`` bytes start a transparent huge
-#: page (``HUGE_PAGE``): fresh memory is faulted in fastest in huge pages. A
-#: cold load still reads them from the disk into place (the core shifts its
-#: direct reads' blocks into place).
+#: ... except owned copies of at least ``PLACED`` bytes, which sit at their
+#: file offset modulo ``PAGE`` (where the reference's views sit, modulo 64):
+#: a cold load's direct reads, whole disk blocks, then land in place.
 PLACED = 1 << 20
-HUGE_PAGE = 2 << 20
+PAGE = 4096
 
 #: Where owned memory starts: ``(alignment, offset modulo it)``.
 Placement = Tuple[int, int]
 
 
-def placement(nbytes: int, copy: bool) -> Placement:
-    """Where the owned destination of ``nbytes`` bytes of a tensor starts: at
-    the start of a huge page for a large copy (``copy`` False: a
-    conversion), else at a multiple of :data:`OWNED_ALIGN`."""
-    if copy and nbytes >= PLACED:
-        return HUGE_PAGE, 0
+def placement(nbytes: int, copy: bool, offset: int = 0, itemsize: int = 1) -> Placement:
+    """Where the owned destination of ``nbytes`` bytes of a tensor at file
+    offset ``offset`` starts: a large copy (``copy`` False: a conversion)
+    at ``offset`` modulo :data:`PAGE`, when that keeps its elements of
+    ``itemsize`` bytes aligned; anything else at a multiple of
+    :data:`OWNED_ALIGN`."""
+    if copy and nbytes >= PLACED and offset % itemsize == 0:
+        return PAGE, offset % PAGE
     return OWNED_ALIGN, 0
 
 

@@ -206,7 +206,9 @@ class safe_open:  # noqa: N801 - the reference package's name
         F16 and BF16 either way, and from the F8 kinds to any of those four;
         exact, rounded once to nearest even where narrowing, NaN and
         infinities preserved. Memory of its own (``copy``, ``dtype``) starts
-        at a multiple of 64 bytes.
+        at a multiple of 64 bytes, except copies of 1 MiB or more (of
+        element-aligned tensors), which sit at their file offset modulo 4096
+        (modulo 64, where the reference's views sit).
         """
         if not copy and dtype is None:
             buffer, src, shape = self._raw.tensor(name)
@@ -228,8 +230,9 @@ class safe_open:  # noqa: N801 - the reference package's name
         plans: List[Plan] = []
         for file, members in _batches(self._raw, names):
             outs, targets, size = [], [], 0
+            start = file.data_start
             for name in members:
-                result, out_bytes, target, src, nbytes = self._destination(file, name, dtype)
+                result, out_bytes, target, src, nbytes = self._destination(file, name, dtype, start)
                 made[name] = result
                 outs.append(out_bytes)
                 targets.append(None if target == src else target)
@@ -269,23 +272,26 @@ class safe_open:  # noqa: N801 - the reference package's name
         return {name: self._finish(name, made[name]) for name in names}
 
     def _destination(
-        self, file: Any, name: str, dtype: Any
+        self, file: Any, name: str, dtype: Any, data_start: int
     ) -> Tuple[Any, np.ndarray, str, str, int]:
-        """Allocates the destination of tensor ``name`` (nothing is read):
-        ``(result, its bytes as a writable uint8 array, target dtype, file
-        dtype, bytes to read)``. A failed allocation is rule
-        ``out-of-memory`` naming the tensor."""
+        """Allocates the destination of tensor ``name`` of ``file``, whose
+        data section starts at ``data_start`` (nothing is read): ``(result,
+        its bytes as a writable uint8 array, target dtype, file dtype, bytes
+        to read)``. A failed allocation is rule ``out-of-memory`` naming the
+        tensor."""
         src, shape, begin, end = file.info(name)
         target = src if dtype is None else target_dtype(dtype)
         where = self._where(name)
         copy = target == src
+        item = 1 if src in PACKED_BITS else NUMPY_DTYPES[src].itemsize
+        place = placement(end - begin, copy, data_start + begin, item)
         try:
             empty = self._backend.empty
             if empty is not None:
-                result, out = empty(target, shape, where, placement(end - begin, copy))
+                result, out = empty(target, shape, where, place)
             elif target == src and src in PACKED_BITS:
                 # Unpacked into an array once the bytes are read.
-                out = _aligned_empty(end - begin, placement(end - begin, copy))
+                out = _aligned_empty(end - begin, place)
                 result = (out, target, shape, True)
             else:
                 kind = NUMPY_DTYPES[target]
@@ -294,7 +300,7 @@ class safe_open:  # noqa: N801 - the reference package's name
                     count *= d
                 nbytes = count * kind.itemsize
                 # No zero-fill pass.
-                out = _aligned_empty(nbytes, placement(nbytes, copy))
+                out = _aligned_empty(nbytes, place)
                 result = (out.view(kind).reshape(shape), target, shape, False)
         except MemoryError:
             raise rule_error(

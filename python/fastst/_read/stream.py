@@ -4,18 +4,21 @@ Owned loads in background threads: handed out tensor by tensor as
 their reads complete (``safe_open.iter_tensors``), and the loads of
 several files side by side (:func:`load_side_by_side`).
 
-One background thread runs the core's whole load (``load_into`` with
-``stream=True``, the GIL released while bytes move), file after file, and
-puts what it reports on a queue: ``(file, done, total, filled)``, every
-tensor of the ``file``-th file ending at or before ``filled`` in its data
-section being read (a failure: the exception). The
-iterating thread takes them off the queue and hands out the tensors below
-``filled``, in file order. The loader stops at its next report once the
-iterator is finished with (or the file closed), and the reads it has in
-flight on an object of a store are cancelled (``cancel_reads``: a slow
-server does not hold the loop's exit); the thread that iterated waits for
-it. A garbage collection on another thread only stops it: that thread may
-be one the reads wait on (a file object's ``readinto``).
+Background threads run the core's whole loads (``load_into`` with
+``stream=True``, the GIL released while bytes move), two files (shards) at
+a time as :func:`load_side_by_side` does, and put what they report on a
+queue: ``(file, done, total, filled)``, every tensor of the ``file``-th
+file ending at or before ``filled`` in its data section being read (a
+failure: ``(file, exception)``). The iterating thread takes them off the
+queue, keeps what is reported of files ahead of the one it is at, and
+hands out the tensors below ``filled``, in file order, file after file; a
+file's failure is raised once the tensors read before it are handed out.
+The loaders stop at their next report once the iterator is finished with
+(or the file closed), and the reads they have in flight on an object of a
+store are cancelled (``cancel_reads``: a slow server does not hold the
+loop's exit); the thread that iterated waits for them. A garbage
+collection on another thread only stops them: that thread may be one the
+reads wait on (a file object's ``readinto``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -88,22 +91,41 @@ def _hand_out(
         # The interpreter exiting (the main thread is done) stops it too.
         if stop.is_set() or raw.closed or not main.is_alive():
             raise LoadStopped
-        events.put((at, done, total, filled))
+        events.put((at, done, filled))
+
+    todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for at in range(len(plans)):
+        todo.put(at)
 
     def load() -> None:
-        try:
-            for at, p in enumerate(plans):
+        # The files in order, each taken by the first loader free.
+        while not stop.is_set():
+            try:
+                at = todo.get_nowait()
+            except queue.Empty:
+                return
+            p = plans[at]
+            try:
                 label = progress_label(p.file.name, bar)
                 load_into(
                     p.file, p.names, p.outs, p.targets, partial(report, at), label, stream=True
                 )
-        except BaseException as exc:  # handed to the iterating thread
-            events.put(exc)
+            except BaseException as exc:  # handed to the iterating thread
+                events.put((at, exc))
 
-    loader = threading.Thread(target=load, name="fastst-load")
-    loader.start()
+    loaders = [
+        threading.Thread(target=load, name="fastst-load")
+        for _ in range(min(SIDE_BY_SIDE, len(plans)))
+    ]
+    for loader in loaders:
+        loader.start()
     grand = sum(p.nbytes for p in plans)
-    base = mark = 0
+    mark = 0
+    done_of = [0] * len(plans)
+    # What was reported of each file and not yet taken: its last
+    # ``filled``, and its failure.
+    filled_of = [-1] * len(plans)
+    failed: Dict[int, BaseException] = {}
     consumer = threading.get_ident()
     complete = False
     try:
@@ -111,35 +133,45 @@ def _hand_out(
             members = plan.names
             i = 0
             while i < len(members):
-                event = events.get()
-                if isinstance(event, BaseException):
-                    if raw.closed:  # stopped, or its reads cancelled, by close()
-                        raise closed_file_error(raw.name) from event
-                    raise event
-                at_file, done, _total, filled = event
-                if at_file != k:
-                    continue  # an earlier file's last reports
-                while i < len(members) and file_ends[i] <= filled:
+                while i < len(members) and file_ends[i] <= filled_of[k]:
                     if raw.closed:
                         raise closed_file_error(raw.name)
                     name = members[i]
                     i += 1
                     consumer = threading.get_ident()
                     yield name, finish(name)
-                now = base + done
+                if i == len(members):
+                    break
+                if k in failed:
+                    event = failed[k]
+                    if raw.closed:  # stopped, or its reads cancelled, by close()
+                        raise closed_file_error(raw.name) from event
+                    raise event
+                at, *rest = events.get()
+                if len(rest) == 1:
+                    failed[at] = rest[0]
+                    continue
+                done_of[at], filled_of[at] = rest
+                now = sum(done_of)
                 if callback is not None and mark + EVERY <= now < grand:
                     mark = now - now % EVERY
                     callback(now, grand)
-            base += plan.nbytes
         complete = True
         if callback is not None:
             callback(grand, grand)
     finally:
         stop.set()
-        if not complete and loader.is_alive():
+        if not complete and any(loader.is_alive() for loader in loaders):
             raw.cancel_reads()
         if threading.get_ident() == consumer:
-            loader.join()
+            for loader in loaders:
+                loader.join()
+
+
+#: Files (shards) loaded at once by :func:`load_side_by_side` and
+#: :func:`stream`: the next file's reads start while the last reads of the
+#: one before are in flight.
+SIDE_BY_SIDE = 2
 
 
 def load_side_by_side(plans: List[Plan]) -> None:
@@ -154,7 +186,7 @@ def load_side_by_side(plans: List[Plan]) -> None:
         if stop.is_set():
             raise LoadStopped
 
-    with ThreadPoolExecutor(2, thread_name_prefix="fastst-load") as pool:
+    with ThreadPoolExecutor(SIDE_BY_SIDE, thread_name_prefix="fastst-load") as pool:
         loads = [pool.submit(load_into, p.file, p.names, p.outs, p.targets, check) for p in plans]
         try:
             for load in loads:

@@ -27,7 +27,8 @@
 //!   opening (a checkpoint's shards several at once), index files,
 //!   listing a prefix, writing.
 //! - `buffer`: `TensorBuffer`, one tensor's bytes for the buffer protocol.
-//! - `load`: `load_into`, many tensors into Python-allocated memory.
+//! - `load`: `load_into`, many tensors into Python-allocated memory, and
+//!   `fault_probe`, what a cold load asks before choosing its page size.
 //! - `prefetch`: `Prefetcher`, the core's background page reader.
 //! - `write`: `WritePlan` and `parse_bytes` (the writer and `deserialize`).
 //! - `layout_writer`: `LayoutWriter`, the streaming writer (tensors in any
@@ -74,6 +75,7 @@ fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffer::TensorBuffer>()?;
     // whole loads into destinations allocated by Python
     m.add_function(wrap_pyfunction!(load::load_into, m)?)?;
+    m.add_function(wrap_pyfunction!(load::fault_probe, m)?)?;
     // writer
     m.add_class::<write::PyWritePlan>()?;
     m.add_class::<layout_writer::PyLayoutWriter>()?;

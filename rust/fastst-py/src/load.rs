@@ -1,6 +1,7 @@
 //! `load_into`: many tensors of one open file read (and converted) into
 //! destinations Python allocated beforehand, in one call, with the GIL
-//! released while bytes move (`fastst_core::load_into`).
+//! released while bytes move (`fastst_core::load_into`); `fault_probe`,
+//! the probe by which a cold load chooses its page size.
 
 use std::ops::ControlFlow;
 
@@ -140,6 +141,22 @@ pub fn load_into(
             pyo3::exceptions::PyKeyboardInterrupt::new_err("the load was stopped")
         })),
     }
+}
+
+/// What the probe of a cold load measured here, now
+/// (`fastst_core::probe_faults`): `(CPU seconds to fault in 8 MiB as
+/// transparent huge pages, or None where the kernel gives none; the same
+/// as 4 KiB pages; whether a load would take huge pages)`, or None when the
+/// probe could not run. For benchmarks: loads run it themselves.
+#[pyfunction]
+pub fn fault_probe(py: Python<'_>) -> Option<(Option<f64>, f64, bool)> {
+    py.allow_threads(fastst_core::probe_faults).map(|p| {
+        (
+            p.huge.map(|h| h.as_secs_f64()),
+            p.small.as_secs_f64(),
+            p.huge_pages_win(),
+        )
+    })
 }
 
 /// Two destinations sharing memory would be written by two threads at once:

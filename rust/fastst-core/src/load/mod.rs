@@ -17,7 +17,9 @@
 //! [`LoadOptions::direct`]): the disk is the limit, so pieces whose pages
 //! are not cached are read with `O_DIRECT` (Linux) by more threads
 //! ([`LoadOptions::COLD_THREADS`], a deeper queue) into destinations backed by
-//! transparent huge pages: copies straight into their destination (only
+//! 4 KiB pages, or transparent huge pages for as long as they measure
+//! cheaper ([`HugePages::Auto`]): copies straight into
+//! their destination (only
 //! the partial blocks at a tensor's ends go through a small per-thread
 //! buffer), runs of small tensors and conversions through a per-thread
 //! buffer; the page cache is neither filled nor polluted. A piece with
@@ -97,13 +99,19 @@ pub struct LoadOptions {
 /// pages (numpy asks for them on its large arrays; torch does not).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum HugePages {
-    /// Measured choice (the default): huge pages asked for
-    /// (`MADV_HUGEPAGE`) when the load reads around the page cache (most
-    /// of its data not cached, direct I/O open): the reads then copy into
-    /// the destinations at memory speed and fewer, larger page faults win;
-    /// not (`MADV_NOHUGEPAGE`) otherwise: a copy from the page cache waits
-    /// on the kernel compacting memory for each huge page (the figures:
-    /// `benches/README.md`, "Cold loads against the peers").
+    /// Measured choice (the default): 4 KiB pages (`MADV_NOHUGEPAGE`),
+    /// except in a load that reads around the page cache (most of its data
+    /// not cached, direct I/O open) into at least [`PROBED`] bytes, when a
+    /// probe of the first faults ([`crate::probe_faults`]) finds huge pages
+    /// clearly cheaper on this host at this moment (and no trial of the
+    /// last few seconds found them dear): then destinations take huge
+    /// pages (`MADV_HUGEPAGE`) for as long as they stay cheaper, the faults
+    /// of each request timed before its read (on a virtual machine whose
+    /// free memory the host takes back, the cheap huge pages run out
+    /// part-way through a large load, and the rest cost several times what
+    /// 4 KiB pages cost). A copy from the page cache into huge pages waits
+    /// on the kernel finding and clearing each one. The figures:
+    /// `benches/README.md`.
     #[default]
     Auto,
     /// Keep whatever the allocator of the destinations asked for.
@@ -111,6 +119,10 @@ pub enum HugePages {
     /// Ask the kernel not to use huge pages for every destination.
     Avoid,
 }
+
+/// Loads reading around the page cache into fewer bytes than this take
+/// 4 KiB pages without probing (the probe faults in 16 MiB).
+pub const PROBED: u64 = 256 << 20;
 
 /// Tensors smaller than this are read in runs with their neighbours.
 const SMALL: u64 = 1 << 20;
@@ -216,18 +228,28 @@ pub fn tensor_into(file: &MappedFile, info: &TensorInfo, to: Dtype, dst: &mut [u
 /// (2 MiB on x86-64) cannot fit in them at an aligned address.
 const HUGE_PAGE: usize = 2 << 20;
 
-/// Applies the huge-page choice `how` to the destinations of a load that
-/// reads around the page cache when `direct` (before anything touches
-/// them: the advice only governs pages faulted in later).
-fn advise_destinations(dests: &mut [Destination<'_>], how: HugePages, direct: bool) {
-    let advice = match how {
-        HugePages::Keep => return,
-        HugePages::Avoid => false,
-        HugePages::Auto => direct,
-    };
-    for d in dests.iter_mut().filter(|d| d.dst.len() >= HUGE_PAGE) {
-        io::advise_huge_pages(d.dst, advice);
+/// Advises the destinations of a load 4 KiB pages, unless `how` keeps
+/// what their allocator asked for (before anything touches them: the advice
+/// only governs pages faulted in later). A huge-page trial advises them
+/// again, one by one.
+fn advise_destinations(dests: &mut [Destination<'_>], how: HugePages) {
+    if how == HugePages::Keep {
+        return;
     }
+    for d in dests.iter_mut().filter(|d| d.dst.len() >= HUGE_PAGE) {
+        io::advise_huge_pages(d.dst, false);
+    }
+}
+
+/// What [`HugePages::Auto`] chooses for a load of `total` bytes, `direct`
+/// when it reads around the page cache: a trial of huge pages only where
+/// the probe finds them clearly cheaper ([`io::Trial`]) and no trial of
+/// the last few seconds found them dear, else none (4 KiB pages).
+fn huge_page_trial(total: u64, direct: bool) -> Option<io::Trial> {
+    if !direct || total < PROBED || io::recently_dear() {
+        return None;
+    }
+    io::probe_faults().and_then(io::Trial::after)
 }
 
 /// Whether fewer than half of the pages of the file's data that `dests`
@@ -264,6 +286,9 @@ struct Shared<'a> {
     running: usize,
     /// Which requests (by their place in file order) are read.
     finished: Vec<bool>,
+    /// Requests starting before this offset in the data section read into
+    /// a destination advised huge pages.
+    huge_until: u64,
 }
 
 /// Reads (and converts) every destination from `file`.
@@ -333,7 +358,13 @@ fn run(
         }
         _ => None,
     };
-    advise_destinations(&mut dests, options.huge_pages, direct.is_some());
+    // Every destination starts on 4 KiB pages; a trial advises huge pages
+    // destination by destination as their first requests are handed out.
+    let trial = match options.huge_pages {
+        HugePages::Auto => huge_page_trial(total, direct.is_some()),
+        _ => None,
+    };
+    advise_destinations(&mut dests, options.huge_pages);
     let parts = plan(dests, piece, file.header().data_start());
     let threads = match (options.threads, &direct) {
         (0, Some(_)) => LoadOptions::COLD_THREADS,
@@ -350,6 +381,7 @@ fn run(
         let reader = Reader {
             file,
             direct: direct.as_ref(),
+            trial: None,
         };
         let mut buffers = Buffers::default();
         for part in parts {
@@ -375,6 +407,7 @@ fn run(
         error: None,
         running: threads,
         finished: vec![false; begins.len()],
+        huge_until: 0,
     });
     let wake_workers = Condvar::new();
     let done = AtomicU64::new(0);
@@ -383,6 +416,7 @@ fn run(
         reader: Reader {
             file,
             direct: direct.as_ref(),
+            trial: trial.as_ref(),
         },
         shared: &shared,
         wake_workers: &wake_workers,

@@ -5,7 +5,7 @@
 //! the destination reads no partial block inside a tensor), runs of small
 //! neighbouring tensors joined into one.
 
-use super::{Destination, SMALL};
+use super::{Destination, HUGE_PAGE, SMALL};
 use crate::dtype::Dtype;
 use crate::io::DIRECT_ALIGN;
 use crate::table::TensorInfo;
@@ -29,6 +29,22 @@ pub(super) struct Part<'a> {
     /// Source bytes.
     pub(super) len: usize,
     pub(super) members: Vec<Member<'a>>,
+    /// On the first request of a copy read straight into a destination of
+    /// at least [`HUGE_PAGE`] bytes: that whole destination (its address
+    /// and length) and where its tensor ends in the data section, for the
+    /// huge-page choice made when the request is handed out.
+    pub(super) span: Option<Span>,
+    /// Whether the destination was advised huge pages when the request was
+    /// handed out (set then).
+    pub(super) huge: bool,
+}
+
+/// A whole destination, as numbers (see [`Part::span`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Span {
+    pub(super) addr: usize,
+    pub(super) len: usize,
+    pub(super) end: u64,
 }
 
 impl<'a> Part<'a> {
@@ -39,6 +55,8 @@ impl<'a> Part<'a> {
             begin: info.begin + offset,
             len,
             members: vec![Member { info, to, len, dst }],
+            span: None,
+            huge: false,
         }
     }
 
@@ -76,6 +94,8 @@ pub(super) fn plan(
                 begin: d.info.begin,
                 len: 0,
                 members: Vec::new(),
+                span: None,
+                huge: false,
             });
             r.len += len as usize;
             r.members.push(Member {
@@ -90,6 +110,12 @@ pub(super) fn plan(
         if d.to == d.info.dtype && piece as u64 >= DIRECT_ALIGN {
             // Each cut at the last block boundary before the next `piece`.
             let at = data_start + d.info.begin;
+            let span = (d.dst.len() >= HUGE_PAGE).then_some(Span {
+                addr: d.dst.as_ptr() as usize,
+                len: d.dst.len(),
+                end: d.info.end,
+            });
+            let first = parts.len();
             let (mut offset, mut rest) = (0u64, d.dst);
             while !rest.is_empty() {
                 let cut = (at + offset + piece as u64) / DIRECT_ALIGN * DIRECT_ALIGN - at;
@@ -98,6 +124,9 @@ pub(super) fn plan(
                 parts.push(Part::of(d.info, d.to, offset, n, dst));
                 offset += n as u64;
                 rest = tail;
+            }
+            if let Some(p) = parts.get_mut(first) {
+                p.span = span;
             }
             continue;
         }

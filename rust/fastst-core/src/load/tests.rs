@@ -199,9 +199,9 @@ fn advice_at(addr: usize) -> &'static str {
 }
 
 /// Huge pages: `Avoid` advises every large destination against them,
-/// `Keep` leaves all alone, `Auto` asks for them when the load reads
-/// around the page cache (the file's data mostly not cached) and leaves
-/// them alone otherwise; small destinations are never touched.
+/// `Keep` leaves all alone, `Auto` advises against them for a load under
+/// `PROBED` bytes, cold or warm (a larger cold one asks the probe); small
+/// destinations are never touched.
 #[test]
 #[cfg(target_os = "linux")]
 fn huge_page_advice_follows_the_choice() {
@@ -224,9 +224,9 @@ fn huge_page_advice_follows_the_choice() {
         (HugePages::Avoid, false, false, "nh"),
         (HugePages::Avoid, false, true, "nh"),
         (HugePages::Auto, true, false, "nh"),
-        (HugePages::Auto, true, true, "hg"),
+        (HugePages::Auto, true, true, "nh"),
         (HugePages::Auto, false, false, "nh"),
-        (HugePages::Auto, false, true, "hg"),
+        (HugePages::Auto, false, true, "nh"),
     ] {
         let to = if convert { Dtype::F32 } else { Dtype::Bf16 };
         let width = if convert { 4 } else { 2 };
@@ -274,6 +274,15 @@ fn huge_page_advice_follows_the_choice() {
         assert!(big[..] == expected(&data, b, to)[..]);
         assert!(little[..] == expected(&data, sm, to)[..]);
     }
+}
+
+/// `Auto` probes only loads that read around the page cache into at least
+/// `PROBED` bytes; the others take 4 KiB pages.
+#[test]
+fn only_large_cold_loads_may_take_huge_pages() {
+    assert!(super::huge_page_trial(super::PROBED - 1, true).is_none());
+    assert!(super::huge_page_trial(u64::MAX, false).is_none());
+    assert!(super::huge_page_trial(0, true).is_none());
 }
 
 /// A file of tensors `(name, dtype, bytes)` laid out back to back.
@@ -406,16 +415,69 @@ fn plan_runs_small_neighbours_and_splits_large_tensors() {
     }
 }
 
-/// Huge-page advice for copies looks at the pages of the tensors
+/// The first request of a copy into a destination of 2 MiB or more
+/// carries that whole destination (for the huge-page trial), no other one
+/// does: not its later requests, not a smaller copy, not a conversion.
+#[test]
+fn the_first_request_of_a_large_copy_spans_its_destination() {
+    let mib = 1 << 20;
+    let (f, _) = layout(&[
+        ("a", Dtype::U8, 100),
+        ("b", Dtype::U8, mib + 5),
+        ("g", Dtype::F16, 3 * mib + 2),
+    ]);
+    let file = open(&f.0, Backend::Pread);
+    let infos: Vec<&TensorInfo> = ["a", "b", "g"]
+        .iter()
+        .map(|n| file.header().require(n).unwrap())
+        .collect();
+    for convert in [false, true] {
+        let mut outs: Vec<Vec<u8>> = infos
+            .iter()
+            .map(|t| {
+                let wide = convert && t.dtype == Dtype::F16;
+                vec![0u8; t.byte_len() as usize * if wide { 2 } else { 1 }]
+            })
+            .collect();
+        let g_at = (outs[2].as_ptr() as usize, outs[2].len());
+        let dests = infos
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(info, dst)| Destination {
+                info,
+                to: if convert && info.dtype == Dtype::F16 {
+                    Dtype::F32
+                } else {
+                    info.dtype
+                },
+                dst,
+            })
+            .collect();
+        let parts = plan(dests, mib, file.header().data_start());
+        let spans: Vec<_> = parts
+            .iter()
+            .filter_map(|p| p.span.map(|s| (p.begin, s.addr, s.len, s.end)))
+            .collect();
+        assert!(parts.iter().all(|p| !p.huge));
+        let g = file.header().require("g").unwrap();
+        if convert {
+            assert!(spans.is_empty());
+        } else {
+            assert_eq!(spans, vec![(g.begin, g_at.0, g_at.1, g.end)]);
+        }
+    }
+}
+
+/// The cold/warm choice (direct reads) looks at the pages of the tensors
 /// loaded, not at the rest of the file.
 #[test]
 #[cfg(target_os = "linux")]
-fn huge_page_advice_looks_at_the_loaded_tensors_pages() {
+fn the_cold_choice_looks_at_the_loaded_tensors_pages() {
     let big = 4 << 20;
     let (f, data) = layout(&[("a", Dtype::U8, big), ("b", Dtype::U8, big)]);
     let file = open(&f.0, Backend::Pread);
     let start = file.header().data_start();
-    for (cached, load, advised) in [("a", "b", "hg"), ("a", "a", "nh"), ("b", "a", "hg")] {
+    for (cached, load, cold) in [("a", "b", true), ("a", "a", false), ("b", "a", true)] {
         if !crate::io::drop_cached(file.raw()) {
             return; // a file system that keeps everything cached
         }
@@ -426,17 +488,16 @@ fn huge_page_advice_looks_at_the_loaded_tensors_pages() {
         file.read_at(start + info.begin, &mut warm, cached).unwrap();
         let info = file.header().require(load).unwrap();
         let mut dst = memmap2::MmapMut::map_anon(big).unwrap();
-        let at = dst.as_ptr() as usize + big / 2;
         let dests = vec![Destination {
             info,
             to: info.dtype,
             dst: &mut dst,
         }];
+        assert_eq!(mostly_uncached(&file, &dests), cold, "{cached} {load}");
         assert_eq!(
             load_into(&file, dests, LoadOptions::default(), None).unwrap(),
             Outcome::Done
         );
-        assert_eq!(advice_at(at / 4096 * 4096), advised, "{cached} {load}");
         assert!(dst[..] == data[info.begin as usize..info.end as usize]);
     }
 }
@@ -564,6 +625,7 @@ fn a_worker_leaves_when_nothing_is_left_whatever_the_limit() {
             error: None,
             running: 1,
             finished: Vec::new(),
+            huge_until: 0,
         });
         let (wake_workers, done) = (Condvar::new(), AtomicU64::new(0));
         let caller = std::thread::current();
@@ -571,6 +633,7 @@ fn a_worker_leaves_when_nothing_is_left_whatever_the_limit() {
             reader: Reader {
                 file: &file,
                 direct: None,
+                trial: None,
             },
             shared: &shared,
             wake_workers: &wake_workers,
@@ -617,6 +680,7 @@ fn a_load_that_failed_or_was_stopped_is_halted() {
         error,
         running: 1,
         finished: Vec::new(),
+        huge_until: 0,
     };
     assert!(!shared(false, None).halted());
     assert!(shared(true, None).halted());
@@ -935,6 +999,7 @@ fn cold_copies_into_any_destination_need_no_bounce_buffer() {
         let reader = Reader {
             file: &file,
             direct: direct.as_ref(),
+            trial: None,
         };
         let mut buffers = Buffers::default();
         let parts = plan(dests, 1 << 20, start);

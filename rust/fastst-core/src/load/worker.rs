@@ -26,6 +26,9 @@ pub(super) struct Worker<'s, 'a> {
 pub(super) struct Reader<'s> {
     pub(super) file: &'s MappedFile,
     pub(super) direct: Option<&'s DirectFile>,
+    /// Huge pages while they stay cheap (a cold load, where the probe
+    /// found them cheaper).
+    pub(super) trial: Option<&'s io::Trial>,
 }
 
 /// One reading thread's buffers, allocated on first use: `bounce` as large
@@ -83,8 +86,17 @@ impl<'a> Worker<'_, 'a> {
             }
             if g.issued < g.limit || g.queue.len() == 0 {
                 let at = g.finished.len() - g.queue.len();
-                let part = g.queue.next()?;
+                let mut part = g.queue.next()?;
                 g.issued += part.len as u64;
+                if let Some(trial) = self.reader.trial {
+                    // Advised here, under the lock, before any request of
+                    // the destination can be read.
+                    if let (Some(span), true) = (part.span, trial.on()) {
+                        trial.advise(span.addr, span.len);
+                        g.huge_until = span.end;
+                    }
+                    part.huge = part.begin < g.huge_until;
+                }
                 return Some((at, part));
             }
             g = self
@@ -103,6 +115,9 @@ impl Reader<'_> {
         let len = part.len;
         if part.is_direct_copy() {
             let m = &mut part.members[0];
+            if let (Some(trial), true) = (self.trial, part.huge) {
+                trial.fault_in(m.dst);
+            }
             if let Some(direct) = self.direct {
                 let scratch = buffer(&mut buffers.scratch, 0, &m.info.name)?;
                 let done = direct.read_into(start, m.dst, scratch.as_mut_slice());

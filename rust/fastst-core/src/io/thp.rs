@@ -1,0 +1,372 @@
+//! Whether transparent huge pages are cheaper than 4 KiB pages for fresh
+//! memory on this host, right now: a probe of the first faults.
+//!
+//! Filling fresh memory costs its page faults, and what a fault costs
+//! depends on the host more than on the loader. A huge page is one fault
+//! but 2 MiB to find free and to clear at once; on a virtual machine whose
+//! free memory the host takes back (free page reporting, ballooning: free
+//! 2 MiB blocks are exactly what is handed back first), each huge page
+//! must first be faulted in again on the host, 512 pages at a time, inside
+//! the guest's fault. Depending on how long the memory has been free,
+//! that makes huge pages several times cheaper or several times dearer
+//! than 4 KiB pages, from one load to the next (figures: benches/README.md).
+//! So a load that fills much fresh memory asks first: it faults in a few
+//! huge pages and as many bytes of 4 KiB pages in a scratch mapping, and
+//! compares the CPU time of each (the thread's own: time the scheduler
+//! gave to other work does not count, time the host spent faulting the
+//! memory in does).
+//!
+//! A probe sees only the first free blocks: on such a host the cheap huge
+//! pages (memory the host still backs) come first and run out part-way
+//! through a large load, after which every huge page is the dear kind. So
+//! where the probe finds huge pages cheaper, the load goes on checking
+//! ([`Trial`]): each request's destination is faulted in before its read
+//! and timed, and the first [`WINDOW`] of requests whose huge pages cost
+//! more per byte than the probe's 4 KiB pages ends the trial: the rest of
+//! the load takes 4 KiB pages. (A window, not a request: dear pages come
+//! scattered among the cheap ones before they take over.) Such a verdict
+//! holds for the loads that start in the [`REMEMBERED`] after it (the
+//! shards of a checkpoint, the files of a model): they take 4 KiB pages
+//! without a probe or a trial.
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use memmap2::MmapMut;
+
+/// Bytes faulted in per side: four huge pages, 2048 small ones.
+const PROBE: usize = 8 << 20;
+
+/// A transparent huge page (x86-64, aarch64 with 4 KiB pages).
+const HUGE: usize = 2 << 20;
+
+/// What the probe measured: CPU time of faulting in [`PROBE`] bytes as
+/// huge pages, and as 4 KiB pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultProbe {
+    /// Huge pages (`None`: the kernel gives none, or the probe could not run).
+    pub huge: Option<Duration>,
+    /// 4 KiB pages.
+    pub small: Duration,
+}
+
+impl FaultProbe {
+    /// Whether huge pages measured clearly cheaper: by at least a quarter,
+    /// so that noise of equal costs keeps the steadier 4 KiB pages.
+    pub fn huge_pages_win(&self) -> bool {
+        self.huge
+            .is_some_and(|h| h.saturating_mul(4) < self.small.saturating_mul(3))
+    }
+}
+
+/// Bytes of requests whose faults are compared, together, with what 4 KiB
+/// pages would have cost.
+pub(crate) const WINDOW: usize = 64 << 20;
+
+/// How long a trial that ended on dear huge pages keeps later loads on
+/// 4 KiB pages.
+pub(crate) const REMEMBERED: Duration = Duration::from_secs(10);
+
+/// When (nanoseconds after [`epoch`], plus one; 0: never) a trial last
+/// ended on dear huge pages, in this process.
+static DEAR_AT: AtomicU64 = AtomicU64::new(0);
+
+/// The process's own zero of time for [`DEAR_AT`].
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Now, as [`DEAR_AT`] counts (never 0).
+fn now_mark() -> u64 {
+    u64::try_from(epoch().elapsed().as_nanos())
+        .unwrap_or(u64::MAX - 1)
+        .saturating_add(1)
+}
+
+/// Whether a trial ended on dear huge pages less than [`REMEMBERED`]
+/// before `now` (marks of [`now_mark`]; `at` 0: never).
+fn dear_within(at: u64, now: u64) -> bool {
+    at != 0 && now.saturating_sub(at) < REMEMBERED.as_nanos() as u64
+}
+
+/// Whether a trial of this process ended on dear huge pages lately.
+pub(crate) fn recently_dear() -> bool {
+    dear_within(DEAR_AT.load(Ordering::Relaxed), now_mark())
+}
+
+/// Huge pages for a load's destinations while they stay cheaper than 4 KiB
+/// pages (see the module's documentation).
+#[derive(Debug)]
+pub(crate) struct Trial {
+    on: AtomicBool,
+    /// What 4 KiB pages cost, per MiB faulted in (from the probe).
+    small_per_mib: Duration,
+    /// The faults of the window so far: CPU time, bytes.
+    window: Mutex<(Duration, usize)>,
+}
+
+impl Trial {
+    /// A trial, when `probe` found huge pages clearly cheaper.
+    pub(crate) fn after(probe: FaultProbe) -> Option<Trial> {
+        probe.huge_pages_win().then(|| Trial {
+            on: AtomicBool::new(true),
+            small_per_mib: probe.small / (PROBE >> 20) as u32,
+            window: Mutex::new((Duration::ZERO, 0)),
+        })
+    }
+
+    /// Whether destinations still take huge pages.
+    pub(crate) fn on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    /// Advises the whole pages of the `len` bytes at `addr` (a destination
+    /// of the load, memory it holds until it ends) `MADV_HUGEPAGE`, before
+    /// anything faults them in.
+    pub(crate) fn advise(&self, addr: usize, len: usize) {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            let page = 4096;
+            let Some(end) = addr.checked_add(len) else {
+                return;
+            };
+            let (start, stop) = (addr.div_ceil(page) * page, end / page * page);
+            if stop <= start {
+                return;
+            }
+            // SAFETY: `[start, stop)` is a whole-page span inside a
+            // destination of the running load, memory that stays allocated
+            // until the load ends; the advice only changes how pages
+            // faulted in later are backed, never their contents, so the
+            // threads reading into other parts of it are not affected.
+            unsafe {
+                libc::madvise(
+                    start as *mut libc::c_void,
+                    stop - start,
+                    libc::MADV_HUGEPAGE,
+                );
+            }
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        let _ = (addr, len);
+    }
+
+    /// Before a read into `dst` (part of a destination advised huge):
+    /// while the trial is on, faults `dst` in (`MADV_POPULATE_WRITE`) and
+    /// ends the trial once a [`WINDOW`] of such requests cost more per byte
+    /// than 4 KiB pages (at once where the kernel cannot populate); once it
+    /// is off, advises `dst` back to 4 KiB pages.
+    pub(crate) fn fault_in(&self, dst: &mut [u8]) {
+        if !self.on() {
+            super::advise_huge_pages(dst, false);
+            return;
+        }
+        let Some(took) = populate(dst) else {
+            self.on.store(false, Ordering::Relaxed);
+            return;
+        };
+        let mut w = self.window.lock().unwrap_or_else(PoisonError::into_inner);
+        w.0 = w.0.saturating_add(took);
+        w.1 = w.1.saturating_add(dst.len());
+        if w.1 >= WINDOW {
+            let mib = u32::try_from(w.1 >> 20).unwrap_or(u32::MAX);
+            if w.0 > self.small_per_mib.saturating_mul(mib) {
+                self.on.store(false, Ordering::Relaxed);
+                DEAR_AT.store(now_mark(), Ordering::Relaxed);
+            }
+            *w = (Duration::ZERO, 0);
+        }
+    }
+}
+
+/// Faults in the whole pages of `mem` writable (`MADV_POPULATE_WRITE`,
+/// Linux 5.14+; the contents do not change: fresh pages read as zeros
+/// either way) and returns the CPU time this thread spent doing it; `None`
+/// where the kernel cannot.
+fn populate(mem: &mut [u8]) -> Option<Duration> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let page = 4096;
+        let addr = mem.as_mut_ptr() as usize;
+        let end = addr.checked_add(mem.len())?;
+        let (start, stop) = (addr.div_ceil(page) * page, end / page * page);
+        if stop <= start {
+            return Some(Duration::ZERO);
+        }
+        let before = thread_cpu()?;
+        // SAFETY: `[start, stop)` is a whole-page span inside `mem`, memory
+        // borrowed mutably for the call; populating faults pages in without
+        // changing what they hold (a page not yet in memory reads as zeros
+        // either way).
+        let r = unsafe {
+            libc::madvise(
+                start as *mut libc::c_void,
+                stop - start,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+        if r != 0 {
+            return None;
+        }
+        Some(thread_cpu()?.saturating_sub(before))
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = mem;
+        None
+    }
+}
+
+/// Faults in [`PROBE`] bytes of fresh anonymous memory as huge pages and
+/// as many as 4 KiB pages, and returns the CPU time of each. `None` when
+/// the memory for it cannot be had.
+pub fn probe_faults() -> Option<FaultProbe> {
+    let mut map = MmapMut::map_anon(2 * PROBE + HUGE).ok()?;
+    let base = map.as_ptr() as usize;
+    let skip = (HUGE - base % HUGE) % HUGE;
+    let (huge, small) = map[skip..skip + 2 * PROBE].split_at_mut(PROBE);
+    let thp = thp_enabled();
+    super::advise_huge_pages(small, false);
+    if thp {
+        super::advise_huge_pages(huge, true);
+    }
+    // Half of each, in turn, so that a passing disturbance falls on both.
+    let (h1, h2) = huge.split_at_mut(PROBE / 2);
+    let (s1, s2) = small.split_at_mut(PROBE / 2);
+    let mut times = [Duration::ZERO; 2];
+    for (i, part) in [h1, s1, h2, s2].into_iter().enumerate() {
+        times[i % 2] += touch(part)?;
+    }
+    Some(FaultProbe {
+        huge: thp.then_some(times[0]),
+        small: times[1],
+    })
+}
+
+/// Writes one byte in every 4 KiB of `mem` (faulting it in) and returns
+/// the CPU time this thread spent doing it.
+fn touch(mem: &mut [u8]) -> Option<Duration> {
+    let start = thread_cpu()?;
+    for b in mem.iter_mut().step_by(4096) {
+        // SAFETY: `b` is a valid, exclusive reference into `mem`; the
+        // volatile write only keeps the compiler from eliding a store whose
+        // value is never read (the store is what faults the page in).
+        unsafe { std::ptr::write_volatile(b, 1) };
+    }
+    Some(thread_cpu()?.saturating_sub(start))
+}
+
+/// This thread's CPU time so far.
+#[cfg(unix)]
+fn thread_cpu() -> Option<Duration> {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec at the address given, a
+    // local of the right type.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    if r != 0 {
+        return None;
+    }
+    Some(Duration::new(
+        u64::try_from(t.tv_sec).ok()?,
+        u32::try_from(t.tv_nsec).ok()?,
+    ))
+}
+
+#[cfg(not(unix))]
+fn thread_cpu() -> Option<Duration> {
+    None
+}
+
+/// Whether the kernel gives transparent huge pages to memory advised
+/// `MADV_HUGEPAGE` (`enabled` is `always` or `madvise`).
+fn thp_enabled() -> bool {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .is_ok_and(|s| s.contains("[always]") || s.contains("[madvise]"))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn huge_pages_win_only_when_clearly_cheaper() {
+        let ms = Duration::from_millis;
+        let probe = |huge, small| FaultProbe { huge, small };
+        assert!(probe(Some(ms(1)), ms(4)).huge_pages_win());
+        assert!(probe(Some(ms(7)), ms(10)).huge_pages_win());
+        assert!(!probe(Some(ms(8)), ms(10)).huge_pages_win());
+        assert!(!probe(Some(ms(10)), ms(10)).huge_pages_win());
+        assert!(!probe(Some(ms(40)), ms(10)).huge_pages_win());
+        assert!(!probe(None, ms(10)).huge_pages_win());
+        assert!(!probe(Some(Duration::MAX), Duration::MAX).huge_pages_win());
+    }
+
+    /// A trial starts only after a probe that found huge pages cheaper,
+    /// goes on while a window of requests costs no more than 4 KiB pages,
+    /// ends at the first window that costs more; after it, requests are
+    /// advised back to 4 KiB pages. Bytes never change.
+    #[test]
+    fn a_trial_ends_at_the_first_dear_window() {
+        let ms = Duration::from_millis;
+        assert!(Trial::after(FaultProbe {
+            huge: Some(ms(9)),
+            small: ms(10)
+        })
+        .is_none());
+        let probe = FaultProbe {
+            huge: Some(ms(1)),
+            small: ms(8),
+        };
+        let trial = Trial::after(probe).unwrap();
+        assert_eq!(trial.small_per_mib, ms(1));
+        let mut mem = memmap2::MmapMut::map_anon(4 << 20).unwrap();
+        mem[5] = 7;
+        trial.fault_in(&mut mem[..]);
+        assert_eq!(mem[5], 7);
+        assert!(trial.on());
+        // Dearer than 4 KiB pages (no time allowed at all): the trial
+        // ends once a window's worth of requests was faulted in, not before.
+        let dear = Trial {
+            on: AtomicBool::new(true),
+            small_per_mib: Duration::ZERO,
+            window: Mutex::new((Duration::ZERO, 0)),
+        };
+        let mut fresh = memmap2::MmapMut::map_anon(WINDOW).unwrap();
+        dear.advise(fresh.as_ptr() as usize, fresh.len());
+        let (first, rest) = fresh.split_at_mut(WINDOW / 2);
+        dear.fault_in(first);
+        assert!(dear.on());
+        dear.fault_in(rest);
+        assert!(!dear.on());
+        dear.fault_in(&mut fresh[..4096]);
+        assert!(!dear.on());
+        assert!(fresh.iter().all(|&b| b == 0));
+    }
+
+    /// A dear verdict holds for [`REMEMBERED`], then loads ask again.
+    #[test]
+    fn a_dear_verdict_holds_for_a_while() {
+        let s = |secs: u64| secs * 1_000_000_000 + 1;
+        assert!(!dear_within(0, s(1)));
+        assert!(dear_within(s(5), s(5)));
+        assert!(dear_within(s(5), s(14)));
+        assert!(!dear_within(s(5), s(15)));
+        assert!(!dear_within(s(5), s(100)));
+        assert!(now_mark() >= 1);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_probe_measures_both_sides() {
+        let p = probe_faults().unwrap();
+        assert!(p.small > Duration::ZERO);
+        assert_eq!(p.huge.is_some(), thp_enabled());
+    }
+}
