@@ -16,11 +16,12 @@ import os
 import sys
 import types
 from collections import defaultdict  # noqa: F401 (in the reference module's namespace too)
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from . import _frameworks
 from ._frameworks.io import FrameworkIO
-from ._write.sharded import write_sharded
+from ._write.sharded import write_sharded, write_sharded_from
+from ._write.streaming import Layout
 
 try:
     import torch
@@ -98,7 +99,7 @@ def save_file(
 
 
 def save_sharded(
-    tensors: Dict[str, torch.Tensor],
+    tensors: Union[Mapping[str, torch.Tensor], Iterable[Tuple[str, torch.Tensor]]],
     folder: PathLike,
     *,
     max_shard_size: Union[int, str] = "5GB",
@@ -108,6 +109,7 @@ def save_sharded(
     shared_tensors_to_discard: Optional[List[str]] = None,
     align: Optional[int] = None,
     storage_options: Optional[Mapping[str, str]] = None,
+    layout: Optional[Layout] = None,
 ) -> str:
     """Writes ``tensors`` as a sharded checkpoint in ``folder`` (shards of at
     most ``max_shard_size`` bytes plus ``{prefix}.safetensors.index.json``,
@@ -125,7 +127,29 @@ def save_sharded(
     passed to each shard's :func:`save_file`. A URL prefix
     (``s3://bucket/run/``, configured by ``storage_options``) gets shards
     whose names carry a part of this save's own and the index last (see
-    ``docs/remote.md``); the index's URL is returned."""
+    ``docs/remote.md``); the index's URL is returned.
+
+    With ``layout`` (``name -> (dtype, shape)``, as for
+    :func:`fastst.open_writer`), the shards are planned from it and
+    ``tensors`` may be any iterable of ``(name, tensor)`` pairs (a
+    generator), each written at its place as it comes, so a checkpoint
+    larger than memory can be saved (see :func:`fastst.open_sharded_writer`;
+    local folders only). The layout names exactly what is stored: tied
+    weights are not looked for, and every shard's metadata has
+    ``"format": "pt"``."""
+    if layout is not None:
+        return write_sharded_from(
+            tensors,
+            folder,
+            layout,
+            max_shard_size=max_shard_size,
+            metadata={"format": "pt", **(metadata or {})},
+            prefix=prefix,
+            align=align,
+            storage_options=storage_options,
+        )
+    if not isinstance(tensors, Mapping):
+        raise TypeError("save_sharded takes a dict, or (name, tensor) pairs and layout=")
     save_one = _io.shard_saver(folder, align, storage_options)
     state = dict(tensors)
     dropped: Dict[str, str] = {}
