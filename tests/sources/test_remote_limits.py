@@ -239,7 +239,15 @@ _WAITS = {
 def _interrupt(args: list, hung: Scripted) -> subprocess.CompletedProcess:
     """Runs ``args``, sends SIGINT once the server holds one of its requests, and returns what
     the process did; it must end within 30 s (the deadline of reads is 120 s)."""
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Started with Ctrl-C's default action, as from a terminal (a runner that started the
+    # tests in the background has SIGINT ignored, and children inherit that).
+    proc = subprocess.Popen(
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         limit = time.monotonic() + 60
         while hung.hung == 0 and proc.poll() is None and time.monotonic() < limit:

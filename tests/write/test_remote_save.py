@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import json
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -288,6 +289,9 @@ def test_ctrl_c_while_waiting_for_the_store_aborts_the_upload(site: Site) -> Non
         Fault("call", call=lambda: slow.wait(10), method="PUT", path="partNumber=1&", ranged=False)
     )
     timer = threading.Timer(0.5, _thread.interrupt_main)
+    # Ctrl-C's Python handler, as in an interactive process (a runner that started the tests
+    # in the background has SIGINT ignored, and interrupt_main then does nothing).
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.monotonic()
     timer.start()
     try:
@@ -297,6 +301,7 @@ def test_ctrl_c_while_waiting_for_the_store_aborts_the_upload(site: Site) -> Non
     finally:
         timer.cancel()
         slow.set()
+        signal.signal(signal.SIGINT, handler)
     assert [r.status for r in site.proxy.records if r.method == "DELETE"] == [204]
     assert _object(site) == b"the old object"
 
