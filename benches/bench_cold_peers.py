@@ -17,7 +17,7 @@ complete report when the first arrived, as do fastst's ``*-stream`` cases, ``ite
 fastst's other whole loads return every tensor at once, so ``fastst-first`` measures opening
 the file and loading its first tensor alone), peak RSS
 (``VmHWM``) and ``AnonHugePages`` of ``/proc/self/smaps_rollup`` after the load. Measurements
-run round-robin, each round starting one place further on.
+run in rounds, every case once per round.
 
 Peers, at their defaults: ``runai-model-streamer`` (``SafetensorsStreamer().stream_file``,
 tensors iterated with ``get_tensors``), ``fastsafetensors`` on the CPU
@@ -45,6 +45,13 @@ waits S seconds between emptying the cache and the load: on a virtual machine wh
 back free memory, memory freed just before a load (by ``drop_caches``) is still backed by the
 host for a few seconds, which a long-running host's free memory is not. Peers that are not
 installed are left out, with a line saying so.
+
+The cases of a round run in a new order each round (``--seed``): what the process before
+freed decides what memory a cold load gets. ``drop_caches`` frees the page cache the case
+before filled (``cat`` fills 2.2 GB, direct reads nothing), and on a virtual machine whose host
+takes back free memory, memory freed a moment ago is still backed (cheap to fault in, huge
+pages most of all) where memory freed seconds ago is not. In a fixed order every case would
+follow the same neighbour (``floor`` always after ``cat``) and inherit its luck.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -442,6 +450,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument(
         "--settle", type=float, default=0.0, help="seconds between drop_caches and a cold load"
     )
+    parser.add_argument("--seed", type=int, default=1, help="of the order of each round")
     parser.add_argument("--json", help="also write every measurement as JSON to this file")
     args = parser.parse_args(argv)
     # Stopped by a signal, the busy mode's processes are stopped too (its `finally`).
@@ -465,12 +474,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     ]
     runs: Dict[Tuple[str, str, str, str], List[dict]] = {}
     modes = [m for m in args.busy.split(",") if m]
+    shuffler = random.Random(args.seed)
     print(f"transparent huge pages: {thp_settings()}")
     for how in modes:
         with busy(how, HERE.parent):
             for r in range(args.rounds):
-                k = r % len(units)
-                for mode, inp, case in units[k:] + units[:k]:
+                # A new order each round: what the case before freed decides what memory a
+                # cold load gets (see the module's docstring).
+                order = list(units)
+                shuffler.shuffle(order)
+                for mode, inp, case in order:
                     before = host_state()
                     got = measure(case, inputs[inp], mode, args.settle)
                     got["host"], got["grew"] = before, growth(before, host_state())
