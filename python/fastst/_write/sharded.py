@@ -45,8 +45,7 @@ import os
 import re
 import threading
 from collections import abc
-from types import TracebackType
-from typing import Any, Callable, Dict, List, Mapping, Optional, Type
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from .._errors import closed_file_error, rule_error
 from .._fastst import link_file
@@ -55,7 +54,14 @@ from .._settings import parse_size
 from .._sources.folders import UNFINISHED, own_shard, shard_name
 from . import remote as _remote
 from .atomic import replace_bytes
-from .streaming import Layout, TensorWriter, element_count, layout_entries, tensor_bytes
+from .streaming import (
+    Layout,
+    TensorWriter,
+    WholeOrNothing,
+    element_count,
+    layout_entries,
+    tensor_bytes,
+)
 
 __all__ = [
     "plan_shards",
@@ -255,7 +261,7 @@ def write_sharded_from(
     return writer.index_path
 
 
-class ShardedWriter:
+class ShardedWriter(WholeOrNothing):
     """A sharded checkpoint being written from its layout; made by
     :func:`open_sharded_writer` (see there). Use it as a context manager, or
     call :meth:`close` (or :meth:`abort`) yourself. Safe to share between
@@ -373,20 +379,6 @@ class ShardedWriter:
         for writer in self._writers:
             writer.abort()
         self._save.discard()
-
-    def __enter__(self) -> ShardedWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self.missing())} tensors to write"

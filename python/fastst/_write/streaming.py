@@ -25,7 +25,18 @@ import os
 import sys
 from collections import abc
 from types import TracebackType
-from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import (
+    Any,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+)
 
 from .._dtypes import FACTS, NUMPY_DTYPES, target_dtype
 from .._errors import SafetensorError, rule_error
@@ -145,7 +156,35 @@ def _framework_input(name: str, value: Any, keep_alive: List[Any]) -> Any:
     return value
 
 
-class TensorWriter:
+_W = TypeVar("_W", bound="WholeOrNothing")
+
+
+class WholeOrNothing:
+    """The ``with`` protocol of fastst's writers: a block that ends cleanly
+    saves (``close()``), one that raises discards (``abort()``)."""
+
+    def close(self) -> Any:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _W) -> _W:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class TensorWriter(WholeOrNothing):
     """A ``.safetensors`` file being written from its layout; made by
     :func:`open_writer` (see there). Use it as a context manager, or call
     :meth:`close` (or :meth:`abort`) yourself. Safe to share between
@@ -253,20 +292,6 @@ class TensorWriter:
         """Discards the file: nothing is saved and the target is left as it
         was. Does nothing once closed."""
         self._native.abort()
-
-    def __enter__(self) -> TensorWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self.missing())} tensors to write"
