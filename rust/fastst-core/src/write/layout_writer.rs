@@ -16,7 +16,7 @@
 //! A durable writer writes around the page cache where the file system
 //! allows it, as durable saves do (see [`super::writeback`]): the whole
 //! aligned blocks inside a tensor go through a page-aligned buffer of
-//! [`DIRECT_CHUNK`] bytes per tensor being written to a second, `O_DIRECT`
+//! [`BLOCK_BUFFER`] bytes per tensor being written to a second, `O_DIRECT`
 //! descriptor of the file; the few bytes at a tensor's edges, which share a
 //! block with the header or a neighbour, go through the page cache. No block
 //! is written both ways, and the commit's `fsync` flushes both.
@@ -32,10 +32,13 @@ use memmap2::MmapMut;
 
 use super::atomic::AtomicFile;
 use super::plan::{PlannedTensor, WritePlan};
-use super::writeback::DIRECT_CHUNK;
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::io::{reopen_direct_for_writing, sync_range, write_all_at, SyncRange, DIRECT_ALIGN};
+
+/// Bytes of the aligned buffer through which a tensor's whole blocks are
+/// written directly (one per tensor being written, pooled between them).
+pub const BLOCK_BUFFER: usize = 4 << 20;
 
 /// How many missing tensors a [`Error::TensorsMissing`] message names.
 const NAMED_MISSING: usize = 5;
@@ -412,7 +415,7 @@ impl TensorWrite<'_> {
                 let pooled = self.writer.pool().pop();
                 match pooled {
                     Some(buffer) => buffer,
-                    None => MmapMut::map_anon(DIRECT_CHUNK)?,
+                    None => MmapMut::map_anon(BLOCK_BUFFER)?,
                 }
             }
         };
@@ -566,7 +569,7 @@ mod tests {
     fn durable_writes_of_unaligned_tensors_give_the_serialized_bytes() {
         let dir = temp_dir("direct");
         let path = dir.join("m.safetensors");
-        let sizes = [3usize, 5000, 4096, 3 * (DIRECT_CHUNK + 12_345), 70_000, 1];
+        let sizes = [3usize, 5000, 4096, 3 * (BLOCK_BUFFER + 12_345), 70_000, 1];
         let tensors: Vec<NewTensor> = sizes
             .iter()
             .enumerate()
@@ -603,9 +606,9 @@ mod tests {
             use crate::io::cache_state_of;
             let file = File::open(&path).expect("open");
             // The big tensor's whole blocks, after its first edge block.
-            let start = expected.len() as u64 - 70_001 - 3 * (DIRECT_CHUNK as u64 + 12_345);
+            let start = expected.len() as u64 - 70_001 - 3 * (BLOCK_BUFFER as u64 + 12_345);
             let from = start.div_ceil(4096) * 4096 + 4096;
-            if let Some((cached, _, _)) = cache_state_of(&file, from, 2 * DIRECT_CHUNK as u64) {
+            if let Some((cached, _, _)) = cache_state_of(&file, from, 2 * BLOCK_BUFFER as u64) {
                 assert_eq!(cached, 0, "written around the page cache");
             }
         }

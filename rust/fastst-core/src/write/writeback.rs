@@ -45,11 +45,13 @@ use memmap2::MmapMut;
 
 use crate::io::{set_direct, sync_range, write_all_at, SyncRange, DIRECT_ALIGN};
 
-/// Bytes per direct write (a multiple of [`DIRECT_ALIGN`]).
-pub const DIRECT_CHUNK: usize = 4 << 20;
+/// Bytes per direct write of a sink (a multiple of [`DIRECT_ALIGN`]).
+/// Larger writes and a third buffer measured no faster (benches/README.md,
+/// "Sharded saves"), and each buffer is memory a save holds.
+pub const DIRECT_CHUNK: usize = 2 << 20;
 
-/// Buffers of a direct sink: one being filled while the others are written.
-pub const DIRECT_BUFFERS: usize = 3;
+/// Buffers of a direct sink: one being filled while the other is written.
+pub const DIRECT_BUFFERS: usize = 2;
 
 /// Bytes per writeback window: each window is handed to the device as the
 /// writer leaves it.
