@@ -36,6 +36,15 @@ from fastst._distributed import dcp_commit
 from fastst._distributed.dcp_files import Chunk, Tensor, chunk_table, file_metadata
 from fastst.torch import dcp as fdcp
 from fastst.torch import save_file
+from helpers.dcp_states import (
+    MAPPING,
+    bits,
+    differ,
+    full_tensors,
+    local_bytes,
+    state_dict,
+    tensors_of,
+)
 
 pytestmark = [
     pytest.mark.skipif(
@@ -45,107 +54,6 @@ pytestmark = [
 ]
 
 TIME_LIMIT = 240  # seconds for one spawned group
-
-MAPPING = {
-    "w_row": 1,
-    "w_col": 1,
-    "w_rep": 2,
-    "uneven": 2,
-    "f8": 2,
-    "bias": 1,
-    "embed.weight": 1,
-    "lm_head.weight": 2,
-}
-
-
-# the state dicts ------------------------------------------------------------------
-
-
-def full_tensors() -> Dict[str, torch.Tensor]:
-    """The whole tensors every scenario saves (tied: embed.weight is lm_head.weight)."""
-    g = torch.Generator().manual_seed(7)
-    embed = torch.randn(10, 4, generator=g)
-    return {
-        "w_row": torch.randn(8, 6, generator=g),
-        "w_col": torch.randn(6, 10, generator=g).to(torch.bfloat16),
-        "w_rep": torch.randn(5, generator=g),
-        "uneven": torch.randn(7, 3, generator=g),
-        "f8": torch.randn(6, 4, generator=g).to(torch.float8_e4m3fn),
-        "bias": torch.randn(3, generator=g),
-        "embed.weight": embed,
-        "lm_head.weight": embed,
-    }
-
-
-def placements(kind: str) -> Dict[str, Any]:
-    from torch.distributed.tensor import Replicate, Shard
-
-    if kind == "saved":
-        return {
-            "w_row": Shard(0),
-            "w_col": Shard(1),
-            "w_rep": Replicate(),
-            "uneven": Shard(0),
-            "f8": Shard(0),
-            "embed.weight": Shard(0),
-        }
-    return {  # another placement for every tensor
-        "w_row": Shard(1),
-        "w_col": Shard(0),
-        "w_rep": Shard(0),
-        "uneven": Shard(0),
-        "f8": Replicate(),
-        "embed.weight": Shard(1),
-    }
-
-
-def state_dict(kind: str, empty: bool = False) -> Dict[str, Any]:
-    """DTensors over all ranks (plain tensors for ``bias``), the tied pair one object."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import distribute_tensor
-
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    where = placements(kind)
-    out: Dict[str, Any] = {}
-    for name, full in full_tensors().items():
-        if name == "lm_head.weight":
-            out[name] = out["embed.weight"]
-            continue
-        value = torch.zeros_like(full) if empty else full
-        if name == "bias":
-            out[name] = value.clone()
-        else:
-            out[name] = distribute_tensor(value, mesh, [where[name]], src_data_rank=None)
-    return out
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().contiguous().reshape(-1)
-    return t.view(torch.uint8) if t.numel() else t.to(torch.uint8)
-
-
-def differ(got: Dict[str, Any], want: Dict[str, Any]) -> List[str]:
-    """Names whose local parts differ in dtype, shape or any bit."""
-    from torch.distributed.tensor import DTensor
-
-    bad = []
-    for name, w in want.items():
-        g = got[name]
-        gl = g.to_local() if isinstance(g, DTensor) else g
-        wl = w.to_local() if isinstance(w, DTensor) else w
-        if gl.dtype != wl.dtype or gl.shape != wl.shape or not torch.equal(_bits(gl), _bits(wl)):
-            bad.append(name)
-    return bad
-
-
-def local_bytes(sd: Dict[str, Any]) -> int:
-    from torch.distributed.tensor import DTensor
-
-    total = 0
-    for t in sd.values():
-        local = t.to_local() if isinstance(t, DTensor) else t
-        total += local.numel() * local.element_size()
-    return total
 
 
 class CountingReader(fdcp.StorageReader):
@@ -468,27 +376,6 @@ def test_fsdp2_on_cpu(saved: Dict[str, Any]) -> None:
         assert got["same_output"] and got["differ"] == []
 
 
-def _tensors_of(folder: Path) -> Dict[str, Dict[str, Any]]:
-    """Each consolidated file's tensors (as bytes) and metadata, by file name; the index."""
-    out: Dict[str, Any] = {}
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".safetensors"):
-            with fastst.safe_open(str(folder / name), "np") as f:
-                out[name] = {
-                    "metadata": f.metadata(),
-                    "tensors": {
-                        k: (
-                            f.get_slice(k).get_dtype(),
-                            f.get_slice(k).get_shape(),
-                            f.get_tensor(k).tobytes(),
-                        )
-                        for k in f.keys()
-                    },
-                }
-    out["index"] = json.loads((folder / "model.safetensors.index.json").read_text())
-    return out
-
-
 @pytest.mark.slow
 def test_consolidation_equals_torchs(saved: Dict[str, Any], tmp_path: Path) -> None:
     from torch.distributed.checkpoint._consolidate_hf_safetensors import (
@@ -498,16 +385,16 @@ def test_consolidation_equals_torchs(saved: Dict[str, Any], tmp_path: Path) -> N
     root = saved["root"]
     (tmp_path / "torch").mkdir()
     consolidate_safetensors_files(str(root / "ours" / "sharded"), str(tmp_path / "torch"), MAPPING)
-    theirs = _tensors_of(tmp_path / "torch")
-    assert _tensors_of(root / "ours") == theirs  # consolidated by dcp.save
-    assert _tensors_of(root / "every") == theirs  # split over 2 ranks
+    theirs = tensors_of(tmp_path / "torch")
+    assert tensors_of(root / "ours") == theirs  # consolidated by dcp.save
+    assert tensors_of(root / "every") == theirs  # split over 2 ranks
     # and the whole tensors are the ones saved
     want = full_tensors()
     for name, entry in theirs.items():
         if name == "index":
             continue
         for k, (_dtype, _shape, data) in entry["tensors"].items():
-            assert data == _bits(want[k]).numpy().tobytes(), k
+            assert data == bits(want[k]).numpy().tobytes(), k
 
 
 @pytest.mark.slow
@@ -522,7 +409,7 @@ def test_three_ranks_reshard_read_each_byte_once(saved: Dict[str, Any]) -> None:
             assert got["asked"] == got["local"], (name, got)
         ok(res["every_rank"])
     # the consolidation split over 3 ranks (one has no file to write) equals the one by dcp.save
-    assert _tensors_of(saved["root"] / "every3") == _tensors_of(saved["root"] / "ours")
+    assert tensors_of(saved["root"] / "every3") == tensors_of(saved["root"] / "ours")
 
 
 @pytest.mark.slow

@@ -491,3 +491,56 @@ def test_announcement_points_at_the_importing_line(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["DropinWarning", str(script), "5"]
+
+
+FIRST_IMPORT_RACE = """
+import sys, threading, time
+
+name = sys.argv[1]
+errors = []
+
+
+def first():
+    try:
+        from safetensors.torch import save, load_file
+    except Exception as exc:
+        errors.append(repr(exc))
+
+
+def second():
+    # In as soon as the module is listed, while the first import is still running.
+    while name not in sys.modules:
+        time.sleep(0.0001)
+    try:
+        from safetensors.torch import save, load_file
+        assert callable(save) and callable(load_file)
+        import safetensors.torch as module
+        assert module.save is save
+    except Exception as exc:
+        errors.append(repr(exc))
+
+
+threads = [threading.Thread(target=second) for _ in range(4)]
+threads.append(threading.Thread(target=first))
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(errors)
+"""
+
+
+def test_threads_importing_at_once_right_after_the_switch_all_get_the_module(
+    tmp_path: Path,
+) -> None:
+    """Right after start-up with the switch on, threads running ``from
+    safetensors.torch import save`` while the first such import is under way
+    (the name already listed in ``sys.modules``) all get the names: the
+    module object they find listed is never an empty stand-in. (Before the
+    fix: ImportError "cannot import name 'save'".)"""
+    # This fastst first on the path (the start-up's PYTHONPATH replaces the caller's).
+    env, _ = start_up(tmp_path, "1", Path(fastst.__file__).resolve().parents[1])
+    for _ in range(2):
+        result = python(env, "-W", "ignore", "-c", FIRST_IMPORT_RACE, "safetensors.torch")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == "[]", result.stdout + result.stderr

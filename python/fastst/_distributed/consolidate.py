@@ -16,7 +16,10 @@ at all; its tensors, metadata (none) and index equal what torch's
 ``consolidate_safetensors_files`` makes of the same input.
 :func:`consolidate_on_every_rank` splits the output files among the ranks
 of a process group, as torch's ``consolidate_safetensors_files_on_every_rank``
-does, and commits once all ranks wrote theirs.
+does, and commits once all ranks wrote theirs. The input may be a URL
+prefix a DCP save to object storage wrote (its files those its commit
+objects name, :mod:`fastst._distributed.dcp_remote`), read with ranged
+reads; the output is a local folder.
 """
 
 from __future__ import annotations
@@ -32,10 +35,12 @@ import numpy as np
 from .._dtypes import FACTS
 from .._errors import rule_error
 from .._fastst import RawFile
+from .._paths import readable
 from .._settings import parse_size
+from .._write.remote import is_url
 from .._write.sharded import commit_staged, plan_shards, staged_name
 from .._write.streaming import TensorWriter, open_writer
-from . import dcp_commit
+from . import dcp_remote
 from .dcp_files import Tensor, check_mapping, chunk_table, output_name, threads
 
 __all__ = [
@@ -58,6 +63,12 @@ _PREFIX = "model"
 def _folder(path: PathLike, what: str) -> str:
     if not isinstance(path, (str, bytes, os.PathLike)):
         raise TypeError(f"{what} must be a path, got {type(path).__name__}")
+    if is_url(path):
+        if what == "output_dir":
+            raise ValueError(
+                f"{readable(str(path))}: consolidation writes to a local folder, not to a URL"
+            )
+        return str(path)
     return os.fsdecode(os.fspath(path))
 
 
@@ -252,11 +263,12 @@ def _write_outputs(
         raise
 
 
-def _open_input(input_dir: str) -> Tuple[Dict[str, RawFile], Dict[str, Tensor]]:
-    paths = dcp_commit.checkpoint_files(input_dir)
-    if not paths:
-        raise FileNotFoundError(f"{input_dir}: no .safetensors files to consolidate")
-    files = dcp_commit.open_files(paths, "pread")
+def _open_input(
+    input_dir: str, storage_options: Optional[Mapping[str, Any]]
+) -> Tuple[Dict[str, RawFile], Dict[str, Tensor]]:
+    if storage_options is not None and not is_url(input_dir):
+        raise ValueError("storage_options apply to URLs (s3://, gs://, az://, https://...) only")
+    files = dcp_remote.open_checkpoint(input_dir, storage_options, "pread")
     try:
         table = chunk_table(files)
     except BaseException:
@@ -273,12 +285,16 @@ def consolidate(
     *,
     max_shard_size: Any = None,
     thread_count: Optional[int] = None,
+    storage_options: Optional[Mapping[str, Any]] = None,
 ) -> str:
     """Turns the DCP-sharded Hugging Face checkpoint in ``input_dir`` (as
     :class:`fastst.torch.dcp.StorageWriter` or torch's
     ``HuggingFaceStorageWriter(save_distributed=True)`` write it) into whole
     tensors in ``output_dir``: ``model-00001-of-0000N.safetensors`` files and
-    ``model.safetensors.index.json``, whose path is returned.
+    ``model.safetensors.index.json``, whose path is returned. ``input_dir``
+    may be the URL prefix of a save to object storage (``storage_options``
+    configure the store, else the environment); ``output_dir`` is a local
+    folder.
 
     ``fqn_to_index_mapping`` (tensor name -> file index from 1, naming every
     tensor) places the tensors as torch's ``consolidate_safetensors_files``
@@ -292,9 +308,9 @@ def consolidate(
     ``dcp-chunks``)."""
     src = _folder(input_dir, "input_dir")
     dst = _folder(output_dir, "output_dir")
-    files, table = _open_input(src)
+    files, table = _open_input(src, storage_options)
     try:
-        outputs = plan_outputs(table, fqn_to_index_mapping, max_shard_size, src)
+        outputs = plan_outputs(table, fqn_to_index_mapping, max_shard_size, readable(src))
         os.makedirs(dst, exist_ok=True)
         token = os.urandom(8).hex()
         staged = [staged_name(token, o.name) for o in outputs]
@@ -313,13 +329,15 @@ def consolidate_on_every_rank(
     max_shard_size: Any = None,
     thread_count: Optional[int] = None,
     process_group: Any = None,
+    storage_options: Optional[Mapping[str, Any]] = None,
 ) -> Optional[str]:
     """:func:`consolidate` with the output files split among the ranks of
     ``process_group`` (the default group when None): every rank calls it,
     rank ``r`` writes the files whose position in the plan is ``r`` modulo
     the group's size, and rank 0 commits once every rank wrote its files
     (the index path is returned there, None elsewhere). A rank that fails
-    makes every rank raise, and nothing is committed. Outside a process
+    makes every rank raise, and nothing is committed. ``storage_options``
+    as for :func:`consolidate` (a URL input). Outside a process
     group it is :func:`consolidate`."""
     import torch
     import torch.distributed as dist
@@ -331,6 +349,7 @@ def consolidate_on_every_rank(
             fqn_to_index_mapping,
             max_shard_size=max_shard_size,
             thread_count=thread_count,
+            storage_options=storage_options,
         )
     src = _folder(input_dir, "input_dir")
     dst = _folder(output_dir, "output_dir")
@@ -346,9 +365,9 @@ def consolidate_on_every_rank(
     outputs: List[Output] = []
     mine: List[str] = []
     try:
-        files, table = _open_input(src)
+        files, table = _open_input(src, storage_options)
         try:
-            outputs = plan_outputs(table, fqn_to_index_mapping, max_shard_size, src)
+            outputs = plan_outputs(table, fqn_to_index_mapping, max_shard_size, readable(src))
             staged = [staged_name(token, o.name) for o in outputs]
             os.makedirs(dst, exist_ok=True)
             share = [i for i in range(len(outputs)) if i % world == rank]

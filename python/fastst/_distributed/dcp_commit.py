@@ -60,6 +60,7 @@ __all__ = [
     "recover",
     "checkpoint_files",
     "open_files",
+    "plain_name",
 ]
 
 #: The index torch writes beside files of a single-writer save.
@@ -209,7 +210,7 @@ def _record(folder: str, stage: str) -> Optional[Dict[str, Any]]:
         isinstance(record, dict)
         and record.get("token") == token
         and isinstance(record.get("files"), list)
-        and all(_plain_name(f) for f in record["files"])
+        and all(plain_name(f) for f in record["files"])
         and record.get("kind") in FAMILIES
         and (record.get("index") is None or isinstance(record.get("index"), str))
     )
@@ -220,7 +221,8 @@ def _record(folder: str, stage: str) -> Optional[Dict[str, Any]]:
     return record
 
 
-def _plain_name(name: Any) -> bool:
+def plain_name(name: Any) -> bool:
+    """Whether ``name`` is a plain ``.safetensors`` file name: no folder, not hidden."""
     return (
         isinstance(name, str)
         and name.endswith(".safetensors")

@@ -35,6 +35,7 @@ import numpy as np
 from .._dtypes import FACTS
 from .._errors import rule_error
 from .._fastst import RawFile
+from .._sources.folders import shard_name
 
 __all__ = [
     "SHARDING_KEY",
@@ -60,17 +61,22 @@ _OFFSETS = "saved_offsets"
 #: Names the writers give their files (group 1: the rank's index, if any).
 RANK_FILE = re.compile(r"shard-(\d{5})-model-\d{5}-of-\d{5}\.safetensors")
 MODEL_FILE = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
+#: The same with or without a save's own part (:func:`output_name`), as under a URL prefix.
+RANK_OBJECT = re.compile(r"shard-(\d{5})-model-(?:[0-9a-f]{8}-)?\d{5}-of-\d{5}\.safetensors")
+MODEL_OBJECT = re.compile(r"model-(?:[0-9a-f]{8}-)?\d{5}-of-\d{5}\.safetensors")
 
 
-def output_name(index: int, last: int) -> str:
-    """``model-00001-of-00004.safetensors``: output file ``index`` of ``last``."""
-    return f"model-{index:05d}-of-{last:05d}.safetensors"
+def output_name(index: int, last: int, part: str = "") -> str:
+    """``model-00001-of-00004.safetensors``: output file ``index`` of ``last``;
+    with ``part`` (a save's own, under a URL prefix) ``model-<part>-00001-of-00004.safetensors``
+    (:func:`fastst._sources.folders.shard_name`, the one rule)."""
+    return shard_name("model", index, last, part)
 
 
-def rank_file_name(index: int, last: int, shard: Optional[int]) -> str:
+def rank_file_name(index: int, last: int, shard: Optional[int], part: str = "") -> str:
     """The name of a rank's file: :func:`output_name`, prefixed with
     ``shard-00001-`` (``shard``, counted from 1) when every rank saves its own."""
-    name = output_name(index, last)
+    name = output_name(index, last, part)
     return name if shard is None else f"shard-{shard:05d}-{name}"
 
 

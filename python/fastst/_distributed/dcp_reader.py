@@ -11,7 +11,11 @@ chunk with a destination, is read once as exactly its byte ranges, on
 ``thread_count`` threads with the GIL released, straight into the
 destination tensor when it is a contiguous CPU tensor of the saved dtype
 (else into a temporary the destination copies from): loading into
-another world size or placement reads no byte twice.
+another world size or placement reads no byte twice. Under a URL prefix
+the files are those its commit objects name
+(:mod:`fastst._distributed.dcp_remote`), and each read item is served by
+ranged reads of its byte ranges (the remote read path: nearby ranges
+coalesced), several items at once.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -41,8 +45,9 @@ from .._dtypes import PACKED_BITS
 from .._errors import rule_error
 from .._fastst import RawFile
 from .._frameworks import torch as _fw_torch
+from .._paths import readable
 from .._write.remote import is_url
-from . import dcp_commit
+from . import dcp_remote
 from .dcp_files import chunk_table, threads
 
 __all__ = ["StorageReader"]
@@ -74,14 +79,23 @@ class StorageReader(_StorageReader):
 
         dcp.load(state_dict, storage_reader=fdcp.StorageReader("ckpt/sharded"))
 
-    ``path``: the folder holding the checkpoint's ``.safetensors`` files.
-    ``thread_count``: read items served at once on each rank (None: up to
-    8, by the cores)."""
+    ``path``: the folder holding the checkpoint's ``.safetensors`` files, or
+    the URL prefix a save to object storage wrote (``storage_options``
+    configure the store, as for fastst's other readers; else the
+    environment). ``thread_count``: read items served at once on each rank
+    (None: up to 8, by the cores)."""
 
-    def __init__(self, path: PathLike, thread_count: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        path: PathLike,
+        thread_count: Optional[int] = None,
+        *,
+        storage_options: Optional[Mapping[str, Any]] = None,
+    ) -> None:
         super().__init__()
         threads(thread_count, 1)
         self.thread_count = thread_count
+        self.storage_options = storage_options
         self._set_path(path)
         self.load_id = str(uuid.uuid4())
         self.storage_data: Dict[MetadataIndex, StoredChunk] = {}
@@ -89,10 +103,13 @@ class StorageReader(_StorageReader):
 
     def _set_path(self, path: PathLike) -> None:
         if is_url(path):
-            raise ValueError(
-                f"{path}: fastst's DCP reader reads a local folder; URLs are not supported yet"
-            )
-        self.path = os.fsdecode(os.fspath(path))
+            self.path = str(path)
+        elif self.storage_options is not None:
+            raise ValueError("storage_options apply to URLs (s3://, gs://, az://...) only")
+        else:
+            self.path = os.fsdecode(os.fspath(path))
+        #: The folder or prefix as messages show it.
+        self.shown = readable(self.path)
 
     def _close(self) -> None:
         files, self._files = self._files, {}
@@ -110,10 +127,7 @@ class StorageReader(_StorageReader):
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         self._close()
-        paths = dcp_commit.checkpoint_files(self.path)
-        if not paths:
-            raise FileNotFoundError(f"{self.path}: no .safetensors files to load")
-        self._files = dcp_commit.open_files(paths)
+        self._files = dcp_remote.open_checkpoint(self.path, self.storage_options)
         try:
             table = chunk_table(self._files)
             state: Dict[str, TensorStorageMetadata] = {}
@@ -171,19 +185,19 @@ class StorageReader(_StorageReader):
 
     @property
     def checkpoint_id(self) -> str:
-        """The checkpoint's folder."""
+        """The checkpoint's folder or URL prefix."""
         return self.path
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: Union[str, os.PathLike]) -> bool:
-        return not is_url(checkpoint_id)
+        return isinstance(checkpoint_id, (str, os.PathLike))
 
     # -- reading ----------------------------------------------------------------
 
     def _file(self, path: str) -> RawFile:
         raw = self._files.get(path)
         if raw is None:
-            raw = dcp_commit.open_files([path])[path]
+            raw = dcp_remote.reopen(path, self.storage_options)
             self._files[path] = raw
         return raw
 
@@ -192,12 +206,12 @@ class StorageReader(_StorageReader):
         for req in plan.items:
             if req.type == LoadItemType.BYTE_IO:
                 raise ValueError(
-                    f"{self.path}: {req.storage_index.fqn!r} is not a tensor; a safetensors "
+                    f"{self.shown}: {req.storage_index.fqn!r} is not a tensor; a safetensors "
                     "checkpoint holds tensors only"
                 )
             info = self.storage_data[req.storage_index]
             if not isinstance(info, StoredChunk):
-                raise TypeError(f"{self.path}: metadata that fastst's reader did not make")
+                raise TypeError(f"{self.shown}: metadata that fastst's reader did not make")
             items.append((info.relative_path, tuple(req.storage_offsets), req, info))
         items.sort(key=lambda x: (x[0], x[1]))
         for path in sorted({x[0] for x in items}):

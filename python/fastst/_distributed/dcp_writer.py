@@ -10,7 +10,12 @@ tensor's bytes go from the rank's tensor to the file with the GIL
 released, from ``thread_count`` threads; no file is ever held in memory.
 The files are staged and committed by the coordinator once every rank's
 writes succeeded (:mod:`fastst._distributed.dcp_commit`): a rank that
-fails or is killed leaves the previous checkpoint in place.
+fails or is killed leaves the previous checkpoint in place. Under a URL
+prefix of object storage each rank uploads its files instead
+(:func:`fastst._write.streaming.upload_layout`, each tensor asked for when
+the upload reaches it), under names with a part of this save's own, and
+the coordinator writes the commit object last
+(:mod:`fastst._distributed.dcp_remote`).
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ from torch.distributed.checkpoint.storage import StorageWriter as _StorageWriter
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
+from .._paths import readable
 from .._write.remote import is_url
-from .._write.streaming import TensorWriter, open_writer
-from . import dcp_commit
+from .._write.sharded import UrlCommit
+from .._write.streaming import TensorWriter, open_writer, upload_layout
+from . import dcp_commit, dcp_remote
 from .consolidate import consolidate
 from .dcp_files import check_mapping, file_metadata, rank_file_name, threads
 
@@ -70,7 +77,11 @@ class StorageWriter(_StorageWriter):
         dcp.save(state_dict, storage_writer=fdcp.StorageWriter(
             "ckpt", save_distributed=True, enable_consolidation=True))
 
-    ``path``: the checkpoint's folder (a local path). ``fqn_to_index_mapping``:
+    ``path``: the checkpoint's folder, or a URL prefix of object storage
+    (``s3://``, ``gs://``, ``az://``; configured by ``storage_options`` as
+    fastst's other writers are, else by the environment) whose files are
+    named with a part of each save's own (see ``docs/distributed.md``).
+    ``fqn_to_index_mapping``:
     tensor name -> index of the output file (1..N) it goes to; by default one
     file per rank. ``thread_count``: threads writing tensors on each rank
     (None: up to 8, by the cores). ``save_distributed``: every rank saves its own
@@ -79,7 +90,8 @@ class StorageWriter(_StorageWriter):
     an index. ``enable_consolidation`` (with ``save_distributed``): the ranks'
     files go to ``path/sharded`` and, once committed, are consolidated into
     ``path`` by :func:`fastst.torch.dcp.consolidate` with
-    ``thread_count_consolidation`` threads and ``max_shard_size``.
+    ``thread_count_consolidation`` threads and ``max_shard_size`` (a local
+    folder only).
 
     Only tensors are saved (the layout holds nothing else): a state dict
     holding other objects raises ``ValueError`` when the plan is made.
@@ -95,8 +107,10 @@ class StorageWriter(_StorageWriter):
         thread_count_consolidation: Optional[int] = None,
         *,
         max_shard_size: Any = None,
+        storage_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
         super().__init__()
+        self.storage_options = storage_options
         self.fqn_to_index_mapping = check_mapping(fqn_to_index_mapping)
         self.thread_count = thread_count
         self.save_distributed = bool(save_distributed)
@@ -110,19 +124,31 @@ class StorageWriter(_StorageWriter):
         self.is_coordinator = True
         self.rank = 0
         self._token: Optional[str] = None
+        self._save: Optional[UrlCommit] = None
 
     def _set_path(self, path: PathLike) -> None:
-        if is_url(path):
-            raise ValueError(
-                f"{path}: fastst's DCP writer saves to a local folder; URLs are not supported yet"
-            )
+        self.remote = is_url(path)
+        if self.remote:
+            self.path = str(path)
+            if self.enable_consolidation:
+                raise ValueError(
+                    f"{readable(self.path)}: consolidation writes to a local folder; "
+                    "save to the URL without enable_consolidation, then consolidate its files "
+                    "into a folder with fastst.torch.dcp.consolidate"
+                )
+            self.consolidated_output_path: Optional[str] = None
+            self.folder = dcp_remote.prefix(self.path)
+            self.shown = readable(self.folder)
+            return
+        if self.storage_options is not None:
+            raise ValueError("storage_options apply to URLs (s3://, gs://, az://...) only")
         self.path = os.fsdecode(os.fspath(path))
-        self.consolidated_output_path: Optional[str] = (
-            self.path if self.enable_consolidation else None
-        )
+        self.consolidated_output_path = self.path if self.enable_consolidation else None
         self.folder = (
             os.path.join(self.path, SHARDED_DIR) if self.enable_consolidation else self.path
         )
+        #: The folder or prefix as messages show it.
+        self.shown = readable(self.folder)
 
     # -- the StorageWriter protocol ------------------------------------------
 
@@ -142,21 +168,26 @@ class StorageWriter(_StorageWriter):
             fqn = item.index.fqn
             if item.type == WriteItemType.BYTE_IO or item.tensor_data is None:
                 raise ValueError(
-                    f"{self.folder}: {fqn!r} is not a tensor; a safetensors checkpoint holds "
+                    f"{self.shown}: {fqn!r} is not a tensor; a safetensors checkpoint holds "
                     "tensors only"
                 )
             if self.fqn_to_index_mapping is not None and fqn not in self.fqn_to_index_mapping:
-                raise ValueError(f"{self.folder}: tensor {fqn!r} is not in fqn_to_index_mapping")
+                raise ValueError(f"{self.shown}: tensor {fqn!r} is not in fqn_to_index_mapping")
         return plan
 
     def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
-        os.makedirs(self.folder, exist_ok=True)
-        dcp_commit.recover(self.folder)
-        self._token = os.urandom(8).hex()
+        if self.remote:
+            self._save = dcp_remote.begin(self.folder, self._kind, self.storage_options)
+            self._token = self._save.part
+        else:
+            os.makedirs(self.folder, exist_ok=True)
+            dcp_commit.recover(self.folder)
+            self._token = os.urandom(8).hex()
         out = []
         for shard, plan in enumerate(plans, start=1):
             data = {
                 "token": self._token,
+                "remote": self.remote,
                 "shard": shard if self.save_distributed else None,
                 "mapping": self.fqn_to_index_mapping,
             }
@@ -171,7 +202,7 @@ class StorageWriter(_StorageWriter):
 
     def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
         if self._token is None:
-            raise RuntimeError(f"{self.folder}: finish() before prepare_global_plan()")
+            raise RuntimeError(f"{self.shown}: finish() before prepare_global_plan()")
         stored: Dict[str, int] = {}
         writer_of: Dict[str, int] = {}
         weight_map: Dict[str, str] = {}
@@ -179,11 +210,11 @@ class StorageWriter(_StorageWriter):
             for r in rank_results:
                 info = r.storage_data
                 if not isinstance(info, StoredChunk):
-                    raise TypeError(f"{self.folder}: a write result that fastst did not make")
+                    raise TypeError(f"{self.shown}: a write result that fastst did not make")
                 first = writer_of.setdefault(info.relative_path, rank)
                 if first != rank:
                     raise ValueError(
-                        f"{self.folder}: ranks {first} and {rank} both wrote "
+                        f"{self.shown}: ranks {first} and {rank} both wrote "
                         f"{info.relative_path!r}; pass save_distributed=True when every rank "
                         "saves its own part (the previous checkpoint is kept)"
                     )
@@ -193,8 +224,12 @@ class StorageWriter(_StorageWriter):
         if not self.save_distributed:
             body = {"metadata": {"total_size": sum(stored.values())}, "weight_map": weight_map}
             index = (json.dumps(body, indent=2) + "\n").encode("utf-8")
-        kind = "rank" if self.save_distributed else "model"
-        dcp_commit.commit(self.folder, self._token, sorted(stored), kind, index)
+        if self.remote:
+            assert self._save is not None
+            dcp_remote.commit(self._save, self._kind, sorted(stored), index)
+            self._save = None
+        else:
+            dcp_commit.commit(self.folder, self._token, sorted(stored), self._kind, index)
         self._token = None
         if self.save_distributed and self.enable_consolidation:
             assert self.consolidated_output_path is not None
@@ -206,36 +241,45 @@ class StorageWriter(_StorageWriter):
                 thread_count=self.thread_count_consolidation,
             )
 
+    @property
+    def _kind(self) -> str:
+        """The kind of save (:data:`fastst._distributed.dcp_commit.FAMILIES`)."""
+        return "rank" if self.save_distributed else "model"
+
     def storage_meta(self) -> Optional[StorageMeta]:
         return StorageMeta(checkpoint_id=self.path, save_id=self.save_id)
 
     @property
     def checkpoint_id(self) -> str:
-        """The checkpoint's folder."""
+        """The checkpoint's folder or URL prefix."""
         return self.path
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: Union[str, os.PathLike]) -> bool:
-        return not is_url(checkpoint_id)
+        return isinstance(checkpoint_id, (str, os.PathLike))
 
     # -- writing one rank's files --------------------------------------------
 
     def _files(self, plan: SavePlan) -> Dict[str, List[WriteItem]]:
         data = plan.storage_data
         if not isinstance(data, dict) or "token" not in data:
-            raise RuntimeError(f"{self.folder}: a save plan that fastst's writer did not prepare")
+            raise RuntimeError(f"{self.shown}: a save plan that fastst's writer did not prepare")
         mapping: Optional[Dict[str, int]] = data["mapping"]
         last = max(mapping.values()) if mapping else 1
+        part = data["token"] if data["remote"] else ""
         files: Dict[str, List[WriteItem]] = {}
         for item in plan.items:
             index = mapping[item.index.fqn] if mapping else 1
-            files.setdefault(rank_file_name(index, last, data["shard"]), []).append(item)
+            files.setdefault(rank_file_name(index, last, data["shard"], part), []).append(item)
         return files
 
     def _write(self, plan: SavePlan, planner: SavePlanner) -> List[WriteResult]:
         self.prepare_local_plan(plan)
         token: str = plan.storage_data["token"]
         files = self._files(plan)
+        if plan.storage_data["remote"]:
+            self._upload(files, planner)
+            return _results(files)
         os.makedirs(dcp_commit.staging_dir(self.folder, token), exist_ok=True)
         writers: List[Tuple[str, TensorWriter, List[WriteItem]]] = []
         try:
@@ -263,20 +307,65 @@ class StorageWriter(_StorageWriter):
             else:
                 with ThreadPoolExecutor(count, thread_name_prefix="fastst-dcp") as pool:
                     list(pool.map(put, jobs))
-            results = []
-            for final, w, items in writers:
+            for _final, w, _items in writers:
                 w.close()
-                for item in items:
-                    td = item.tensor_data
-                    assert td is not None
-                    n = td.chunk.sizes.numel() * td.properties.dtype.itemsize
-                    results.append(
-                        WriteResult(
-                            index=item.index, size_in_bytes=n, storage_data=StoredChunk(final, n)
-                        )
-                    )
-            return results
+            return _results(files)
         except BaseException:
             for _final, w, _items in writers:
                 w.abort()
             raise
+
+    def _upload(self, files: Dict[str, List[WriteItem]], planner: SavePlanner) -> None:
+        """Uploads this rank's ``files`` (name -> items) under the prefix, each tensor
+        asked of the planner when its upload reaches it, ``thread_count`` files at once.
+        On a failure the files uploaded so far are deleted (no commit object names them;
+        an upload cut short is aborted)."""
+        done: List[str] = []
+
+        def upload(name: str) -> None:
+            items = {item.index.fqn: item for item in files[name]}
+            layout = {}
+            offsets = {}
+            for fqn, item in items.items():
+                td = item.tensor_data
+                assert td is not None
+                layout[fqn] = (td.properties.dtype, list(td.chunk.sizes))
+                offsets[fqn] = list(td.chunk.offsets)
+
+            def fetch(fqn: str) -> torch.Tensor:
+                return _local(planner.resolve_data(items[fqn]), fqn)
+
+            upload_layout(
+                dcp_remote.object_url(self.folder, name),
+                layout,
+                fetch,
+                metadata=file_metadata(offsets),
+                storage_options=self.storage_options,
+            )
+            done.append(name)
+
+        try:
+            count = threads(self.thread_count, len(files))
+            if count == 1:
+                for name in files:
+                    upload(name)
+            else:
+                with ThreadPoolExecutor(count, thread_name_prefix="fastst-dcp") as pool:
+                    list(pool.map(upload, files))
+        except BaseException:
+            dcp_remote.forget(self.folder, done, self.storage_options)
+            raise
+
+
+def _results(files: Dict[str, List[WriteItem]]) -> List[WriteResult]:
+    """The write results of the items of ``files`` (name -> items), once saved."""
+    results = []
+    for name, items in files.items():
+        for item in items:
+            td = item.tensor_data
+            assert td is not None
+            n = td.chunk.sizes.numel() * td.properties.dtype.itemsize
+            results.append(
+                WriteResult(index=item.index, size_in_bytes=n, storage_data=StoredChunk(name, n))
+            )
+    return results

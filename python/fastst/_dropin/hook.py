@@ -103,13 +103,33 @@ def _aliased(name: str) -> bool:
 
 class _AliasLoader(importlib.abc.Loader):
     """Loads ``safetensors.<x>`` by putting the fastst module in its place in
-    :data:`sys.modules` (the import system then returns that module)."""
+    :data:`sys.modules` (the import system then returns that module).
+
+    The import system lists the module object :meth:`create_module` makes
+    in :data:`sys.modules` before :meth:`exec_module` runs, and another
+    thread importing the same name meanwhile waits for the import to end,
+    then keeps that object (not what :data:`sys.modules` holds by then). So
+    the fastst module is imported first, in :meth:`create_module`, and the
+    object made there answers every name from it: a thread holding it gets
+    what it asked for (``from safetensors.torch import save``), never an
+    empty module."""
 
     def __init__(self, target: str) -> None:
         self.target = target
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> Optional[ModuleType]:
-        return None  # a placeholder, replaced in exec_module
+        target = importlib.import_module(self.target)
+        stand_in = ModuleType(spec.name, target.__doc__)
+
+        def __getattr__(name: str) -> Any:
+            return getattr(target, name)
+
+        def __dir__() -> List[str]:
+            return dir(target)
+
+        # A module's own __getattr__ answers the names it lacks (PEP 562).
+        vars(stand_in).update(__getattr__=__getattr__, __dir__=__dir__)
+        return stand_in
 
     def exec_module(self, module: ModuleType) -> None:
         sys.modules[module.__name__] = importlib.import_module(self.target)

@@ -30,11 +30,15 @@ see :mod:`fastst._write.remote`), then the index is written last, in one
 request, which is the commit; an old index never names a new shard. Then
 the shards the old index named and the new one does not are deleted. A
 failure before the index is written deletes the shards uploaded so far and
-leaves the old checkpoint as it was. A save killed before its index leaves
+leaves the old checkpoint as it was (a failure of the index's own write
+leaves them: whether it took effect is not known). A save killed before its index leaves
 its shards behind (a killed process deletes nothing; its multipart upload in
 flight stays pending until the store's lifecycle rule aborts it): no index
 names them and readers of the prefix ignore them (they are named as the
-index's own), and the next save under the prefix deletes them.
+index's own), and the next save under the prefix deletes them. The DCP
+writer's saves to object storage commit through the same sequence
+(:class:`UrlCommit`), their commit object written once every rank's
+uploads completed.
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ __all__ = [
     "ShardedWriter",
     "open_sharded_writer",
     "write_sharded_from",
+    "UrlCommit",
+    "forget",
 ]
 
 
@@ -422,6 +428,60 @@ def open_sharded_writer(
     )
 
 
+class UrlCommit:
+    """One save of objects under the URL prefix ``base`` committed by one object,
+    ``commit_name``, written last (the sequence of the module's documentation, for the
+    sharded saves to object storage and the DCP writer's): :attr:`part` is this save's
+    own (8 hex digits in no name the old commit object names, ``old``), which the names
+    of the objects it uploads carry; :meth:`commit` writes the commit object, then
+    deletes what ``old`` names and the new one does not, and the strays of saves that
+    never committed. The uploads may come from other processes (the ranks of a DCP save),
+    which learn :attr:`part` from the one that made this."""
+
+    def __init__(
+        self,
+        base: str,
+        commit_name: str,
+        old: List[str],
+        storage_options: Optional[Mapping[str, Any]],
+    ) -> None:
+        self.base = base if base.endswith("/") else base + "/"
+        self.commit_url = _remote.shard_url(self.base, commit_name)
+        self.old = list(old)
+        self.storage_options = storage_options
+        while True:  # a part of this save's own: in no name the old commit object holds
+            part = os.urandom(4).hex()
+            if not any(f"-{part}-" in name for name in self.old):
+                break
+        self.part = part
+
+    def url(self, name: str) -> str:
+        """The URL of the object ``name`` (a plain file name) under the prefix."""
+        return _remote.shard_url(self.base, name)
+
+    def discard(self, names: List[str]) -> None:
+        """Deletes the objects ``names`` this save uploaded (no commit object names them)."""
+        for name in names:
+            forget(self.url(name), self.storage_options)
+
+    def commit(self, body: bytes, names: List[str], stray: Callable[[str], bool]) -> str:
+        """Writes the commit object (``body``, naming the objects ``names``), then
+        deletes the objects ``old`` named that ``names`` lacks, and the objects under
+        the prefix that ``stray`` recognises (saves' own names) that ``names`` lacks;
+        returns the commit object's URL. A failure of the write itself leaves the
+        uploaded objects (whether the write took effect is not known: if it did not,
+        they are strays, which the next save deletes)."""
+        _remote.put_bytes(self.commit_url, body, self.storage_options)
+        try:
+            strays = [n for n in _remote.names_under(self.base, self.storage_options) if stray(n)]
+        except Exception:  # a failed listing leaves them: the checkpoint is whole
+            strays = []
+        for name in sorted((set(self.old) | set(strays)) - set(names)):
+            if "/" not in name and name not in (".", ".."):
+                forget(self.url(name), self.storage_options)
+        return self.commit_url
+
+
 def _write_to_url(
     folder: str,
     shards: Dict[str, Any],
@@ -433,44 +493,30 @@ def _write_to_url(
     """The sharded save to the URL prefix ``folder`` (see the module's documentation):
     ``shards`` holds the ``tensors``, their ``groups`` (one per shard) and the shards'
     ``metadata``; returns the index's URL."""
+    index_name = f"{prefix}.safetensors.index.json"
     base = folder if folder.endswith("/") else folder + "/"
-    index_url = _remote.shard_url(base, f"{prefix}.safetensors.index.json")
-    old = _remote.shards_named(index_url, storage_options)
+    old = _remote.shards_named(_remote.shard_url(base, index_name), storage_options)
+    save = UrlCommit(base, index_name, old, storage_options)
     groups: List[List[str]] = shards["groups"]
     total = len(groups)
-    while True:  # a part of this save's own: no name the old index holds
-        token = os.urandom(4).hex()
-        names = [shard_name(prefix, i, total, token) for i in range(1, 1 + total)]
-        if not set(names) & set(old):
-            break
+    names = [shard_name(prefix, i, total, save.part) for i in range(1, 1 + total)]
     # 1. The shards, each uploaded whole, under names no index names.
     written: List[str] = []
     try:
         for members, name in zip(groups, names, strict=True):
-            url = _remote.shard_url(base, name)
-            written.append(url)
+            written.append(name)
             subset = {n: shards["tensors"][n] for n in members}
-            save_one(subset, url, shards["metadata"], None)
-        # 2. The commit: the index, last, in one request.
-        _remote.put_bytes(index_url, index_bytes(names), storage_options)
+            save_one(subset, save.url(name), shards["metadata"], None)
     except BaseException:
-        for url in written:  # named by no index: not part of any checkpoint
-            _forget(url, storage_options)
+        save.discard(written)  # named by no index: not part of any checkpoint
         raise
-    # 3. What the old index named and the new one does not, and shards of
-    # saves that never finished (named as this index's own, with a part of
-    # their own): no index names them.
-    try:
-        strays = [n for n in _remote.names_under(base, storage_options) if own_shard(n, {prefix})]
-    except Exception:  # a failed listing leaves them: the checkpoint is whole
-        strays = []
-    for name in sorted((set(old) | set(strays)) - set(names)):
-        if "/" not in name and name not in (".", ".."):
-            _forget(_remote.shard_url(base, name), storage_options)
-    return index_url
+    # 2. The commit: the index, last, in one request; 3. what the old index named and the
+    # new one does not, and shards of saves that never finished (named as this index's
+    # own, with a part of their own): no index names them.
+    return save.commit(index_bytes(names), names, lambda n: own_shard(n, {prefix}))
 
 
-def _forget(url: str, storage_options: Optional[Mapping[str, Any]]) -> None:
+def forget(url: str, storage_options: Optional[Mapping[str, Any]]) -> None:
     """Deletes the object ``url``, as a clean-up: a failure leaves it (no index names it)."""
     try:
         _remote.delete(url, storage_options)

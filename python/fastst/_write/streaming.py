@@ -17,6 +17,11 @@ the ``with`` block ends cleanly with every tensor written completely
 (:meth:`TensorWriter.close`). An exception in the block, a tensor missing,
 or :meth:`TensorWriter.abort` leave the target as it was and no temporary
 file behind.
+
+:func:`upload_layout` writes a file of a layout to a URL of object storage
+the same way, in the file's order: each tensor is asked for when the
+multipart upload reaches it, so memory holds the tensor in hand and the
+parts in flight, never the file.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ from collections import abc
 from types import TracebackType
 from typing import (
     Any,
+    Callable,
     Iterable,
+    Iterator,
     List,
     Mapping,
     Optional,
@@ -40,11 +47,12 @@ from typing import (
 
 from .._dtypes import FACTS, NUMPY_DTYPES, target_dtype
 from .._errors import SafetensorError, rule_error
-from .._fastst import DEFAULT_HEADER_CAP, LayoutWriter
+from .._fastst import DEFAULT_HEADER_CAP, LayoutWriter, WritePlan
 from .._paths import os_path, readable
+from . import remote as _remote
 from .tensors import SPEC_DTYPES, check_align, check_metadata, prepare
 
-__all__ = ["open_writer", "TensorWriter"]
+__all__ = ["open_writer", "TensorWriter", "upload_layout"]
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
@@ -333,3 +341,45 @@ def open_writer(
     return TensorWriter(
         path, layout, metadata=metadata, align=align, durable=durable, header_cap=header_cap
     )
+
+
+def upload_layout(
+    url: str,
+    layout: Layout,
+    fetch: Callable[[str], Any],
+    *,
+    metadata: Optional[Mapping[str, str]] = None,
+    align: Optional[int] = None,
+    header_cap: int = DEFAULT_HEADER_CAP,
+    storage_options: Optional[Mapping[str, Any]] = None,
+) -> None:
+    """Writes the file of ``layout`` (as for :func:`open_writer`) and ``metadata`` to the
+    object ``url`` with a multipart upload (:func:`fastst._write.remote.upload`, whole or
+    not at all), the bytes the same as ``open_writer``'s. Each tensor's data is
+    ``fetch(name)`` (what :meth:`TensorWriter.write` takes), called when the upload
+    reaches the tensor, in the file's order; its dtype and shape must be the layout's
+    (rule ``layout-mismatch``). An error, from ``fetch`` too, aborts the upload."""
+    where = _remote.display(url)
+    entries = layout_entries(where, layout)
+    meta = check_metadata(where, metadata)
+    unit = check_align(where, align)
+    plan = WritePlan(entries, meta, where, header_cap, unit)
+
+    def data(name: str, dtype: str, shape: List[int]) -> Iterator[Any]:
+        keep_alive: List[Any] = []
+        tensor = prepare(where, name, _framework_input(name, fetch(name), keep_alive))
+        if tensor.dtype != dtype or list(tensor.shape) != shape:
+            raise rule_error(
+                "layout-mismatch",
+                where,
+                f"tensor {name!r} is {tensor.dtype} {list(tensor.shape)}, the layout says "
+                f"{dtype} {shape}",
+                name,
+            )
+        if isinstance(tensor.data, abc.Iterator):
+            yield from tensor.data
+        else:
+            yield tensor.data
+        del keep_alive
+
+    _remote.upload(plan, url, [data(*entry) for entry in entries], storage_options)

@@ -1,7 +1,8 @@
 """``fastst consolidate IN OUT``: a DCP-sharded checkpoint to whole tensors in index + shards.
 
 ``fastst consolidate IN OUT``: the ranks' ``.safetensors`` files of a
-``torch.distributed.checkpoint`` save in the Hugging Face layout (IN) become
+``torch.distributed.checkpoint`` save in the Hugging Face layout (IN: a folder, or
+the URL prefix of a save to object storage, the store configured by the environment) become
 the consolidated checkpoint inference loads (OUT: ``model-*.safetensors``
 and ``model.safetensors.index.json``), by
 :func:`fastst.torch.dcp.consolidate`, whole or not at all."""
@@ -13,6 +14,7 @@ import json
 import os
 
 from .._errors import SafetensorError
+from .._paths import shown
 from . import render
 
 
@@ -36,7 +38,7 @@ def run(args: argparse.Namespace, out: render.Out) -> int:
         out.error(args.source, exc)
         return 2
     files = sorted(set(body["weight_map"].values()))
-    out.print("consolidated ", ("bold", args.source), " -> ", ("bold", args.output))
+    out.print("consolidated ", ("bold", shown(args.source)), " -> ", ("bold", args.output))
     out.print(
         f"  written      {render.plural(len(body['weight_map']), 'tensor')}, "
         f"{render.size_text(body['metadata']['total_size'])}, in "

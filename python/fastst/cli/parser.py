@@ -369,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
         "in the Hugging Face layout (IN) into the consolidated checkpoint inference loads (OUT: "
         "model-*.safetensors and model.safetensors.index.json), whole or not at all.",
     )
-    p.add_argument("source", metavar="IN", help="the folder of the ranks' files")
+    p.add_argument("source", metavar="IN", help="the folder (or URL prefix) of the ranks' files")
     p.add_argument("output", metavar="OUT", help="the folder to write the checkpoint into")
     p.add_argument(
         "--max-shard-size", metavar="SIZE", help="write shards of at most SIZE (e.g. 5GB)"
