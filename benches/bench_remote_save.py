@@ -9,6 +9,8 @@ GB (64 MiB tensors), imports everything, then times the save alone:
 
 - ``fastst``: ``fastst.torch.save_file(state, "s3://…")`` at its defaults (a multipart upload
   streamed from the tensors, no local file);
+- ``open_writer``: ``fastst.open_writer("s3://…", layout)`` with the tensors written one by one
+  in the layout's order (each part sent under its own number once complete);
 - ``reference+boto3``: the reference package's ``safetensors.torch.save_file`` to a local file,
   then boto3's ``upload_file`` of it (its default transfer settings), then the file removed:
   what users do today;
@@ -39,7 +41,7 @@ from typing import Any, Dict, List
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-CASES = ["fastst", "reference+boto3", "fastst+boto3", "boto3"]
+CASES = ["fastst", "open_writer", "reference+boto3", "fastst+boto3", "boto3"]
 
 CHILD = textwrap.dedent(
     """
@@ -66,6 +68,12 @@ CHILD = textwrap.dedent(
     t0, c0 = time.perf_counter(), os.times()
     if case == "fastst":
         ft.save_file(state, url)
+    elif case == "open_writer":
+        import fastst
+        layout = {n: (t.dtype, tuple(t.shape)) for n, t in state.items()}
+        with fastst.open_writer(url, layout) as w:
+            for n, t in state.items():
+                w.write(n, t)
     else:
         if case == "reference+boto3":
             reference.save_file(state, local)
@@ -153,7 +161,7 @@ def main() -> int:
         span = f"{med[c]:.2f} ({min(s):.2f}-{max(s):.2f})"
         print(f"| {c} | {span} | {size / med[c] / 1e9:.2f} | {cpu:.1f} | {extra:.0f} |")
     if "fastst" in med:
-        for other in ("reference+boto3", "fastst+boto3", "boto3"):
+        for other in ("open_writer", "reference+boto3", "fastst+boto3", "boto3"):
             if other in med:
                 pairs = [
                     (x["s"], y["s"])
