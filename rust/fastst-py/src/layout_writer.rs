@@ -20,6 +20,8 @@ use crate::wait::WAIT_SLICE;
 use crate::write::{header_dtype, new_plan, tensor_rows, Chunk, RELEASE_GIL_AT};
 
 /// Where the writer writes.
+// One per writer, never copied: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 enum Writer {
     /// A local file.
     File(LayoutWriter),
