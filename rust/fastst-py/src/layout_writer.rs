@@ -99,7 +99,7 @@ impl PyLayoutWriter {
             result.in_file(&self.display_name)?;
             while upload.backlogged().in_file(&self.display_name)? {
                 py.check_signals()?;
-                py.allow_threads(|| upload.wait(WAIT_SLICE))
+                py.allow_threads(|| upload.wait_for_room(WAIT_SLICE))
                     .in_file(&self.display_name)?;
             }
         }

@@ -16,7 +16,7 @@
 //! upload is answered. At most [`crate::upload::max_in_flight`] parts are
 //! on their way; a part completed while that many are is queued and sent
 //! as soon as one is answered, and writers wait ([`LayoutUpload::backlogged`],
-//! [`LayoutUpload::wait`]) while parts are queued. Waits are only ever for
+//! [`LayoutUpload::wait_for_room`]) while parts are queued. Waits are only ever for
 //! answers of the store, never for a partly written part, so one thread
 //! writing out of order cannot stall itself. Tensors written in layout
 //! order hold about one partial part plus the parts in flight; tensors
@@ -61,8 +61,9 @@ const SETTLE_SLICE: Duration = Duration::from_millis(100);
 enum Part {
     /// No byte of it written yet: no buffer.
     Empty,
-    /// Some bytes written: its buffer (the part's length, zero-filled) and
-    /// how many of its bytes were written.
+    /// Some bytes written: its buffer (the part's length of capacity, its
+    /// bytes set up to the furthest written, see [`put`]) and how many of
+    /// its bytes were written.
     Filling {
         buf: Arc<Mutex<Vec<u8>>>,
         filled: u64,
@@ -217,13 +218,11 @@ impl Inner {
                 Ok(buf) => buf,
                 Err(e) => return (placed, Err(e)),
             };
-            {
-                let mut held = buf.lock().unwrap_or_else(|e| e.into_inner());
-                let from = (at - start) as usize;
-                if let Some(dest) = held.get_mut(from..from + n) {
-                    dest.copy_from_slice(&bytes[..n]);
-                }
-            }
+            put(
+                &mut buf.lock().unwrap_or_else(|e| e.into_inner()),
+                (at - start) as usize,
+                &bytes[..n],
+            );
             // Let go of the buffer before counting: the count that
             // completes the part finds no other holder.
             drop(buf);
@@ -271,8 +270,16 @@ impl Inner {
                 return Ok(buf);
             }
         }
-        // Made without the lock (zero pages come from the system).
-        let made = Arc::new(Mutex::new(fastst_core::internal::zeroed(end - start, "")?));
+        // Made without the lock; its bytes are set as they are written.
+        let len = usize::try_from(end - start).unwrap_or(usize::MAX);
+        let mut bytes = Vec::new();
+        bytes
+            .try_reserve_exact(len)
+            .map_err(|_| Error::OutOfMemory {
+                bytes: end - start,
+                tensor: String::new(),
+            })?;
+        let made = Arc::new(Mutex::new(bytes));
         let mut t = self.table();
         self.check(&t)?;
         if let Some(buf) = existing(&t)? {
@@ -425,6 +432,21 @@ impl Inner {
         self.answered.notify_all();
         true
     }
+}
+
+/// Copies `bytes` to offset `from` of the part buffer `buf`, whose
+/// capacity is the part's length: bytes written in order are appended (no
+/// byte is set twice), a gap left by bytes written ahead is zero-filled
+/// until its own bytes come.
+fn put(buf: &mut Vec<u8>, from: usize, bytes: &[u8]) {
+    if buf.len() < from {
+        buf.resize(from, 0);
+    }
+    let inside = buf.len().min(from + bytes.len()) - from;
+    if let Some(dest) = buf.get_mut(from..from + inside) {
+        dest.copy_from_slice(&bytes[..inside]);
+    }
+    buf.extend_from_slice(&bytes[inside..]);
 }
 
 /// The answer for one part, given once: by its task, or, when the task is
@@ -606,7 +628,7 @@ impl LayoutUpload {
     }
 
     /// Whether complete parts wait for room: then writers wait
-    /// ([`LayoutUpload::wait`]) before giving more bytes. The error of a
+    /// ([`LayoutUpload::wait_for_room`]) before giving more bytes. The error of a
     /// part the store refused.
     pub fn backlogged(&self) -> Result<bool> {
         let t = self.inner.table();
@@ -627,14 +649,31 @@ impl LayoutUpload {
         Ok(!t.queued.is_empty() || t.in_flight > 0)
     }
 
-    /// Waits until a part in flight is answered, or `at_most` passed; at
-    /// once when none is. The error of a part the store refused.
+    /// Waits until no complete part waits for room, or a part in flight
+    /// is answered, or `at_most` passed (a writer's wait, see
+    /// [`LayoutUpload::backlogged`]). The error of a part the store
+    /// refused.
+    pub fn wait_for_room(&self, at_most: Duration) -> Result<()> {
+        self.wait_while(at_most, |t| !t.queued.is_empty())
+    }
+
+    /// Waits until no part is queued or in flight, or a part in flight is
+    /// answered, or `at_most` passed (the commit's wait, see
+    /// [`LayoutUpload::unsettled`]). The error of a part the store
+    /// refused.
     pub fn wait(&self, at_most: Duration) -> Result<()> {
+        self.wait_while(at_most, |t| !t.queued.is_empty() || t.in_flight > 0)
+    }
+
+    /// Waits for the next answer of the store (at most `at_most`) unless
+    /// `waiting` no longer holds, looked at under the lock the answers
+    /// take (so that no answer comes unseen between the look and the wait).
+    fn wait_while(&self, at_most: Duration, waiting: impl Fn(&Table) -> bool) -> Result<()> {
         let t = self.inner.table();
         if let Some(e) = &t.failure {
             return Err(again(e));
         }
-        if t.in_flight == 0 || t.ended {
+        if t.in_flight == 0 || t.ended || !waiting(&t) {
             return Ok(());
         }
         let (t, _) = self
@@ -859,7 +898,7 @@ mod tests {
         for p in bytes.chunks(piece.max(1)) {
             t.write(p).unwrap();
             while up.backlogged().unwrap() {
-                up.wait(Duration::from_millis(5)).unwrap();
+                up.wait_for_room(Duration::from_millis(5)).unwrap();
             }
         }
         t.finish().unwrap();
@@ -903,7 +942,7 @@ mod tests {
             for p in bytes.chunks(4096) {
                 t.write(p).unwrap();
                 while up.backlogged().unwrap() {
-                    up.wait(Duration::from_millis(5)).unwrap();
+                    up.wait_for_room(Duration::from_millis(5)).unwrap();
                 }
                 most = most.max(up.buffers_held());
             }
@@ -990,6 +1029,20 @@ mod tests {
         write_one(&up, 0, &data[0], 5000);
         drop(up);
         assert_eq!(object(&store, "k").unwrap(), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn part_buffers_take_bytes_in_any_order() {
+        let mut buf = Vec::with_capacity(10);
+        put(&mut buf, 6, &[6, 7]);
+        assert_eq!(buf, [0, 0, 0, 0, 0, 0, 6, 7]);
+        put(&mut buf, 0, &[0, 1, 2]);
+        put(&mut buf, 3, &[3, 4, 5]);
+        put(&mut buf, 8, &[8, 9]);
+        assert_eq!(buf, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        put(&mut buf, 5, &[50, 60]);
+        assert_eq!(buf, [0, 1, 2, 3, 4, 50, 60, 7, 8, 9]);
+        assert_eq!(buf.capacity(), 10);
     }
 
     #[test]
