@@ -9,6 +9,8 @@ GB (64 MiB tensors), imports everything, then times the save alone:
 
 - ``fastst``: ``fastst.torch.save_file(state, "s3://…")`` at its defaults (a multipart upload
   streamed from the tensors, no local file);
+- ``open_writer``: ``fastst.open_writer("s3://…", layout)`` with the tensors written one by one
+  in the layout's order (each part sent under its own number once complete);
 - ``reference+boto3``: the reference package's ``safetensors.torch.save_file`` to a local file,
   then boto3's ``upload_file`` of it (its default transfer settings), then the file removed:
   what users do today;
@@ -42,7 +44,7 @@ from typing import Any, Dict, List
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-CASES = ["fastst", "reference+boto3", "fastst+boto3", "boto3", "store"]
+CASES = ["fastst", "open_writer", "reference+boto3", "fastst+boto3", "boto3", "store"]
 
 CHILD = textwrap.dedent(
     """
@@ -87,6 +89,12 @@ CHILD = textwrap.dedent(
             parts = list(pool.map(send, jobs))
         client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id,
                                          MultipartUpload={"Parts": parts})
+    elif case == "open_writer":
+        import fastst
+        layout = {n: (t.dtype, tuple(t.shape)) for n, t in state.items()}
+        with fastst.open_writer(url, layout) as w:
+            for n, t in state.items():
+                w.write(n, t)
     else:
         if case == "reference+boto3":
             reference.save_file(state, local)
@@ -174,7 +182,7 @@ def main() -> int:
         span = f"{med[c]:.2f} ({min(s):.2f}-{max(s):.2f})"
         print(f"| {c} | {span} | {size / med[c] / 1e9:.2f} | {cpu:.1f} | {extra:.0f} |")
     if "fastst" in med:
-        for other in ("reference+boto3", "fastst+boto3", "boto3", "store"):
+        for other in ("open_writer", "reference+boto3", "fastst+boto3", "boto3", "store"):
             if other in med:
                 pairs = [
                     (x["s"], y["s"])

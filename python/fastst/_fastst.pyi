@@ -105,8 +105,9 @@ class WritePlan:
 
 @final
 class LayoutWriter:
-    """A file written from its layout: tensors at their offsets, in any
-    order, from any thread; saved by ``commit`` once all are complete."""
+    """A file (or, made by ``to_url``, an object of a cloud store) written
+    from its layout: tensors at their offsets, in any order, from any
+    thread; saved by ``commit`` once all are complete."""
 
     def __new__(
         cls,
@@ -117,6 +118,16 @@ class LayoutWriter:
         header_cap: int = ...,
         align: int = ...,
         durable: Optional[bool] = None,
+    ) -> LayoutWriter: ...
+    @staticmethod
+    def to_url(
+        url: str,
+        display_name: str,
+        tensors: List[Tuple[str, str, List[int]]],
+        metadata: Optional[List[Tuple[str, str]]],
+        options: List[Tuple[str, str]],
+        header_cap: int = ...,
+        align: int = ...,
     ) -> LayoutWriter: ...
     def write(self, name: str, dtype: str, shape: List[int], data: object) -> None: ...
     def commit(self) -> None: ...

@@ -128,7 +128,7 @@ def save_sharded(
     ``tensor_dict`` may be any iterable of ``(name, array)`` pairs (a
     generator), each written at its place as it comes, so a checkpoint
     larger than memory can be saved (see :func:`fastst.open_sharded_writer`;
-    local folders only)."""
+    to a URL prefix too)."""
     if layout is not None:
         return write_sharded_from(
             tensor_dict,

@@ -134,7 +134,7 @@ def save_sharded(
     ``tensors`` may be any iterable of ``(name, tensor)`` pairs (a
     generator), each written at its place as it comes, so a checkpoint
     larger than memory can be saved (see :func:`fastst.open_sharded_writer`;
-    local folders only). The layout names exactly what is stored: tied
+    to a URL prefix too). The layout names exactly what is stored: tied
     weights are not looked for, and every shard's metadata has
     ``"format": "pt"``."""
     if layout is not None:

@@ -145,10 +145,12 @@ def test_bad_arguments_are_refused_before_anything_is_written(tmp_path: Path) ->
     with pytest.raises(fastst.SafetensorError) as info:
         fastst.open_sharded_writer(folder, {"a": ("NOPE", [1])})
     assert info.value.rule == "unsupported-dtype"
-    with pytest.raises(ValueError, match="local folder"):
-        fastst.open_sharded_writer("s3://bucket/run/", LAYOUT)
-    with pytest.raises(ValueError, match="local folder"):
-        fnp.save_sharded(iter([]), "s3://bucket/run/", layout=LAYOUT)
+    with pytest.raises(ValueError, match="storage_options apply to URLs"):
+        fastst.open_sharded_writer(folder, LAYOUT, storage_options={})
+    with pytest.raises(ValueError, match="not a configuration key of S3"):
+        fastst.open_sharded_writer("s3://b/run/", LAYOUT, storage_options={"no_such_key": "1"})
+    with pytest.raises(ValueError, match="not a configuration key of S3"):
+        fnp.save_sharded(iter([]), "s3://b/run/", layout=LAYOUT, storage_options={"nope": "1"})
     with pytest.raises(TypeError, match="pairs"):
         fnp.save_sharded(iter([np.zeros(3)]), folder, layout=LAYOUT)
     with pytest.raises(TypeError, match="layout="):

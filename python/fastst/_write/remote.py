@@ -6,8 +6,10 @@ storage"): the parts go up as the tensors' bytes come, a bounded number of them 
 that the memory a save takes does not grow with the file; the object appears under its key only
 when the upload completes, and any error aborts the upload (an old object stays as it was).
 The store is configured as for reading: ``storage_options``, else the environment. Also the
-small writes of a sharded save to a URL prefix (``fastst._write.sharded``): an object in one
-request (the index, written last), deletion, and the shards an index names.
+streaming writer's object (:func:`layout_writer`: tensors in any order, each part sent under its
+own number once every byte of it is written), and the small writes of a sharded save to a URL
+prefix (``fastst._write.sharded``): an object in one request (the index, written last),
+deletion, and the shards an index names.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from urllib.parse import quote
 
 from .. import _fastst
 from .._errors import SafetensorError
-from .._fastst import WritePlan
+from .._fastst import LayoutWriter, WritePlan
 from .._sources import remote as _remote
 
 #: Whether a destination is a URL (rather than a path), as for reading.
@@ -38,6 +40,23 @@ def upload(
     object ``url``; errors name the URL as :func:`display` shows it."""
     pairs = _remote.options(storage_options)
     _fastst.upload_file(layout, url, display(url), pairs, sources)
+
+
+def layout_writer(
+    url: str,
+    entries: List[Any],
+    metadata: Optional[List[Any]],
+    header_cap: int,
+    align: int,
+    storage_options: Optional[Mapping[str, Any]],
+) -> LayoutWriter:
+    """The native streaming writer of the object ``url`` holding the tensors ``entries``
+    (``(name, header dtype, shape)``) and ``metadata``: a multipart upload started now, completed
+    by its ``commit`` (see :mod:`fastst._write.streaming`)."""
+    pairs = _remote.options(storage_options)
+    return LayoutWriter.to_url(
+        url, display(url), entries, metadata, pairs, header_cap=header_cap, align=align
+    )
 
 
 def put_bytes(url: str, data: bytes, storage_options: Optional[Mapping[str, Any]]) -> None:

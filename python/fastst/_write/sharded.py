@@ -26,9 +26,11 @@ A save to a URL prefix of object storage (``s3://bucket/run/``) cannot rename,
 so its shards carry a part of their own instead,
 ``{prefix}-<8 hex>-00001-of-0000N.safetensors``, unique to this save (the
 index records the names): each shard is uploaded whole (a multipart upload,
-see :mod:`fastst._write.remote`), then the index is written last, in one
-request, which is the commit; an old index never names a new shard. Then
-the shards the old index named and the new one does not are deleted. A
+see :mod:`fastst._write.remote`; the sharded writer's shards are uploads of
+the streaming writer, completed when it closes), then the index is written
+last, in one request, which is the commit (``_RemoteSave`` through :class:`UrlCommit`, for both); an
+old index never names a new shard. Then the shards the old index named and
+the new one does not are deleted. A
 failure before the index is written deletes the shards uploaded so far and
 leaves the old checkpoint as it was (a failure of the index's own write
 leaves them: whether it took effect is not known). A save killed before its index leaves
@@ -49,7 +51,7 @@ import os
 import re
 import threading
 from collections import abc
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 from .._errors import closed_file_error, rule_error
 from .._fastst import link_file
@@ -125,11 +127,16 @@ class _LocalSave:
         token = os.urandom(8).hex()
         self.staged = [os.path.join(self.folder, staged_name(token, n)) for n in self.finals]
         self.index_path = os.path.join(self.folder, f"{prefix}.safetensors.index.json")
+        self.where = readable(self.index_path)
         self._index = {"total_size": sum(sizes.values()), **(index_metadata or {})}
 
     def index_bytes(self, names: List[str]) -> bytes:
         """The index naming shard ``names[i]`` for the tensors of group ``i``."""
         return index_bytes(self.groups, self._index, names)
+
+    def started(self, path: str) -> None:
+        """The staged shard ``path`` is being saved (every staged name is
+        removed by :meth:`discard` anyway)."""
 
     def discard(self) -> None:
         """Removes the staged shards written so far (no index names them)."""
@@ -140,6 +147,108 @@ class _LocalSave:
         """Steps 2-5, once every staged shard is complete; the index's path."""
         staged = [os.path.basename(p) for p in self.staged]
         return commit_staged(self.folder, self.prefix, staged, self.finals, self.index_bytes)
+
+
+class _RemoteSave:
+    """One sharded save to a URL prefix of object storage: the shards' names, with a part of
+    this save's own, and the commit (the index, written last, then the clean-up; see the
+    module's documentation) once every shard is uploaded, through :class:`UrlCommit`, for
+    ``save_sharded`` and the sharded writer alike."""
+
+    def __init__(
+        self,
+        folder: str,
+        groups: List[List[str]],
+        sizes: Mapping[str, int],
+        prefix: str,
+        index_metadata: Optional[Mapping[str, Any]],
+        storage_options: Optional[Mapping[str, Any]],
+    ) -> None:
+        base = folder if folder.endswith("/") else folder + "/"
+        index_name = f"{prefix}.safetensors.index.json"
+        self.prefix = prefix
+        self.index_path = _remote.shard_url(base, index_name)
+        self.where = _remote.display(self.index_path)
+        old = _remote.shards_named(self.index_path, storage_options)
+        self._commit = UrlCommit(base, index_name, old, storage_options)
+        total = len(groups)
+        self.names = [shard_name(prefix, i, total, self._commit.part) for i in range(1, 1 + total)]
+        self.staged = [self._commit.url(name) for name in self.names]
+        meta = {"total_size": sum(sizes.values()), **(index_metadata or {})}
+        self._index_bytes = functools.partial(index_bytes, groups, meta)
+        self._started: List[str] = []
+
+    def started(self, url: str) -> None:
+        """The shard ``url`` is being uploaded: :meth:`discard` deletes it."""
+        self._started.append(url)
+
+    def discard(self) -> None:
+        """Deletes the shards of this save uploaded so far (named by no index: not part of any
+        checkpoint)."""
+        for url in self._started:
+            forget(url, self._commit.storage_options)
+
+    def commit(self) -> str:
+        """Steps 2 and 3, once every shard is uploaded: the index, last, in one request, then
+        what no index names any more (:meth:`UrlCommit.commit`); the index's URL."""
+        prefixes = {self.prefix}
+        return self._commit.commit(
+            self._index_bytes(self.names), self.names, lambda n: own_shard(n, prefixes)
+        )
+
+
+class UrlCommit:
+    """One save of objects under the URL prefix ``base`` committed by one object,
+    ``commit_name``, written last (the sequence of the module's documentation, for the
+    sharded saves to object storage and the DCP writer's): :attr:`part` is this save's
+    own (8 hex digits in no name the old commit object names, ``old``), which the names
+    of the objects it uploads carry; :meth:`commit` writes the commit object, then
+    deletes what ``old`` names and the new one does not, and the strays of saves that
+    never committed. The uploads may come from other processes (the ranks of a DCP save),
+    which learn :attr:`part` from the one that made this."""
+
+    def __init__(
+        self,
+        base: str,
+        commit_name: str,
+        old: List[str],
+        storage_options: Optional[Mapping[str, Any]],
+    ) -> None:
+        self.base = base if base.endswith("/") else base + "/"
+        self.commit_url = _remote.shard_url(self.base, commit_name)
+        self.old = list(old)
+        self.storage_options = storage_options
+        while True:  # a part of this save's own: in no name the old commit object holds
+            part = os.urandom(4).hex()
+            if not any(f"-{part}-" in name for name in self.old):
+                break
+        self.part = part
+
+    def url(self, name: str) -> str:
+        """The URL of the object ``name`` (a plain file name) under the prefix."""
+        return _remote.shard_url(self.base, name)
+
+    def discard(self, names: List[str]) -> None:
+        """Deletes the objects ``names`` this save uploaded (no commit object names them)."""
+        for name in names:
+            forget(self.url(name), self.storage_options)
+
+    def commit(self, body: bytes, names: List[str], stray: Callable[[str], bool]) -> str:
+        """Writes the commit object (``body``, naming the objects ``names``), then
+        deletes the objects ``old`` named that ``names`` lacks, and the objects under
+        the prefix that ``stray`` recognises (saves' own names) that ``names`` lacks;
+        returns the commit object's URL. A failure of the write itself leaves the
+        uploaded objects (whether the write took effect is not known: if it did not,
+        they are strays, which the next save deletes)."""
+        _remote.put_bytes(self.commit_url, body, self.storage_options)
+        try:
+            strays = [n for n in _remote.names_under(self.base, self.storage_options) if stray(n)]
+        except Exception:  # a failed listing leaves them: the checkpoint is whole
+            strays = []
+        for name in sorted((set(self.old) | set(strays)) - set(names)):
+            if "/" not in name and name not in (".", ".."):
+                forget(self.url(name), self.storage_options)
+        return self.commit_url
 
 
 def commit_staged(
@@ -218,10 +327,16 @@ def write_sharded(
     limit = _check_plan(max_shard_size, prefix)
     groups = plan_shards(sizes, limit)
     if _remote.is_url(folder):
-        meta = {"total_size": sum(sizes.values()), **(index_metadata or {})}
-        shards = {"tensors": tensors, "groups": groups, "metadata": metadata}
-        render = functools.partial(index_bytes, groups, meta)
-        return _write_to_url(folder, shards, save_one, prefix, render, storage_options)
+        remote = _RemoteSave(str(folder), groups, sizes, prefix, index_metadata, storage_options)
+        # 1. The shards, each uploaded whole, under names no index names.
+        try:
+            for members, url in zip(groups, remote.staged, strict=True):
+                remote.started(url)
+                save_one({n: tensors[n] for n in members}, url, metadata, None)
+        except BaseException:
+            remote.discard()
+            raise
+        return remote.commit()
     if storage_options is not None:
         raise ValueError("storage_options apply to URLs (s3://, gs://, az://, https://...) only")
     save = _LocalSave(folder, groups, sizes, prefix, index_metadata)
@@ -248,20 +363,22 @@ def write_sharded_from(
 ) -> str:
     """``save_sharded`` fed by ``items`` (a dict, or an iterable of ``(name,
     tensor)`` pairs consumed as they come) with ``layout`` given: written
-    through :class:`ShardedWriter`; returns the index's path."""
-    if storage_options is not None or _remote.is_url(folder):
-        raise ValueError(
-            "a sharded save fed tensor by tensor (layout=) writes to a local folder; "
-            "save a dict to object storage instead (see docs/remote.md)"
-        )
+    through :class:`ShardedWriter` (to a local folder, or a URL prefix configured by
+    ``storage_options``); returns the index's path."""
     pairs = items.items() if isinstance(items, abc.Mapping) else items
     with ShardedWriter(
-        folder, layout, max_shard_size=max_shard_size, metadata=metadata, prefix=prefix, align=align
+        folder,
+        layout,
+        max_shard_size=max_shard_size,
+        metadata=metadata,
+        prefix=prefix,
+        align=align,
+        storage_options=storage_options,
     ) as writer:
         for pair in pairs:
             if not isinstance(pair, tuple) or len(pair) != 2:
                 raise TypeError(
-                    f"{writer.index_path}: tensors come as (name, tensor) pairs, got {pair!r:.80}"
+                    f"{writer.name}: tensors come as (name, tensor) pairs, got {pair!r:.80}"
                 )
             writer.write(pair[0], pair[1])
     return writer.index_path
@@ -283,21 +400,27 @@ class ShardedWriter(WholeOrNothing):
         prefix: str = "model",
         align: Optional[int] = None,
         index_metadata: Optional[Mapping[str, Any]] = None,
+        storage_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
-        if _remote.is_url(folder):
+        url = _remote.is_url(folder)
+        if not url and storage_options is not None:
             raise ValueError(
-                "open_sharded_writer writes to a local folder; a sharded save to object "
-                "storage is save_sharded's (see docs/remote.md)"
+                "storage_options apply to URLs (s3://, gs://, az://, https://...) only"
             )
         limit = _check_plan(max_shard_size, prefix)
-        where = readable(os_path(folder))
+        where = _remote.display(str(folder)) if url else readable(os_path(folder))
         entries = layout_entries(where, layout)
         sizes = {name: tensor_bytes(dtype, shape) for name, dtype, shape in entries}
         count = sum(element_count(shape) for _, _, shape in entries)
         groups = plan_shards(sizes, limit)
-        self._save = _LocalSave(
-            folder, groups, sizes, prefix, {"total_parameters": count, **(index_metadata or {})}
-        )
+        index_meta = {"total_parameters": count, **(index_metadata or {})}
+        self._save: Union[_LocalSave, _RemoteSave]
+        if url:
+            self._save = _RemoteSave(
+                str(folder), groups, sizes, prefix, index_meta, storage_options
+            )
+        else:
+            self._save = _LocalSave(folder, groups, sizes, prefix, index_meta)
         self._lock = threading.Lock()
         self._closed = False
         self._writers: List[TensorWriter] = []
@@ -305,7 +428,14 @@ class ShardedWriter(WholeOrNothing):
         try:
             for members, path in zip(groups, self._save.staged, strict=True):
                 part = {name: layout[name] for name in members}
-                writer = TensorWriter(path, part, metadata=metadata, align=align, durable=True)
+                writer = TensorWriter(
+                    path,
+                    part,
+                    metadata=metadata,
+                    align=align,
+                    durable=True,
+                    storage_options=storage_options,
+                )
                 self._writers.append(writer)
                 self._shard_of.update((name, writer) for name in members)
         except BaseException:
@@ -313,8 +443,14 @@ class ShardedWriter(WholeOrNothing):
             raise
 
     @property
+    def name(self) -> str:
+        """The index, as messages show it."""
+        return self._save.where
+
+    @property
     def index_path(self) -> str:
-        """Where the index will be (what :func:`fastst.safe_open` opens)."""
+        """Where the index will be (what :func:`fastst.safe_open` opens): a
+        path, or the index's URL."""
         return self._save.index_path
 
     @property
@@ -333,8 +469,8 @@ class ShardedWriter(WholeOrNothing):
         writer = self._shard_of.get(name) if isinstance(name, str) else None
         if writer is None:
             if self._closed:
-                raise closed_file_error(self._save.index_path)
-            where = self._save.index_path
+                raise closed_file_error(self._save.where)
+            where = self._save.where
             if not isinstance(name, str):
                 raise TypeError(f"{where}: tensor names must be str, got {type(name).__name__}")
             raise rule_error(
@@ -351,7 +487,7 @@ class ShardedWriter(WholeOrNothing):
         is missing."""
         with self._lock:
             if self._closed:
-                raise closed_file_error(self._save.index_path)
+                raise closed_file_error(self._save.where)
             self._closed = True
         missing = self.missing()
         if missing:
@@ -360,12 +496,13 @@ class ShardedWriter(WholeOrNothing):
             more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
             raise rule_error(
                 "tensors-missing",
-                self._save.index_path,
+                self._save.where,
                 f"{len(missing)} tensors of the layout were not written: {shown}{more}",
                 missing[0],
             )
         try:
-            for writer in self._writers:
+            for writer, target in zip(self._writers, self._save.staged, strict=True):
+                self._save.started(target)
                 writer.close()
         except BaseException:
             self._discard()
@@ -388,7 +525,7 @@ class ShardedWriter(WholeOrNothing):
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self.missing())} tensors to write"
-        return f"<fastst.ShardedWriter {self._save.index_path!r}: {state}>"
+        return f"<fastst.ShardedWriter {self._save.where!r}: {state}>"
 
 
 def open_sharded_writer(
@@ -399,6 +536,7 @@ def open_sharded_writer(
     metadata: Optional[Mapping[str, str]] = None,
     prefix: str = "model",
     align: Optional[int] = None,
+    storage_options: Optional[Mapping[str, Any]] = None,
 ) -> ShardedWriter:
     """A writer of a sharded checkpoint in ``folder`` holding the tensors of
     ``layout`` (``name -> (dtype, shape)``, as for :func:`fastst.open_writer`)::
@@ -417,7 +555,14 @@ def open_sharded_writer(
     every tensor written, the checkpoint replaces what the folder held as
     one (the commit of ``save_sharded``); an exception, a missing tensor or
     :meth:`ShardedWriter.abort` leave the folder's old checkpoint as it was
-    and nothing of the new one."""
+    and nothing of the new one.
+
+    A URL prefix of object storage (``s3://bucket/run/``, configured by
+    ``storage_options``) is written as ``save_sharded`` writes one: each
+    shard is an upload of :func:`fastst.open_writer`'s (parts sent as they
+    fill), under a name with a part of this save's own, and the index,
+    written last when the block ends cleanly, is the commit; on any failure
+    the old checkpoint stays as it was (see ``docs/remote.md``)."""
     return ShardedWriter(
         folder,
         layout,
@@ -425,95 +570,8 @@ def open_sharded_writer(
         metadata=metadata,
         prefix=prefix,
         align=align,
+        storage_options=storage_options,
     )
-
-
-class UrlCommit:
-    """One save of objects under the URL prefix ``base`` committed by one object,
-    ``commit_name``, written last (the sequence of the module's documentation, for the
-    sharded saves to object storage and the DCP writer's): :attr:`part` is this save's
-    own (8 hex digits in no name the old commit object names, ``old``), which the names
-    of the objects it uploads carry; :meth:`commit` writes the commit object, then
-    deletes what ``old`` names and the new one does not, and the strays of saves that
-    never committed. The uploads may come from other processes (the ranks of a DCP save),
-    which learn :attr:`part` from the one that made this."""
-
-    def __init__(
-        self,
-        base: str,
-        commit_name: str,
-        old: List[str],
-        storage_options: Optional[Mapping[str, Any]],
-    ) -> None:
-        self.base = base if base.endswith("/") else base + "/"
-        self.commit_url = _remote.shard_url(self.base, commit_name)
-        self.old = list(old)
-        self.storage_options = storage_options
-        while True:  # a part of this save's own: in no name the old commit object holds
-            part = os.urandom(4).hex()
-            if not any(f"-{part}-" in name for name in self.old):
-                break
-        self.part = part
-
-    def url(self, name: str) -> str:
-        """The URL of the object ``name`` (a plain file name) under the prefix."""
-        return _remote.shard_url(self.base, name)
-
-    def discard(self, names: List[str]) -> None:
-        """Deletes the objects ``names`` this save uploaded (no commit object names them)."""
-        for name in names:
-            forget(self.url(name), self.storage_options)
-
-    def commit(self, body: bytes, names: List[str], stray: Callable[[str], bool]) -> str:
-        """Writes the commit object (``body``, naming the objects ``names``), then
-        deletes the objects ``old`` named that ``names`` lacks, and the objects under
-        the prefix that ``stray`` recognises (saves' own names) that ``names`` lacks;
-        returns the commit object's URL. A failure of the write itself leaves the
-        uploaded objects (whether the write took effect is not known: if it did not,
-        they are strays, which the next save deletes)."""
-        _remote.put_bytes(self.commit_url, body, self.storage_options)
-        try:
-            strays = [n for n in _remote.names_under(self.base, self.storage_options) if stray(n)]
-        except Exception:  # a failed listing leaves them: the checkpoint is whole
-            strays = []
-        for name in sorted((set(self.old) | set(strays)) - set(names)):
-            if "/" not in name and name not in (".", ".."):
-                forget(self.url(name), self.storage_options)
-        return self.commit_url
-
-
-def _write_to_url(
-    folder: str,
-    shards: Dict[str, Any],
-    save_one: Callable[..., None],
-    prefix: str,
-    index_bytes: Callable[[List[str]], bytes],
-    storage_options: Optional[Mapping[str, Any]],
-) -> str:
-    """The sharded save to the URL prefix ``folder`` (see the module's documentation):
-    ``shards`` holds the ``tensors``, their ``groups`` (one per shard) and the shards'
-    ``metadata``; returns the index's URL."""
-    index_name = f"{prefix}.safetensors.index.json"
-    base = folder if folder.endswith("/") else folder + "/"
-    old = _remote.shards_named(_remote.shard_url(base, index_name), storage_options)
-    save = UrlCommit(base, index_name, old, storage_options)
-    groups: List[List[str]] = shards["groups"]
-    total = len(groups)
-    names = [shard_name(prefix, i, total, save.part) for i in range(1, 1 + total)]
-    # 1. The shards, each uploaded whole, under names no index names.
-    written: List[str] = []
-    try:
-        for members, name in zip(groups, names, strict=True):
-            written.append(name)
-            subset = {n: shards["tensors"][n] for n in members}
-            save_one(subset, save.url(name), shards["metadata"], None)
-    except BaseException:
-        save.discard(written)  # named by no index: not part of any checkpoint
-        raise
-    # 2. The commit: the index, last, in one request; 3. what the old index named and the
-    # new one does not, and shards of saves that never finished (named as this index's
-    # own, with a part of their own): no index names them.
-    return save.commit(index_bytes(names), names, lambda n: own_shard(n, {prefix}))
 
 
 def forget(url: str, storage_options: Optional[Mapping[str, Any]]) -> None:

@@ -16,12 +16,15 @@ where the system has no unnamed files) and replaces the target only when
 the ``with`` block ends cleanly with every tensor written completely
 (:meth:`TensorWriter.close`). An exception in the block, a tensor missing,
 or :meth:`TensorWriter.abort` leave the target as it was and no temporary
-file behind.
+file behind. A URL of object storage is written the same way with a
+multipart upload (:func:`fastst._write.remote.layout_writer`), each part
+sent as soon as every byte of it was written and the upload completed by
+:meth:`TensorWriter.close`, or aborted.
 
 :func:`upload_layout` writes a file of a layout to a URL of object storage
-the same way, in the file's order: each tensor is asked for when the
-multipart upload reaches it, so memory holds the tensor in hand and the
-parts in flight, never the file.
+in the file's order instead: each tensor is asked for when the multipart
+upload reaches it, so memory holds the tensor in hand and the parts in
+flight, never the file.
 """
 
 from __future__ import annotations
@@ -207,9 +210,15 @@ class TensorWriter(WholeOrNothing):
         align: Optional[int] = None,
         durable: Optional[bool] = True,
         header_cap: int = DEFAULT_HEADER_CAP,
+        storage_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
-        target = os_path(path)
-        where = readable(target)
+        url = _remote.is_url(path)
+        if not url and storage_options is not None:
+            raise ValueError(
+                "storage_options apply to URLs (s3://, gs://, az://, https://...) only"
+            )
+        target = str(path) if url else os_path(path)
+        where = _remote.display(str(path)) if url else readable(target)
         entries = layout_entries(where, layout)
         meta = check_metadata(where, metadata)
         unit = check_align(where, align)
@@ -218,7 +227,12 @@ class TensorWriter(WholeOrNothing):
         self._where = where
         self._names = frozenset(e[0] for e in entries)
         self._entries = {e[0]: (e[1], e[2]) for e in entries}
-        self._native = LayoutWriter(target, where, entries, meta, header_cap, unit, durable)
+        if url:
+            self._native = _remote.layout_writer(
+                str(path), entries, meta, header_cap, unit, storage_options
+            )
+        else:
+            self._native = LayoutWriter(target, where, entries, meta, header_cap, unit, durable)
 
     @property
     def name(self) -> str:
@@ -289,16 +303,18 @@ class TensorWriter(WholeOrNothing):
 
     def close(self) -> None:
         """Saves the file: when every tensor of the layout was written, it
-        replaces the target at once (flushed to disk first when durable);
-        otherwise nothing is saved, the target is left as it was, and
+        replaces the target at once (flushed to disk first when durable; for
+        a URL, the upload's last parts are waited for and the upload
+        completed); otherwise nothing is saved, the target is left as it
+        was, and
         :class:`fastst.SerializeError` (rule ``tensors-missing``) names what
         is missing. The writer is closed afterwards either way; closing it
         again raises :class:`fastst.ClosedFileError`."""
         self._native.commit()
 
     def abort(self) -> None:
-        """Discards the file: nothing is saved and the target is left as it
-        was. Does nothing once closed."""
+        """Discards the file (for a URL, aborts the upload): nothing is
+        saved and the target is left as it was. Does nothing once closed."""
         self._native.abort()
 
     def __repr__(self) -> str:
@@ -314,6 +330,7 @@ def open_writer(
     align: Optional[int] = None,
     durable: Optional[bool] = True,
     header_cap: int = DEFAULT_HEADER_CAP,
+    storage_options: Optional[Mapping[str, Any]] = None,
 ) -> TensorWriter:
     """A writer of the ``.safetensors`` file ``path`` holding the tensors of
     ``layout`` (``name -> (dtype, shape)``; the dtype as a header name such
@@ -334,12 +351,32 @@ def open_writer(
     system cannot leave a truncated file there; False skips the flush,
     None flushes only when a file is replaced (``save_file``'s default).
 
+    A URL of object storage (``s3://``, ``gs://``, ``az://``), configured
+    by ``storage_options`` as reading is (else by the environment), is
+    written with a multipart upload whose parts are planned from the
+    layout: each part goes up, under its own number, as soon as every byte
+    of it was written, whatever the order of the tensors, and the object
+    appears only when the block ends cleanly with every tensor written (an
+    exception, a missing tensor, a part the store keeps refusing or Ctrl-C
+    abort the upload; an old object under the key stays as it was).
+    Tensors written in the layout's order hold about one part being filled
+    plus the parts in flight in memory; out of order, every part started
+    and not complete is held too (see ``docs/remote.md``). ``durable`` does
+    not apply to URLs.
+
     The layout is checked at once (rule ``unsupported-dtype``,
     ``bad-shape``, ``duplicate-name``, ``reserved-name``,
     ``bad-alignment``...), and the temporary file is created beside
-    ``path`` (``OSError`` when the folder cannot hold it)."""
+    ``path`` (``OSError`` when the folder cannot hold it), or the upload
+    started."""
     return TensorWriter(
-        path, layout, metadata=metadata, align=align, durable=durable, header_cap=header_cap
+        path,
+        layout,
+        metadata=metadata,
+        align=align,
+        durable=durable,
+        header_cap=header_cap,
+        storage_options=storage_options,
     )
 
 

@@ -33,7 +33,10 @@
 //! renders the header, a [`TensorStream`] checks each tensor gets exactly
 //! its bytes, and [`AtomicFile`] replaces the target only once the new file
 //! is complete. A [`LayoutWriter`] takes the tensors of a plan in any order,
-//! from any thread, each written at its offset, and commits when all are.
+//! from any thread, each written at its offset, and commits when all are;
+//! its [`Ledger`] (which tensor stands where, and the rules on what a
+//! streaming writer is given) also serves the object-store writer of
+//! `fastst-remote`.
 //!
 //! The modules, one job each (all private: what a caller may use is
 //! re-exported at the crate root, and what only fastst's sibling crates may
@@ -161,7 +164,7 @@ pub use source::{ended_early, read_header, Source};
 pub use table::TensorInfo;
 pub use write::{
     check_alignment, data_alignment, link_replace, replace_with_bytes, serialize, write_atomic,
-    write_file, AtomicFile, Blocking, FileSink, LayoutWriter, NewTensor, PlannedTensor,
+    write_file, AtomicFile, Blocking, FileSink, LayoutWriter, Ledger, NewTensor, PlannedTensor,
     TensorStream, TensorWrite, WriteFailure, WritePlan, DEFAULT_ALIGN, MAX_ALIGN,
 };
 

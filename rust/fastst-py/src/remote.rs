@@ -24,7 +24,7 @@ use crate::write::PyWritePlan;
 pub(crate) type Options = Vec<(String, String)>;
 
 /// An opening failure as a Python exception naming `name`.
-fn open_failed(name: &str, e: OpenError) -> PyErr {
+pub(crate) fn open_failed(name: &str, e: OpenError) -> PyErr {
     match e {
         OpenError::Config(c) => PyValueError::new_err(c.0),
         OpenError::Read(e) => to_pyerr(name, e),

@@ -25,7 +25,10 @@
 //! Writing ([`upload`]): an [`Upload`] writes one object of a cloud store
 //! with a multipart upload, part by part as the bytes come, with bounded
 //! memory; the object appears only when the upload completes, and a
-//! failed or abandoned upload is aborted (an old object stays).
+//! failed or abandoned upload is aborted (an old object stays). A
+//! [`LayoutUpload`] ([`layout_upload`]) is the streaming writer's object:
+//! tensors in any order, from any thread, each part sent under its own
+//! number once every byte of it was written.
 //!
 //! Configuration ([`options`]): URL schemes, credentials from the
 //! environment the way the cloud SDKs read them, `storage_options` keys,
@@ -52,6 +55,7 @@ mod client;
 mod error;
 mod fetch;
 pub mod guard;
+pub mod layout_upload;
 pub mod options;
 mod redact;
 mod runtime;
@@ -69,6 +73,7 @@ use object_store::ObjectStore;
 pub use client::certificates_unchecked;
 pub use error::ANSWER_SHOWN;
 pub use fetch::{parts, Part};
+pub use layout_upload::{LayoutUpload, TensorUpload};
 pub use options::{is_url, ConfigError, Tuning};
 pub use redact::{display, in_text};
 pub use runtime::runtime;

@@ -352,7 +352,7 @@ fn build(
                 .with_http_connector(Connector::signed())
                 .with_retry(retry_config())
                 .build()?;
-            Store::listing(Arc::new(store))
+            Store::cloud(Arc::new(store))
         }
         ObjectStoreScheme::GoogleCloudStorage => {
             let mut b = GoogleCloudStorageBuilder::from_env().with_url(url);
@@ -363,7 +363,7 @@ fn build(
                 .with_http_connector(Connector::signed())
                 .with_retry(retry_config())
                 .build()?;
-            Store::listing(Arc::new(store))
+            Store::cloud(Arc::new(store))
         }
         ObjectStoreScheme::MicrosoftAzure => {
             let mut b = MicrosoftAzureBuilder::from_env().with_url(url);
@@ -377,7 +377,7 @@ fn build(
                 .with_http_connector(Connector::signed())
                 .with_retry(retry_config())
                 .build()?;
-            Store::listing(Arc::new(store))
+            Store::cloud(Arc::new(store))
         }
         ObjectStoreScheme::Http => http_store(parsed, signed, options)?,
         _ => return Err(ConfigError("not an object store or HTTP URL".into()).into()),

@@ -14,33 +14,43 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use object_store::list::PaginatedListStore;
+use object_store::multipart::MultipartStore;
 use object_store::ObjectStore;
 use url::Url;
 
 /// Stores kept at most.
 pub(crate) const KEPT: usize = 64;
 
-/// A store: its objects, and its listing page by page where it lists.
+/// A store: its objects, its listing page by page where it lists, and its
+/// multipart uploads by part number where it takes them.
 #[derive(Clone)]
 pub(crate) struct Store {
     pub(crate) objects: Arc<dyn ObjectStore>,
     pub(crate) pages: Option<Arc<dyn PaginatedListStore>>,
+    /// Parts uploaded under numbers of the caller's choosing, in any order
+    /// (`ObjectStore::put_multipart` numbers them in the order sent).
+    pub(crate) parts: Option<Arc<dyn MultipartStore>>,
 }
 
 impl Store {
-    /// A store that reads objects and lists by pages (S3, GCS, Azure).
-    pub(crate) fn listing<S: ObjectStore + PaginatedListStore>(store: Arc<S>) -> Store {
+    /// A cloud store (S3, GCS, Azure): reads objects, lists by pages,
+    /// takes multipart uploads part by part.
+    pub(crate) fn cloud<S: ObjectStore + PaginatedListStore + MultipartStore>(
+        store: Arc<S>,
+    ) -> Store {
         Store {
             objects: store.clone(),
-            pages: Some(store),
+            pages: Some(store.clone()),
+            parts: Some(store),
         }
     }
 
-    /// A store that cannot list (plain HTTP).
+    /// A store that cannot list nor take uploads by part (plain HTTP).
     pub(crate) fn objects_only(store: Arc<dyn ObjectStore>) -> Store {
         Store {
             objects: store,
             pages: None,
+            parts: None,
         }
     }
 }
@@ -50,6 +60,7 @@ impl std::fmt::Debug for Store {
         f.debug_struct("Store")
             .field("objects", &self.objects)
             .field("lists", &self.pages.is_some())
+            .field("parts", &self.parts.is_some())
             .finish()
     }
 }

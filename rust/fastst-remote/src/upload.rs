@@ -57,6 +57,12 @@ pub fn part_size(part: usize, len: u64) -> usize {
     part.max(MIN_PART).max(fits)
 }
 
+/// The most parts of `part_size` bytes in flight at once for a configured
+/// `concurrency`: within [`IN_FLIGHT_BYTES`], one at least.
+pub fn max_in_flight(part_size: usize, concurrency: usize) -> usize {
+    (IN_FLIGHT_BYTES / part_size.max(1)).clamp(1, concurrency.max(1))
+}
+
 /// A multipart upload in progress.
 pub struct Upload {
     /// `None` once completed or aborted.
@@ -99,7 +105,7 @@ impl Upload {
     pub fn start(url: &str, options: &[(String, String)], len: u64) -> Result<Upload, OpenError> {
         let (store, path, tuning) = object_to_write(url, options)?;
         let upload = runtime()?
-            .block_on(store.put_multipart(&path))
+            .block_on(store.objects.put_multipart(&path))
             .map_err(|e| from_store("cannot start the upload", e))?;
         Ok(Upload::new(
             upload,
@@ -121,7 +127,7 @@ impl Upload {
             part: part_buffer(part_size)?,
             part_size,
             sent: 0,
-            max_in_flight: (IN_FLIGHT_BYTES / part_size).clamp(1, concurrency.max(1)),
+            max_in_flight: max_in_flight(part_size, concurrency),
             tasks: JoinSet::new(),
         })
     }
@@ -308,14 +314,17 @@ impl Drop for Upload {
 /// What a write of the object `url` needs: a cloud store's object (not a
 /// prefix ending in `/`), its store, path and tuning.
 type Target = (
-    std::sync::Arc<dyn object_store::ObjectStore>,
+    crate::stores::Store,
     object_store::path::Path,
     crate::Tuning,
 );
 
 /// The store, path and tuning of the object `url` names, for a write;
 /// refused (nothing sent) unless it is an object of a cloud store.
-fn object_to_write(url: &str, options: &[(String, String)]) -> Result<Target, OpenError> {
+pub(crate) fn object_to_write(
+    url: &str,
+    options: &[(String, String)],
+) -> Result<Target, OpenError> {
     let refuse = |why: &str| OpenError::Config(ConfigError(format!("{}: {why}", display(url))));
     if !takes_uploads(url) {
         return Err(refuse(
@@ -327,7 +336,7 @@ fn object_to_write(url: &str, options: &[(String, String)]) -> Result<Target, Op
     if path.as_ref().is_empty() || url.ends_with('/') {
         return Err(refuse("the URL names no object (a prefix ending in /)"));
     }
-    Ok((store.objects, path, tuning))
+    Ok((store, path, tuning))
 }
 
 /// Writes `bytes` as the object `url` with one PUT (a small object, such as
@@ -336,7 +345,7 @@ fn object_to_write(url: &str, options: &[(String, String)]) -> Result<Target, Op
 pub fn put(url: &str, options: &[(String, String)], bytes: Vec<u8>) -> Result<(), OpenError> {
     let (store, path, _) = object_to_write(url, options)?;
     runtime()?
-        .block_on(store.put(&path, PutPayload::from(bytes)))
+        .block_on(store.objects.put(&path, PutPayload::from(bytes)))
         .map_err(|e| from_store("cannot write the object", e))?;
     Ok(())
 }
@@ -344,7 +353,7 @@ pub fn put(url: &str, options: &[(String, String)], bytes: Vec<u8>) -> Result<()
 /// Deletes the object `url`; one that is not there is no error.
 pub fn delete(url: &str, options: &[(String, String)]) -> Result<(), OpenError> {
     let (store, path, _) = object_to_write(url, options)?;
-    match runtime()?.block_on(store.delete(&path)) {
+    match runtime()?.block_on(store.objects.delete(&path)) {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
         Err(e) => Err(from_store("cannot delete the object", e).into()),
     }

@@ -21,7 +21,6 @@
 //! block with the header or a neighbour, go through the page cache. No block
 //! is written both ways, and the commit's `fsync` flushes both.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::path::Path;
@@ -31,6 +30,7 @@ use std::sync::{Mutex, MutexGuard, RwLock};
 use memmap2::MmapMut;
 
 use super::atomic::AtomicFile;
+use super::ledger::Ledger;
 use super::plan::{PlannedTensor, WritePlan};
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
@@ -40,39 +40,14 @@ use crate::io::{reopen_direct_for_writing, sync_range, write_all_at, SyncRange, 
 /// written directly (one per tensor being written, pooled between them).
 pub const BLOCK_BUFFER: usize = 4 << 20;
 
-/// How many missing tensors a [`Error::TensorsMissing`] message names.
-const NAMED_MISSING: usize = 5;
-
-/// Where one tensor of the layout stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Slot {
-    /// Nothing written yet (or a write that failed part-way: it may be
-    /// written again, in full).
-    Pending,
-    /// A [`TensorWrite`] is filling it.
-    Writing,
-    /// Written completely.
-    Written,
-}
-
-#[derive(Debug)]
-struct State {
-    /// Per tensor, in file order.
-    slots: Vec<Slot>,
-    /// Committed or aborted: nothing more may be written.
-    closed: bool,
-}
-
 /// A file being written from its layout (see the module's documentation).
 ///
 /// Every method takes `&self`: one writer is shared by the threads that
 /// write its tensors.
 #[derive(Debug)]
 pub struct LayoutWriter {
-    plan: WritePlan,
-    /// Name -> position in `plan.tensors()` (file order).
-    by_name: HashMap<String, usize>,
-    state: Mutex<State>,
+    /// The layout and where each tensor stands.
+    ledger: Ledger,
     /// The file, until it is committed or aborted. Writes hold it shared
     /// while their bytes move; commit and abort take it exclusively, so
     /// they wait for writes in flight.
@@ -108,20 +83,8 @@ impl LayoutWriter {
         } else {
             None
         };
-        let by_name = plan
-            .tensors()
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
-        let slots = vec![Slot::Pending; plan.tensors().len()];
         Ok(LayoutWriter {
-            plan,
-            by_name,
-            state: Mutex::new(State {
-                slots,
-                closed: false,
-            }),
+            ledger: Ledger::new(plan),
             file: RwLock::new(Some(atomic)),
             durable,
             direct,
@@ -132,7 +95,7 @@ impl LayoutWriter {
 
     /// The layout being written.
     pub fn plan(&self) -> &WritePlan {
-        &self.plan
+        self.ledger.plan()
     }
 
     /// Whether the data is flushed to the device before the commit.
@@ -161,47 +124,11 @@ impl LayoutWriter {
         write_all_at(file, bytes, at)
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
-        // A panic while the lock was held cannot leave the slots
-        // inconsistent (each update is one assignment): carry on.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Starts writing tensor `name`, which must be in the layout with
     /// exactly `dtype` and `shape`, and be neither written nor being
     /// written. Its bytes are then given to the [`TensorWrite`], in order.
     pub fn begin(&self, name: &str, dtype: Dtype, shape: &[u64]) -> Result<TensorWrite<'_>> {
-        let index = *self.by_name.get(name).ok_or_else(|| Error::NotInLayout {
-            name: name.to_owned(),
-        })?;
-        let planned = self.planned(index)?;
-        if planned.dtype != dtype || planned.shape != shape {
-            return Err(Error::LayoutMismatch {
-                tensor: name.to_owned(),
-                expected: describe(planned.dtype, &planned.shape),
-                got: describe(dtype, shape),
-            });
-        }
-        let mut state = self.state();
-        if state.closed {
-            return Err(Error::WriterClosed);
-        }
-        let slot = state.slots.get_mut(index).ok_or(Error::WriterClosed)?;
-        match *slot {
-            Slot::Written => {
-                return Err(Error::WrittenTwice {
-                    name: name.to_owned(),
-                    how: "was written already",
-                })
-            }
-            Slot::Writing => {
-                return Err(Error::WrittenTwice {
-                    name: name.to_owned(),
-                    how: "is being written by another call",
-                })
-            }
-            Slot::Pending => *slot = Slot::Writing,
-        }
+        let index = self.ledger.begin(name, dtype, shape)?;
         Ok(TensorWrite {
             writer: self,
             index,
@@ -213,28 +140,18 @@ impl LayoutWriter {
     }
 
     fn planned(&self, index: usize) -> Result<&PlannedTensor> {
-        self.plan.tensors().get(index).ok_or(Error::WriterClosed)
+        self.ledger.planned(index)
     }
 
     /// Names of the tensors not written completely yet, in the order they
     /// were given to the plan.
     pub fn missing(&self) -> Vec<&str> {
-        let state = self.state();
-        let mut missing: Vec<&PlannedTensor> = self
-            .plan
-            .tensors()
-            .iter()
-            .zip(&state.slots)
-            .filter(|(_, s)| **s != Slot::Written)
-            .map(|(t, _)| t)
-            .collect();
-        missing.sort_by_key(|t| t.index);
-        missing.into_iter().map(|t| t.name.as_str()).collect()
+        self.ledger.missing()
     }
 
     /// True once committed or aborted.
     pub fn is_closed(&self) -> bool {
-        self.state().closed
+        self.ledger.is_closed()
     }
 
     /// Closes the writer: when every tensor was written completely, the
@@ -244,35 +161,12 @@ impl LayoutWriter {
     /// writer is closed afterwards, and so is it when the commit itself
     /// fails (the temporary file is removed).
     pub fn commit(&self) -> Result<()> {
-        let missing = {
-            let mut state = self.state();
-            if state.closed {
-                return Err(Error::WriterClosed);
-            }
-            state.closed = true;
-            state.slots.iter().filter(|s| **s != Slot::Written).count()
-        };
-        let atomic = self.take_file();
-        if missing > 0 {
-            drop(atomic);
-            let names = self.missing();
-            let shown: Vec<String> = names
-                .iter()
-                .take(NAMED_MISSING)
-                .map(|n| format!("{n:?}"))
-                .collect();
-            let more = names.len().saturating_sub(NAMED_MISSING);
-            let mut list = shown.join(", ");
-            if more > 0 {
-                list.push_str(&format!(" and {more} more"));
-            }
-            return Err(Error::TensorsMissing {
-                tensor: names.first().map(|n| (*n).to_owned()).unwrap_or_default(),
-                count: missing,
-                total: self.plan.tensors().len(),
-                names: list,
-            });
+        let complete = self.ledger.close();
+        if let Err(Error::WriterClosed) = complete {
+            return Err(Error::WriterClosed);
         }
+        let atomic = self.take_file();
+        complete?;
         atomic
             .ok_or(Error::WriterClosed)?
             .commit(Some(self.durable))
@@ -283,7 +177,7 @@ impl LayoutWriter {
     /// Writes still in flight fail with rule `closed-file`. Does nothing on
     /// a closed writer.
     pub fn abort(&self) {
-        self.state().closed = true;
+        self.ledger.close_quietly();
         drop(self.take_file());
     }
 
@@ -307,11 +201,6 @@ impl LayoutWriter {
             .map_err(|_| Error::WriterClosed)?;
         f(file)
     }
-}
-
-/// `"BF16 [4096, 4096]"`.
-fn describe(dtype: Dtype, shape: &[u64]) -> String {
-    format!("{dtype} {shape:?}")
 }
 
 /// One tensor being written: its bytes are given in order, in as many
@@ -347,21 +236,14 @@ impl TensorWrite<'_> {
         if bytes.is_empty() {
             return Ok(());
         }
-        let t = self.planned()?;
         let got = self.filled.saturating_add(bytes.len() as u64);
-        if got > t.byte_len() {
-            return Err(Error::DataLength {
-                tensor: t.name.clone(),
-                expected: t.byte_len(),
-                got,
-            });
-        }
+        let t = self.writer.ledger.check_len(self.index, got)?;
         let too_large = || Error::FileTooLarge {
             reason: "the file would exceed 2^64 bytes".to_owned(),
         };
         let start = self
             .writer
-            .plan
+            .plan()
             .data_start()
             .checked_add(t.begin)
             .ok_or_else(too_large)?;
@@ -443,28 +325,15 @@ impl TensorWrite<'_> {
     /// less left to do.
     pub fn finish(mut self) -> Result<()> {
         let t = self.planned()?;
-        if self.filled != t.byte_len() {
-            return Err(Error::DataLength {
-                tensor: t.name.clone(),
-                expected: t.byte_len(),
-                got: self.filled,
-            });
-        }
-        if self.writer.durable && t.byte_len() > 0 {
-            let start = self.writer.plan.data_start().saturating_add(t.begin);
+        if self.filled == t.byte_len() && self.writer.durable && t.byte_len() > 0 {
+            let start = self.writer.plan().data_start().saturating_add(t.begin);
             // Only a hint: where it is not offered, or fails, the flush
             // before the commit writes (and reports) everything.
             let _ = self
                 .writer
                 .with_file(|file| Ok(sync_range(file, start, t.byte_len(), SyncRange::Start)));
         }
-        let mut state = self.writer.state();
-        if state.closed {
-            return Err(Error::WriterClosed);
-        }
-        if let Some(slot) = state.slots.get_mut(self.index) {
-            *slot = Slot::Written;
-        }
+        self.writer.ledger.finish(self.index, self.filled)?;
         self.finished = true;
         Ok(())
     }
@@ -475,14 +344,8 @@ impl Drop for TensorWrite<'_> {
         if let Some(buffer) = self.buffer.take() {
             self.writer.pool().push(buffer);
         }
-        if self.finished {
-            return;
-        }
-        let mut state = self.writer.state();
-        if let Some(slot) = state.slots.get_mut(self.index) {
-            if *slot == Slot::Writing {
-                *slot = Slot::Pending;
-            }
+        if !self.finished {
+            self.writer.ledger.release(self.index, true);
         }
     }
 }

@@ -18,6 +18,9 @@
 //! - [`layout_writer`]: [`LayoutWriter`], the streaming writer: a plan's
 //!   tensors written at their offsets in any order, from any thread, and
 //!   committed atomically only once all are complete.
+//! - [`ledger`]: [`Ledger`], where each tensor of a streaming writer stands
+//!   and the rules on what it is given, shared by the local writer and the
+//!   object-store writer of `fastst-remote`.
 //!
 //! The header is padded with spaces to a multiple of 8 bytes, as the
 //! reference pads it, or with [`WritePlan::aligned`] so that the data
@@ -25,6 +28,7 @@
 
 mod atomic;
 mod layout_writer;
+mod ledger;
 mod plan;
 mod stream;
 mod writeback;
@@ -36,6 +40,7 @@ pub use atomic::{
     link_replace, replace_with_bytes, write_atomic, AtomicFile, Blocking, WriteFailure,
 };
 pub use layout_writer::{LayoutWriter, TensorWrite};
+pub use ledger::Ledger;
 pub use plan::{
     check_alignment, data_alignment, NewTensor, PlannedTensor, WritePlan, DEFAULT_ALIGN, MAX_ALIGN,
 };
