@@ -61,7 +61,11 @@ def _save_load(job: Dict[str, Any]) -> Dict[str, Any]:
     dcp.save(state_dict("saved"), storage_writer=local)
     got = state_dict("other", empty=True)
     dcp.load(got, storage_reader=fdcp.StorageReader(job["url"], storage_options=options))
-    return {"differ": differ(got, state_dict("other"))}
+    # Both ranks consolidate the prefix into another prefix, each its share of the files.
+    index = fdcp.consolidate_on_every_rank(
+        job["url"], job["url"][:-1] + "-consolidated/", MAPPING, storage_options=options
+    )
+    return {"differ": differ(got, state_dict("other")), "consolidated": index}
 
 
 def _killed(job: Dict[str, Any]) -> Dict[str, Any]:
@@ -272,6 +276,73 @@ def test_consolidation_from_a_prefix_equals_the_folders(
         site.s3.upload(site.bucket, key + f.name, f)
     fdcp.consolidate(plain, tmp_path / "from-plain", MAPPING, storage_options=site.options)
     assert tensors_of(tmp_path / "from-plain") == want
+
+
+def _as_folder(site: Site, prefix: str, into: Path) -> Dict[str, Any]:
+    """The objects of a consolidation to ``prefix``, its part taken out of the shards' names
+    (as the index names them), written into the folder ``into``: :func:`tensors_of` of it,
+    and the index."""
+    objects = _objects(site, prefix)
+    index = json.loads(objects["model.safetensors.index.json"])
+    named = sorted(set(index["weight_map"].values()))
+    assert sorted(objects) == sorted([*named, "model.safetensors.index.json"])
+    into.mkdir()
+
+    def final(name: str) -> str:  # model-<part>-00001-of-00002... -> model-00001-of-00002...
+        stem, _, rest = name.split("-", 2)
+        return f"{stem}-{rest}"
+
+    for name in named:
+        (into / final(name)).write_bytes(objects[name])
+    plain = {**index, "weight_map": {k: final(v) for k, v in index["weight_map"].items()}}
+    (into / "model.safetensors.index.json").write_text(json.dumps(plain, indent=2) + "\n")
+    return {"tensors": tensors_of(into), "index": index}
+
+
+def test_consolidation_to_a_prefix_equals_the_folders_and_commits_last(
+    saved: Dict[str, Any], site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local = saved["root"] / "local"
+    fdcp.consolidate(local, tmp_path / "from-folder", MAPPING)
+    want = tensors_of(tmp_path / "from-folder")
+    out = _prefix(site, "consolidated")
+    index_url = fdcp.consolidate(saved["url"], out, MAPPING, storage_options=site.options)
+    assert index_url == out + "model.safetensors.index.json"
+    first = _as_folder(site, out, tmp_path / "first")
+    assert first["tensors"] == want
+    # The same, split between two ranks (consolidate_on_every_rank in the spawned group).
+    split = saved["url"][:-1] + "-consolidated/"
+    assert [r["consolidated"] for r in saved["results"]] == [
+        split + "model.safetensors.index.json",
+        None,
+    ]
+    assert _as_folder(site, split, tmp_path / "split")["tensors"] == want
+    loaded = fastst.torch.load_file(index_url, storage_options=site.options)
+    assert sorted(loaded) == sorted(first["index"]["weight_map"])
+    # A second consolidation over it that fails part-way leaves the first whole, and no
+    # object of its own behind; the next one replaces the first and deletes its files.
+    from fastst._distributed import consolidate as module
+
+    real = module.pieces
+    calls = {"n": 0}
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("read failed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "pieces", failing)
+    with pytest.raises(RuntimeError, match="read failed"):
+        fdcp.consolidate(local, out, MAPPING, storage_options=site.options, thread_count=1)
+    monkeypatch.setattr(module, "pieces", real)
+    assert _as_folder(site, out, tmp_path / "after-failure") == first
+    fdcp.consolidate(local, out, MAPPING, storage_options=site.options)
+    second = _as_folder(site, out, tmp_path / "second")
+    assert second["tensors"] == want
+    assert not set(second["index"]["weight_map"].values()) & set(
+        first["index"]["weight_map"].values()
+    )
 
 
 def test_a_save_without_save_distributed_is_a_sharded_checkpoint(site: Site) -> None:

@@ -19,7 +19,11 @@ of a process group, as torch's ``consolidate_safetensors_files_on_every_rank``
 does, and commits once all ranks wrote theirs. The input may be a URL
 prefix a DCP save to object storage wrote (its files those its commit
 objects name, :mod:`fastst._distributed.dcp_remote`), read with ranged
-reads; the output is a local folder.
+reads. The output may be a URL prefix too: its files then carry a part of
+this consolidation's own (``model-<part>-00001-of-0000N.safetensors``), each
+uploaded as the streaming writer uploads, and the index is written last
+(:class:`fastst._write.sharded.UrlCommit`, as a sharded save to a prefix
+commits).
 """
 
 from __future__ import annotations
@@ -37,8 +41,9 @@ from .._errors import rule_error
 from .._fastst import RawFile
 from .._paths import readable
 from .._settings import parse_size
+from .._sources.folders import own_shard
 from .._write.remote import is_url
-from .._write.sharded import commit_staged, plan_shards, staged_name
+from .._write.sharded import UrlCommit, commit_staged, plan_shards, staged_name
 from .._write.streaming import TensorWriter, open_writer
 from . import dcp_remote
 from .dcp_files import Tensor, check_mapping, chunk_table, output_name, threads
@@ -64,19 +69,18 @@ def _folder(path: PathLike, what: str) -> str:
     if not isinstance(path, (str, bytes, os.PathLike)):
         raise TypeError(f"{what} must be a path, got {type(path).__name__}")
     if is_url(path):
-        if what == "output_dir":
-            raise ValueError(
-                f"{readable(str(path))}: consolidation writes to a local folder, not to a URL"
-            )
         return str(path)
     return os.fsdecode(os.fspath(path))
 
 
 class Output:
-    """One output file: its final name and its tensors, in file order."""
+    """One output file: its final name (file ``number`` of ``total``) and its tensors, in
+    file order."""
 
-    def __init__(self, name: str, tensors: List[Tensor]) -> None:
-        self.name = name
+    def __init__(self, number: int, total: int, tensors: List[Tensor]) -> None:
+        self.number = number
+        self.total = total
+        self.name = output_name(number, total)
         self.tensors = tensors
 
 
@@ -110,7 +114,7 @@ def plan_outputs(
         by_index: Dict[int, List[Tensor]] = {}
         for n in names:
             by_index.setdefault(mapping[n], []).append(table[n])
-        return [Output(output_name(i, last), by_index[i]) for i in sorted(by_index)]
+        return [Output(i, last, by_index[i]) for i in sorted(by_index)]
     if max_shard_size is not None:
         limit = parse_size(max_shard_size, "max_shard_size")
         if limit <= 0:
@@ -118,10 +122,7 @@ def plan_outputs(
         groups = plan_shards({n: table[n].nbytes for n in names}, limit)
     else:
         groups = [names]
-    return [
-        Output(output_name(i, len(groups)), [table[n] for n in g])
-        for i, g in enumerate(groups, start=1)
-    ]
+    return [Output(i, len(groups), [table[n] for n in g]) for i, g in enumerate(groups, start=1)]
 
 
 def _byte_shape(t: Tensor, shape: Tuple[int, ...], where: str) -> Tuple[int, ...]:
@@ -230,13 +231,18 @@ def _write_outputs(
     paths: List[str],
     files: Dict[str, RawFile],
     thread_count: Optional[int],
+    storage_options: Optional[Mapping[str, Any]] = None,
 ) -> None:
-    """Writes each output to its path (the staged name), whole or not at all."""
+    """Writes each output to its path (the staged name; or the URL of an object of this
+    save's own, a multipart upload completed at the end), whole or not at all."""
     writers: List[TensorWriter] = []
     try:
         for o, path in zip(outputs, paths, strict=True):
             layout = {t.name: (t.dtype, t.shape) for t in o.tensors}
-            writers.append(open_writer(path, layout, durable=True))
+            if is_url(path):
+                writers.append(open_writer(path, layout, storage_options=storage_options))
+            else:
+                writers.append(open_writer(path, layout, durable=True))
         jobs = [(w, t) for w, o in zip(writers, outputs, strict=True) for t in o.tensors]
 
         def write(job: Tuple[TensorWriter, Tensor]) -> None:
@@ -256,6 +262,8 @@ def _write_outputs(
         for w in writers:
             w.abort()
         for path in paths:
+            if is_url(path):
+                continue  # an aborted upload leaves no object
             try:
                 os.remove(path)
             except FileNotFoundError:
@@ -264,9 +272,9 @@ def _write_outputs(
 
 
 def _open_input(
-    input_dir: str, storage_options: Optional[Mapping[str, Any]]
+    input_dir: str, output_dir: str, storage_options: Optional[Mapping[str, Any]]
 ) -> Tuple[Dict[str, RawFile], Dict[str, Tensor]]:
-    if storage_options is not None and not is_url(input_dir):
+    if storage_options is not None and not is_url(input_dir) and not is_url(output_dir):
         raise ValueError("storage_options apply to URLs (s3://, gs://, az://, https://...) only")
     files = dcp_remote.open_checkpoint(input_dir, storage_options, "pread")
     try:
@@ -293,8 +301,9 @@ def consolidate(
     tensors in ``output_dir``: ``model-00001-of-0000N.safetensors`` files and
     ``model.safetensors.index.json``, whose path is returned. ``input_dir``
     may be the URL prefix of a save to object storage (``storage_options``
-    configure the store, else the environment); ``output_dir`` is a local
-    folder.
+    configure the store, else the environment); so may ``output_dir``, whose
+    files then carry a part of this consolidation's own in their names, the
+    index written last (as ``save_sharded`` to a prefix; docs/remote.md).
 
     ``fqn_to_index_mapping`` (tensor name -> file index from 1, naming every
     tensor) places the tensors as torch's ``consolidate_safetensors_files``
@@ -308,17 +317,36 @@ def consolidate(
     ``dcp-chunks``)."""
     src = _folder(input_dir, "input_dir")
     dst = _folder(output_dir, "output_dir")
-    files, table = _open_input(src, storage_options)
+    files, table = _open_input(src, dst, storage_options)
+    remote = UrlCommit.for_index(dst, _PREFIX, storage_options) if is_url(dst) else None
     try:
         outputs = plan_outputs(table, fqn_to_index_mapping, max_shard_size, readable(src))
-        os.makedirs(dst, exist_ok=True)
-        token = os.urandom(8).hex()
-        staged = [staged_name(token, o.name) for o in outputs]
-        _write_outputs(outputs, [os.path.join(dst, s) for s in staged], files, thread_count)
+        if remote is not None:
+            names = [output_name(o.number, o.total, remote.part) for o in outputs]
+            try:
+                urls = [remote.url(n) for n in names]
+                _write_outputs(outputs, urls, files, thread_count, storage_options)
+            except BaseException:
+                remote.discard(names)  # objects of this save's own: no index names them
+                raise
+        else:
+            os.makedirs(dst, exist_ok=True)
+            token = os.urandom(8).hex()
+            staged = [staged_name(token, o.name) for o in outputs]
+            _write_outputs(outputs, [os.path.join(dst, s) for s in staged], files, thread_count)
     finally:
         for raw in files.values():
             raw.close()
+    if remote is not None:
+        return _commit_remote(remote, outputs, names)
     return commit_staged(dst, _PREFIX, staged, [o.name for o in outputs], _index_bytes(outputs))
+
+
+def _commit_remote(remote: UrlCommit, outputs: List[Output], names: List[str]) -> str:
+    """The commit of a consolidation to a URL prefix: the index naming ``names`` (objects of
+    this save's own, every one uploaded), last, then what no index names any more."""
+    prefixes = {_PREFIX}
+    return remote.commit(_index_bytes(outputs)(names), names, lambda n: own_shard(n, prefixes))
 
 
 def consolidate_on_every_rank(
@@ -337,7 +365,7 @@ def consolidate_on_every_rank(
     the group's size, and rank 0 commits once every rank wrote its files
     (the index path is returned there, None elsewhere). A rank that fails
     makes every rank raise, and nothing is committed. ``storage_options``
-    as for :func:`consolidate` (a URL input). Outside a process
+    as for :func:`consolidate` (a URL input or output). Outside a process
     group it is :func:`consolidate`."""
     import torch
     import torch.distributed as dist
@@ -357,22 +385,39 @@ def consolidate_on_every_rank(
     world = dist.get_world_size(process_group)
     nccl = dist.get_backend(process_group) == "nccl"
     device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
-    token_bytes = torch.tensor(list(os.urandom(8)), dtype=torch.uint8, device=device)
+    error: Optional[BaseException] = None
+    remote: Optional[UrlCommit] = None
+    seed = os.urandom(8)
+    if is_url(dst) and rank == 0:  # rank 0 chooses the part of this save's own, for all
+        try:
+            remote = UrlCommit.for_index(dst, _PREFIX, storage_options)
+            seed = bytes.fromhex(remote.part) + seed[4:]
+        except Exception as exc:  # every rank learns of it below
+            error = exc
+    token_bytes = torch.tensor(list(seed), dtype=torch.uint8, device=device)
     dist.broadcast(token_bytes, group=process_group, group_src=0)
     token = bytes(token_bytes.cpu().tolist()).hex()
     staged: List[str] = []
-    error: Optional[BaseException] = None
+    names: List[str] = []
     outputs: List[Output] = []
     mine: List[str] = []
     try:
-        files, table = _open_input(src, storage_options)
+        if error is not None:
+            raise error
+        if is_url(dst) and remote is None:
+            remote = UrlCommit.for_index(dst, _PREFIX, storage_options, part=token[:8])
+        files, table = _open_input(src, dst, storage_options)
         try:
             outputs = plan_outputs(table, fqn_to_index_mapping, max_shard_size, readable(src))
-            staged = [staged_name(token, o.name) for o in outputs]
-            os.makedirs(dst, exist_ok=True)
             share = [i for i in range(len(outputs)) if i % world == rank]
-            mine = [os.path.join(dst, staged[i]) for i in share]
-            _write_outputs([outputs[i] for i in share], mine, files, thread_count)
+            if remote is not None:
+                names = [output_name(o.number, o.total, remote.part) for o in outputs]
+                mine = [remote.url(names[i]) for i in share]
+            else:
+                staged = [staged_name(token, o.name) for o in outputs]
+                os.makedirs(dst, exist_ok=True)
+                mine = [os.path.join(dst, staged[i]) for i in share]
+            _write_outputs([outputs[i] for i in share], mine, files, thread_count, storage_options)
         finally:
             for raw in files.values():
                 raw.close()
@@ -381,19 +426,26 @@ def consolidate_on_every_rank(
     failed = torch.tensor([0 if error is None else 1], dtype=torch.int32, device=device)
     dist.all_reduce(failed, group=process_group)
     if failed.item():
-        for path in mine:  # another rank failed: this rank's files are not wanted
-            try:
-                os.remove(path)
-            except FileNotFoundError:
-                pass
+        # Another rank failed (or this one): this rank's files are not wanted.
+        if remote is not None:
+            remote.discard([names[i] for i in range(len(names)) if i % world == rank])
+        else:
+            for path in mine:
+                try:
+                    os.remove(path)
+                except FileNotFoundError:
+                    pass
         if error is not None:
             raise error
         raise RuntimeError(f"{dst}: consolidation failed on another rank; nothing was committed")
     result: Optional[str] = None
     if rank == 0:
         try:
-            names = [o.name for o in outputs]
-            result = commit_staged(dst, _PREFIX, staged, names, _index_bytes(outputs))
+            if remote is not None:
+                result = _commit_remote(remote, outputs, names)
+            else:
+                final = [o.name for o in outputs]
+                result = commit_staged(dst, _PREFIX, staged, final, _index_bytes(outputs))
         except Exception as exc:
             error = exc
     committed = torch.tensor([0 if error is None else 1], dtype=torch.int32, device=device)

@@ -132,9 +132,9 @@ class StorageWriter(_StorageWriter):
             self.path = str(path)
             if self.enable_consolidation:
                 raise ValueError(
-                    f"{readable(self.path)}: consolidation writes to a local folder; "
-                    "save to the URL without enable_consolidation, then consolidate its files "
-                    "into a folder with fastst.torch.dcp.consolidate"
+                    f"{readable(self.path)}: enable_consolidation is for a local folder; "
+                    "save to the URL without it, then consolidate its files into a folder or "
+                    "another URL prefix with fastst.torch.dcp.consolidate"
                 )
             self.consolidated_output_path: Optional[str] = None
             self.folder = dcp_remote.prefix(self.path)

@@ -164,13 +164,10 @@ class _RemoteSave:
         index_metadata: Optional[Mapping[str, Any]],
         storage_options: Optional[Mapping[str, Any]],
     ) -> None:
-        base = folder if folder.endswith("/") else folder + "/"
-        index_name = f"{prefix}.safetensors.index.json"
         self.prefix = prefix
-        self.index_path = _remote.shard_url(base, index_name)
+        self._commit = UrlCommit.for_index(folder, prefix, storage_options)
+        self.index_path = self._commit.commit_url
         self.where = _remote.display(self.index_path)
-        old = _remote.shards_named(self.index_path, storage_options)
-        self._commit = UrlCommit(base, index_name, old, storage_options)
         total = len(groups)
         self.names = [shard_name(prefix, i, total, self._commit.part) for i in range(1, 1 + total)]
         self.staged = [self._commit.url(name) for name in self.names]
@@ -213,16 +210,38 @@ class UrlCommit:
         commit_name: str,
         old: List[str],
         storage_options: Optional[Mapping[str, Any]],
+        part: Optional[str] = None,
     ) -> None:
         self.base = base if base.endswith("/") else base + "/"
         self.commit_url = _remote.shard_url(self.base, commit_name)
         self.old = list(old)
         self.storage_options = storage_options
-        while True:  # a part of this save's own: in no name the old commit object holds
+
+        def taken(p: str) -> bool:
+            return any(f"-{p}-" in name for name in self.old)
+
+        if part is not None and (len(part) != 8 or taken(part)):
+            raise ValueError(f"{part!r} is not a part of a save's own under {self.base}")
+        while part is None:  # a part of this save's own: in no name the old commit object holds
             part = os.urandom(4).hex()
-            if not any(f"-{part}-" in name for name in self.old):
-                break
+            part = None if taken(part) else part
         self.part = part
+
+    @classmethod
+    def for_index(
+        cls,
+        folder: str,
+        prefix: str,
+        storage_options: Optional[Mapping[str, Any]],
+        part: Optional[str] = None,
+    ) -> UrlCommit:
+        """The commit of a sharded checkpoint under the URL prefix ``folder`` by its index
+        ``{prefix}.safetensors.index.json`` (``part``: one another process chose, else a
+        new one)."""
+        base = folder if folder.endswith("/") else folder + "/"
+        index_name = f"{prefix}.safetensors.index.json"
+        old = _remote.shards_named(_remote.shard_url(base, index_name), storage_options)
+        return cls(base, index_name, old, storage_options, part)
 
     def url(self, name: str) -> str:
         """The URL of the object ``name`` (a plain file name) under the prefix."""
