@@ -5,7 +5,7 @@ Cases (each in a fresh interpreter with its imports done before the clock starts
 runs each case once, rotating the order; ``os.sync()`` before each case):
 
 - ``dd``: ``dd bs=8M oflag=direct conv=fsync`` of the same number of bytes into as many files
-  (the disk's durable write limit);
+  (the disk's durable write limit), over the files of the round before (``dd`` truncates them);
 - ``fastst``: ``fastst.torch.save_sharded`` over the checkpoint of the round before (the
   whole-or-nothing commit: staged shards, the index switched, final names linked, the index
   switched again), every file flushed;
@@ -13,8 +13,12 @@ runs each case once, rotating the order; ``os.sync()`` before each case):
   streaming sharded writer: each tensor written at its offset in its shard), over the
   checkpoint of the round before;
 - ``hub``: huggingface_hub's ``save_torch_state_dict`` (the reference package writing each
-  shard) into the same kind of folder, then an ``fsync`` of every file it wrote, so that both
-  saves end with the data on the disk.
+  shard) over its checkpoint of the round before, then an ``fsync`` of every file it wrote, so
+  that both saves end with the data on the disk.
+
+Every case writes over what it wrote the round before (a first round, not counted, writes
+them): a save replaces a checkpoint, and freeing the old one's blocks is part of its cost (on a
+file system mounted with ``discard`` a large part: the freed blocks are trimmed).
 
 Reported: median and min-max seconds per case, GB/s, the peak resident memory of the child
 (``ru_maxrss``) above the state dict it holds, and the ratios of the medians (the worst round
@@ -112,12 +116,12 @@ def main() -> int:
     shutil.rmtree(args.dir, ignore_errors=True)
     os.makedirs(args.dir)
     results: Dict[str, List[Dict[str, float]]] = {c: [] for c in CASES}
+    for case in CASES:  # a round not counted: every case then saves over its own checkpoint
+        run(case, os.path.join(args.dir, case), args.gb, args.shards)
     for r in range(args.rounds):
         order = CASES[r % len(CASES) :] + CASES[: r % len(CASES)]
         for case in order:
             folder = os.path.join(args.dir, case)
-            if case not in ("fastst", "fed"):
-                shutil.rmtree(folder, ignore_errors=True)
             results[case].append(run(case, folder, args.gb, args.shards))
         load = os.getloadavg()[0]
         line = "  ".join(f"{c} {results[c][-1]['s']:.2f}s" for c in CASES)
