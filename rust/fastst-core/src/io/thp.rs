@@ -28,18 +28,10 @@
 //! holds for the loads that start in the [`REMEMBERED`] after it (the
 //! shards of a checkpoint, the files of a model): they take 4 KiB pages
 //! without a probe or a trial.
-//!
-//! Loads that run at the same time in one process (two shards side by
-//! side) share one trial ([`joined`]): the load that starts while another's
-//! trial runs neither probes again (a probe beside a running load measures
-//! the other load's contention, its 4 KiB pages several times dearer than
-//! they are, which then lets its trial keep dear huge pages) nor judges its
-//! own windows: the requests of both fill the same windows, and the first
-//! dear window returns both to 4 KiB pages at once.
 #![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
@@ -103,25 +95,6 @@ fn dear_within(at: u64, now: u64) -> bool {
 /// Whether a trial of this process ended on dear huge pages lately.
 pub(crate) fn recently_dear() -> bool {
     dear_within(DEAR_AT.load(Ordering::Relaxed), now_mark())
-}
-
-/// The trial of the loads running now in this process, if any.
-static RUNNING: Mutex<Weak<Trial>> = Mutex::new(Weak::new());
-
-/// The trial a load that starts now takes part in: the one a load still
-/// running started, else `start()`'s (a probe and what it found), which
-/// the loads that start while this one runs then join. `None`: 4 KiB
-/// pages.
-pub(crate) fn joined(start: impl FnOnce() -> Option<Trial>) -> Option<Arc<Trial>> {
-    // Held across the probe: a second load waits for the first's probe
-    // rather than running its own beside it.
-    let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(trial) = running.upgrade() {
-        return Some(trial);
-    }
-    let trial = Arc::new(start()?);
-    *running = Arc::downgrade(&trial);
-    Some(trial)
 }
 
 /// Huge pages for a load's destinations while they stay cheaper than 4 KiB
@@ -375,29 +348,6 @@ mod tests {
         dear.fault_in(&mut fresh[..4096]);
         assert!(!dear.on());
         assert!(fresh.iter().all(|&b| b == 0));
-    }
-
-    /// A load that starts while another's trial runs joins it (no probe of
-    /// its own: `start` is not called), so one dear window ends it for
-    /// both; once every load of it has ended, the next load starts anew.
-    #[test]
-    fn loads_at_the_same_time_share_one_trial() {
-        let cheap = || {
-            Trial::after(FaultProbe {
-                huge: Some(Duration::from_millis(1)),
-                small: Duration::from_millis(8),
-            })
-        };
-        let first = joined(cheap).unwrap();
-        let second = joined(|| panic!("a second probe beside a running trial")).unwrap();
-        assert!(Arc::ptr_eq(&first, &second));
-        first.on.store(false, Ordering::Relaxed);
-        assert!(!second.on());
-        drop((first, second));
-        let next = joined(cheap).unwrap();
-        assert!(next.on());
-        drop(next);
-        assert!(joined(|| None).is_none());
     }
 
     /// A dear verdict holds for [`REMEMBERED`], then loads ask again.

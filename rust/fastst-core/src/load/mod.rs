@@ -52,7 +52,7 @@
 
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::dtype::Dtype;
@@ -243,15 +243,13 @@ fn advise_destinations(dests: &mut [Destination<'_>], how: HugePages) {
 
 /// What [`HugePages::Auto`] chooses for a load of `total` bytes, `direct`
 /// when it reads around the page cache: a trial of huge pages only where
-/// no trial of the last few seconds found them dear and either a load
-/// running beside it has one ([`io::joined`]: shards side by side share
-/// it) or the probe finds them clearly cheaper ([`io::Trial`]), else none
-/// (4 KiB pages).
-fn huge_page_trial(total: u64, direct: bool) -> Option<Arc<io::Trial>> {
+/// the probe finds them clearly cheaper ([`io::Trial`]) and no trial of
+/// the last few seconds found them dear, else none (4 KiB pages).
+fn huge_page_trial(total: u64, direct: bool) -> Option<io::Trial> {
     if !direct || total < PROBED || io::recently_dear() {
         return None;
     }
-    io::joined(|| io::probe_faults().and_then(io::Trial::after))
+    io::probe_faults().and_then(io::Trial::after)
 }
 
 /// Whether fewer than half of the pages of the file's data that `dests`
@@ -418,7 +416,7 @@ fn run(
         reader: Reader {
             file,
             direct: direct.as_ref(),
-            trial: trial.as_deref(),
+            trial: trial.as_ref(),
         },
         shared: &shared,
         wake_workers: &wake_workers,
