@@ -3,6 +3,7 @@
     python benches/bench_cold_peers.py [--dir DIR] [--rounds N] [--modes cold,warm]
                                        [--inputs single,sharded] [--cases a,b,...] [--json PATH]
                                        [--busy quiet,churn,build,suite] [--settle SECONDS]
+                                       [--builds NAME=PYTHONPATH,...]
 
 Inputs (generated into ``--dir``, default ``/tmp/fastst-cold-peers``): a TinyLlama-shaped BF16
 checkpoint (22 layers, hidden 2048, MLP 5632, 4 KV heads of 64, vocabulary 32000: about 2.2
@@ -33,6 +34,10 @@ with each 8 MiB read then moved by 56 bytes in place (``memmove``): the limit of
 such copies are moved once; the inputs' offsets are 56 modulo 64, as in most files).
 ``fastst-np-4k`` and ``fastst-np-huge`` are numpy ``copy=True`` with the page size forced
 (4 KiB pages; huge pages throughout): both sides of the choice fastst makes per load.
+
+``--builds NAME=PYTHONPATH,...`` (other builds of fastst, e.g. a checkout's ``python/`` folder
+with its extension built) adds every fastst case once more per build as ``CASE@NAME``, run with
+that build first on the path: both sides of a change in the same rounds.
 
 Busy hosts (``--busy``, see ``benches/busy.py``): every case is measured with the machine quiet
 and beside each busy mode asked for (``churn``: a spinning core and a process allocating,
@@ -340,8 +345,20 @@ def expected(shards: List[Path]) -> Tuple[int, int]:
     return count, total
 
 
-def measure(case: str, files: List[Path], mode: str, settle: float = 0.0) -> dict:
+def measure(
+    case: str,
+    files: List[Path],
+    mode: str,
+    settle: float = 0.0,
+    builds: Optional[Dict[str, str]] = None,
+) -> dict:
+    """One fresh interpreter's measurement of ``case``; ``CASE@BUILD`` runs CASE with the
+    PYTHONPATH ``builds[BUILD]`` (another build of fastst)."""
     shards = [str(f) for f in files if f.name != INDEX]
+    env = None
+    if "@" in case:
+        case, build = case.split("@", 1)
+        env = {**os.environ, "PYTHONPATH": (builds or {})[build]}
     spec = {
         "shards": shards,
         "files": shards,
@@ -358,6 +375,7 @@ def measure(case: str, files: List[Path], mode: str, settle: float = 0.0) -> dic
         capture_output=True,
         text=True,
         timeout=900,
+        env=env,
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode or not lines:
@@ -413,7 +431,7 @@ def report(
         first = statistics.median(x["first"] for x in xs)
         cpu = statistics.median(x.get("cpu", 0.0) for x in xs)
         print(
-            f"  {case:16s} {med:6.2f} ({min(secs):.2f}-{max(secs):.2f}) | "
+            f"  {case:21s} {med:6.2f} ({min(secs):.2f}-{max(secs):.2f}) | "
             f"{max(secs):5.2f} | {cpu:5.2f} | "
             f"{ratio(base, 'faster floor', med)} | {ratio(base, 'cat', med)} | "
             f"{ratio(base, 'best peer', med)} | {first:5.2f} | "
@@ -452,6 +470,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=1, help="of the order of each round")
     parser.add_argument("--json", help="also write every measurement as JSON to this file")
+    parser.add_argument(
+        "--builds",
+        default="",
+        help="NAME=PYTHONPATH,...: other fastst builds; every fastst case also runs as CASE@NAME",
+    )
     args = parser.parse_args(argv)
     # Stopped by a signal, the busy mode's processes are stopped too (its `finally`).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -465,6 +488,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             cases.append(c)
         else:
             print(f"bench_cold_peers: {c} left out: module {NEEDS[c]} is not installed")
+    builds = dict(b.split("=", 1) for b in args.builds.split(",") if b)
+    cases += [f"{c}@{b}" for b in builds for c in list(cases) if c.startswith("fastst")]
     sums = {name: expected([f for f in files if f.name != INDEX]) for name, files in inputs.items()}
     units = [
         (mode, inp, case)
@@ -485,7 +510,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 shuffler.shuffle(order)
                 for mode, inp, case in order:
                     before = host_state()
-                    got = measure(case, inputs[inp], mode, args.settle)
+                    got = measure(case, inputs[inp], mode, args.settle, builds)
                     got["host"], got["grew"] = before, growth(before, host_state())
                     want = sums[inp]
                     if case == "fastst-first":
@@ -496,7 +521,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         )
                     runs.setdefault((how, mode, inp, case), []).append(got)
                     print(
-                        f"{how:5s} round {r + 1} {mode:4s} {inp:7s} {case:16s} "
+                        f"{how:5s} round {r + 1} {mode:4s} {inp:7s} {case:21s} "
                         f"{got['seconds']:7.3f} s cpu {got['cpu']:6.2f} s "
                         f"first {got['first']:6.3f} s  load {before['load']:.1f} "
                         f"free2M {before['free_2m_mib']} MiB "
