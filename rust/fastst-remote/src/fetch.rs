@@ -2,6 +2,7 @@
 //! GETs streamed straight into the caller's buffer.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use fastst_core::{Error, Result};
 use futures::{StreamExt, TryStreamExt};
@@ -76,26 +77,32 @@ pub fn parts(offset: u64, len: usize, part: usize) -> Vec<Part> {
         .collect()
 }
 
-/// What reading an object needs.
-pub(crate) struct Object<'a> {
-    pub(crate) store: &'a dyn ObjectStore,
-    pub(crate) path: &'a Path,
+/// What reading an object needs (owned, so that its requests can run as
+/// tasks of the runtime).
+pub(crate) struct Object {
+    pub(crate) store: Arc<dyn ObjectStore>,
+    pub(crate) path: Path,
     pub(crate) len: u64,
-    pub(crate) etag: Option<&'a str>,
-    pub(crate) in_flight: &'a Semaphore,
+    pub(crate) etag: Option<String>,
+    pub(crate) in_flight: Arc<Semaphore>,
 }
 
-impl Object<'_> {
+impl Object {
     /// Fills `buf` with the bytes at `offset`: concurrent ranged GETs of at
     /// most `tuning.part` bytes, each streamed into its place.
-    pub(crate) async fn read(&self, offset: u64, buf: &mut [u8], tuning: Tuning) -> Result<()> {
+    pub(crate) async fn read(
+        self: &Arc<Self>,
+        offset: u64,
+        buf: &mut [u8],
+        tuning: Tuning,
+    ) -> Result<()> {
         self.read_many(&mut [(offset, buf)], tuning).await
     }
 
     /// Fills each buffer of `reads` with the bytes at its offset: the
     /// parts of all of them in one queue, `tuning.concurrency` in flight.
     pub(crate) async fn read_many(
-        &self,
+        self: &Arc<Self>,
         reads: &mut [(u64, &mut [u8])],
         tuning: Tuning,
     ) -> Result<()> {
@@ -114,12 +121,20 @@ impl Object<'_> {
             .await
     }
 
+    /// `range` into `dst` (its length), received by a task of the runtime
+    /// (the thread that reads the connection copies its bytes out, rather
+    /// than handing each chunk to a waiting thread).
+    async fn get(self: &Arc<Self>, range: Range<u64>, dst: &mut [u8]) -> Result<()> {
+        let me = Arc::clone(self);
+        crate::lend::on_runtime(dst, move |dst| async move { me.get_into(range, dst).await })?.await
+    }
+
     /// `range` into `dst` (its length), with ranged GETs conditional on the
     /// ETag seen at open. A body that ends early or breaks off is asked
     /// for again from where it stopped (the bytes received are kept), up
     /// to [`BODY_RETRIES`] times; the requests themselves are retried by
     /// `object_store` (5xx, timeouts, resets before the body).
-    async fn get(&self, range: Range<u64>, dst: &mut [u8]) -> Result<()> {
+    async fn get_into(&self, range: Range<u64>, dst: &mut [u8]) -> Result<()> {
         let _permit = self
             .in_flight
             .acquire()
@@ -150,22 +165,26 @@ impl Object<'_> {
     async fn get_once(&self, range: Range<u64>) -> Result<GetResult> {
         let options = GetOptions {
             range: Some(GetRange::Bounded(range.clone())),
-            if_match: self.etag.map(str::to_owned),
+            if_match: self.etag.clone(),
             ..GetOptions::default()
         };
-        let got = self.store.get_opts(self.path, options).await.map_err(|e| {
-            from_store(
-                &format!("cannot read bytes {}..{}", range.start, range.end),
-                e,
-            )
-        })?;
+        let got = self
+            .store
+            .get_opts(&self.path, options)
+            .await
+            .map_err(|e| {
+                from_store(
+                    &format!("cannot read bytes {}..{}", range.start, range.end),
+                    e,
+                )
+            })?;
         if got.meta.size != self.len {
             return Err(changed(format!(
                 "its length is now {} bytes, it had {}",
                 got.meta.size, self.len
             )));
         }
-        if let (Some(then), Some(now)) = (self.etag, got.meta.e_tag.as_deref()) {
+        if let (Some(then), Some(now)) = (self.etag.as_deref(), got.meta.e_tag.as_deref()) {
             if then != now {
                 return Err(changed(format!("its ETag is now {now}, it was {then}")));
             }

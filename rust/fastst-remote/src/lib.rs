@@ -52,6 +52,7 @@ mod client;
 mod error;
 mod fetch;
 pub mod guard;
+mod lend;
 pub mod options;
 mod redact;
 mod runtime;
@@ -61,7 +62,7 @@ mod wait;
 
 use std::sync::Arc;
 
-use fastst_core::{Error, Result, Source};
+use fastst_core::{Error, LoadHint, Result, Source};
 use object_store::list::PaginatedListOptions;
 use object_store::path::Path;
 use object_store::ObjectStore;
@@ -215,14 +216,14 @@ impl RemoteSource {
     }
 
     /// What the requests for this object need.
-    fn object(&self) -> fetch::Object<'_> {
-        fetch::Object {
-            store: &*self.store,
-            path: &self.path,
+    fn object(&self) -> Arc<fetch::Object> {
+        Arc::new(fetch::Object {
+            store: Arc::clone(&self.store),
+            path: self.path.clone(),
             len: self.len,
-            etag: self.etag.as_deref(),
-            in_flight: &self.in_flight,
-        }
+            etag: self.etag.clone(),
+            in_flight: Arc::clone(&self.in_flight),
+        })
     }
 }
 
@@ -274,8 +275,27 @@ impl Source for RemoteSource {
         )
     }
 
-    fn load_hint(&self) -> Option<(usize, usize)> {
-        Some((self.tuning.concurrency, self.tuning.part))
+    fn load_hint(&self) -> Option<LoadHint> {
+        Some(LoadHint {
+            threads: self.tuning.concurrency,
+            piece: self.tuning.part,
+            max_piece: self.tuning.load_part.max(self.tuning.part),
+        })
+    }
+
+    /// A load's piece: one ranged GET of up to [`Tuning::load_part`]
+    /// bytes (a longer one is cut into parts of that size).
+    fn read_request(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        if self.kept(offset, buf)? {
+            return Ok(());
+        }
+        let what = (offset, buf.len());
+        let load = Tuning {
+            part: self.tuning.load_part.max(self.tuning.part),
+            ..self.tuning
+        };
+        let parts = buf.len().div_ceil(load.part);
+        self.wait(self.object().read(offset, buf, load), parts, what)
     }
 }
 

@@ -63,6 +63,10 @@ pub struct Tuning {
     /// Bytes per ranged GET of a large read (and per part of an upload,
     /// at least [`crate::upload::MIN_PART`]).
     pub part: usize,
+    /// The most bytes per ranged GET of a whole load (at least `part`): a
+    /// large load makes fewer, larger requests (see
+    /// `fastst_core::LoadHint`). `part` itself when the part size is set.
+    pub load_part: usize,
     /// How long a read may take, for every `concurrency` parts it needs
     /// (an open, a listing: once), retries included; then it fails with
     /// rule `remote-deadline`.
@@ -76,6 +80,7 @@ impl Default for Tuning {
         Tuning {
             concurrency: 16,
             part: 8 << 20,
+            load_part: 64 << 20,
             deadline: DEFAULT_DEADLINE,
         }
     }
@@ -157,6 +162,7 @@ impl Tuning {
                 t.concurrency = n.min(1024);
             } else {
                 t.part = n;
+                t.load_part = n;
             }
             Ok(())
         };
@@ -440,6 +446,7 @@ mod tests {
             Tuning {
                 concurrency: 4,
                 part: 1 << 20,
+                load_part: 1 << 20,
                 deadline: std::time::Duration::from_secs(90),
             }
         );
@@ -467,6 +474,7 @@ mod tests {
         let t = Tuning {
             concurrency: 4,
             part: 1,
+            load_part: 1,
             deadline: s(10),
         };
         assert_eq!(t.deadline_for(0), s(10));

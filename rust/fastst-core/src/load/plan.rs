@@ -67,12 +67,15 @@ impl<'a> Part<'a> {
     }
 }
 
-/// Splits the destinations (in file order) into read requests of about
-/// `piece` source bytes; the data section starts at `data_start` in the
+/// Splits the destinations (in file order) into read requests: copies
+/// into requests of about `piece` source bytes, conversions and runs of
+/// small tensors (which go through a buffer per thread) into requests of
+/// at most `buffered` bytes; the data section starts at `data_start` in the
 /// file.
 pub(super) fn plan(
     mut dests: Vec<Destination<'_>>,
     piece: usize,
+    buffered: usize,
     data_start: u64,
 ) -> Vec<Part<'_>> {
     dests.sort_by_key(|d| d.info.begin);
@@ -85,7 +88,7 @@ pub(super) fn plan(
         }
         if len < SMALL {
             let fits = run.as_ref().is_some_and(|r| {
-                r.begin + r.len as u64 == d.info.begin && r.len + len as usize <= piece
+                r.begin + r.len as u64 == d.info.begin && r.len + len as usize <= buffered
             });
             if !fits {
                 parts.extend(run.take());
@@ -132,7 +135,7 @@ pub(super) fn plan(
         }
         let (fs, ts) = (elem_size(d.info.dtype), elem_size(d.to));
         // Whole source elements per piece; the destination is split to match.
-        let src_piece = (piece / fs).max(1) * fs;
+        let src_piece = (buffered / fs).max(1) * fs;
         let dst_piece = src_piece / fs * ts;
         let mut offset = 0u64;
         for dst in d.dst.chunks_mut(dst_piece) {

@@ -329,7 +329,7 @@ fn requests(file: &MappedFile, names: &[&str], to: Option<Dtype>, piece: usize) 
             dst,
         })
         .collect();
-    plan(dests, piece, file.header().data_start())
+    plan(dests, piece, piece, file.header().data_start())
         .into_iter()
         .map(|p| {
             let members = p
@@ -453,7 +453,7 @@ fn the_first_request_of_a_large_copy_spans_its_destination() {
                 dst,
             })
             .collect();
-        let parts = plan(dests, mib, file.header().data_start());
+        let parts = plan(dests, mib, mib, file.header().data_start());
         let spans: Vec<_> = parts
             .iter()
             .filter_map(|p| p.span.map(|s| (p.begin, s.addr, s.len, s.end)))
@@ -1002,7 +1002,7 @@ fn cold_copies_into_any_destination_need_no_bounce_buffer() {
             trial: None,
         };
         let mut buffers = Buffers::default();
-        let parts = plan(dests, 1 << 20, start);
+        let parts = plan(dests, 1 << 20, 1 << 20, start);
         assert!(parts.len() > 8);
         for part in parts {
             reader.read(part, &mut buffers).unwrap();

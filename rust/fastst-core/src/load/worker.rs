@@ -127,6 +127,15 @@ impl Reader<'_> {
                 }
             }
             // Cached (or no direct I/O): straight into the destination.
+            if self.file.load_hint().is_some() {
+                // A source that waits on a network: the destination is
+                // faulted in here, in one call, before the request, so that
+                // the threads receiving every connection's bytes never stop
+                // on a page fault (and a fault per page costs more).
+                io::fault_in_writable(m.dst);
+                self.file.read_request(start, m.dst, &m.info.name)?;
+                return Ok(len as u64);
+            }
             self.file.read_at(start, m.dst, &m.info.name)?;
             return Ok(len as u64);
         }
@@ -166,7 +175,7 @@ impl Reader<'_> {
             }
         }
         let out = &mut buf.as_mut_slice()[..len];
-        self.file.read_at(start, out, tensor)?;
+        self.file.read_request(start, out, tensor)?;
         Ok(out)
     }
 }
