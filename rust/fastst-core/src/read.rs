@@ -495,12 +495,19 @@ impl MappedFile {
         }
     }
 
-    /// [`MappedFile::read_at`] as one request of a load
-    /// ([`Source::read_request`]).
-    pub(crate) fn read_request(&self, start: u64, buf: &mut [u8], tensor: &str) -> Result<()> {
-        self.check_range(start, buf.len(), tensor)?;
+    /// Fills `bufs`, in order, from absolute file offset `start` on, as
+    /// one request of a load ([`Source::read_request`]); `tensor` names the
+    /// tensor in an error.
+    pub(crate) fn read_request(
+        &self,
+        start: u64,
+        bufs: &mut [&mut [u8]],
+        tensor: &str,
+    ) -> Result<()> {
+        let len = bufs.iter().map(|b| b.len()).sum();
+        self.check_range(start, len, tensor)?;
         self.source
-            .read_request(start, buf)
+            .read_request(start, bufs)
             .map_err(|e| reading(tensor, e))
     }
 

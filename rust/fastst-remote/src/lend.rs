@@ -1,12 +1,12 @@
-//! Work on the crate's runtime that writes into a buffer its caller lends
+//! Work on the crate's runtime that writes into buffers its caller lends
 //! it: the bytes of a ranged GET are copied into their destination by the
 //! runtime's thread that reads the connection, instead of each chunk being
 //! handed to a thread blocked on the runtime (two wake-ups of another
 //! thread per chunk).
 //!
-//! A task of the runtime must own what it holds, so the buffer travels as
-//! a pointer; the borrow stays sound because the caller cannot get its
-//! buffer back before the task's future is gone: [`Lent`] (the caller's
+//! A task of the runtime must own what it holds, so the buffers travel as
+//! pointers; the borrows stay sound because the caller cannot get its
+//! buffers back before the task's future is gone: [`Lent`] (the caller's
 //! side) waits for it, and when it is dropped early (a deadline, a
 //! cancel), aborts the task and blocks until the runtime has dropped the
 //! future.
@@ -48,59 +48,62 @@ impl Drop for Marker {
     }
 }
 
-/// The lent buffer, as the task holds it.
-struct Buffer {
-    ptr: *mut u8,
-    len: usize,
-}
+/// The lent buffers, as the task holds them.
+struct Buffers(Vec<(*mut u8, usize)>);
 
-// SAFETY: the buffer is a `&mut [u8]` handed over whole to the one task
-// that uses it (the caller keeps no access while it is lent), and bytes
-// may be written from any thread.
-unsafe impl Send for Buffer {}
+// SAFETY: the buffers are `&mut [u8]`s handed over whole to the one task
+// that uses them (the caller keeps no access while they are lent), and
+// bytes may be written from any thread.
+unsafe impl Send for Buffers {}
 
-/// The caller's side of a task writing into its buffer: the task's output,
-/// and on drop, the guarantee that the task no longer runs.
+/// The caller's side of a task writing into its buffers: the task's
+/// output, and on drop, the guarantee that the task no longer runs.
 pub(crate) struct Lent<'b> {
     handle: JoinHandle<Result<()>>,
     gone: Arc<Gone>,
-    /// The buffer stays borrowed for as long as the task may write to it.
-    _buffer: std::marker::PhantomData<&'b mut [u8]>,
+    /// The buffers stay borrowed for as long as the task may write to them.
+    _buffers: std::marker::PhantomData<&'b mut [u8]>,
 }
 
-/// Runs `work(dst)` as a task of the crate's runtime; the returned
+/// Runs `work(bufs)` as a task of the crate's runtime; the returned
 /// [`Lent`] resolves to its result. Must be awaited (or dropped) on a
 /// thread that blocks on the runtime (`crate::wait`), not inside one of
 /// its tasks: dropping it before the task ends blocks until the runtime
 /// has dropped the task's future.
-pub(crate) fn on_runtime<'b, W, F>(dst: &'b mut [u8], work: W) -> Result<Lent<'b>>
+pub(crate) fn on_runtime<'b, W, F>(bufs: Vec<&'b mut [u8]>, work: W) -> Result<Lent<'b>>
 where
-    W: FnOnce(&'static mut [u8]) -> F + Send + 'static,
+    W: FnOnce(Vec<&'static mut [u8]>) -> F + Send + 'static,
     F: Future<Output = Result<()>> + Send + 'static,
 {
     let runtime = crate::runtime()?;
     let gone = Arc::new(Gone::default());
     let marker = Marker(Arc::clone(&gone));
-    let buffer = Buffer {
-        ptr: dst.as_mut_ptr(),
-        len: dst.len(),
-    };
+    let lent = Buffers(
+        bufs.into_iter()
+            .map(|b| (b.as_mut_ptr(), b.len()))
+            .collect(),
+    );
     let handle = runtime.spawn(async move {
         let _marker = marker;
-        let buffer = buffer;
-        // SAFETY: `buffer` is the caller's `&'b mut [u8]`, unused by the
-        // caller while lent. `Lent` holds that borrow and does not let go
-        // of it before this future is dropped (`Marker`, dropped with it,
-        // sets `Gone`, which `Lent::drop` waits for), so the slice is valid
-        // and exclusive for as long as this future exists; the `'static`
-        // never escapes it, as `work` and its future are both dropped here.
-        let dst = unsafe { std::slice::from_raw_parts_mut(buffer.ptr, buffer.len) };
-        work(dst).await
+        let lent = lent;
+        // SAFETY: each pair is one of the caller's `&'b mut [u8]`s (disjoint:
+        // they were distinct mutable borrows), unused by the caller while
+        // lent. `Lent` holds those borrows and does not let go of them
+        // before this future is dropped (`Marker`, dropped with it, sets
+        // `Gone`, which `Lent::drop` waits for), so the slices are valid and
+        // exclusive for as long as this future exists; the `'static` never
+        // escapes it, as `work` and its future are both dropped here.
+        let bufs = lent
+            .0
+            .into_iter()
+            .map(|(ptr, len)| unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+            .collect();
+        work(bufs).await
     });
     Ok(Lent {
         handle,
         gone,
-        _buffer: std::marker::PhantomData,
+        _buffers: std::marker::PhantomData,
     })
 }
 
@@ -138,8 +141,8 @@ mod tests {
         let rt = crate::runtime().unwrap();
         let mut buf = vec![0u8; 8];
         let done = rt.block_on(
-            on_runtime(&mut buf, |dst| async move {
-                dst.fill(7);
+            on_runtime(vec![&mut buf[..]], |bufs| async move {
+                bufs.into_iter().for_each(|b| b.fill(7));
                 Ok(())
             })
             .unwrap(),
@@ -150,26 +153,27 @@ mod tests {
         // buffer is not written after the drop returns.
         let written = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = Arc::clone(&written);
-        let lent = on_runtime(&mut buf, move |dst| async move {
+        let lent = on_runtime(vec![&mut buf[..]], move |bufs| async move {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            dst.fill(9);
+            bufs.into_iter().for_each(|b| b.fill(9));
             flag.store(true, std::sync::atomic::Ordering::SeqCst);
             Ok(())
         })
         .unwrap();
-        let timed = rt.block_on(tokio::time::timeout(Duration::from_millis(20), lent));
+        let timed =
+            rt.block_on(async { tokio::time::timeout(Duration::from_millis(20), lent).await });
         assert!(timed.is_err());
         std::thread::sleep(Duration::from_millis(300));
         assert!(!written.load(std::sync::atomic::Ordering::SeqCst));
         assert_eq!(buf, [7u8; 8]);
         // A task that panics is an error, not a panic of the caller.
-        let boom = |_: &'static mut [u8]| async {
+        let boom = |_: Vec<&'static mut [u8]>| async {
             if std::hint::black_box(true) {
                 panic!("boom");
             }
             Ok(())
         };
-        let failed = rt.block_on(on_runtime(&mut buf, boom).unwrap());
+        let failed = rt.block_on(on_runtime(vec![&mut buf[..]], boom).unwrap());
         assert_eq!(failed.unwrap_err().rule(), "worker-failed");
     }
 }

@@ -198,21 +198,26 @@ impl RemoteSource {
     /// (else rule `file-changed`), and fills `buf` when they are bytes of
     /// the opening request (the prefix and the header): true then.
     fn kept(&self, offset: u64, buf: &mut [u8]) -> Result<bool> {
-        let end = offset
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= self.len)
-            .ok_or_else(|| Error::FileChanged {
-                what: format!(
-                    "a read of {} bytes at offset {offset} goes past the {} bytes the object had",
-                    buf.len(),
-                    self.len
-                ),
-            })?;
+        let end = self.inside(offset, buf.len())?;
         if end > self.first.len() as u64 {
             return Ok(false);
         }
         buf.copy_from_slice(&self.first[offset as usize..end as usize]);
         Ok(true)
+    }
+
+    /// The end of the `len` bytes at `offset`, which must lie inside the
+    /// object (else rule `file-changed`).
+    fn inside(&self, offset: u64, len: usize) -> Result<u64> {
+        offset
+            .checked_add(len as u64)
+            .filter(|&e| e <= self.len)
+            .ok_or_else(|| Error::FileChanged {
+                what: format!(
+                    "a read of {len} bytes at offset {offset} goes past the {} bytes the object had",
+                    self.len
+                ),
+            })
     }
 
     /// What the requests for this object need.
@@ -283,19 +288,25 @@ impl Source for RemoteSource {
         })
     }
 
-    /// A load's piece: one ranged GET of up to [`Tuning::load_part`]
-    /// bytes (a longer one is cut into parts of that size).
-    fn read_request(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        if self.kept(offset, buf)? {
-            return Ok(());
+    /// A load's piece: one ranged GET filling `bufs` in order (when it
+    /// holds more than [`Tuning::load_part`] bytes, or only bytes of the
+    /// opening request: buffer by buffer, as [`Source::read_many`] reads).
+    fn read_request(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+        // Distinct buffers in memory: their lengths add up without overflow.
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        let end = self.inside(offset, len)?;
+        if end <= self.first.len() as u64 || len > self.tuning.load_part.max(self.tuning.part) {
+            let mut reads: Vec<(u64, &mut [u8])> = Vec::with_capacity(bufs.len());
+            let mut at = offset;
+            for buf in bufs.iter_mut() {
+                let n = buf.len() as u64;
+                reads.push((at, &mut **buf));
+                at += n;
+            }
+            return self.read_many(&mut reads);
         }
-        let what = (offset, buf.len());
-        let load = Tuning {
-            part: self.tuning.load_part.max(self.tuning.part),
-            ..self.tuning
-        };
-        let parts = buf.len().div_ceil(load.part);
-        self.wait(self.object().read(offset, buf, load), parts, what)
+        let bufs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut **b).collect();
+        self.wait(self.object().read_scatter(offset, bufs), 1, (offset, len))
     }
 }
 

@@ -61,7 +61,7 @@ use crate::header::TensorInfo;
 use crate::io;
 use crate::read::MappedFile;
 
-use self::plan::{plan, Part};
+use self::plan::{plan, plan_requests, Part};
 use self::worker::{Buffers, Reader, Worker};
 
 mod plan;
@@ -393,7 +393,13 @@ fn run(
         _ => None,
     };
     advise_destinations(&mut dests, options.huge_pages);
-    let parts = plan(dests, piece, buffered, file.header().data_start());
+    let data_start = file.header().data_start();
+    let parts = match file.load_hint() {
+        // Requests straight into the destinations, across tensors, on the
+        // source's own part boundaries.
+        Some(h) => plan_requests(dests, piece, h.piece, buffered, data_start),
+        _ => plan(dests, piece, buffered, data_start),
+    };
     let threads = match (options.threads, &direct) {
         (0, Some(_)) => LoadOptions::COLD_THREADS,
         (0, None) => hint_threads,

@@ -75,11 +75,18 @@ pub trait Source: Send + Sync + Debug {
         None
     }
 
-    /// Fills all of `buf` with the bytes at `offset`, in one request where
-    /// the source makes requests (a load's piece, sized by
-    /// [`Source::load_hint`]); the default is [`Source::read_at`].
-    fn read_request(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.read_at(offset, buf)
+    /// Fills the buffers of `bufs`, in order, with the bytes from `offset`
+    /// on (they follow each other in the source), in one request where the
+    /// source makes requests: a load's piece, sized by
+    /// [`Source::load_hint`], which may span the ends of several tensors.
+    /// The default reads each with [`Source::read_at`].
+    fn read_request(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+        let mut at = offset;
+        for buf in bufs.iter_mut() {
+            self.read_at(at, buf)?;
+            at += buf.len() as u64;
+        }
+        Ok(())
     }
 }
 
