@@ -1,5 +1,6 @@
 //! The requests: the opening GET, and reads cut into concurrent ranged
-//! GETs streamed straight into the caller's buffer.
+//! GETs, each received by a task of the runtime straight into the caller's
+//! buffers (one or several consecutive ones).
 
 use std::ops::Range;
 use std::sync::Arc;

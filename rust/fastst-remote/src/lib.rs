@@ -9,7 +9,10 @@
 //! - [`Source::read_at`] fetches exactly the bytes asked for, straight into
 //!   the caller's buffer; a large read is cut into parts of
 //!   [`Tuning::part`] bytes fetched concurrently, at most
-//!   [`Tuning::concurrency`] requests in flight per object.
+//!   [`Tuning::concurrency`] requests in flight per object. A whole load
+//!   ([`Source::load_hint`], [`Source::read_request`]) asks for larger
+//!   ranges (up to [`Tuning::load_part`]) that span the ends of tensors,
+//!   each one GET whose body is scattered straight into the destinations.
 //! - Every later GET carries `If-Match` with the ETag seen at open (and
 //!   the answer's size and ETag are compared): an object replaced since it
 //!   was opened is rule `file-changed`, like a local file that changed.
@@ -186,10 +189,10 @@ impl RemoteSource {
     fn wait<T>(
         &self,
         work: impl std::future::Future<Output = Result<T>>,
-        parts: usize,
+        deadline: std::time::Duration,
         (offset, len): (u64, usize),
     ) -> Result<T> {
-        wait(work, self.tuning.deadline_for(parts), &self.cancel, || {
+        wait(work, deadline, &self.cancel, || {
             format!("cannot read {len} bytes at offset {offset}")
         })
     }
@@ -243,7 +246,8 @@ impl Source for RemoteSource {
         }
         let what = (offset, buf.len());
         let parts = buf.len().div_ceil(self.tuning.part.max(1));
-        self.wait(self.object().read(offset, buf, self.tuning), parts, what)
+        let deadline = self.tuning.deadline_for(parts);
+        self.wait(self.object().read(offset, buf, self.tuning), deadline, what)
     }
 
     /// Nearby ranges are fetched as one when the bytes between take less
@@ -275,7 +279,7 @@ impl Source for RemoteSource {
         let parts = fetched.iter().map(|(_, b)| b.len().div_ceil(part)).sum();
         self.wait(
             self.object().read_many(&mut fetched, self.tuning),
-            parts,
+            self.tuning.deadline_for(parts),
             (first, total),
         )
     }
@@ -306,7 +310,12 @@ impl Source for RemoteSource {
             return self.read_many(&mut reads);
         }
         let bufs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut **b).collect();
-        self.wait(self.object().read_scatter(offset, bufs), 1, (offset, len))
+        let deadline = self.tuning.deadline_for_request(len);
+        self.wait(
+            self.object().read_scatter(offset, bufs),
+            deadline,
+            (offset, len),
+        )
     }
 }
 

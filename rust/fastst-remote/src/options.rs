@@ -137,6 +137,15 @@ impl Tuning {
             .saturating_mul(u32::try_from(rounds).unwrap_or(u32::MAX))
     }
 
+    /// The deadline of one request of `len` bytes (a load's, which may
+    /// be larger than a part): the deadline once per `part` bytes, so that
+    /// a stream is held to the pace a read in parts is held to.
+    pub fn deadline_for_request(&self, len: usize) -> std::time::Duration {
+        let parts = len.div_ceil(self.part.max(1)).max(1);
+        self.deadline
+            .saturating_mul(u32::try_from(parts).unwrap_or(u32::MAX))
+    }
+
     /// The tuning from the environment and then `options` (which win);
     /// the options it used are taken out of `options`.
     pub fn read(
@@ -480,6 +489,10 @@ mod tests {
         assert_eq!(t.deadline_for(0), s(10));
         assert_eq!(t.deadline_for(4), s(10));
         assert_eq!(t.deadline_for(5), s(20));
+        let t = Tuning { part: 8, ..t };
+        assert_eq!(t.deadline_for_request(0), s(10));
+        assert_eq!(t.deadline_for_request(8), s(10));
+        assert_eq!(t.deadline_for_request(17), s(30));
         assert_eq!(Tuning::default().deadline, DEFAULT_DEADLINE);
     }
 
