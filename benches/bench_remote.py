@@ -12,6 +12,8 @@ round, each round starting one place further on), each case in a FRESH process:
   sweeps);
 - ``fastst-warm``: the same load (``load_into``) into destinations written once beforehand,
   the load alone timed: the client without the cost of fresh memory;
+- ``fastst-iter``: ``fastst.safe_open("s3://…", "pt").iter_tensors()``, every tensor taken:
+  the time to the first tensor (the open included) and to the last;
 - ``runai``: Run:ai's model streamer (``runai-model-streamer`` + ``-s3``), ``SafetensorsStreamer``
   at its defaults (``RUNAI_STREAMER_CONCURRENCY`` unset), every tensor taken; ``runai-cN``: with
   ``RUNAI_STREAMER_CONCURRENCY=N``;
@@ -24,12 +26,18 @@ round, each round starting one place further on), each case in a FRESH process:
 Python cases import everything first and time the load alone; they report CPU seconds of the
 load (user + system, all threads) and peak extra memory (peak RSS minus the RSS after imports),
 and a digest of the tensors (count, names, first and last 4 KiB of each) that must be equal
-across cases, so that a broken case cannot look fast. ``curl`` cases report the CPU seconds
-of the curl processes (``wait4``), not their memory. Also measured once: the bytes
+across cases, so that a broken case cannot look fast. Cases that hand tensors out one by one
+(``fastst-iter``, ``runai``) also report the time to the first tensor. ``curl`` cases report
+the CPU seconds of the curl processes (``wait4``), not their memory. Also measured once: the bytes
 ``fastst inspect s3://…`` transfers (through a counting proxy) against the header's size.
 
 Prints a table (median and min-max seconds, GB/s, shares of ``curl16`` and ``curl16-mem``,
-CPU seconds, extra memory) and, with ``--json``, every measurement.
+the worst round's share of ``curl16-mem`` (each round against that round's ``curl16-mem``),
+CPU seconds of the client and of the server (``weed``, the same cores: a client that costs
+the server more is slower), extra memory, time to the first tensor), the host's load average,
+and, with ``--json``, every measurement. ``--alt DIR`` measures another build beside this one:
+a case named ``X@alt`` runs case ``X`` with ``DIR`` (that build's ``python/`` folder) first on
+the path.
 """
 
 from __future__ import annotations
@@ -55,7 +63,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 SWEEP = [1, 4, 8, 16, 32, 64]
 PARTS = ["2M", "32M"]
 CASES = ["fastst", *(f"fastst-c{n}" for n in SWEEP), *(f"fastst-p{n}" for n in PARTS)]
-CASES += ["fastst-warm", "runai", "download", "curl", "curl16", "curl16-mem"]
+CASES += ["fastst-warm", "fastst-iter", "runai", "download", "curl", "curl16", "curl16-mem"]
 
 
 # --- in the measured process ------------------------------------------------------------------
@@ -104,15 +112,25 @@ def child(case: str, url: str, cfg: Dict[str, Any]) -> None:
         names = f.offset_keys()
         outs = [np.ones(end - begin, np.uint8) for _d, _s, begin, end in map(f._raw.info, names)]
     base, cpu0, t0 = _rss(), _cpu(), time.perf_counter()
+    first = None
     if case == "fastst-warm":
         load_into(f._raw, names, outs, [None] * len(names))
         out = {n: torch.from_numpy(o) for n, o in zip(names, outs, strict=True)}
+    elif case == "fastst-iter":
+        out = {}
+        with fastst.safe_open(url, "pt") as f:
+            for name, tensor in f.iter_tensors():
+                first = first or time.perf_counter() - t0
+                out[name] = tensor
     elif case.startswith("fastst"):
         out = fastst.torch.load_file(url)
     elif case.startswith("runai"):
+        out = {}
         with SafetensorsStreamer() as streamer:
             streamer.stream_file(url)
-            out = dict(streamer.get_tensors())
+            for name, tensor in streamer.get_tensors():
+                first = first or time.perf_counter() - t0
+                out[name] = tensor
     else:
         with tempfile.TemporaryDirectory(dir=cfg["tmp"]) as tmp:
             path = os.path.join(tmp, "model.safetensors")
@@ -120,9 +138,9 @@ def child(case: str, url: str, cfg: Dict[str, Any]) -> None:
             out = fastst.torch.load_file(path, copy=True)
     seconds, cpu = time.perf_counter() - t0, _cpu() - cpu0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(
-        json.dumps({"seconds": seconds, "cpu": cpu, "extra": peak - base, "digest": _digest(out)})
-    )
+    extra = peak - base
+    got = {"seconds": seconds, "first": first, "cpu": cpu, "extra": extra}
+    print(json.dumps({**got, "digest": _digest(out)}))
 
 
 # --- the driver -------------------------------------------------------------------------------
@@ -141,7 +159,9 @@ def _wait(procs: List[subprocess.Popen]) -> Dict[str, Any]:
     return {"cpu": cpu, "extra": None}
 
 
-def measure(case: str, url: str, size: int, env: Dict[str, str], cfg: Dict[str, Any]) -> Dict:
+def measure(
+    case: str, url: str, size: int, env: Dict[str, str], cfg: Dict[str, Any], alt: Any = None
+) -> Dict:
     if case.startswith("curl"):
         bucket_key = url.removeprefix("s3://")
         auth = [
@@ -169,6 +189,10 @@ def measure(case: str, url: str, size: int, env: Dict[str, str], cfg: Dict[str, 
             if shm:
                 shutil.rmtree(shm)
     child_env = {**os.environ, **env}
+    if case.endswith("@alt"):
+        # Another build of fastst (its python/ folder), measured beside this one.
+        case = case.removesuffix("@alt")
+        child_env["PYTHONPATH"] = os.pathsep.join([alt, child_env.get("PYTHONPATH", "")])
     for knob in ("FASTST_REMOTE_CONCURRENCY", "FASTST_REMOTE_PART_SIZE"):
         child_env.pop(knob, None)
     child_env.pop("RUNAI_STREAMER_CONCURRENCY", None)
@@ -187,6 +211,13 @@ def measure(case: str, url: str, size: int, env: Dict[str, str], cfg: Dict[str, 
         why = (out.stderr.strip().splitlines() or [""])[-1][-300:]
         return {"seconds": None, "error": f"exit {out.returncode}: {why}"}
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _server_cpu(pid: int) -> float:
+    """CPU seconds (user + system) the server process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def inspect_bytes(server: Any, url: str) -> Dict[str, Any]:
@@ -210,6 +241,9 @@ def main() -> None:
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--dir", default=os.environ.get("FASTST_BENCH_DIR", "/tmp/fastst-bench"))
     ap.add_argument("--json")
+    ap.add_argument(
+        "--alt", help="the python/ folder of another build: cases named X@alt run X with it"
+    )
     ap.add_argument("--child")
     ap.add_argument("--url")
     ap.add_argument("--cfg")
@@ -245,7 +279,10 @@ def main() -> None:
         runs: Dict[str, List[Dict]] = {c: [] for c in cases}
         for r in range(a.rounds):
             for c in cases[r % len(cases) :] + cases[: r % len(cases)]:
-                runs[c].append(measure(c, url, size, env, cfg))
+                load, server0 = os.getloadavg()[0], _server_cpu(server.proc.pid)
+                got = measure(c, url, size, env, cfg, a.alt)
+                server_cpu = _server_cpu(server.proc.pid) - server0
+                runs[c].append({**got, "load": load, "server_cpu": server_cpu})
                 print(f"round {r + 1} {c}: {runs[c][-1]}", file=sys.stderr)
     finally:
         server.stop()
@@ -256,31 +293,54 @@ def main() -> None:
     report(runs, size, header_end, inspected, a)
 
 
+def _worst_share(case: List[Dict], limit: List[Dict]) -> str:
+    """The lowest share of ``limit``'s time over the rounds both completed
+    (each round against the limit's own measurement in that round)."""
+    pairs = [
+        lim["seconds"] / x["seconds"]
+        for x, lim in zip(case, limit, strict=False)
+        if x["seconds"] is not None and lim["seconds"] is not None
+    ]
+    return f"{min(pairs):.2f}" if pairs else "-"
+
+
 def report(runs: Dict[str, List[Dict]], size: int, header_end: int, inspected: Dict, a) -> None:
     ok = {c: [x for x in rs if x["seconds"] is not None] for c, rs in runs.items()}
     med = {c: statistics.median(x["seconds"] for x in rs) for c, rs in ok.items() if rs}
     limit, in_memory = med.get("curl16"), med.get("curl16-mem")
+    loads = [x["load"] for rs in runs.values() for x in rs if "load" in x]
     print(f"\n{size / 1e9:.2f} GB checkpoint, {a.rounds} rounds, medians (min-max)")
+    if loads:
+        spread = f"{min(loads):.1f}-{max(loads):.1f}, median {statistics.median(loads):.1f}"
+        print(f"load average (1 min) before each case: {spread}")
     print(
-        f"{'case':<12} {'seconds':>18} {'GB/s':>6} {'/curl16':>8} {'/c16-mem':>9} {'CPU s':>6}"
-        f" {'extra GB':>9}"
+        f"{'case':<13} {'seconds':>18} {'GB/s':>6} {'/curl16':>8} {'/c16-mem':>9} {'worst':>6}"
+        f" {'CPU s':>6} {'srv CPU':>7} {'extra GB':>9} {'first s':>8}"
     )
     for c, rs in ok.items():
         failed = len(runs[c]) - len(rs)
         if not rs:
-            print(f"{c:<12} failed: {runs[c][-1]['error']}")
+            print(f"{c:<13} failed: {runs[c][-1]['error']}")
             continue
         s = [x["seconds"] for x in rs]
         share = f"{limit / med[c]:.2f}" if limit else "-"
         share_mem = f"{in_memory / med[c]:.2f}" if in_memory else "-"
+        worst = _worst_share(runs[c], runs["curl16-mem"]) if in_memory else "-"
         cpu = statistics.median(x["cpu"] for x in rs)
+        srv = [x["server_cpu"] for x in rs if "server_cpu" in x]
+        server = f"{statistics.median(srv):.1f}" if srv else "-"
         mem = [x["extra"] for x in rs if x["extra"] is not None]
         extra = f"{statistics.median(mem) / 1e9:.2f}" if mem else "-"
+        firsts = [x["first"] for x in rs if x.get("first") is not None]
+        first = f"{statistics.median(firsts):.2f}" if firsts else "-"
         span = f"{med[c]:.2f} ({min(s):.2f}-{max(s):.2f})"
         rate = size / med[c] / 1e9
         note = f"  ({failed} failed)" if failed else ""
-        shares = f"{share:>8} {share_mem:>9}"
-        print(f"{c:<12} {span:>18} {rate:>6.2f} {shares} {cpu:>6.1f} {extra:>9}{note}")
+        shares = f"{share:>8} {share_mem:>9} {worst:>6}"
+        print(
+            f"{c:<13} {span:>18} {rate:>6.2f} {shares} {cpu:>6.1f} {server:>7} {extra:>9}"
+            f" {first:>8}{note}"
+        )
     print(
         f"fastst inspect s3://: {'FAILED ' if inspected['failed'] else ''}"
         f"{inspected['body']} body bytes ({inspected['headers']} of HTTP "

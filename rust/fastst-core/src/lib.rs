@@ -160,7 +160,7 @@ pub use read::{
 pub use rules::{Family, RuleId, Severity, Verdict};
 pub use size::{parse_size, SizeGrammarError};
 pub use slice::{slice_ranges, Dim};
-pub use source::{ended_early, read_header, Source};
+pub use source::{ended_early, read_header, LoadHint, Source};
 pub use table::TensorInfo;
 pub use write::{
     check_alignment, data_alignment, link_replace, replace_with_bytes, serialize, write_atomic,

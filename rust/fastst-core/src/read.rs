@@ -180,9 +180,9 @@ impl MappedFile {
         &*self.source
     }
 
-    /// The source's own `(reading threads, bytes per request)` for whole
-    /// loads ([`Source::load_hint`]).
-    pub(crate) fn load_hint(&self) -> Option<(usize, usize)> {
+    /// The source's own request shape for whole loads
+    /// ([`Source::load_hint`]).
+    pub(crate) fn load_hint(&self) -> Option<crate::source::LoadHint> {
         self.source.load_hint()
     }
 
@@ -475,19 +475,39 @@ impl MappedFile {
     /// a read past the end of a file that shrank is rule `file-changed`.
     /// `tensor` names the tensor in an out-of-range error.
     pub(crate) fn read_at(&self, start: u64, buf: &mut [u8], tensor: &str) -> Result<()> {
-        match start.checked_add(buf.len() as u64) {
-            Some(end) if end <= self.file_len => {}
-            _ => {
-                return Err(Error::ReadPastEnd {
-                    tensor: tensor.to_owned(),
-                    offset: start,
-                    len: buf.len() as u64,
-                    tensor_len: self.file_len,
-                })
-            }
-        }
+        self.check_range(start, buf.len(), tensor)?;
         self.source
             .read_at(start, buf)
+            .map_err(|e| reading(tensor, e))
+    }
+
+    /// Fails (rule `read-past-end`, naming `tensor`) unless `len` bytes at
+    /// `start` lie inside the file.
+    fn check_range(&self, start: u64, len: usize, tensor: &str) -> Result<()> {
+        match start.checked_add(len as u64) {
+            Some(end) if end <= self.file_len => Ok(()),
+            _ => Err(Error::ReadPastEnd {
+                tensor: tensor.to_owned(),
+                offset: start,
+                len: len as u64,
+                tensor_len: self.file_len,
+            }),
+        }
+    }
+
+    /// Fills `bufs`, in order, from absolute file offset `start` on, as
+    /// one request of a load ([`Source::read_request`]); `tensor` names the
+    /// tensor in an error.
+    pub(crate) fn read_request(
+        &self,
+        start: u64,
+        bufs: &mut [&mut [u8]],
+        tensor: &str,
+    ) -> Result<()> {
+        let len = bufs.iter().map(|b| b.len()).sum();
+        self.check_range(start, len, tensor)?;
+        self.source
+            .read_request(start, bufs)
             .map_err(|e| reading(tensor, e))
     }
 

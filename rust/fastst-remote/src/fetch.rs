@@ -1,7 +1,9 @@
 //! The requests: the opening GET, and reads cut into concurrent ranged
-//! GETs streamed straight into the caller's buffer.
+//! GETs, each received by a task of the runtime straight into the caller's
+//! buffers (one or several consecutive ones).
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use fastst_core::{Error, Result};
 use futures::{StreamExt, TryStreamExt};
@@ -44,7 +46,7 @@ pub(crate) async fn open(
     // At most FIRST_READ bytes: the size the server announces allocates
     // nothing beyond that.
     let mut first = vec![0u8; want as usize];
-    receive(got, 0..want, &mut first)
+    receive(got, 0..want, &mut Scatter::new(vec![&mut first[..]]), 0)
         .await
         .map_err(|short| short.error)?;
     Ok((len, etag, first))
@@ -76,26 +78,32 @@ pub fn parts(offset: u64, len: usize, part: usize) -> Vec<Part> {
         .collect()
 }
 
-/// What reading an object needs.
-pub(crate) struct Object<'a> {
-    pub(crate) store: &'a dyn ObjectStore,
-    pub(crate) path: &'a Path,
+/// What reading an object needs (owned, so that its requests can run as
+/// tasks of the runtime).
+pub(crate) struct Object {
+    pub(crate) store: Arc<dyn ObjectStore>,
+    pub(crate) path: Path,
     pub(crate) len: u64,
-    pub(crate) etag: Option<&'a str>,
-    pub(crate) in_flight: &'a Semaphore,
+    pub(crate) etag: Option<String>,
+    pub(crate) in_flight: Arc<Semaphore>,
 }
 
-impl Object<'_> {
+impl Object {
     /// Fills `buf` with the bytes at `offset`: concurrent ranged GETs of at
     /// most `tuning.part` bytes, each streamed into its place.
-    pub(crate) async fn read(&self, offset: u64, buf: &mut [u8], tuning: Tuning) -> Result<()> {
+    pub(crate) async fn read(
+        self: &Arc<Self>,
+        offset: u64,
+        buf: &mut [u8],
+        tuning: Tuning,
+    ) -> Result<()> {
         self.read_many(&mut [(offset, buf)], tuning).await
     }
 
     /// Fills each buffer of `reads` with the bytes at its offset: the
     /// parts of all of them in one queue, `tuning.concurrency` in flight.
     pub(crate) async fn read_many(
-        &self,
+        self: &Arc<Self>,
         reads: &mut [(u64, &mut [u8])],
         tuning: Tuning,
     ) -> Result<()> {
@@ -108,10 +116,37 @@ impl Object<'_> {
                 rest = tail;
             }
         }
-        futures::stream::iter(pieces.into_iter().map(|(range, dst)| self.get(range, dst)))
-            .buffer_unordered(tuning.concurrency.max(1))
-            .try_collect::<()>()
-            .await
+        futures::stream::iter(
+            pieces
+                .into_iter()
+                .map(|(range, dst)| self.get(range, vec![dst])),
+        )
+        .buffer_unordered(tuning.concurrency.max(1))
+        .try_collect::<()>()
+        .await
+    }
+
+    /// Fills `bufs`, in order, with the bytes from `offset` on, by one
+    /// ranged GET.
+    pub(crate) async fn read_scatter(
+        self: &Arc<Self>,
+        offset: u64,
+        bufs: Vec<&mut [u8]>,
+    ) -> Result<()> {
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        self.get(offset..offset + len as u64, bufs).await
+    }
+
+    /// `range` into `bufs` (their lengths add up to its length), received
+    /// by a task of the runtime (the thread that reads the connection
+    /// copies its bytes out, rather than handing each chunk to a waiting
+    /// thread).
+    async fn get(self: &Arc<Self>, range: Range<u64>, bufs: Vec<&mut [u8]>) -> Result<()> {
+        let me = Arc::clone(self);
+        crate::lend::on_runtime(bufs, move |bufs| async move {
+            me.get_into(range, Scatter::new(bufs)).await
+        })?
+        .await
     }
 
     /// `range` into `dst` (its length), with ranged GETs conditional on the
@@ -119,7 +154,7 @@ impl Object<'_> {
     /// for again from where it stopped (the bytes received are kept), up
     /// to [`BODY_RETRIES`] times; the requests themselves are retried by
     /// `object_store` (5xx, timeouts, resets before the body).
-    async fn get(&self, range: Range<u64>, dst: &mut [u8]) -> Result<()> {
+    async fn get_into(&self, range: Range<u64>, mut dst: Scatter<'_>) -> Result<()> {
         let _permit = self
             .in_flight
             .acquire()
@@ -132,7 +167,7 @@ impl Object<'_> {
         loop {
             let rest = range.start + at as u64..range.end;
             let got = self.get_once(rest.clone()).await?;
-            match receive(got, rest, &mut dst[at..]).await {
+            match receive(got, rest, &mut dst, at).await {
                 Ok(()) => return Ok(()),
                 Err(Short { got, error }) => {
                     at += got;
@@ -150,22 +185,26 @@ impl Object<'_> {
     async fn get_once(&self, range: Range<u64>) -> Result<GetResult> {
         let options = GetOptions {
             range: Some(GetRange::Bounded(range.clone())),
-            if_match: self.etag.map(str::to_owned),
+            if_match: self.etag.clone(),
             ..GetOptions::default()
         };
-        let got = self.store.get_opts(self.path, options).await.map_err(|e| {
-            from_store(
-                &format!("cannot read bytes {}..{}", range.start, range.end),
-                e,
-            )
-        })?;
+        let got = self
+            .store
+            .get_opts(&self.path, options)
+            .await
+            .map_err(|e| {
+                from_store(
+                    &format!("cannot read bytes {}..{}", range.start, range.end),
+                    e,
+                )
+            })?;
         if got.meta.size != self.len {
             return Err(changed(format!(
                 "its length is now {} bytes, it had {}",
                 got.meta.size, self.len
             )));
         }
-        if let (Some(then), Some(now)) = (self.etag, got.meta.e_tag.as_deref()) {
+        if let (Some(then), Some(now)) = (self.etag.as_deref(), got.meta.e_tag.as_deref()) {
             if then != now {
                 return Err(changed(format!("its ETag is now {now}, it was {then}")));
             }
@@ -188,11 +227,70 @@ struct Short {
     error: Error,
 }
 
+/// Consecutive buffers that one ranged GET fills, in order, as if they
+/// were one.
+pub(crate) struct Scatter<'a> {
+    bufs: Vec<&'a mut [u8]>,
+    len: usize,
+    /// The buffer the last copy ended in, and where it starts.
+    at: (usize, usize),
+}
+
+impl<'a> Scatter<'a> {
+    pub(crate) fn new(bufs: Vec<&'a mut [u8]>) -> Self {
+        let len = bufs.iter().map(|b| b.len()).sum();
+        Scatter {
+            bufs,
+            len,
+            at: (0, 0),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Copies `bytes` to position `pos`: false, with nothing copied, when
+    /// they go past the end.
+    fn put(&mut self, mut pos: usize, mut bytes: &[u8]) -> bool {
+        if pos
+            .checked_add(bytes.len())
+            .is_none_or(|end| end > self.len)
+        {
+            return false;
+        }
+        // Copies come in order: the search starts where the last one ended.
+        let (mut i, mut start) = if pos >= self.at.1 { self.at } else { (0, 0) };
+        while !bytes.is_empty() {
+            let Some(buf) = self.bufs.get_mut(i) else {
+                return false;
+            };
+            let end = start + buf.len();
+            if pos < end {
+                let n = (end - pos).min(bytes.len());
+                buf[pos - start..pos - start + n].copy_from_slice(&bytes[..n]);
+                (bytes, pos) = (&bytes[n..], pos + n);
+                self.at = (i, start);
+            }
+            if pos >= end {
+                (i, start) = (i + 1, end);
+            }
+        }
+        true
+    }
+}
+
 /// Streams the body of `got`, the answer to a GET of `range`, into `dst`
-/// (its length). The answer must be for exactly that range (else an
-/// error with nothing kept) and may not hold more bytes; a body that ends
-/// early or breaks off keeps what arrived.
-async fn receive(got: GetResult, range: Range<u64>, dst: &mut [u8]) -> Result<(), Short> {
+/// from position `from` on (`range` is as long as the rest of `dst`). The
+/// answer must be for exactly that range (else an error with nothing kept)
+/// and may not hold more bytes; a body that ends early or breaks off keeps
+/// what arrived.
+async fn receive(
+    got: GetResult,
+    range: Range<u64>,
+    dst: &mut Scatter<'_>,
+    from: usize,
+) -> Result<(), Short> {
     let fail = |got: usize, error: Error| Short { got, error };
     if got.range != range {
         return Err(fail(
@@ -204,34 +302,29 @@ async fn receive(got: GetResult, range: Range<u64>, dst: &mut [u8]) -> Result<()
         ));
     }
     let what = || format!("cannot read bytes {}..{}", range.start, range.end);
+    let want = dst.len().saturating_sub(from);
     let mut body = got.into_stream();
     let mut at = 0usize;
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| fail(at, from_store(&what(), e)))?;
-        let end = at + chunk.len();
-        let Some(out) = dst.get_mut(at..end) else {
+        if at + chunk.len() > want || !dst.put(from + at, &chunk) {
             // More than asked for: nothing of this answer is trusted.
             return Err(fail(
                 0,
                 protocol(format!(
-                    "the store sent more than the {} bytes of range {}..{}",
-                    dst.len(),
-                    range.start,
-                    range.end
+                    "the store sent more than the {want} bytes of range {}..{}",
+                    range.start, range.end
                 )),
             ));
-        };
-        out.copy_from_slice(&chunk);
-        at = end;
+        }
+        at += chunk.len();
     }
-    if at != dst.len() {
+    if at != want {
         return Err(fail(
             at,
             protocol(format!(
-                "the store sent {at} of the {} bytes of range {}..{}",
-                dst.len(),
-                range.start,
-                range.end
+                "the store sent {at} of the {want} bytes of range {}..{}",
+                range.start, range.end
             )),
         ));
     }
@@ -272,10 +365,27 @@ mod tests {
     /// for all of it, else the bytes it keeps for the next request.
     fn kept(got: GetResult) -> Result<usize, usize> {
         let mut dst = [0u8; 10];
+        let mut dst = Scatter::new(vec![&mut dst[..]]);
         let out = crate::runtime()
             .unwrap()
-            .block_on(receive(got, 10..20, &mut dst));
+            .block_on(receive(got, 10..20, &mut dst, 0));
         out.map(|()| 10).map_err(|short| short.got)
+    }
+
+    #[test]
+    fn a_scatter_fills_its_buffers_in_order_and_refuses_what_goes_past_them() {
+        let (mut a, mut b, mut c) = ([0u8; 3], [0u8; 0], [0u8; 4]);
+        let mut s = Scatter::new(vec![&mut a[..], &mut b[..], &mut c[..]]);
+        assert_eq!(s.len(), 7);
+        assert!(s.put(0, &[1, 2]));
+        assert!(s.put(2, &[3, 4, 5]));
+        assert!(s.put(5, &[6, 7]));
+        assert!(!s.put(6, &[9, 9]), "past the end");
+        assert!(!s.put(usize::MAX, &[9]));
+        // A later request starts over from an earlier place.
+        assert!(s.put(1, &[8]));
+        drop(s);
+        assert_eq!((a, c), ([1, 8, 3], [4, 5, 6, 7]));
     }
 
     #[test]

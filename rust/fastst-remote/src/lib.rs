@@ -9,7 +9,10 @@
 //! - [`Source::read_at`] fetches exactly the bytes asked for, straight into
 //!   the caller's buffer; a large read is cut into parts of
 //!   [`Tuning::part`] bytes fetched concurrently, at most
-//!   [`Tuning::concurrency`] requests in flight per object.
+//!   [`Tuning::concurrency`] requests in flight per object. A whole load
+//!   ([`Source::load_hint`], [`Source::read_request`]) asks for larger
+//!   ranges (up to [`Tuning::load_part`]) that span the ends of tensors,
+//!   each one GET whose body is scattered straight into the destinations.
 //! - Every later GET carries `If-Match` with the ETag seen at open (and
 //!   the answer's size and ETag are compared): an object replaced since it
 //!   was opened is rule `file-changed`, like a local file that changed.
@@ -56,6 +59,7 @@ mod error;
 mod fetch;
 pub mod guard;
 pub mod layout_upload;
+mod lend;
 pub mod options;
 mod redact;
 mod runtime;
@@ -65,7 +69,7 @@ mod wait;
 
 use std::sync::Arc;
 
-use fastst_core::{Error, Result, Source};
+use fastst_core::{Error, LoadHint, Result, Source};
 use object_store::list::PaginatedListOptions;
 use object_store::path::Path;
 use object_store::ObjectStore;
@@ -190,10 +194,10 @@ impl RemoteSource {
     fn wait<T>(
         &self,
         work: impl std::future::Future<Output = Result<T>>,
-        parts: usize,
+        deadline: std::time::Duration,
         (offset, len): (u64, usize),
     ) -> Result<T> {
-        wait(work, self.tuning.deadline_for(parts), &self.cancel, || {
+        wait(work, deadline, &self.cancel, || {
             format!("cannot read {len} bytes at offset {offset}")
         })
     }
@@ -202,16 +206,7 @@ impl RemoteSource {
     /// (else rule `file-changed`), and fills `buf` when they are bytes of
     /// the opening request (the prefix and the header): true then.
     fn kept(&self, offset: u64, buf: &mut [u8]) -> Result<bool> {
-        let end = offset
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= self.len)
-            .ok_or_else(|| Error::FileChanged {
-                what: format!(
-                    "a read of {} bytes at offset {offset} goes past the {} bytes the object had",
-                    buf.len(),
-                    self.len
-                ),
-            })?;
+        let end = self.inside(offset, buf.len())?;
         if end > self.first.len() as u64 {
             return Ok(false);
         }
@@ -219,15 +214,29 @@ impl RemoteSource {
         Ok(true)
     }
 
+    /// The end of the `len` bytes at `offset`, which must lie inside the
+    /// object (else rule `file-changed`).
+    fn inside(&self, offset: u64, len: usize) -> Result<u64> {
+        offset
+            .checked_add(len as u64)
+            .filter(|&e| e <= self.len)
+            .ok_or_else(|| Error::FileChanged {
+                what: format!(
+                    "a read of {len} bytes at offset {offset} goes past the {} bytes the object had",
+                    self.len
+                ),
+            })
+    }
+
     /// What the requests for this object need.
-    fn object(&self) -> fetch::Object<'_> {
-        fetch::Object {
-            store: &*self.store,
-            path: &self.path,
+    fn object(&self) -> Arc<fetch::Object> {
+        Arc::new(fetch::Object {
+            store: Arc::clone(&self.store),
+            path: self.path.clone(),
             len: self.len,
-            etag: self.etag.as_deref(),
-            in_flight: &self.in_flight,
-        }
+            etag: self.etag.clone(),
+            in_flight: Arc::clone(&self.in_flight),
+        })
     }
 }
 
@@ -242,7 +251,8 @@ impl Source for RemoteSource {
         }
         let what = (offset, buf.len());
         let parts = buf.len().div_ceil(self.tuning.part.max(1));
-        self.wait(self.object().read(offset, buf, self.tuning), parts, what)
+        let deadline = self.tuning.deadline_for(parts);
+        self.wait(self.object().read(offset, buf, self.tuning), deadline, what)
     }
 
     /// Nearby ranges are fetched as one when the bytes between take less
@@ -274,13 +284,43 @@ impl Source for RemoteSource {
         let parts = fetched.iter().map(|(_, b)| b.len().div_ceil(part)).sum();
         self.wait(
             self.object().read_many(&mut fetched, self.tuning),
-            parts,
+            self.tuning.deadline_for(parts),
             (first, total),
         )
     }
 
-    fn load_hint(&self) -> Option<(usize, usize)> {
-        Some((self.tuning.concurrency, self.tuning.part))
+    fn load_hint(&self) -> Option<LoadHint> {
+        Some(LoadHint {
+            threads: self.tuning.concurrency,
+            piece: self.tuning.part,
+            max_piece: self.tuning.load_part.max(self.tuning.part),
+        })
+    }
+
+    /// A load's piece: one ranged GET filling `bufs` in order (when it
+    /// holds more than [`Tuning::load_part`] bytes, or only bytes of the
+    /// opening request: buffer by buffer, as [`Source::read_many`] reads).
+    fn read_request(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+        // Distinct buffers in memory: their lengths add up without overflow.
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        let end = self.inside(offset, len)?;
+        if end <= self.first.len() as u64 || len > self.tuning.load_part.max(self.tuning.part) {
+            let mut reads: Vec<(u64, &mut [u8])> = Vec::with_capacity(bufs.len());
+            let mut at = offset;
+            for buf in bufs.iter_mut() {
+                let n = buf.len() as u64;
+                reads.push((at, &mut **buf));
+                at += n;
+            }
+            return self.read_many(&mut reads);
+        }
+        let bufs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut **b).collect();
+        let deadline = self.tuning.deadline_for_request(len);
+        self.wait(
+            self.object().read_scatter(offset, bufs),
+            deadline,
+            (offset, len),
+        )
     }
 }
 

@@ -63,6 +63,10 @@ pub struct Tuning {
     /// Bytes per ranged GET of a large read (and per part of an upload,
     /// at least [`crate::upload::MIN_PART`]).
     pub part: usize,
+    /// The most bytes per ranged GET of a whole load (at least `part`): a
+    /// large load makes fewer, larger requests (see
+    /// `fastst_core::LoadHint`). `part` itself when the part size is set.
+    pub load_part: usize,
     /// How long a read may take, for every `concurrency` parts it needs
     /// (an open, a listing: once), retries included; then it fails with
     /// rule `remote-deadline`.
@@ -76,6 +80,7 @@ impl Default for Tuning {
         Tuning {
             concurrency: 16,
             part: 8 << 20,
+            load_part: 64 << 20,
             deadline: DEFAULT_DEADLINE,
         }
     }
@@ -132,6 +137,15 @@ impl Tuning {
             .saturating_mul(u32::try_from(rounds).unwrap_or(u32::MAX))
     }
 
+    /// The deadline of one request of `len` bytes (a load's, which may
+    /// be larger than a part): the deadline once per `part` bytes, so that
+    /// a stream is held to the pace a read in parts is held to.
+    pub fn deadline_for_request(&self, len: usize) -> std::time::Duration {
+        let parts = len.div_ceil(self.part.max(1)).max(1);
+        self.deadline
+            .saturating_mul(u32::try_from(parts).unwrap_or(u32::MAX))
+    }
+
     /// The tuning from the environment and then `options` (which win);
     /// the options it used are taken out of `options`.
     pub fn read(
@@ -157,6 +171,7 @@ impl Tuning {
                 t.concurrency = n.min(1024);
             } else {
                 t.part = n;
+                t.load_part = n;
             }
             Ok(())
         };
@@ -440,6 +455,7 @@ mod tests {
             Tuning {
                 concurrency: 4,
                 part: 1 << 20,
+                load_part: 1 << 20,
                 deadline: std::time::Duration::from_secs(90),
             }
         );
@@ -467,11 +483,16 @@ mod tests {
         let t = Tuning {
             concurrency: 4,
             part: 1,
+            load_part: 1,
             deadline: s(10),
         };
         assert_eq!(t.deadline_for(0), s(10));
         assert_eq!(t.deadline_for(4), s(10));
         assert_eq!(t.deadline_for(5), s(20));
+        let t = Tuning { part: 8, ..t };
+        assert_eq!(t.deadline_for_request(0), s(10));
+        assert_eq!(t.deadline_for_request(8), s(10));
+        assert_eq!(t.deadline_for_request(17), s(30));
         assert_eq!(Tuning::default().deadline, DEFAULT_DEADLINE);
     }
 

@@ -1,6 +1,7 @@
 //! The one tokio runtime every request runs on, made on first use: a few
-//! worker threads drive the connections; the threads that read block on
-//! it (never holding Python's GIL: the glue releases it).
+//! worker threads drive the connections and copy the bodies into their
+//! destinations (`lend`); the threads that read block on it (never
+//! holding Python's GIL: the glue releases it).
 
 use std::sync::OnceLock;
 

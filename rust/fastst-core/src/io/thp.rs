@@ -187,16 +187,28 @@ impl Trial {
 /// either way) and returns the CPU time this thread spent doing it; `None`
 /// where the kernel cannot.
 fn populate(mem: &mut [u8]) -> Option<Duration> {
+    let before = thread_cpu()?;
+    fault_in_writable(mem).then_some(())?;
+    Some(thread_cpu()?.saturating_sub(before))
+}
+
+/// Faults in the whole pages of `mem` writable in one call
+/// (`MADV_POPULATE_WRITE`, Linux 5.14+), without changing what they hold
+/// (a page not yet in memory reads as zeros either way): the kernel
+/// allocates them in one go rather than one fault at a time. False where
+/// it cannot (then the pages are faulted in as they are written).
+pub(crate) fn fault_in_writable(mem: &mut [u8]) -> bool {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         let page = 4096;
         let addr = mem.as_mut_ptr() as usize;
-        let end = addr.checked_add(mem.len())?;
+        let Some(end) = addr.checked_add(mem.len()) else {
+            return false;
+        };
         let (start, stop) = (addr.div_ceil(page) * page, end / page * page);
         if stop <= start {
-            return Some(Duration::ZERO);
+            return true;
         }
-        let before = thread_cpu()?;
         // SAFETY: `[start, stop)` is a whole-page span inside `mem`, memory
         // borrowed mutably for the call; populating faults pages in without
         // changing what they hold (a page not yet in memory reads as zeros
@@ -208,15 +220,12 @@ fn populate(mem: &mut [u8]) -> Option<Duration> {
                 libc::MADV_POPULATE_WRITE,
             )
         };
-        if r != 0 {
-            return None;
-        }
-        Some(thread_cpu()?.saturating_sub(before))
+        r == 0
     }
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     {
         let _ = mem;
-        None
+        false
     }
 }
 

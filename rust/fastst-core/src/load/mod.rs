@@ -61,7 +61,7 @@ use crate::header::TensorInfo;
 use crate::io;
 use crate::read::MappedFile;
 
-use self::plan::{plan, Part};
+use self::plan::{plan, plan_requests, Part};
 use self::worker::{Buffers, Reader, Worker};
 
 mod plan;
@@ -224,6 +224,27 @@ pub fn tensor_into(file: &MappedFile, info: &TensorInfo, to: Dtype, dst: &mut [u
     }
 }
 
+/// Rounds of requests a whole load of a remote source makes at least:
+/// every request in flight gets several, so that streams that run slower
+/// than others (a real network) do not leave the load waiting on them.
+const ROUNDS: u64 = 4;
+
+/// Bytes per request of a load of `total` bytes from a source that waits
+/// on a network (`hint`): the hint's piece for a load that hands tensors
+/// out as they arrive (the first ones come sooner); for a whole load,
+/// larger ones, up to the hint's most, as long as every request in flight
+/// still gets [`ROUNDS`] of them (fewer requests: each costs the server
+/// and the client, and a round trip).
+fn remote_piece(hint: crate::source::LoadHint, total: u64, stream: bool) -> usize {
+    if stream {
+        return hint.piece;
+    }
+    let share = total / (hint.threads.max(1) as u64).saturating_mul(ROUNDS);
+    usize::try_from(share)
+        .unwrap_or(usize::MAX)
+        .clamp(hint.piece, hint.max_piece.max(hint.piece))
+}
+
 /// Destinations smaller than this are left alone: a transparent huge page
 /// (2 MiB on x86-64) cannot fit in them at an aligned address.
 const HUGE_PAGE: usize = 2 << 20;
@@ -338,20 +359,27 @@ fn run(
 ) -> Result<Outcome> {
     check(&dests)?;
     file.check_unchanged()?;
+    let total: u64 = dests.iter().map(|d| d.info.byte_len()).sum();
     // A source's own shape (a remote object: many requests in flight)
     // replaces the defaults, not what the caller asked for.
-    let (hint_threads, hint_piece) = file
-        .load_hint()
-        .unwrap_or((LoadOptions::DEFAULT_THREADS, LoadOptions::DEFAULT_PIECE));
-    let piece = match options.piece {
-        0 => hint_piece,
-        n => n,
+    // Requests read through a buffer (runs of small tensors, conversions)
+    // keep the smaller size: each reading thread holds one such buffer.
+    let (hint_threads, hint_piece, buffered) = match file.load_hint() {
+        Some(h) => (h.threads, remote_piece(h, total, stream), h.piece),
+        None => (
+            LoadOptions::DEFAULT_THREADS,
+            LoadOptions::DEFAULT_PIECE,
+            LoadOptions::DEFAULT_PIECE,
+        ),
+    };
+    let (piece, buffered) = match options.piece {
+        0 => (hint_piece, buffered),
+        n => (n, n),
     };
     let every = match options.report_every {
         0 => LoadOptions::DEFAULT_REPORT_EVERY,
         n => n,
     };
-    let total: u64 = dests.iter().map(|d| d.info.byte_len()).sum();
     let direct = match file.local() {
         Some(raw) if options.direct && total >= SMALL && mostly_uncached(file, &dests) => {
             io::open_direct(raw)
@@ -365,7 +393,13 @@ fn run(
         _ => None,
     };
     advise_destinations(&mut dests, options.huge_pages);
-    let parts = plan(dests, piece, file.header().data_start());
+    let data_start = file.header().data_start();
+    let parts = match file.load_hint() {
+        // Requests straight into the destinations, across tensors, on the
+        // source's own part boundaries.
+        Some(h) => plan_requests(dests, piece, h.piece, buffered, data_start),
+        _ => plan(dests, piece, buffered, data_start),
+    };
     let threads = match (options.threads, &direct) {
         (0, Some(_)) => LoadOptions::COLD_THREADS,
         (0, None) => hint_threads,

@@ -37,6 +37,10 @@ pub(super) struct Part<'a> {
     /// Whether the destination was advised huge pages when the request was
     /// handed out (set then).
     pub(super) huge: bool,
+    /// Every member is a copy (a whole tensor or part of one), and one
+    /// request fills them all, in order, straight into their destinations
+    /// ([`plan_requests`]).
+    pub(super) scatter: bool,
 }
 
 /// A whole destination, as numbers (see [`Part::span`]).
@@ -57,6 +61,7 @@ impl<'a> Part<'a> {
             members: vec![Member { info, to, len, dst }],
             span: None,
             huge: false,
+            scatter: false,
         }
     }
 
@@ -67,12 +72,15 @@ impl<'a> Part<'a> {
     }
 }
 
-/// Splits the destinations (in file order) into read requests of about
-/// `piece` source bytes; the data section starts at `data_start` in the
+/// Splits the destinations (in file order) into read requests: copies
+/// into requests of about `piece` source bytes, conversions and runs of
+/// small tensors (which go through a buffer per thread) into requests of
+/// at most `buffered` bytes; the data section starts at `data_start` in the
 /// file.
 pub(super) fn plan(
     mut dests: Vec<Destination<'_>>,
     piece: usize,
+    buffered: usize,
     data_start: u64,
 ) -> Vec<Part<'_>> {
     dests.sort_by_key(|d| d.info.begin);
@@ -85,7 +93,7 @@ pub(super) fn plan(
         }
         if len < SMALL {
             let fits = run.as_ref().is_some_and(|r| {
-                r.begin + r.len as u64 == d.info.begin && r.len + len as usize <= piece
+                r.begin + r.len as u64 == d.info.begin && r.len + len as usize <= buffered
             });
             if !fits {
                 parts.extend(run.take());
@@ -96,6 +104,7 @@ pub(super) fn plan(
                 members: Vec::new(),
                 span: None,
                 huge: false,
+                scatter: false,
             });
             r.len += len as usize;
             r.members.push(Member {
@@ -132,7 +141,7 @@ pub(super) fn plan(
         }
         let (fs, ts) = (elem_size(d.info.dtype), elem_size(d.to));
         // Whole source elements per piece; the destination is split to match.
-        let src_piece = (piece / fs).max(1) * fs;
+        let src_piece = (buffered / fs).max(1) * fs;
         let dst_piece = src_piece / fs * ts;
         let mut offset = 0u64;
         for dst in d.dst.chunks_mut(dst_piece) {
@@ -143,6 +152,91 @@ pub(super) fn plan(
     }
     parts.extend(run);
     parts
+}
+
+/// The read requests of a load from a source that waits on a network,
+/// where each request costs a round trip and the server's work: the copies,
+/// in file order, as one stream of bytes cut into requests of at most
+/// `piece` bytes that span the ends of tensors (one request fills several
+/// destinations, straight), each ending where the object's offset is a
+/// multiple of `align` when one lies within it (where a multipart upload
+/// put the ends of its parts). Conversions are cut as [`plan`] cuts them
+/// (at most `buffered` bytes, through a buffer), and break the stream;
+/// so do gaps between tensors. The data section starts at `data_start`.
+pub(super) fn plan_requests(
+    mut dests: Vec<Destination<'_>>,
+    piece: usize,
+    align: usize,
+    buffered: usize,
+    data_start: u64,
+) -> Vec<Part<'_>> {
+    dests.sort_by_key(|d| d.info.begin);
+    let (piece, align) = (piece.max(1) as u64, align.max(1) as u64);
+    let mut parts: Vec<Part<'_>> = Vec::new();
+    let mut open: Option<Part<'_>> = None;
+    // Conversions in a row, planned together (runs of small ones joined).
+    let mut converted: Vec<Destination<'_>> = Vec::new();
+    for d in dests {
+        let len = d.info.byte_len();
+        if len == 0 {
+            continue;
+        }
+        if d.to != d.info.dtype {
+            parts.extend(open.take());
+            converted.push(d);
+            continue;
+        }
+        if !converted.is_empty() {
+            let run = std::mem::take(&mut converted);
+            parts.extend(plan(run, buffered, buffered, data_start));
+        }
+        let (mut offset, mut rest) = (0u64, d.dst);
+        while !rest.is_empty() {
+            let at = d.info.begin + offset;
+            if open.as_ref().is_some_and(|r| r.begin + r.len as u64 != at) {
+                parts.extend(open.take());
+            }
+            let r = open.get_or_insert_with(|| Part {
+                begin: at,
+                len: 0,
+                members: Vec::new(),
+                span: None,
+                huge: false,
+                scatter: true,
+            });
+            let end = request_end(data_start + r.begin, piece, align) - data_start;
+            let n = (end - at).min(rest.len() as u64) as usize;
+            let (dst, tail) = std::mem::take(&mut rest).split_at_mut(n);
+            r.members.push(Member {
+                info: d.info,
+                to: d.to,
+                len: n,
+                dst,
+            });
+            r.len += n;
+            offset += n as u64;
+            rest = tail;
+            if at + n as u64 == end {
+                parts.extend(open.take());
+            }
+        }
+    }
+    parts.extend(open);
+    parts.extend(plan(converted, buffered, buffered, data_start));
+    parts
+}
+
+/// Where a request starting at `start` (an offset of the object) ends: at
+/// most `piece` bytes on, at the last multiple of `align` up to there when
+/// there is one past `start`.
+fn request_end(start: u64, piece: u64, align: u64) -> u64 {
+    let limit = start.saturating_add(piece);
+    let aligned = limit / align * align;
+    if aligned > start {
+        aligned
+    } else {
+        limit
+    }
 }
 
 /// Bytes per element, 1 for the sub-byte kinds (only ever copied, as bytes).

@@ -329,7 +329,7 @@ fn requests(file: &MappedFile, names: &[&str], to: Option<Dtype>, piece: usize) 
             dst,
         })
         .collect();
-    plan(dests, piece, file.header().data_start())
+    plan(dests, piece, piece, file.header().data_start())
         .into_iter()
         .map(|p| {
             let members = p
@@ -453,7 +453,7 @@ fn the_first_request_of_a_large_copy_spans_its_destination() {
                 dst,
             })
             .collect();
-        let parts = plan(dests, mib, file.header().data_start());
+        let parts = plan(dests, mib, mib, file.header().data_start());
         let spans: Vec<_> = parts
             .iter()
             .filter_map(|p| p.span.map(|s| (p.begin, s.addr, s.len, s.end)))
@@ -1002,7 +1002,7 @@ fn cold_copies_into_any_destination_need_no_bounce_buffer() {
             trial: None,
         };
         let mut buffers = Buffers::default();
-        let parts = plan(dests, 1 << 20, start);
+        let parts = plan(dests, 1 << 20, 1 << 20, start);
         assert!(parts.len() > 8);
         for part in parts {
             reader.read(part, &mut buffers).unwrap();
@@ -1100,4 +1100,134 @@ fn a_failed_streaming_load_reports_what_was_read_before_the_failure() {
         last.filled < 4 << 20 && last.filled >= calls[0].filled,
         "{calls:?}"
     );
+}
+
+/// A source over bytes in memory that asks for its own request shape, as
+/// a remote object does: its loads follow `plan_requests` and come through
+/// `read_request`, whose requests it records as `(offset, bytes, buffers)`.
+#[derive(Debug)]
+struct Networked {
+    bytes: Vec<u8>,
+    hint: crate::source::LoadHint,
+    requests: Requests,
+}
+
+/// Requests a [`Networked`] source answered: `(offset, bytes, buffers)`.
+type Requests = std::sync::Arc<std::sync::Mutex<Vec<(u64, usize, usize)>>>;
+
+impl crate::source::Source for Networked {
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let at = offset as usize;
+        buf.copy_from_slice(&self.bytes[at..at + buf.len()]);
+        Ok(())
+    }
+
+    fn load_hint(&self) -> Option<crate::source::LoadHint> {
+        Some(self.hint)
+    }
+
+    fn read_request(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+        let len = bufs.iter().map(|b| b.len()).sum();
+        self.requests
+            .lock()
+            .unwrap()
+            .push((offset, len, bufs.len()));
+        let mut at = offset as usize;
+        for buf in bufs.iter_mut() {
+            buf.copy_from_slice(&self.bytes[at..at + buf.len()]);
+            at += buf.len();
+        }
+        Ok(())
+    }
+}
+
+/// A whole load from a networked source: one stream of requests across
+/// tensors, each ending on a multiple of the source's part in the object
+/// (or `max_piece` bytes on), larger ones for a large load, the hint's
+/// piece for a streaming one; conversions and runs go through buffers of
+/// the hint's piece; every byte exact.
+#[test]
+fn loads_from_a_network_source_span_tensors_and_end_on_its_parts() {
+    let (f, data, specs) = sample();
+    let bytes = std::fs::read(&f.0).unwrap();
+    let hint = crate::source::LoadHint {
+        threads: 2,
+        piece: 64 << 10,
+        max_piece: 256 << 10,
+    };
+    for (convert, stream) in [(false, false), (true, false), (false, true)] {
+        let seen = Requests::default();
+        let source = Networked {
+            bytes: bytes.clone(),
+            hint,
+            requests: seen.clone(),
+        };
+        let file = MappedFile::from_source(source, OpenOptions::default()).unwrap();
+        let start = file.header().data_start();
+        let infos: Vec<&TensorInfo> = specs
+            .iter()
+            .map(|(n, _, _)| file.header().require(n).unwrap())
+            .collect();
+        let tos: Vec<Dtype> = infos
+            .iter()
+            .map(|t| if convert { target(t.dtype) } else { t.dtype })
+            .collect();
+        let mut outs: Vec<Vec<u8>> = infos
+            .iter()
+            .zip(&tos)
+            .map(|(t, to)| vec![0xA5u8; expected(&data, t, *to).len()])
+            .collect();
+        let dests = infos
+            .iter()
+            .zip(&tos)
+            .zip(outs.iter_mut())
+            .map(|((info, to), dst)| Destination { info, to: *to, dst })
+            .collect();
+        let done = if stream {
+            load_streaming(&file, dests, LoadOptions::default(), &mut |_| {
+                ControlFlow::Continue(())
+            })
+        } else {
+            load_into(&file, dests, LoadOptions::default(), None)
+        };
+        assert_eq!(done.unwrap(), Outcome::Done);
+        for ((info, to), out) in infos.iter().zip(&tos).zip(&outs) {
+            assert!(
+                *out == expected(&data, info, *to),
+                "{convert}: {}",
+                info.name
+            );
+        }
+        let mut requests = seen.lock().unwrap().clone();
+        requests.sort_unstable();
+        let total: u64 = infos.iter().map(|t| t.byte_len()).sum();
+        let most = if stream { hint.piece } else { hint.max_piece };
+        let read: usize = requests.iter().map(|r| r.1).sum();
+        assert_eq!(read as u64, total, "{convert} {stream}");
+        if convert {
+            // Conversions through a buffer, one request each (the dtypes
+            // without a conversion are copies, several to a request).
+            assert!(requests.iter().filter(|r| r.2 == 1).count() > 1);
+            continue;
+        }
+        // The data section as one stream: requests follow each other, none
+        // longer than allowed, all but the last end on a part of the
+        // object, and some fill several destinations.
+        let mut at = start;
+        for (i, &(offset, len, _)) in requests.iter().enumerate() {
+            assert_eq!(offset, at, "{i}");
+            assert!(len <= most, "{i}: {len}");
+            at += len as u64;
+            if i + 1 < requests.len() {
+                assert_eq!(at % hint.piece as u64, 0, "{i}");
+            }
+        }
+        assert_eq!(at, start + total);
+        assert!(requests.iter().any(|r| r.2 > 1));
+        assert!(requests.iter().any(|r| r.1 > hint.piece) != stream);
+    }
 }

@@ -113,6 +113,21 @@ impl Reader<'_> {
         self.file.check_unchanged()?;
         let start = self.file.header().data_start() + part.begin;
         let len = part.len;
+        if part.scatter {
+            // A source that waits on a network: the destinations are
+            // faulted in here, in one call each, before the request, so
+            // that the threads receiving every connection's bytes never
+            // stop on a page fault (and a fault per page costs more); then
+            // one request fills them all, in order.
+            let first = part.members[0].info;
+            let mut dsts: Vec<&mut [u8]> = Vec::with_capacity(part.members.len());
+            for m in &mut part.members {
+                io::fault_in_writable(m.dst);
+                dsts.push(&mut *m.dst);
+            }
+            self.file.read_request(start, &mut dsts, &first.name)?;
+            return Ok(len as u64);
+        }
         if part.is_direct_copy() {
             let m = &mut part.members[0];
             if let (Some(trial), true) = (self.trial, part.huge) {
@@ -166,7 +181,7 @@ impl Reader<'_> {
             }
         }
         let out = &mut buf.as_mut_slice()[..len];
-        self.file.read_at(start, out, tensor)?;
+        self.file.read_request(start, &mut [&mut *out], tensor)?;
         Ok(out)
     }
 }

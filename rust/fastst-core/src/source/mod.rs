@@ -68,12 +68,42 @@ pub trait Source: Send + Sync + Debug {
             .try_for_each(|(offset, buf)| self.read_at(*offset, buf))
     }
 
-    /// How a whole load should read this source, `(reading threads, bytes
-    /// per request)`, when the loader's defaults (made for local disks)
-    /// do not fit it: a remote object wants many requests in flight.
-    fn load_hint(&self) -> Option<(usize, usize)> {
+    /// How a whole load should read this source, when the loader's
+    /// defaults (made for local disks) do not fit it: a remote object wants
+    /// many requests in flight, each read with [`Source::read_request`].
+    fn load_hint(&self) -> Option<LoadHint> {
         None
     }
+
+    /// Fills the buffers of `bufs`, in order, with the bytes from `offset`
+    /// on (they follow each other in the source), in one request where the
+    /// source makes requests: a load's piece, sized by
+    /// [`Source::load_hint`], which may span the ends of several tensors.
+    /// The default reads each with [`Source::read_at`].
+    fn read_request(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+        let mut at = offset;
+        for buf in bufs.iter_mut() {
+            self.read_at(at, buf)?;
+            at += buf.len() as u64;
+        }
+        Ok(())
+    }
+}
+
+/// The shape of the requests a whole load makes of a source that waits on
+/// a network ([`Source::load_hint`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadHint {
+    /// Requests in flight (reading threads).
+    pub threads: usize,
+    /// Bytes per request of a load that hands tensors out as they arrive
+    /// (smaller requests in file order: the first tensors come sooner),
+    /// and at most of a run of small tensors read through a buffer.
+    pub piece: usize,
+    /// The most bytes per request of a whole load (at least `piece`): a
+    /// large load makes fewer, larger requests, each one a request the
+    /// server answers and the client sends.
+    pub max_piece: usize,
 }
 
 /// Reads the 8-byte length prefix of `src`, checks it against the
