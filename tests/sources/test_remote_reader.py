@@ -109,6 +109,36 @@ def test_plain_loads_fetch_runs_of_tensors_concurrently(
     assert remote.proxy.body_bytes() <= sum(f.stat().st_size for f in files) + len(files) * FIRST
 
 
+def test_whole_loads_fetch_across_tensors_ending_on_the_objects_parts(
+    remote: Site, tmp_path: Path
+) -> None:
+    """A whole load asks for ranges that span the ends of tensors (one GET fills several of
+    them, straight), each ending where the object's offset is a multiple of the part size
+    (where a multipart upload of that part size put the ends of its parts)."""
+    big = {f"w{i}": np.full(300_000, i, np.float32) for i in range(6)}  # 1.2 MB each
+    path = tmp_path / "big.safetensors"
+    fastst.numpy.save_file(big, str(path))
+    url = remote.put("big/big.safetensors", path)
+    for part, most in [("1M", 1 << 20), (None, None)]:
+        remote.proxy.reset()
+        extra = {"fastst_remote_part_size": part} if part else {}
+        got = fastst.numpy.load_file(url, storage_options=_opts(remote, **extra))
+        assert list(got) == list(big) and all(np.array_equal(got[k], big[k]) for k in big)
+        spans = sorted(
+            (int(a), int(b) + 1) for a, b in (r.split("=")[1].split("-") for r in _gets(remote)[1:])
+        )
+        if most is None:
+            # 7.2 MB, less than one part: one GET for the six tensors.
+            assert len(spans) == 1
+            continue
+        assert all(end - start <= most for start, end in spans)
+        assert all(end % most == 0 for _, end in spans[:-1])
+        assert spans[-1][1] == path.stat().st_size
+        # Requests follow each other, and none is cut at the end of a tensor.
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+        assert len(spans) == -(-path.stat().st_size // most)
+
+
 def test_conversions_read_remote_bytes(remote: Site) -> None:
     url = remote.url("m/model.safetensors")
     got = fastst.numpy.load_file(url, dtype="F16", storage_options=remote.options)
