@@ -345,6 +345,29 @@ def test_consolidation_to_a_prefix_equals_the_folders_and_commits_last(
     )
 
 
+def test_enable_consolidation_to_a_prefix(site: Site, tmp_path: Path) -> None:
+    url = _prefix(site, "with-consolidation")
+    full = full_tensors()
+    full["lm_head.weight"] = full["lm_head.weight"].clone()
+    _save_here(
+        full,
+        url,
+        site,
+        save_distributed=True,
+        enable_consolidation=True,
+        fqn_to_index_mapping=MAPPING,
+    )
+    objects = _objects(site, url)
+    assert RECORD in {n.removeprefix("sharded/") for n in objects if n.startswith("sharded/")}
+    index = url + "model.safetensors.index.json"
+    got = fastst.torch.load_file(index, storage_options=site.options)
+    assert differ(got, full) == []
+    # What the sharded files hold consolidates (again, into a folder) to the same tensors.
+    folder = tmp_path / "again"
+    fdcp.consolidate(url + "sharded/", folder, MAPPING, storage_options=site.options)
+    assert differ(fastst.torch.load_file(str(folder)), full) == []
+
+
 def test_a_save_without_save_distributed_is_a_sharded_checkpoint(site: Site) -> None:
     url = _prefix(site, "model-kind")
     full = full_tensors()

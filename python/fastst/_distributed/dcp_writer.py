@@ -90,8 +90,9 @@ class StorageWriter(_StorageWriter):
     an index. ``enable_consolidation`` (with ``save_distributed``): the ranks'
     files go to ``path/sharded`` and, once committed, are consolidated into
     ``path`` by :func:`fastst.torch.dcp.consolidate` with
-    ``thread_count_consolidation`` threads and ``max_shard_size`` (a local
-    folder only).
+    ``thread_count_consolidation`` threads and ``max_shard_size`` (under a URL
+    prefix: ``url/sharded/`` and the prefix itself, the consolidated files named
+    with a part of their own, the index written last).
 
     Only tensors are saved (the layout holds nothing else): a state dict
     holding other objects raises ``ValueError`` when the plan is made.
@@ -130,14 +131,15 @@ class StorageWriter(_StorageWriter):
         self.remote = is_url(path)
         if self.remote:
             self.path = str(path)
-            if self.enable_consolidation:
-                raise ValueError(
-                    f"{readable(self.path)}: enable_consolidation is for a local folder; "
-                    "save to the URL without it, then consolidate its files into a folder or "
-                    "another URL prefix with fastst.torch.dcp.consolidate"
-                )
-            self.consolidated_output_path: Optional[str] = None
-            self.folder = dcp_remote.prefix(self.path)
+            base = dcp_remote.prefix(self.path)
+            self.consolidated_output_path: Optional[str] = (
+                base if self.enable_consolidation else None
+            )
+            self.folder = (
+                dcp_remote.object_url(base, SHARDED_DIR) + "/"
+                if self.enable_consolidation
+                else base
+            )
             self.shown = readable(self.folder)
             return
         if self.storage_options is not None:
@@ -239,6 +241,7 @@ class StorageWriter(_StorageWriter):
                 self.fqn_to_index_mapping,
                 max_shard_size=self.max_shard_size,
                 thread_count=self.thread_count_consolidation,
+                storage_options=self.storage_options if self.remote else None,
             )
 
     @property
