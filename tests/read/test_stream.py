@@ -156,9 +156,36 @@ def test_tensors_come_out_before_the_rest_is_read(path: Path, outcomes: List[str
     assert len(rest) + 1 == len(_tensors()) and outcomes == ["done"]
 
 
+def _open_when_stopped(src: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opens ``src``'s gate once a load of the stream module is asked to stop (its stop
+    event set), not before: the reads held at the gate then end only after the stop."""
+    made: List[threading.Event] = []
+
+    class Recorded(threading.Event):
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self)
+
+    names = {k: getattr(threading, k) for k in dir(threading) if not k.startswith("__")}
+    fake = type(sys)("threading")
+    fake.__dict__.update(names, Event=Recorded)
+    monkeypatch.setattr(fastst._read.stream, "threading", fake)
+
+    def opener() -> None:
+        while not any(e.is_set() for e in made):
+            if src.gate.wait(0.01):
+                return
+        src.gate.set()
+
+    threading.Thread(target=opener, daemon=True).start()
+
+
 @pytest.mark.parametrize("how", ["break", "del", "gc"])
-def test_abandoning_the_iterator_stops_the_load(path: Path, outcomes: List[str], how: str) -> None:
+def test_abandoning_the_iterator_stops_the_load(
+    path: Path, outcomes: List[str], how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     src = gated(path)
+    _open_when_stopped(src, monkeypatch)
     with fastst.safe_open(src, "np") as f:
         want = f.get_tensor(f.offset_keys()[0])
         it = f.iter_tensors()
@@ -166,8 +193,8 @@ def test_abandoning_the_iterator_stops_the_load(path: Path, outcomes: List[str],
         for _name, tensor in it:
             kept.append(tensor)
             break
-        # The reads held at the gate end, then the load stops at its next report.
-        threading.Timer(0.2, src.gate.set).start()
+        # The reads held at the gate end once the stop is asked for (the opener), then
+        # the load stops at its next report.
         if how == "del":
             del it
         elif how == "gc":
