@@ -48,7 +48,7 @@ use crate::io::{set_direct, sync_range, write_all_at, SyncRange, DIRECT_ALIGN};
 /// Bytes per direct write of a sink (a multiple of [`DIRECT_ALIGN`]).
 /// Larger writes and a third buffer measured no faster (benches/README.md,
 /// "Sharded saves"), and each buffer is memory a save holds.
-pub const DIRECT_CHUNK: usize = 2 << 20;
+pub const DIRECT_CHUNK: usize = 1 << 20;
 
 /// Buffers of a direct sink: one being filled while the other is written.
 pub const DIRECT_BUFFERS: usize = 2;
