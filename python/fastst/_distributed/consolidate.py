@@ -28,11 +28,10 @@ commits).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -43,7 +42,7 @@ from .._paths import readable
 from .._settings import parse_size
 from .._sources.folders import own_shard
 from .._write.remote import is_url
-from .._write.sharded import UrlCommit, commit_staged, plan_shards, staged_name
+from .._write.sharded import UrlCommit, commit_staged, index_of, plan_shards, staged_name
 from .._write.streaming import TensorWriter, open_writer
 from . import dcp_remote
 from .dcp_files import Tensor, check_mapping, chunk_table, output_name, threads
@@ -215,15 +214,10 @@ def pieces(t: Tensor, chunks: List[Part]) -> Iterator[np.ndarray]:
             yield out
 
 
-def _index_bytes(outputs: List[Output]) -> Any:
-    total = sum(t.nbytes for o in outputs for t in o.tensors)
-
-    def render(names: List[str]) -> bytes:
-        weight_map = {t.name: names[i] for i, o in enumerate(outputs) for t in o.tensors}
-        body = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-        return (json.dumps(body, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-
-    return render
+def _index_bytes(outputs: List[Output]) -> Callable[[List[str]], bytes]:
+    """The consolidated index as a function of the output files' names."""
+    groups = [[t.name for t in o.tensors] for o in outputs]
+    return index_of(groups, {t.name: t.nbytes for o in outputs for t in o.tensors}, None)
 
 
 def _write_outputs(

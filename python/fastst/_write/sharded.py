@@ -120,7 +120,6 @@ class _LocalSave:
     ) -> None:
         self.folder = os.fsdecode(os.fspath(folder))
         os.makedirs(self.folder, exist_ok=True)
-        self.groups = groups
         self.prefix = prefix
         total = len(groups)
         self.finals = [shard_name(prefix, i, total) for i in range(1, total + 1)]
@@ -128,11 +127,7 @@ class _LocalSave:
         self.staged = [os.path.join(self.folder, staged_name(token, n)) for n in self.finals]
         self.index_path = os.path.join(self.folder, f"{prefix}.safetensors.index.json")
         self.where = readable(self.index_path)
-        self._index = {"total_size": sum(sizes.values()), **(index_metadata or {})}
-
-    def index_bytes(self, names: List[str]) -> bytes:
-        """The index naming shard ``names[i]`` for the tensors of group ``i``."""
-        return index_bytes(self.groups, self._index, names)
+        self.index_bytes = index_of(groups, sizes, index_metadata)
 
     def started(self, path: str) -> None:
         """The staged shard ``path`` is being saved (every staged name is
@@ -171,8 +166,7 @@ class _RemoteSave:
         total = len(groups)
         self.names = [shard_name(prefix, i, total, self._commit.part) for i in range(1, 1 + total)]
         self.staged = [self._commit.url(name) for name in self.names]
-        meta = {"total_size": sum(sizes.values()), **(index_metadata or {})}
-        self._index_bytes = functools.partial(index_bytes, groups, meta)
+        self._index_bytes = index_of(groups, sizes, index_metadata)
         self._started: List[str] = []
 
     def started(self, url: str) -> None:
@@ -311,6 +305,16 @@ def index_bytes(groups: List[List[str]], metadata: Mapping[str, Any], names: Lis
     weight_map = {t: names[i] for i, members in enumerate(groups) for t in members}
     index = {"metadata": dict(metadata), "weight_map": dict(sorted(weight_map.items()))}
     return (json.dumps(index, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def index_of(
+    groups: List[List[str]], sizes: Mapping[str, int], index_metadata: Optional[Mapping[str, Any]]
+) -> Callable[[List[str]], bytes]:
+    """The index of a sharded save of the tensors ``groups`` (their byte sizes in ``sizes``),
+    as a function of the shards' names: ``total_size`` and ``index_metadata`` as its
+    metadata."""
+    meta = {"total_size": sum(sizes.values()), **(index_metadata or {})}
+    return functools.partial(index_bytes, groups, meta)
 
 
 def _check_plan(max_shard_size: Any, prefix: Any) -> int:
