@@ -154,3 +154,75 @@ def test_distributed_load_under_nccl_in_a_one_rank_group(model: Path) -> None:
         assert all(t.device.type == "cpu" for t in on_cpu.values())
     finally:
         dist.destroy_process_group()
+
+
+def dcp_round_trip(root: Path, device: str) -> None:
+    """Saves a state dict of ``device`` tensors (DTensors of a one-device mesh, F8 and BF16
+    among them, and a plain tensor) with fastst's DCP writer and consolidation, then loads
+    it back into ``device`` tensors through fastst's reader and torch's, and reads the
+    consolidated checkpoint: every tensor bit for bit. Needs a process group of one rank."""
+    import torch.distributed.checkpoint as dcp
+    from fastst.torch import dcp as fdcp
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+    mesh = init_device_mesh(device, (1,))
+    gen = torch.Generator().manual_seed(3)
+    plain = {
+        "w.bf16": torch.randn(64, 48, generator=gen).to(torch.bfloat16),
+        "w.f32": torch.randn(40, 8, generator=gen),
+        "w.f8": torch.randn(32, 16, generator=gen).to(torch.float8_e4m3fn),
+        "step": torch.tensor(7, dtype=torch.int64),
+    }
+    sd: Dict[str, torch.Tensor] = {
+        n: distribute_tensor(t.to(device), mesh, [Shard(0)], src_data_rank=None)
+        if t.dim()
+        else t.to(device)
+        for n, t in plain.items()
+    }
+    dcp.save(
+        sd,
+        storage_writer=fdcp.StorageWriter(
+            str(root), save_distributed=True, enable_consolidation=True
+        ),
+    )
+
+    def empty() -> Dict[str, torch.Tensor]:
+        return {
+            n: distribute_tensor(
+                torch.zeros_like(t).to(device), mesh, [Shard(0)], src_data_rank=None
+            )
+            if t.dim()
+            else torch.zeros_like(t).to(device)
+            for n, t in plain.items()
+        }
+
+    sharded = str(root / "sharded")
+    for reader in (fdcp.StorageReader(sharded), HuggingFaceStorageReader(sharded)):
+        got = empty()
+        dcp.load(got, storage_reader=reader)
+        for n, t in got.items():
+            local = t.to_local() if isinstance(t, DTensor) else t
+            assert local.device.type == torch.device(device).type, (type(reader).__name__, n)
+            assert _bits(local) == _bits(plain[n]), (type(reader).__name__, n)
+    whole = ft.load_file(root)
+    assert sorted(whole) == sorted(plain)
+    for n, t in whole.items():
+        assert _bits(t) == _bits(plain[n]), n
+
+
+def test_dcp_save_consolidate_and_load_of_cuda_tensors_under_nccl(tmp_path: Path) -> None:
+    if not dist.is_nccl_available():
+        pytest.skip("torch without NCCL")
+    dist.init_process_group(
+        "nccl",
+        init_method=f"tcp://127.0.0.1:{_free_port()}",
+        rank=0,
+        world_size=1,
+        timeout=timedelta(seconds=60),
+    )
+    try:
+        dcp_round_trip(tmp_path, "cuda")
+    finally:
+        dist.destroy_process_group()
