@@ -181,4 +181,4 @@ def open_url(url: str, header_cap: int, storage_options: Optional[Mapping[str, A
         url = checkpoint_under(url, opts)
     if urlsplit(url).path.endswith(".index.json"):
         return _sharded(url, opts, header_cap)
-    return RawFile.from_url(url, display(url), opts, header_cap)
+    return _fastst.open_object(url, display(url), opts, header_cap)

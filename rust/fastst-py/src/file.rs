@@ -232,25 +232,6 @@ impl RawFile {
         RawFile::from_source(py, source, display_name, header_cap)
     }
 
-    /// Opens and validates the object at `url` (an object store or an
-    /// HTTP(S) server) with ranged GETs; `options` are its
-    /// `storage_options`; `display_name` names it in errors (the URL
-    /// without credentials). Only the size prefix and the header are
-    /// fetched.
-    #[staticmethod]
-    #[pyo3(signature = (url, display_name, options, header_cap = fastst_core::DEFAULT_HEADER_CAP))]
-    fn from_url(
-        py: Python<'_>,
-        url: &str,
-        display_name: String,
-        options: crate::remote::Options,
-        header_cap: u64,
-    ) -> PyResult<RawFile> {
-        let cancel = fastst_remote::Cancel::default();
-        let source = crate::remote::open(py, url, &display_name, &options, &cancel)?;
-        RawFile::of_object(py, source, display_name, header_cap)
-    }
-
     /// Stops the reads of this file in flight (an object of a store's; a
     /// local file's are never waited on): each ends at once with an
     /// error. Later reads are not affected. For a load left early.

@@ -395,7 +395,26 @@ fn delete_remote(py: Python<'_>, url: &str, name: &str, options: Options) -> PyR
         .map_err(|e| open_failed(name, e))
 }
 
+/// Opens and validates the object at `url` (an object store or an HTTP(S)
+/// server) with ranged GETs; `options` are its `storage_options`;
+/// `display_name` names it in errors (the URL without credentials). Only
+/// the size prefix and the header are fetched.
+#[pyfunction]
+#[pyo3(signature = (url, display_name, options, header_cap = fastst_core::DEFAULT_HEADER_CAP))]
+fn open_object(
+    py: Python<'_>,
+    url: &str,
+    display_name: String,
+    options: Options,
+    header_cap: u64,
+) -> PyResult<RawFile> {
+    let cancel = Cancel::default();
+    let source = open(py, url, &display_name, &options, &cancel)?;
+    RawFile::of_object(py, source, display_name, header_cap)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(open_object, m)?)?;
     m.add_function(wrap_pyfunction!(is_remote_url, m)?)?;
     m.add_function(wrap_pyfunction!(read_remote, m)?)?;
     m.add_function(wrap_pyfunction!(list_remote, m)?)?;
