@@ -31,11 +31,15 @@ import numpy as np
 import pytest
 from fastst import SerializeError
 from helpers.remote_servers import Fault, SeaweedS3, Site
+from helpers.s3_objects import PART
+from helpers.s3_objects import absent as _absent
+from helpers.s3_objects import client as _client
+from helpers.s3_objects import local_bytes as _local
+from helpers.s3_objects import options as _options
+from helpers.s3_objects import pending_uploads as _pending_uploads
+from helpers.s3_objects import stored as _object
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-
-# The parts of an upload are at least 5 MiB (S3's smallest); the objects here take a few.
-PART = 5 << 20
 
 
 def _tensors(seed: int = 0) -> Dict[str, np.ndarray]:
@@ -58,52 +62,6 @@ def _layout(tensors: Dict[str, Any]) -> Dict[str, Any]:
     return {n: (np.asarray(t).dtype, np.shape(t)) for n, t in tensors.items()}
 
 
-def _local(tensors: Dict[str, Any], tmp_path: Path, **kwargs: Any) -> bytes:
-    path = tmp_path / "local.safetensors"
-    fnp.save_file(tensors, str(path), **kwargs)
-    return path.read_bytes()
-
-
-@pytest.fixture(scope="module")
-def store(make_site: Any) -> Site:
-    """This module's S3 site (a folder of the session's SeaweedFS store, behind a proxy)."""
-    return make_site("s3")
-
-
-@pytest.fixture
-def site(store: Site, request: pytest.FixtureRequest) -> Iterator[Site]:
-    """The S3 site with a key of this test's own (``site.name``), records cleared; every
-    fault the test set must have fired."""
-    store.name = f"{request.node.name.replace('[', '-').rstrip(']')}.safetensors"
-    store.proxy.reset()
-    yield store
-    unfired = [f for f in store.proxy.faults if f.hits <= f.skip]
-    store.proxy.reset()
-    assert not unfired, f"faults never applied: {unfired}"
-
-
-def _client(site: Site) -> Any:
-    assert site.s3 is not None
-    return site.s3.client()
-
-
-def _object(site: Site, name: str = "") -> bytes:
-    """The bytes under the site's key, read back past fastst (boto3, straight from the store)."""
-    got = _client(site).get_object(Bucket=site.bucket, Key=site.folder + (name or site.name))
-    return bytes(got["Body"].read())
-
-
-def _absent(site: Site) -> bool:
-    listed = _client(site).list_objects_v2(Bucket=site.bucket, Prefix=site.folder + site.name)
-    return not listed.get("Contents")
-
-
-def _pending_uploads(site: Site) -> List[str]:
-    """Keys of multipart uploads begun and neither completed nor aborted under the site's key."""
-    listed = _client(site).list_multipart_uploads(Bucket=site.bucket, Prefix=site.folder)
-    return [u["Key"] for u in listed.get("Uploads", []) if u["Key"].endswith(site.name)]
-
-
 def _part_numbers(site: Site) -> List[int]:
     """The part numbers of the parts the store took, in the order it answered them."""
     numbers = []
@@ -112,11 +70,6 @@ def _part_numbers(site: Site) -> List[int]:
         if m and r.method == "PUT" and r.status == 200:
             numbers.append(int(m.group(1)))
     return numbers
-
-
-def _options(site: Site, **more: str) -> Dict[str, str]:
-    """The site's options, parts of :data:`PART` bytes (the smallest)."""
-    return {**(site.options or {}), "fastst_remote_part_size": str(PART), **more}
 
 
 def _write_all(writer: Any, tensors: Dict[str, Any], order: List[str], threads: int = 4) -> None:
