@@ -6,10 +6,11 @@ CPU-only behaviour with those device names is checked in test_torch.py."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from datetime import timedelta
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Iterator
 
 import fastst
 import fastst.torch as ft
@@ -130,9 +131,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_distributed_load_under_nccl_in_a_one_rank_group(model: Path) -> None:
-    from fastst.torch import load_distributed
-
+@contextlib.contextmanager
+def _nccl_group() -> Iterator[None]:
+    """A one-rank NCCL process group for the block (skips where torch has no NCCL)."""
     if not dist.is_nccl_available():
         pytest.skip("torch without NCCL")
     dist.init_process_group(
@@ -143,6 +144,15 @@ def test_distributed_load_under_nccl_in_a_one_rank_group(model: Path) -> None:
         timeout=timedelta(seconds=60),
     )
     try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_distributed_load_under_nccl_in_a_one_rank_group(model: Path) -> None:
+    from fastst.torch import load_distributed
+
+    with _nccl_group():
         for unit in ("chunk", "tensor", "file"):
             got = load_distributed(model, unit=unit, chunk_size=1 << 20)
             want = ft.load_file(model)
@@ -152,8 +162,6 @@ def test_distributed_load_under_nccl_in_a_one_rank_group(model: Path) -> None:
                 assert _bits(t) == _bits(want[name]), (unit, name)
         on_cpu = load_distributed(model, device="cpu")
         assert all(t.device.type == "cpu" for t in on_cpu.values())
-    finally:
-        dist.destroy_process_group()
 
 
 def dcp_round_trip(root: Path, device: str) -> None:
@@ -213,16 +221,5 @@ def dcp_round_trip(root: Path, device: str) -> None:
 
 
 def test_dcp_save_consolidate_and_load_of_cuda_tensors_under_nccl(tmp_path: Path) -> None:
-    if not dist.is_nccl_available():
-        pytest.skip("torch without NCCL")
-    dist.init_process_group(
-        "nccl",
-        init_method=f"tcp://127.0.0.1:{_free_port()}",
-        rank=0,
-        world_size=1,
-        timeout=timedelta(seconds=60),
-    )
-    try:
+    with _nccl_group():
         dcp_round_trip(tmp_path, "cuda")
-    finally:
-        dist.destroy_process_group()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Tuple
 
 import fastst.numpy
 import pytest
@@ -66,3 +66,19 @@ def pending_uploads(site: Site) -> List[str]:
 def options(site: Site, **more: str) -> Dict[str, str]:
     """The site's options, parts of :data:`PART` bytes (the smallest)."""
     return {**(site.options or {}), "fastst_remote_part_size": str(PART), **more}
+
+
+def under(site: Site) -> Tuple[str, str]:
+    """(URL, key) of a prefix of this test's own."""
+    key = f"{site.folder}{site.name.removesuffix('.safetensors')}/"
+    return f"s3://{site.bucket}/{key}", key
+
+
+def listed(site: Site, key: str) -> Dict[str, bytes]:
+    """{name: bytes} of the objects under the prefix ``key``."""
+    entries = client(site).list_objects_v2(Bucket=site.bucket, Prefix=key).get("Contents", [])
+    got = {}
+    for entry in entries:
+        body = client(site).get_object(Bucket=site.bucket, Key=entry["Key"])["Body"]
+        got[entry["Key"].removeprefix(key)] = bytes(body.read())
+    return got

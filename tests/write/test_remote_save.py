@@ -28,11 +28,12 @@ import pytest
 from helpers.remote_servers import Fault, Proxy, SeaweedS3, Site
 from helpers.s3_objects import PART
 from helpers.s3_objects import absent as _absent
-from helpers.s3_objects import client as _client
+from helpers.s3_objects import listed as _listed
 from helpers.s3_objects import local_bytes as _local
 from helpers.s3_objects import options as _options
 from helpers.s3_objects import pending_uploads as _pending_uploads
 from helpers.s3_objects import stored as _object
+from helpers.s3_objects import under as _under
 
 
 def _tensors(seed: int = 0) -> Dict[str, np.ndarray]:
@@ -268,22 +269,6 @@ def _sharded(seed: int) -> Dict[str, np.ndarray]:
     """Six tensors of 1 MiB: three shards of at most 2.5 MB."""
     rng = np.random.default_rng(seed)
     return {f"layer{i}": rng.standard_normal((256, 1024), dtype=np.float32) for i in range(6)}
-
-
-def _under(site: Site) -> Tuple[str, str]:
-    """(URL, key) of a prefix of this test's own."""
-    key = f"{site.folder}{site.name.removesuffix('.safetensors')}/"
-    return f"s3://{site.bucket}/{key}", key
-
-
-def _listed(site: Site, key: str) -> Dict[str, bytes]:
-    """{name: bytes} of the objects under the prefix ``key``."""
-    listed = _client(site).list_objects_v2(Bucket=site.bucket, Prefix=key).get("Contents", [])
-    got = {}
-    for entry in listed:
-        body = _client(site).get_object(Bucket=site.bucket, Key=entry["Key"])["Body"]
-        got[entry["Key"].removeprefix(key)] = bytes(body.read())
-    return got
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List
 
 import fastst
 import fastst.numpy as fnp
@@ -33,11 +33,12 @@ from fastst import SerializeError
 from helpers.remote_servers import Fault, SeaweedS3, Site
 from helpers.s3_objects import PART
 from helpers.s3_objects import absent as _absent
-from helpers.s3_objects import client as _client
+from helpers.s3_objects import listed as _listed
 from helpers.s3_objects import local_bytes as _local
 from helpers.s3_objects import options as _options
 from helpers.s3_objects import pending_uploads as _pending_uploads
 from helpers.s3_objects import stored as _object
+from helpers.s3_objects import under as _under
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -421,22 +422,6 @@ NAMES = [f"layer{i}" for i in range(6)]
 def _sharded(value: float) -> Dict[str, np.ndarray]:
     """Six tensors of 1 MiB: three shards of at most 2.5 MB."""
     return {n: np.full((256, 1024), value + i, dtype=np.float32) for i, n in enumerate(NAMES)}
-
-
-def _under(site: Site) -> Tuple[str, str]:
-    """(URL, key) of a prefix of this test's own."""
-    key = f"{site.folder}{site.name.removesuffix('.safetensors')}/"
-    return f"s3://{site.bucket}/{key}", key
-
-
-def _listed(site: Site, key: str) -> Dict[str, bytes]:
-    """{name: bytes} of the objects under the prefix ``key``."""
-    listed = _client(site).list_objects_v2(Bucket=site.bucket, Prefix=key).get("Contents", [])
-    got = {}
-    for entry in listed:
-        body = _client(site).get_object(Bucket=site.bucket, Key=entry["Key"])["Body"]
-        got[entry["Key"].removeprefix(key)] = bytes(body.read())
-    return got
 
 
 def _loads(prefix: str, site: Site, value: float) -> None:
