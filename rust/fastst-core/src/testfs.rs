@@ -101,6 +101,18 @@ pub fn build(header: &str, data: &[u8]) -> TempFile {
     raw(&bytes)
 }
 
+/// The names of the entries of the folder `dir`, sorted.
+#[cfg(test)]
+pub fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -363,15 +363,7 @@ mod tests {
         crate::testfs::TempDir::new(&format!("layout-{tag}"))
     }
 
-    fn entries(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(dir)
-            .expect("read_dir")
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    }
+    use crate::testfs::entries;
 
     fn sample() -> WritePlan {
         plan(
