@@ -314,9 +314,9 @@ def consolidate(
     does; without it, ``max_shard_size`` (bytes or a size such as ``"5GB"``)
     cuts shards of tensors in name order, and without either all tensors
     go to one file. ``thread_count`` tensors are written at once (None:
-    :data:`THREADS`, whatever the cores: the work waits on the disk). The output appears whole or not at all: a failure
-    leaves ``output_dir``'s previous checkpoint as it was. Input whose
-    sharding metadata or chunks do not add up raises
+    :data:`THREADS`, whatever the cores: the work waits on the disk). The
+    output appears whole or not at all: a failure leaves ``output_dir``'s
+    previous checkpoint as it was. Input whose sharding metadata or chunks do not add up raises
     :class:`fastst.ShardIndexError` (rules ``dcp-sharding-info``,
     ``dcp-chunks``)."""
     src = _folder(input_dir, "input_dir")
