@@ -682,6 +682,30 @@ def test_consolidate_max_shard_size_and_failure_keeps_old(tmp_path: Path) -> Non
     assert hashes(str(out)) == before
 
 
+def test_consolidate_threads_do_not_follow_the_cores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without thread_count, a consolidation writes THREADS tensors at once even on one core
+    (its threads wait on the disk); an explicit thread_count is kept."""
+    src = tmp_path / "src"
+    state = {f"t{i:02d}": torch.randn(16) for i in range(12)}
+    _save_no_dist(state, src, save_distributed=True)
+    asked: List[int] = []
+
+    class Recording(C.ThreadPoolExecutor):
+        def __init__(self, workers: int, **kw: Any) -> None:
+            asked.append(workers)
+            super().__init__(workers, **kw)
+
+    monkeypatch.setattr(C, "ThreadPoolExecutor", Recording)
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    fdcp.consolidate(src, tmp_path / "out")
+    fdcp.consolidate(src, tmp_path / "out3", thread_count=3)
+    assert asked == [C.THREADS, 3]
+    with fastst.safe_open(str(tmp_path / "out" / "model-00001-of-00001.safetensors"), "pt") as f:
+        assert all(torch.equal(f.get_tensor(n), state[n]) for n in state)
+
+
 def test_hostile_folders(tmp_path: Path) -> None:
     """A file linked from outside the folder, and a commit record fastst did not write."""
     outside = tmp_path / "outside.safetensors"

@@ -61,6 +61,10 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 #: Bytes of rows gathered at a time for a chunk that does not hold whole rows.
 BLOCK = 8 << 20
+#: Tensors written at once when no ``thread_count`` is given, whatever the cores: each thread
+#: mostly waits on a read or a durable write, so more threads than cores keep more of both in
+#: flight on the disk (benches/README.md, "torch.distributed.checkpoint").
+THREADS = 8
 _PREFIX = "model"
 
 
@@ -243,7 +247,7 @@ def _write_outputs(
             w, t = job
             w.write_parts(t.name, pieces(t, parts(t, files)))
 
-        count = threads(thread_count, len(jobs))
+        count = threads(THREADS if thread_count is None else thread_count, len(jobs))
         if count == 1:
             for job in jobs:
                 write(job)
@@ -303,10 +307,10 @@ def consolidate(
     tensor) places the tensors as torch's ``consolidate_safetensors_files``
     does; without it, ``max_shard_size`` (bytes or a size such as ``"5GB"``)
     cuts shards of tensors in name order, and without either all tensors
-    go to one file. ``thread_count`` tensors are written at once (None: up
-    to 8, by the cores). The output appears whole or not at all: a failure
-    leaves ``output_dir``'s previous checkpoint as it was. Input whose
-    sharding metadata or chunks do not add up raises
+    go to one file. ``thread_count`` tensors are written at once (None:
+    :data:`THREADS`, whatever the cores: the work waits on the disk). The
+    output appears whole or not at all: a failure leaves ``output_dir``'s
+    previous checkpoint as it was. Input whose sharding metadata or chunks do not add up raises
     :class:`fastst.ShardIndexError` (rules ``dcp-sharding-info``,
     ``dcp-chunks``)."""
     src = _folder(input_dir, "input_dir")

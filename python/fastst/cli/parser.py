@@ -175,13 +175,13 @@ def _add_html(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_threads(p: argparse.ArgumentParser) -> None:
+def _add_threads(p: argparse.ArgumentParser, default: str = "one per core") -> None:
     p.add_argument(
         "--threads",
         type=non_negative,
         default=0,
         metavar="N",
-        help="worker threads (default: one per core)",
+        help=f"worker threads (default: {default})",
     )
 
 
@@ -374,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-shard-size", metavar="SIZE", help="write shards of at most SIZE (e.g. 5GB)"
     )
-    _add_threads(p)
+    _add_threads(p, "8, whatever the cores: the work waits on the disk")
     _add_look(p)
 
     p = sub.add_parser(
