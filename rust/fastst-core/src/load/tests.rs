@@ -626,6 +626,8 @@ fn a_worker_leaves_when_nothing_is_left_whatever_the_limit() {
             running: 1,
             finished: Vec::new(),
             huge_until: 0,
+            front: 0,
+            ahead: usize::MAX,
         });
         let (wake_workers, done) = (Condvar::new(), AtomicU64::new(0));
         let caller = std::thread::current();
@@ -655,6 +657,80 @@ fn a_worker_leaves_when_nothing_is_left_whatever_the_limit() {
     }
 }
 
+/// A streaming load hands requests out at most `ahead` places past the
+/// first one not read: a worker waits there (a disk's scheduler serves
+/// requests by their place on the disk, so one that arrived behind the
+/// others would wait while more keep arriving ahead of it), and goes on
+/// once that request is read.
+#[test]
+fn requests_are_handed_out_within_reach_of_the_first_not_read() {
+    let (f, _) = one_big(4 << 20);
+    let file = open(&f.0, Backend::Pread);
+    let info = file.header().require("w").unwrap();
+    let mut out = vec![0u8; 4 << 20];
+    let dests = vec![Destination {
+        info,
+        to: info.dtype,
+        dst: &mut out,
+    }];
+    let parts = plan(dests, 1 << 20, 1 << 20, file.header().data_start());
+    let count = parts.len();
+    assert!(count >= 4, "{count} requests");
+    let shared = Mutex::new(Shared {
+        queue: parts.into_iter(),
+        issued: 0,
+        limit: u64::MAX,
+        stop: false,
+        error: None,
+        running: 1,
+        finished: vec![false; count],
+        huge_until: 0,
+        front: 0,
+        ahead: 2,
+    });
+    let (wake_workers, done) = (Condvar::new(), AtomicU64::new(0));
+    let caller = std::thread::current();
+    let worker = Worker {
+        reader: Reader {
+            file: &file,
+            direct: None,
+            trial: None,
+        },
+        shared: &shared,
+        wake_workers: &wake_workers,
+        done: &done,
+        caller: &caller,
+    };
+    assert_eq!(worker.next().map(|(at, _)| at), Some(0));
+    assert_eq!(worker.next().map(|(at, _)| at), Some(1));
+    {
+        let g = shared.lock().unwrap();
+        assert!(!g.within_reach(2) && g.within_reach(1));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| tx.send(worker.next().map(|(at, _)| at)).unwrap());
+        // Out of reach while request 0 is not read; request 1 read first
+        // does not move the first not read.
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+        assert!(!shared.lock().unwrap().read(1));
+        wake_workers.notify_all();
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+        let moved = shared.lock().unwrap().read(0);
+        assert!(moved);
+        wake_workers.notify_all();
+        let got = rx.recv_timeout(Duration::from_secs(20));
+        if got.is_err() {
+            shared.lock().unwrap().stop = true;
+            wake_workers.notify_all();
+        }
+        assert_eq!(got, Ok(Some(2)));
+    });
+    let g = shared.lock().unwrap();
+    assert_eq!(g.front, 2);
+    assert!(g.within_reach(3));
+}
+
 #[test]
 fn a_report_is_due_each_whole_step_until_the_end() {
     // Steps of 100 bytes, of 1000.
@@ -681,6 +757,8 @@ fn a_load_that_failed_or_was_stopped_is_halted() {
         running: 1,
         finished: Vec::new(),
         huge_until: 0,
+        front: 0,
+        ahead: usize::MAX,
     };
     assert!(!shared(false, None).halted());
     assert!(shared(true, None).halted());
