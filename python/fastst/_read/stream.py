@@ -6,8 +6,9 @@ several files side by side (:func:`load_side_by_side`).
 
 Background threads run the core's whole loads (``load_into`` with
 ``stream=True``, the GIL released while bytes move), two files (shards) at
-a time as :func:`load_side_by_side` does (the next one started once the
-one before has its last reads left: :class:`Turns`), and put what they report on a
+a time as :func:`load_side_by_side` does, but each next one started only
+once the one before has its last reads left (:class:`Turns`: the first
+tensors come first), and put what they report on a
 queue: ``(file, done, total, filled)``, every tensor of the ``file``-th
 file ending at or before ``filled`` in its data section being read (a
 failure: ``(file, exception)``). The iterating thread takes them off the
@@ -228,37 +229,23 @@ class Turns:
 
 
 def load_side_by_side(plans: List[Plan]) -> None:
-    """The loads of several files (shards), two at a time, each next one
-    started once the one before has its last reads left (:data:`TAIL`), so
-    that the next file's reads start while the last reads of the one
-    before are in flight. The first error in file order is raised; an error
-    or an interrupt of the calling thread stops the loads still running at
-    their next report."""
+    """The loads of several files (shards), two at a time, so that the next
+    file's reads start while the last reads of the one before are in
+    flight. The first error in file order is raised; an error or an
+    interrupt of the calling thread stops the loads still running at their
+    next report."""
     stop = threading.Event()
-    turns = Turns()
 
-    def check(at: int, done: int, total: int) -> None:
+    def check(_done: int, _total: int) -> None:
         if stop.is_set():
             raise LoadStopped
-        if done + TAIL >= total:
-            turns.allow(at + 1)
-
-    def run(at: int) -> None:
-        if not turns.wait(at):
-            raise LoadStopped
-        p = plans[at]
-        if p.nbytes <= TAIL:
-            turns.allow(at + 1)
-        load_into(p.file, p.names, p.outs, p.targets, partial(check, at))
-        turns.allow(at + 1)
 
     with ThreadPoolExecutor(SIDE_BY_SIDE, thread_name_prefix="fastst-load") as pool:
-        loads = [pool.submit(run, at) for at in range(len(plans))]
+        loads = [pool.submit(load_into, p.file, p.names, p.outs, p.targets, check) for p in plans]
         try:
             for load in loads:
                 load.result()
         finally:
             stop.set()
-            turns.end()
             for load in loads:
                 load.cancel()
