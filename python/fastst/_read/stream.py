@@ -118,7 +118,14 @@ def _hand_out(
             try:
                 label = progress_label(p.file.name, bar)
                 load_into(
-                    p.file, p.names, p.outs, p.targets, partial(report, at), label, stream=True
+                    p.file,
+                    p.names,
+                    p.outs,
+                    p.targets,
+                    partial(report, at),
+                    label,
+                    stream=True,
+                    in_order=len(plans) > 1,
                 )
             except BaseException as exc:  # handed to the iterating thread
                 events.put((at, exc))

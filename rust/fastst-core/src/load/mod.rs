@@ -43,8 +43,8 @@
 //! requests they finish, and the calling thread reports again each time
 //! the run of finished requests from the start of the file grows
 //! ([`LoadProgress::filled`]), and once more after a failure (what was read
-//! before the failing request). Read around the page cache, its requests
-//! are handed out at most a little more than one per thread past the first
+//! before the failing request). Read around the page cache and asked to
+//! keep in order ([`LoadOptions::in_order`]), its requests are handed out at most a little more than one per thread past the first
 //! one not read yet: a disk's scheduler serves requests in the order of
 //! their place on the disk, and one that arrived after the head had moved
 //! past it (threads race to submit) would wait, until its deadline, while
@@ -99,6 +99,11 @@ pub struct LoadOptions {
     pub direct: bool,
     /// Whether destinations may be backed by transparent huge pages.
     pub huge_pages: HugePages,
+    /// Whether a streaming load read around the page cache hands its
+    /// requests out at most a little more than one per thread past the
+    /// first one not read (the files of a sharded checkpoint, loaded one
+    /// after the other): see the module's documentation.
+    pub in_order: bool,
 }
 
 /// Whether the destinations of a load may be backed by transparent huge
@@ -164,6 +169,7 @@ impl Default for LoadOptions {
             report_every: 0,
             direct: true,
             huge_pages: HugePages::Auto,
+            in_order: false,
         }
     }
 }
@@ -454,7 +460,7 @@ fn run(
         finished: vec![false; begins.len()],
         huge_until: 0,
         front: 0,
-        ahead: if stream && direct.is_some() {
+        ahead: if stream && options.in_order && direct.is_some() {
             threads + threads.div_ceil(4)
         } else {
             usize::MAX

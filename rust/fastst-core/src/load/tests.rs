@@ -143,6 +143,7 @@ fn batch_loads_are_exact_for_every_split_and_thread_count() {
                     } else {
                         HugePages::Auto
                     },
+                    in_order: false,
                 };
                 assert_eq!(
                     load_into(&file, dests, options, None).unwrap(),
@@ -782,6 +783,7 @@ fn reports_of_a_3_mib_load(report_every: u64) -> Vec<(u64, u64)> {
         report_every,
         direct: false,
         huge_pages: HugePages::Keep,
+        in_order: false,
     };
     let outcome = load_all(&file, options, Some(&mut report)).unwrap();
     assert_eq!(outcome, Outcome::Done);
@@ -841,6 +843,7 @@ fn a_reporter_stops_the_load_within_two_intervals() {
         report_every: 256 << 10,
         direct: false,
         huge_pages: HugePages::Keep,
+        in_order: false,
     };
     let outcome = load_all(&file, options, Some(&mut report)).unwrap();
     assert_eq!(outcome, Outcome::Stopped);
@@ -902,6 +905,7 @@ fn a_file_truncated_during_a_load_is_reported() {
             report_every: 256 << 10,
             direct,
             huge_pages: HugePages::Keep,
+            in_order: false,
         };
         let err = load_all(&file, options, Some(&mut report)).unwrap_err();
         assert_eq!(err.rule(), "file-changed", "{err}");
@@ -1134,6 +1138,7 @@ fn streamed(truncate_at_first: bool) -> (Result<Outcome>, Vec<LoadProgress>) {
         report_every: 64 << 10,
         direct: false,
         huge_pages: HugePages::Keep,
+        in_order: false,
     };
     let mut calls = Vec::new();
     let path = f.0.clone();
