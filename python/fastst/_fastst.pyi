@@ -250,6 +250,7 @@ def load_into(
     direct: Optional[bool] = None,
     huge_pages: Optional[bool] = None,
     stream: bool = False,
+    in_order: bool = False,
 ) -> None: ...
 def fault_probe() -> Optional[Tuple[Optional[float], float, bool]]: ...
 

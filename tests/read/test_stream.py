@@ -125,6 +125,81 @@ def test_the_shards_of_a_checkpoint_load_side_by_side(
     assert not _loaders()
 
 
+def _watch_turns(monkeypatch: pytest.MonkeyPatch) -> List[Any]:
+    """Records, in order, each background load's start ``("start", file)`` and
+    reports ``("report", file, done, total)``, with the next file's turn
+    coming once 1 MiB of a file is left to read."""
+    seen: List[Any] = []
+    real = fastst._read.stream.load_into
+    monkeypatch.setattr(fastst._read.stream, "TAIL", MIB)
+
+    def load_into(file: Any, names: Any, outs: Any, targets: Any, progress: Any, *a: Any, **k: Any):
+        seen.append(("start", file.name))
+
+        def watched(done: int, total: int, *rest: Any) -> None:
+            seen.append(("report", file.name, done, total))
+            progress(done, total, *rest)
+
+        return real(file, names, outs, targets, watched, *a, **k)
+
+    monkeypatch.setattr(fastst._read.stream, "load_into", load_into)
+    return seen
+
+
+def _started_in_turn(seen: List[Any]) -> List[str]:
+    """The files of ``seen`` in the order their loads started, checking that
+    each started once the one before had at most 1 MiB left to read."""
+    order: List[str] = []
+    for event in seen:
+        if event[0] == "start":
+            if order:
+                before = [e for e in seen[: seen.index(event)] if e[1] == order[-1]]
+                assert any(e[0] == "report" and e[2] + MIB >= e[3] for e in before), seen
+            order.append(event[1])
+    return order
+
+
+def test_the_next_shard_starts_once_the_one_before_has_its_last_reads_left(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two shards read side by side from the start split the disk, and the first
+    # tensors came late: the next shard waits for the last MiB of the one before
+    # (`get_tensors`, which returns at the end, still reads two at once).
+    views = fastst.numpy.load_file(path)
+    fastst.numpy.save_sharded(views, tmp_path, max_shard_size=4 * MIB)
+    index = tmp_path / "model.safetensors.index.json"
+    seen = _watch_turns(monkeypatch)
+    with fastst.safe_open(index, "np") as f:
+        shards = list(dict.fromkeys(f._raw._shard(k).name for k in f.offset_keys()))
+        assert len(shards) >= 3
+        got = dict(f.iter_tensors())
+        assert list(got) == f.offset_keys()
+    assert _started_in_turn(seen) == shards
+    assert sorted(got) == sorted(views)
+    assert all(got[k].tobytes() == v.tobytes() for k, v in views.items())
+    assert not _loaders()
+
+
+def test_a_failed_shard_ends_the_loads_waiting_for_their_turn(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    views = fastst.numpy.load_file(path)
+    fastst.numpy.save_sharded(views, tmp_path, max_shard_size=4 * MIB)
+    index = tmp_path / "model.safetensors.index.json"
+    seen = _watch_turns(monkeypatch)
+    got: List[str] = []
+    with fastst.safe_open(index, "np") as f:
+        names = f.offset_keys()
+        first = Path(f._raw._shard(names[0]).name)
+        first.write_bytes(first.read_bytes()[:1000])  # changed underneath: its load fails
+        with pytest.raises(fastst.SafetensorError) as info:
+            got.extend(name for name, _ in f.iter_tensors())
+    assert info.value.rule == "file-changed" and got == []
+    # The shards after it never started: their loaders gave up waiting.
+    assert [e[1] for e in seen if e[0] == "start"] == [str(first)]
+    assert not _loaders()
+
+
 @pytest.fixture
 def outcomes(monkeypatch: pytest.MonkeyPatch) -> List[str]:
     """How each background load of the iterators ended: "done" or the

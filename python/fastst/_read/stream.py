@@ -6,7 +6,9 @@ several files side by side (:func:`load_side_by_side`).
 
 Background threads run the core's whole loads (``load_into`` with
 ``stream=True``, the GIL released while bytes move), two files (shards) at
-a time as :func:`load_side_by_side` does, and put what they report on a
+a time as :func:`load_side_by_side` does, but each next one started only
+once the one before has its last reads left (:class:`Turns`: the first
+tensors come first), and put what they report on a
 queue: ``(file, done, total, filled)``, every tensor of the ``file``-th
 file ending at or before ``filled`` in its data section being read (a
 failure: ``(file, exception)``). The iterating thread takes them off the
@@ -87,31 +89,48 @@ def _hand_out(
     stop = threading.Event()
     main = threading.main_thread()
 
+    todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for at in range(len(plans)):
+        todo.put(at)
+    turns = Turns()
+
     def report(at: int, done: int, total: int, filled: int) -> None:
         # The interpreter exiting (the main thread is done) stops it too.
         if stop.is_set() or raw.closed or not main.is_alive():
             raise LoadStopped
+        if done + TAIL >= total:
+            turns.allow(at + 1)
         events.put((at, done, filled))
 
-    todo: queue.SimpleQueue[int] = queue.SimpleQueue()
-    for at in range(len(plans)):
-        todo.put(at)
-
     def load() -> None:
-        # The files in order, each taken by the first loader free.
+        # The files in order, each taken by the first loader free, and
+        # started once the one before has its last reads left.
         while not stop.is_set():
             try:
                 at = todo.get_nowait()
             except queue.Empty:
                 return
+            if not turns.wait(at):
+                return
             p = plans[at]
+            if p.nbytes <= TAIL:
+                turns.allow(at + 1)
             try:
                 label = progress_label(p.file.name, bar)
                 load_into(
-                    p.file, p.names, p.outs, p.targets, partial(report, at), label, stream=True
+                    p.file,
+                    p.names,
+                    p.outs,
+                    p.targets,
+                    partial(report, at),
+                    label,
+                    stream=True,
+                    in_order=len(plans) > 1,
                 )
             except BaseException as exc:  # handed to the iterating thread
                 events.put((at, exc))
+            else:
+                turns.allow(at + 1)
 
     loaders = [
         threading.Thread(target=load, name="fastst-load")
@@ -161,6 +180,7 @@ def _hand_out(
             callback(grand, grand)
     finally:
         stop.set()
+        turns.end()
         if not complete and any(loader.is_alive() for loader in loaders):
             raw.cancel_reads()
         if threading.get_ident() == consumer:
@@ -172,6 +192,47 @@ def _hand_out(
 #: :func:`stream`: the next file's reads start while the last reads of the
 #: one before are in flight.
 SIDE_BY_SIDE = 2
+
+#: The next file's load starts once at most this many source bytes of the
+#: one before are left to read (about the reads a cold load keeps in
+#: flight, plus one progress step): before that, the disk works on one
+#: file. Two files read side by side from the start split the disk, and
+#: its scheduler, serving requests by their place on the disk, keeps one
+#: file's requests waiting while the other's keep coming (the first
+#: tensors, in file order, came late).
+TAIL = 192 << 20
+
+
+class Turns:
+    """When the load of each file (by its place) may start: the first at
+    once, each next one once :meth:`allow` says so (the load before it has
+    its last reads left, or has ended), and none once :meth:`end` is
+    called."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._open = 1
+        self._ended = False
+
+    def allow(self, at: int) -> None:
+        """The loads of files up to the ``at``-th may start."""
+        with self._cond:
+            if at >= self._open:
+                self._open = at + 1
+                self._cond.notify_all()
+
+    def end(self) -> None:
+        """No more loads start; the waiting ones give up."""
+        with self._cond:
+            self._ended = True
+            self._cond.notify_all()
+
+    def wait(self, at: int) -> bool:
+        """Waits until the ``at``-th file's load may start (True) or no
+        more loads start (False)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._ended or at < self._open)
+            return not self._ended
 
 
 def load_side_by_side(plans: List[Plan]) -> None:

@@ -28,11 +28,13 @@ use crate::wait::hearing_signals;
 /// never) governs transparent huge pages for the destinations. `stream`:
 /// `progress(done, total, filled)` is also called each time more tensors
 /// are filled (every tensor ending at or before `filled` in the data
-/// section), and once more before a read error is raised. The reads of an
+/// section), and once more before a read error is raised. `in_order` (with
+/// `stream`, read around the page cache): requests are handed out close
+/// behind the first one not read (the files of a sharded checkpoint). The reads of an
 /// object of a store hear Ctrl-C while they wait (`crate::wait`); the
 /// callbacks run on this thread all the same.
 #[pyfunction]
-#[pyo3(signature = (raw, names, outs, targets, progress = None, bar = None, threads = 0, piece = 0, report_every = 0, direct = None, huge_pages = None, stream = false))]
+#[pyo3(signature = (raw, names, outs, targets, progress = None, bar = None, threads = 0, piece = 0, report_every = 0, direct = None, huge_pages = None, stream = false, in_order = false))]
 #[allow(clippy::too_many_arguments)]
 pub fn load_into(
     py: Python<'_>,
@@ -48,6 +50,7 @@ pub fn load_into(
     direct: Option<bool>,
     huge_pages: Option<bool>,
     stream: bool,
+    in_order: bool,
 ) -> PyResult<()> {
     let raw = raw.get();
     if names.len() != outs.len() || names.len() != targets.len() {
@@ -77,6 +80,7 @@ pub fn load_into(
             Some(true) => HugePages::Keep,
             Some(false) => HugePages::Avoid,
         },
+        in_order,
     };
     let file_ref = &*file;
     let mut pending: Option<PyErr> = None;

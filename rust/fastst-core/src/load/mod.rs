@@ -43,7 +43,13 @@
 //! requests they finish, and the calling thread reports again each time
 //! the run of finished requests from the start of the file grows
 //! ([`LoadProgress::filled`]), and once more after a failure (what was read
-//! before the failing request).
+//! before the failing request). Read around the page cache and asked to
+//! keep in order ([`LoadOptions::in_order`]), its requests are handed out at most a little more than one per thread past the first
+//! one not read yet: a disk's scheduler serves requests in the order of
+//! their place on the disk, and one that arrived after the head had moved
+//! past it (threads race to submit) would wait, until its deadline, while
+//! the load keeps sending requests ahead of it; with none left ahead it is
+//! served next, and the tensors in file order keep coming.
 //!
 //! Here: the options, the checks made before anything is read, the
 //! huge-page choice and the calling thread's part (progress, stopping,
@@ -93,6 +99,11 @@ pub struct LoadOptions {
     pub direct: bool,
     /// Whether destinations may be backed by transparent huge pages.
     pub huge_pages: HugePages,
+    /// Whether a streaming load read around the page cache hands its
+    /// requests out at most a little more than one per thread past the
+    /// first one not read (the files of a sharded checkpoint, loaded one
+    /// after the other): see the module's documentation.
+    pub in_order: bool,
 }
 
 /// Whether the destinations of a load may be backed by transparent huge
@@ -158,6 +169,7 @@ impl Default for LoadOptions {
             report_every: 0,
             direct: true,
             huge_pages: HugePages::Auto,
+            in_order: false,
         }
     }
 }
@@ -310,6 +322,11 @@ struct Shared<'a> {
     /// Requests starting before this offset in the data section read into
     /// a destination advised huge pages.
     huge_until: u64,
+    /// The first request (in file order) not read yet.
+    front: usize,
+    /// Requests are handed out at most this many places past `front`
+    /// (`usize::MAX`: no bound).
+    ahead: usize,
 }
 
 /// Reads (and converts) every destination from `file`.
@@ -442,6 +459,12 @@ fn run(
         running: threads,
         finished: vec![false; begins.len()],
         huge_until: 0,
+        front: 0,
+        ahead: if stream && options.in_order && direct.is_some() {
+            threads + threads.div_ceil(4)
+        } else {
+            usize::MAX
+        },
     });
     let wake_workers = Condvar::new();
     let done = AtomicU64::new(0);
@@ -571,6 +594,22 @@ impl Shared<'_> {
     /// that the first `from` are.
     fn filled_from(&self, from: usize) -> usize {
         from + self.finished[from..].iter().take_while(|&&f| f).count()
+    }
+
+    /// Whether the request at place `at` in file order may be handed out:
+    /// it is within [`Shared::ahead`] places of the first request not read.
+    fn within_reach(&self, at: usize) -> bool {
+        at < self.front.saturating_add(self.ahead)
+    }
+
+    /// Records that the request at place `at` is read; true when that
+    /// moved the first request not read (a waiting worker may go on).
+    fn read(&mut self, at: usize) -> bool {
+        self.finished[at] = true;
+        let front = self.filled_from(self.front);
+        let moved = front != self.front;
+        self.front = front;
+        moved
     }
 }
 

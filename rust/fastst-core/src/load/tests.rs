@@ -143,6 +143,7 @@ fn batch_loads_are_exact_for_every_split_and_thread_count() {
                     } else {
                         HugePages::Auto
                     },
+                    in_order: false,
                 };
                 assert_eq!(
                     load_into(&file, dests, options, None).unwrap(),
@@ -626,6 +627,8 @@ fn a_worker_leaves_when_nothing_is_left_whatever_the_limit() {
             running: 1,
             finished: Vec::new(),
             huge_until: 0,
+            front: 0,
+            ahead: usize::MAX,
         });
         let (wake_workers, done) = (Condvar::new(), AtomicU64::new(0));
         let caller = std::thread::current();
@@ -655,6 +658,80 @@ fn a_worker_leaves_when_nothing_is_left_whatever_the_limit() {
     }
 }
 
+/// A streaming load hands requests out at most `ahead` places past the
+/// first one not read: a worker waits there (a disk's scheduler serves
+/// requests by their place on the disk, so one that arrived behind the
+/// others would wait while more keep arriving ahead of it), and goes on
+/// once that request is read.
+#[test]
+fn requests_are_handed_out_within_reach_of_the_first_not_read() {
+    let (f, _) = one_big(4 << 20);
+    let file = open(&f.0, Backend::Pread);
+    let info = file.header().require("w").unwrap();
+    let mut out = vec![0u8; 4 << 20];
+    let dests = vec![Destination {
+        info,
+        to: info.dtype,
+        dst: &mut out,
+    }];
+    let parts = plan(dests, 1 << 20, 1 << 20, file.header().data_start());
+    let count = parts.len();
+    assert!(count >= 4, "{count} requests");
+    let shared = Mutex::new(Shared {
+        queue: parts.into_iter(),
+        issued: 0,
+        limit: u64::MAX,
+        stop: false,
+        error: None,
+        running: 1,
+        finished: vec![false; count],
+        huge_until: 0,
+        front: 0,
+        ahead: 2,
+    });
+    let (wake_workers, done) = (Condvar::new(), AtomicU64::new(0));
+    let caller = std::thread::current();
+    let worker = Worker {
+        reader: Reader {
+            file: &file,
+            direct: None,
+            trial: None,
+        },
+        shared: &shared,
+        wake_workers: &wake_workers,
+        done: &done,
+        caller: &caller,
+    };
+    assert_eq!(worker.next().map(|(at, _)| at), Some(0));
+    assert_eq!(worker.next().map(|(at, _)| at), Some(1));
+    {
+        let g = shared.lock().unwrap();
+        assert!(!g.within_reach(2) && g.within_reach(1));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| tx.send(worker.next().map(|(at, _)| at)).unwrap());
+        // Out of reach while request 0 is not read; request 1 read first
+        // does not move the first not read.
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+        assert!(!shared.lock().unwrap().read(1));
+        wake_workers.notify_all();
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+        let moved = shared.lock().unwrap().read(0);
+        assert!(moved);
+        wake_workers.notify_all();
+        let got = rx.recv_timeout(Duration::from_secs(20));
+        if got.is_err() {
+            shared.lock().unwrap().stop = true;
+            wake_workers.notify_all();
+        }
+        assert_eq!(got, Ok(Some(2)));
+    });
+    let g = shared.lock().unwrap();
+    assert_eq!(g.front, 2);
+    assert!(g.within_reach(3));
+}
+
 #[test]
 fn a_report_is_due_each_whole_step_until_the_end() {
     // Steps of 100 bytes, of 1000.
@@ -681,6 +758,8 @@ fn a_load_that_failed_or_was_stopped_is_halted() {
         running: 1,
         finished: Vec::new(),
         huge_until: 0,
+        front: 0,
+        ahead: usize::MAX,
     };
     assert!(!shared(false, None).halted());
     assert!(shared(true, None).halted());
@@ -704,6 +783,7 @@ fn reports_of_a_3_mib_load(report_every: u64) -> Vec<(u64, u64)> {
         report_every,
         direct: false,
         huge_pages: HugePages::Keep,
+        in_order: false,
     };
     let outcome = load_all(&file, options, Some(&mut report)).unwrap();
     assert_eq!(outcome, Outcome::Done);
@@ -763,6 +843,7 @@ fn a_reporter_stops_the_load_within_two_intervals() {
         report_every: 256 << 10,
         direct: false,
         huge_pages: HugePages::Keep,
+        in_order: false,
     };
     let outcome = load_all(&file, options, Some(&mut report)).unwrap();
     assert_eq!(outcome, Outcome::Stopped);
@@ -824,6 +905,7 @@ fn a_file_truncated_during_a_load_is_reported() {
             report_every: 256 << 10,
             direct,
             huge_pages: HugePages::Keep,
+            in_order: false,
         };
         let err = load_all(&file, options, Some(&mut report)).unwrap_err();
         assert_eq!(err.rule(), "file-changed", "{err}");
@@ -1056,6 +1138,7 @@ fn streamed(truncate_at_first: bool) -> (Result<Outcome>, Vec<LoadProgress>) {
         report_every: 64 << 10,
         direct: false,
         huge_pages: HugePages::Keep,
+        in_order: false,
     };
     let mut calls = Vec::new();
     let path = f.0.clone();

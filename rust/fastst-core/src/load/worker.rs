@@ -1,5 +1,6 @@
 //! The reading threads of a load: each takes the next request in file
-//! order (within the limit the reporter allows), reads it straight into its
+//! order (within the limit the reporter allows, and within reach of the
+//! first request not read yet), reads it straight into its
 //! destination (direct reads too) or through a per-thread buffer (runs of
 //! small tensors, conversions), and
 //! records the first failure in file order.
@@ -56,7 +57,10 @@ impl<'a> Worker<'_, 'a> {
                 Ok(n) => {
                     self.done.fetch_add(n, Ordering::AcqRel);
                     let mut g = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
-                    g.finished[at] = true;
+                    if g.read(at) && g.ahead != usize::MAX {
+                        drop(g);
+                        self.wake_workers.notify_all();
+                    }
                 }
                 Err(e) => {
                     let mut g = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
@@ -84,8 +88,8 @@ impl<'a> Worker<'_, 'a> {
             if g.stop {
                 return None;
             }
-            if g.issued < g.limit || g.queue.len() == 0 {
-                let at = g.finished.len() - g.queue.len();
+            let at = g.finished.len() - g.queue.len();
+            if (g.issued < g.limit && g.within_reach(at)) || g.queue.len() == 0 {
                 let mut part = g.queue.next()?;
                 g.issued += part.len as u64;
                 if let Some(trial) = self.reader.trial {
