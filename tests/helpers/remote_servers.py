@@ -59,6 +59,10 @@ def weed_binary() -> Optional[str]:
     return str(beside) if beside.is_file() else shutil.which("weed")
 
 
+class WeedNotStarted(RuntimeError):
+    """The weed server ended before it was ready, or one of its ports was taken."""
+
+
 class SeaweedS3:
     """``weed server -s3`` on free loopback ports, data in ``folder``; stopped by :meth:`stop`
     (SIGKILL to its process group: it takes tens of seconds to stop on SIGTERM)."""
@@ -73,6 +77,25 @@ class SeaweedS3:
             "actions": ["Admin", "Read", "Write", "List", "Tagging"],
         }
         config.write_text(json.dumps({"identities": [identity]}))
+        self.config, self.weed = config, weed
+        # The ports are found free, then taken by weed a moment later: another process may
+        # take one in between (the tests run side by side). Fresh ports then.
+        for attempt in range(3):
+            try:
+                self._start()
+                return
+            except WeedNotStarted:
+                if attempt == 2:
+                    raise
+
+    def _start(self) -> None:
+        folder, config, weed = self.folder, self.config, self.weed
+        for leftover in ("data", "filer.sock", "s3.sock"):  # of an attempt that failed
+            path = folder / leftover
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
         ports = {name: free_port() for name in ("master", "volume", "filer", "s3")}
         grpc = {name: free_port() for name in ports}
         self.ports = [*ports.values(), *grpc.values()]
@@ -111,8 +134,18 @@ class SeaweedS3:
         last: Optional[BaseException] = None
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"weed exited ({self.proc.returncode}): {self.tail()}")
+                raise WeedNotStarted(f"weed exited ({self.proc.returncode}): {self.tail()}")
+            if "address already in use" in self.tail():  # it stays up, without that server
+                raise WeedNotStarted(f"a port of weed was taken: {self.tail()}")
             try:
+                # An answer at all first, quickly: a port taken by another process may
+                # never answer, and the upload would wait out its long timeouts.
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                try:
+                    conn.request("GET", "/")
+                    conn.getresponse().read()
+                finally:
+                    conn.close()
                 self.upload("ready", "probe", b"x")
                 return
             except Exception as exc:  # not up yet
