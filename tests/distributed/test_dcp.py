@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
@@ -45,6 +42,7 @@ from helpers.dcp_states import (
     state_dict,
     tensors_of,
 )
+from helpers.ranks import run_ranks
 
 pytestmark = [
     pytest.mark.skipif(
@@ -306,34 +304,10 @@ def _worker(rank: int, world: int, port: int, which: str, root: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def spawn(which: str, world: int, root: Path) -> List[Any]:
     """Runs the scenarios ``which`` on ``world`` ranks; each rank's results
     (None for a rank that died), and the exit codes."""
-    ctx = multiprocessing.get_context("spawn")
-    port = _free_port()
-    procs = [
-        ctx.Process(target=_worker, args=(r, world, port, which, str(root))) for r in range(world)
-    ]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + TIME_LIMIT
-    for p in procs:
-        p.join(max(1.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            pytest.fail(f"{world} ranks did not finish within {TIME_LIMIT} s (a hang)")
-    out = []
-    for r in range(world):
-        path = root / f"{which}-rank{r}.json"
-        out.append(json.loads(path.read_text()) if path.exists() else None)
-    return [out, [p.exitcode for p in procs]]
+    return run_ranks(_worker, world, (which, str(root)), root, which, TIME_LIMIT)
 
 
 def ok(result: Dict[str, Any]) -> Dict[str, Any]:

@@ -10,11 +10,9 @@ middle of its upload leaves the previous checkpoint, and strays are deleted by t
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import signal
 import sys
-import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
@@ -26,7 +24,8 @@ import torch
 import torch.distributed as dist
 from fastst.torch import dcp as fdcp
 from helpers.dcp_states import MAPPING, differ, full_tensors, state_dict, tensors_of
-from helpers.remote_servers import Fault, Site, free_port
+from helpers.ranks import run_ranks
+from helpers.remote_servers import Fault, Site
 
 pytestmark = [
     pytest.mark.slow,
@@ -110,25 +109,7 @@ def spawn(
 ) -> List[Any]:
     """Runs the scenario ``which`` on 2 ranks; each rank's result (None for a rank that died)
     and the exit codes. ``on_start`` gets the started processes."""
-    ctx = multiprocessing.get_context("spawn")
-    port = free_port()
-    procs = [ctx.Process(target=_worker, args=(r, 2, port, which, job)) for r in range(2)]
-    for p in procs:
-        p.start()
-    if on_start is not None:
-        on_start(procs)
-    deadline = time.monotonic() + TIME_LIMIT
-    for p in procs:
-        p.join(max(1.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            pytest.fail(f"2 ranks did not finish within {TIME_LIMIT} s (a hang)")
-    out = []
-    for r in range(2):
-        path = Path(job["root"], f"{which}-rank{r}.json")
-        out.append(json.loads(path.read_text()) if path.exists() else None)
-    return [out, [p.exitcode for p in procs]]
+    return run_ranks(_worker, 2, (which, job), Path(job["root"]), which, TIME_LIMIT, on_start)
 
 
 def ok(result: Dict[str, Any]) -> Dict[str, Any]:

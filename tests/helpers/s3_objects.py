@@ -82,3 +82,19 @@ def listed(site: Site, key: str) -> Dict[str, bytes]:
         body = client(site).get_object(Bucket=site.bucket, Key=entry["Key"])["Body"]
         got[entry["Key"].removeprefix(key)] = bytes(body.read())
     return got
+
+
+def torch_tensors(tmp_path: Path) -> Tuple[Dict[str, Any], bytes]:
+    """Torch tensors of two dtypes (three parts of :data:`PART`) and the bytes of
+    ``fastst.torch.save_file`` of them with ``{"format": "pt"}``: what a torch save to a URL
+    must store."""
+    torch = pytest.importorskip("torch")
+    import fastst.torch
+
+    tensors = {
+        "w": torch.arange(3 << 20, dtype=torch.float32).reshape(3072, 1024),
+        "b": torch.ones(7, dtype=torch.bfloat16),
+    }
+    path = tmp_path / "local.safetensors"
+    fastst.torch.save_file(tensors, str(path), {"format": "pt"})
+    return tensors, path.read_bytes()

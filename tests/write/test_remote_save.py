@@ -26,7 +26,7 @@ import fastst.numpy
 import numpy as np
 import pytest
 from helpers.remote_servers import Fault, Proxy, SeaweedS3, Site
-from helpers.s3_objects import PART
+from helpers.s3_objects import PART, torch_tensors
 from helpers.s3_objects import absent as _absent
 from helpers.s3_objects import listed as _listed
 from helpers.s3_objects import local_bytes as _local
@@ -95,19 +95,13 @@ def test_a_save_replaces_the_old_object(site: Site, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_torch_saves_to_a_url(site: Site, tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    tensors, want = torch_tensors(tmp_path)
     import fastst.torch
 
-    tensors = {
-        "w": torch.arange(3 << 20, dtype=torch.float32).reshape(3072, 1024),
-        "b": torch.ones(7, dtype=torch.bfloat16),
-    }
-    path = tmp_path / "local.safetensors"
-    fastst.torch.save_file(tensors, str(path), {"format": "pt"})
     fastst.torch.save_file(
         tensors, site.url(site.name), {"format": "pt"}, storage_options=_options(site)
     )
-    assert _object(site) == path.read_bytes()
+    assert _object(site) == want
 
 
 FRAMEWORK_SAVE = {

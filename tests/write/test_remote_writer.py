@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 from fastst import SerializeError
 from helpers.remote_servers import Fault, SeaweedS3, Site
-from helpers.s3_objects import PART
+from helpers.s3_objects import PART, torch_tensors
 from helpers.s3_objects import absent as _absent
 from helpers.s3_objects import listed as _listed
 from helpers.s3_objects import local_bytes as _local
@@ -162,15 +162,7 @@ def test_a_writer_replaces_the_old_object_and_the_environment_configures_it(
 def test_torch_tensors_are_written_as_torch_save_file_writes_them(
     site: Site, tmp_path: Path
 ) -> None:
-    torch = pytest.importorskip("torch")
-    import fastst.torch
-
-    tensors = {
-        "w": torch.arange(3 << 20, dtype=torch.float32).reshape(3072, 1024),
-        "b": torch.ones(7, dtype=torch.bfloat16),
-    }
-    path = tmp_path / "local.safetensors"
-    fastst.torch.save_file(tensors, str(path), {"format": "pt"})
+    tensors, want = torch_tensors(tmp_path)
     layout = {n: (t.dtype, tuple(t.shape)) for n, t in tensors.items()}
     url = site.url(site.name)
     with fastst.open_writer(
@@ -178,7 +170,7 @@ def test_torch_tensors_are_written_as_torch_save_file_writes_them(
     ) as w:
         w.write("b", tensors["b"])
         w.write("w", tensors["w"])
-    assert _object(site) == path.read_bytes()
+    assert _object(site) == want
 
 
 @pytest.mark.slow
