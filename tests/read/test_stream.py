@@ -12,7 +12,7 @@ import sys
 import threading
 import tracemalloc
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import fastst
 import fastst._read.stream
@@ -159,15 +159,20 @@ def _started_in_turn(seen: List[Any]) -> List[str]:
     return order
 
 
+def _shards_of(path: Path, folder: Path) -> Tuple[Dict[str, Any], Path]:
+    """The tensors of ``path``, and the index of them saved in ``folder`` in shards of 4 MiB."""
+    views = fastst.numpy.load_file(path)
+    fastst.numpy.save_sharded(views, folder, max_shard_size=4 * MIB)
+    return views, folder / "model.safetensors.index.json"
+
+
 def test_the_next_shard_starts_once_the_one_before_has_its_last_reads_left(
     path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Two shards read side by side from the start split the disk, and the first
     # tensors came late: the next shard waits for the last MiB of the one before
     # (`get_tensors`, which returns at the end, still reads two at once).
-    views = fastst.numpy.load_file(path)
-    fastst.numpy.save_sharded(views, tmp_path, max_shard_size=4 * MIB)
-    index = tmp_path / "model.safetensors.index.json"
+    views, index = _shards_of(path, tmp_path)
     seen = _watch_turns(monkeypatch)
     with fastst.safe_open(index, "np") as f:
         shards = list(dict.fromkeys(f._raw._shard(k).name for k in f.offset_keys()))
@@ -183,9 +188,7 @@ def test_the_next_shard_starts_once_the_one_before_has_its_last_reads_left(
 def test_a_failed_shard_ends_the_loads_waiting_for_their_turn(
     path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    views = fastst.numpy.load_file(path)
-    fastst.numpy.save_sharded(views, tmp_path, max_shard_size=4 * MIB)
-    index = tmp_path / "model.safetensors.index.json"
+    views, index = _shards_of(path, tmp_path)
     seen = _watch_turns(monkeypatch)
     got: List[str] = []
     with fastst.safe_open(index, "np") as f:
