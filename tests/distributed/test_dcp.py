@@ -29,7 +29,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from fastst._distributed import consolidate as C
-from fastst._distributed import dcp_commit
+from fastst._distributed import dcp_commit, dcp_files
 from fastst._distributed.dcp_files import Chunk, Tensor, chunk_table, file_metadata
 from fastst.torch import dcp as fdcp
 from fastst.torch import save_file
@@ -666,12 +666,12 @@ def test_consolidate_threads_do_not_follow_the_cores(
     _save_no_dist(state, src, save_distributed=True)
     asked: List[int] = []
 
-    class Recording(C.ThreadPoolExecutor):
+    class Recording(dcp_files.ThreadPoolExecutor):
         def __init__(self, workers: int, **kw: Any) -> None:
             asked.append(workers)
             super().__init__(workers, **kw)
 
-    monkeypatch.setattr(C, "ThreadPoolExecutor", Recording)
+    monkeypatch.setattr(dcp_files, "ThreadPoolExecutor", Recording)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     fdcp.consolidate(src, tmp_path / "out")
     fdcp.consolidate(src, tmp_path / "out3", thread_count=3)

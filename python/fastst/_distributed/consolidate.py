@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
@@ -45,7 +44,7 @@ from .._write.remote import is_url
 from .._write.sharded import UrlCommit, commit_staged, index_of, plan_shards, staged_name
 from .._write.streaming import TensorWriter, open_writer
 from . import dcp_remote
-from .dcp_files import Tensor, check_mapping, chunk_table, output_name, threads
+from .dcp_files import Tensor, check_mapping, chunk_table, output_name, run_all
 
 __all__ = [
     "consolidate",
@@ -247,13 +246,8 @@ def _write_outputs(
             w, t = job
             w.write_parts(t.name, pieces(t, parts(t, files)))
 
-        count = threads(THREADS if thread_count is None else thread_count, len(jobs))
-        if count == 1:
-            for job in jobs:
-                write(job)
-        else:
-            with ThreadPoolExecutor(count, thread_name_prefix="fastst-consolidate") as pool:
-                list(pool.map(write, jobs))
+        count = THREADS if thread_count is None else thread_count
+        run_all(write, jobs, count, "fastst-consolidate")
         for w in writers:
             w.close()
     except BaseException:

@@ -26,8 +26,9 @@ import math
 import os
 import re
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from typing import Mapping as MappingType
 
 import numpy as np
@@ -287,3 +288,18 @@ def threads(count: Optional[int], jobs: int) -> int:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"thread counts are positive ints, got {count!r}")
     return max(1, min(count, jobs))
+
+
+def run_all(
+    work: Callable[[Any], None], jobs: Sequence[Any], count: Optional[int], name: str
+) -> None:
+    """``work(job)`` for every job, on :func:`threads` ``(count, len(jobs))`` threads named
+    ``name`` (on this thread when that is one); the first exception is raised once every
+    job started has ended."""
+    n = threads(count, len(jobs))
+    if n == 1:
+        for job in jobs:
+            work(job)
+        return
+    with ThreadPoolExecutor(n, thread_name_prefix=name) as pool:
+        list(pool.map(work, jobs))

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -48,7 +47,7 @@ from .._frameworks import torch as _fw_torch
 from .._paths import readable
 from .._write.remote import is_url
 from . import dcp_remote
-from .dcp_files import chunk_table, threads
+from .dcp_files import chunk_table, run_all, threads
 
 __all__ = ["StorageReader"]
 
@@ -221,13 +220,7 @@ class StorageReader(_StorageReader):
             path, offsets, req, info = job
             _read_item(self._files[path], planner, req, info, offsets)
 
-        count = threads(self.thread_count, len(items))
-        if count == 1:
-            for job in items:
-                one(job)
-        else:
-            with ThreadPoolExecutor(count, thread_name_prefix="fastst-dcp-read") as pool:
-                list(pool.map(one, items))
+        run_all(one, items, self.thread_count, "fastst-dcp-read")
 
 
 def _read_item(

@@ -24,7 +24,6 @@ import dataclasses
 import json
 import os
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -41,7 +40,7 @@ from .._write.sharded import UrlCommit
 from .._write.streaming import TensorWriter, open_writer, upload_layout
 from . import dcp_commit, dcp_remote
 from .consolidate import consolidate
-from .dcp_files import check_mapping, file_metadata, rank_file_name, threads
+from .dcp_files import check_mapping, file_metadata, rank_file_name, run_all, threads
 
 __all__ = ["StorageWriter", "SHARDED_DIR"]
 
@@ -303,13 +302,7 @@ class StorageWriter(_StorageWriter):
                 w, item = job
                 w.write(item.index.fqn, _local(planner.resolve_data(item), item.index.fqn))
 
-            count = threads(self.thread_count, len(jobs))
-            if count == 1:
-                for job in jobs:
-                    put(job)
-            else:
-                with ThreadPoolExecutor(count, thread_name_prefix="fastst-dcp") as pool:
-                    list(pool.map(put, jobs))
+            run_all(put, jobs, self.thread_count, "fastst-dcp")
             for _final, w, _items in writers:
                 w.close()
             return _results(files)
@@ -348,13 +341,7 @@ class StorageWriter(_StorageWriter):
             done.append(name)
 
         try:
-            count = threads(self.thread_count, len(files))
-            if count == 1:
-                for name in files:
-                    upload(name)
-            else:
-                with ThreadPoolExecutor(count, thread_name_prefix="fastst-dcp") as pool:
-                    list(pool.map(upload, files))
+            run_all(upload, list(files), self.thread_count, "fastst-dcp")
         except BaseException:
             dcp_remote.forget(self.folder, done, self.storage_options)
             raise
