@@ -32,6 +32,14 @@ loader of fresh memory can beat, and what fresh memory costs. ``floor-moved`` is
 with each 8 MiB read then moved by 56 bytes in place (``memmove``): the limit of owned copies
 64-byte aligned when the file's offsets are not (a direct read lands on whole disk blocks, so
 such copies are moved once; the inputs' offsets are 56 modulo 64, as in most files).
+``floor-tensors`` is ``floor`` into memory of each tensor's own (numpy's allocator, the
+tensor at its file offset modulo 4096 as fastst places large copies, advised 4 KiB pages but
+for the whole pages of each tensor of 2 MiB or more, advised ``MADV_HUGEPAGE``, as fastst
+advises a cold load's destinations), read in pieces of at most 8 MiB that end at tensor ends:
+the limit of a loader handing out tensors that each own their memory, as the reference's
+``load_file`` does. Huge pages cannot cross from one tensor into the next there, so each large
+tensor keeps up to 2 MiB at either end on 4 KiB pages; "vs own floor" compares with the faster
+of it and ``floor-nohuge`` (4 KiB pages lose nothing at tensor ends).
 ``fastst-np-4k`` and ``fastst-np-huge`` are numpy ``copy=True`` with the page size forced
 (4 KiB pages; huge pages throughout): both sides of the choice fastst makes per load.
 
@@ -49,7 +57,11 @@ it, and its CPU seconds (every thread, and child processes such as ``cat``). ``-
 waits S seconds between emptying the cache and the load: on a virtual machine whose host takes
 back free memory, memory freed just before a load (by ``drop_caches``) is still backed by the
 host for a few seconds, which a long-running host's free memory is not. Peers that are not
-installed are left out, with a line saying so.
+installed are left out, with a line saying so. ``--freed GB``: after emptying the cache, each
+cold load's process has that much fresh memory taken in huge pages, touched and given back
+before its clock, by a process of its own that then ends: memory that a job which just ended
+gave back, still backed by the host (on such a virtual machine huge pages are then at their
+cheapest).
 
 The cases of a round run in a new order each round (``--seed``): what the process before
 freed decides what memory a cold load gets. ``drop_caches`` frees the page cache the case
@@ -136,6 +148,10 @@ CASES: Dict[str, Tuple[str, str]] = {
         SETUP + "import mmap, concurrent.futures\n",
         "out = {'all': floor(SHARDS, huge=False)}",
     ),
+    "floor-tensors": (
+        SETUP + "import mmap, concurrent.futures\n",
+        "out = dict(enumerate(floor_tensors(SHARDS)))",
+    ),
     "floor-moved": (
         SETUP + "import mmap, concurrent.futures\n",
         "out = {'all': floor(SHARDS, move=56)}",
@@ -221,7 +237,14 @@ NEEDS = {
 }
 
 #: Cases that read the files as bytes, not as tensors (no checksum to compare).
-UNCHECKED = ("cat", "floor", "floor-nohuge", "floor-moved", "floor-touched")
+UNCHECKED = (
+    "cat",
+    "floor",
+    "floor-nohuge",
+    "floor-moved",
+    "floor-touched",
+    "floor-tensors",
+)
 
 WORKER = r"""
 import json, os, subprocess, sys, time
@@ -273,6 +296,58 @@ def floor(files, ready=None, huge=True, move=0):
         list(pool.map(read, jobs))
     return np.frombuffer(mem, np.uint8)
 
+def floor_tensors(files):
+    # `floor` into memory of each tensor's own (see the module's docstring).
+    import ctypes
+    import numpy as np
+    from concurrent.futures import ThreadPoolExecutor
+    libc = ctypes.CDLL(None)
+    jobs, outs = [], []
+    for f in files:
+        with open(f, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            table = json.loads(fh.read(n))
+        table.pop("__metadata__", None)
+        fd = os.open(f, os.O_RDONLY | os.O_DIRECT)
+        for begin, end in sorted(v["data_offsets"] for v in table.values()):
+            if end == begin:
+                continue
+            at = 8 + n + begin
+            lo, hi = at // 4096 * 4096, -(-(8 + n + end) // 4096) * 4096
+            block = np.empty(hi - lo + 4096, np.uint8)
+            skip = (lo - block.ctypes.data) % 4096
+            where = block.ctypes.data + skip
+            # 4 KiB pages (numpy's allocator advises huge pages on the whole of its large
+            # arrays), huge pages on the whole pages of a large tensor.
+            page0 = block.ctypes.data // 4096 * 4096
+            libc.madvise(ctypes.c_void_p(page0), ctypes.c_size_t(where + hi - lo - page0), 15)
+            if end - begin >= 2 << 20:
+                first = where + 4096 * (at > lo)
+                last = (where + at - lo + end - begin) // 4096 * 4096
+                libc.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), 14)
+            outs.append(block[skip + at - lo : skip + at - lo + end - begin])
+            for o in range(lo, hi, 8 << 20):
+                jobs.append((fd, block, skip + o - lo, o, min(8 << 20, hi - o)))
+    def read(job):
+        fd, block, where, offset, n = job
+        try:
+            os.preadv(fd, [memoryview(block)[where:where + n]], offset)
+        except OSError:  # a last block the file system reads short: through the cache
+            os.pread(fd, n, offset)
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(read, jobs))
+    return outs
+
+# A job that ends: takes memory in huge pages, touches it, exits.
+GIVE_BACK = '''
+import mmap, sys
+n = int(sys.argv[1])
+m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+m.madvise(mmap.MADV_HUGEPAGE)
+for i in range(0, n, 4096):
+    m[i] = 1
+'''
+
 def fresh(n, huge=True):
     import mmap
     mem = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -302,6 +377,9 @@ if spec["mode"] == "cold":
     with open("/proc/sys/vm/drop_caches", "w") as fh:
         fh.write("3\n")
     time.sleep(spec["settle"])
+    if spec["freed"]:
+        size = str(int(spec["freed"] * (1 << 30)))
+        subprocess.run([sys.executable, "-c", GIVE_BACK, size], check=True)
 else:
     cat(spec["files"])
 import resource
@@ -351,6 +429,7 @@ def measure(
     mode: str,
     settle: float = 0.0,
     builds: Optional[Dict[str, str]] = None,
+    freed: float = 0.0,
 ) -> dict:
     """One fresh interpreter's measurement of ``case``; ``CASE@BUILD`` runs CASE with the
     PYTHONPATH ``builds[BUILD]`` (another build of fastst)."""
@@ -367,6 +446,7 @@ def measure(
         "ready": case == "floor-touched",
         "mode": mode,
         "settle": settle,
+        "freed": freed,
         "setup": CASES[case][0],
         "load": CASES[case][1],
     }
@@ -389,6 +469,8 @@ def ratio(base: Dict[str, float], case: str, med: float) -> str:
 
 
 FLOORS = ("floor", "floor-nohuge")
+#: The floors into memory of each tensor's own (see the module's docstring).
+OWN_FLOORS = ("floor-tensors", "floor-nohuge")
 PEERS = ("runai", "fastsafetensors")
 
 
@@ -419,11 +501,14 @@ def report(
     peers = [base[p] for p in PEERS if p in base]
     if floors:
         base["faster floor"] = min(floors)
+    own = [base[f] for f in OWN_FLOORS if f in base]
+    if own:
+        base["own floor"] = min(own)
     if peers:
         base["best peer"] = min(peers)
     print(
         f"\n{how}, {mode}, {inp}: median (min-max) s | worst | CPU s | vs faster floor | vs cat | "
-        "vs best peer | first s | HWM MB | AnonHugePages MB"
+        "vs best peer | vs own floor | first s | HWM MB | AnonHugePages MB"
     )
     for case, xs in rows.items():
         secs = [x["seconds"] for x in xs]
@@ -434,7 +519,8 @@ def report(
             f"  {case:21s} {med:6.2f} ({min(secs):.2f}-{max(secs):.2f}) | "
             f"{max(secs):5.2f} | {cpu:5.2f} | "
             f"{ratio(base, 'faster floor', med)} | {ratio(base, 'cat', med)} | "
-            f"{ratio(base, 'best peer', med)} | {first:5.2f} | "
+            f"{ratio(base, 'best peer', med)} | {ratio(base, 'own floor', med)} | "
+            f"{first:5.2f} | "
             f"{max(x['hwm_mb'] for x in xs):6.0f} | {max(x['huge_mb'] for x in xs):5.0f}"
         )
 
@@ -467,6 +553,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--busy", default="quiet", help=f"busy modes, of {','.join(MODES)}")
     parser.add_argument(
         "--settle", type=float, default=0.0, help="seconds between drop_caches and a cold load"
+    )
+    parser.add_argument(
+        "--freed", type=float, default=0.0, help="GB taken and given back before each cold load"
     )
     parser.add_argument("--seed", type=int, default=1, help="of the order of each round")
     parser.add_argument("--json", help="also write every measurement as JSON to this file")
@@ -510,7 +599,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 shuffler.shuffle(order)
                 for mode, inp, case in order:
                     before = host_state()
-                    got = measure(case, inputs[inp], mode, args.settle, builds)
+                    got = measure(case, inputs[inp], mode, args.settle, builds, args.freed)
                     got["host"], got["grew"] = before, growth(before, host_state())
                     want = sums[inp]
                     if case == "fastst-first":
@@ -539,7 +628,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             for (h, m, i, c), v in runs.items()
         ]
         Path(args.json).write_text(
-            json.dumps({"settle": args.settle, "results": doc}, indent=1) + "\n"
+            json.dumps({"settle": args.settle, "freed": args.freed, "results": doc}, indent=1)
+            + "\n"
         )
     return 0
 
