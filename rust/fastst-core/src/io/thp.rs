@@ -156,27 +156,37 @@ impl Trial {
 
     /// Before a read into `dst` (part of a destination advised huge):
     /// while the trial is on, faults `dst` in (`MADV_POPULATE_WRITE`) and
-    /// ends the trial once a [`WINDOW`] of such requests cost more per byte
-    /// than 4 KiB pages (at once where the kernel cannot populate); once it
-    /// is off, advises `dst` back to 4 KiB pages.
+    /// counts what that cost ([`Trial::count`]; the trial ends at once
+    /// where the kernel cannot populate); once it is off, advises `dst`
+    /// back to 4 KiB pages.
     pub(crate) fn fault_in(&self, dst: &mut [u8]) {
         if !self.on() {
             super::advise_huge_pages(dst, false);
             return;
         }
-        let Some(took) = populate(dst) else {
-            self.on.store(false, Ordering::Relaxed);
-            return;
-        };
+        match populate(dst) {
+            Some(took) => self.count(took, dst.len()),
+            None => self.on.store(false, Ordering::Relaxed),
+        }
+    }
+
+    /// Counts `bytes` of huge pages faulted in, in `took` CPU time, into
+    /// the window, and ends the trial as soon as the window's faults cost
+    /// more than 4 KiB pages would for a whole [`WINDOW`]: its cost only
+    /// grows, so the verdict is the one its end would give, and the huge
+    /// pages faulted in meanwhile (many at once, on a load's threads) are
+    /// not taken at the dear price. A window that ends within that cost
+    /// starts the next.
+    fn count(&self, took: Duration, bytes: usize) {
         let mut w = self.window.lock().unwrap_or_else(PoisonError::into_inner);
         w.0 = w.0.saturating_add(took);
-        w.1 = w.1.saturating_add(dst.len());
-        if w.1 >= WINDOW {
-            let mib = u32::try_from(w.1 >> 20).unwrap_or(u32::MAX);
-            if w.0 > self.small_per_mib.saturating_mul(mib) {
-                self.on.store(false, Ordering::Relaxed);
-                DEAR_AT.store(now_mark(), Ordering::Relaxed);
-            }
+        w.1 = w.1.saturating_add(bytes);
+        let budget = self.small_per_mib.saturating_mul((WINDOW >> 20) as u32);
+        if w.0 > budget {
+            self.on.store(false, Ordering::Relaxed);
+            DEAR_AT.store(now_mark(), Ordering::Relaxed);
+        }
+        if w.1 >= WINDOW || !self.on() {
             *w = (Duration::ZERO, 0);
         }
     }
@@ -317,12 +327,11 @@ mod tests {
         assert!(!probe(Some(Duration::MAX), Duration::MAX).huge_pages_win());
     }
 
-    /// A trial starts only after a probe that found huge pages cheaper,
-    /// goes on while a window of requests costs no more than 4 KiB pages,
-    /// ends at the first window that costs more; after it, requests are
-    /// advised back to 4 KiB pages. Bytes never change.
+    /// A trial starts only after a probe that found huge pages clearly
+    /// cheaper; it faults requests in while on, advises them back to 4 KiB
+    /// pages once off, and never changes their bytes.
     #[test]
-    fn a_trial_ends_at_the_first_dear_window() {
+    fn a_trial_starts_after_a_cheap_probe_and_keeps_the_bytes() {
         let ms = Duration::from_millis;
         assert!(Trial::after(FaultProbe {
             huge: Some(ms(9)),
@@ -340,23 +349,42 @@ mod tests {
         trial.fault_in(&mut mem[..]);
         assert_eq!(mem[5], 7);
         assert!(trial.on());
-        // Dearer than 4 KiB pages (no time allowed at all): the trial
-        // ends once a window's worth of requests was faulted in, not before.
-        let dear = Trial {
-            on: AtomicBool::new(true),
-            small_per_mib: Duration::ZERO,
-            window: Mutex::new((Duration::ZERO, 0)),
-        };
-        let mut fresh = memmap2::MmapMut::map_anon(WINDOW).unwrap();
-        dear.advise(fresh.as_ptr() as usize, fresh.len());
-        let (first, rest) = fresh.split_at_mut(WINDOW / 2);
-        dear.fault_in(first);
-        assert!(dear.on());
-        dear.fault_in(rest);
-        assert!(!dear.on());
-        dear.fault_in(&mut fresh[..4096]);
-        assert!(!dear.on());
+        // Requests after the trial ended are advised back to 4 KiB pages,
+        // not faulted in; bytes never change.
+        trial.on.store(false, Ordering::Relaxed);
+        let mut fresh = memmap2::MmapMut::map_anon(4 << 20).unwrap();
+        trial.advise(fresh.as_ptr() as usize, fresh.len());
+        trial.fault_in(&mut fresh[..]);
         assert!(fresh.iter().all(|&b| b == 0));
+    }
+
+    /// With 4 KiB pages at 1 ms per MiB, a window may cost 64 ms: windows
+    /// within it keep the trial on, and the trial ends at the request that
+    /// takes a window past it, not at the window's end.
+    #[test]
+    fn a_trial_ends_as_soon_as_a_window_costs_more_than_small_pages() {
+        let ms = Duration::from_millis;
+        let mib = 1usize << 20;
+        let trial = Trial::after(FaultProbe {
+            huge: Some(ms(1)),
+            small: ms(8),
+        })
+        .unwrap();
+        // Two whole windows at 60 ms each: cheap, the trial goes on.
+        for _ in 0..2 {
+            trial.count(ms(30), WINDOW / 2);
+            assert!(trial.on());
+            trial.count(ms(30), WINDOW / 2);
+            assert!(trial.on());
+        }
+        assert_eq!(*trial.window.lock().unwrap(), (Duration::ZERO, 0));
+        // Dear pages: 40 ms for 8 MiB, twice: 80 ms, past the 64 ms a
+        // whole window may cost, with only a quarter of it faulted in.
+        trial.count(ms(40), 8 * mib);
+        assert!(trial.on());
+        trial.count(ms(40), 8 * mib);
+        assert!(!trial.on());
+        assert!(recently_dear());
     }
 
     /// A dear verdict holds for [`REMEMBERED`], then loads ask again.
