@@ -18,11 +18,10 @@
 //! are not cached are read with `O_DIRECT` (Linux) by more threads
 //! ([`LoadOptions::COLD_THREADS`], a deeper queue) into destinations backed by
 //! 4 KiB pages, or transparent huge pages for as long as they measure
-//! cheaper ([`HugePages::Auto`]): copies straight into
-//! their destination (only
-//! the partial blocks at a tensor's ends go through a small per-thread
-//! buffer), runs of small tensors and conversions through a per-thread
-//! buffer; the page cache is neither filled nor polluted. A piece with
+//! cheaper ([`HugePages::Auto`]): copies straight into their destination
+//! (only the partial blocks at a tensor's ends go through a small
+//! per-thread buffer, in the same vectored read), runs of small tensors and
+//! conversions through a per-thread buffer; the page cache is neither filled nor polluted. A piece with
 //! cached pages, a file system refusing direct I/O (tmpfs, some FUSE and
 //! network file systems), or a read it rejects, is read through the cache
 //! without error.
