@@ -632,17 +632,7 @@ fn a_worker_leaves_when_nothing_is_left_whatever_the_limit() {
         });
         let (wake_workers, done) = (Condvar::new(), AtomicU64::new(0));
         let caller = std::thread::current();
-        let worker = Worker {
-            reader: Reader {
-                file: &file,
-                direct: None,
-                trial: None,
-            },
-            shared: &shared,
-            wake_workers: &wake_workers,
-            done: &done,
-            caller: &caller,
-        };
+        let worker = cached_worker(&file, &shared, &wake_workers, &done, &caller);
         let (tx, rx) = std::sync::mpsc::channel();
         let waited = std::thread::scope(|s| {
             s.spawn(|| tx.send(worker.next().is_none()).unwrap());
@@ -655,6 +645,28 @@ fn a_worker_leaves_when_nothing_is_left_whatever_the_limit() {
             got
         });
         assert_eq!(waited, Ok(true), "issued {issued}, limit {limit}");
+    }
+}
+
+/// One reading thread's view of a load of `file` through the page cache
+/// (no direct reads, no huge-page trial), for tests that drive it by hand.
+fn cached_worker<'s, 'a>(
+    file: &'s MappedFile,
+    shared: &'s Mutex<Shared<'a>>,
+    wake_workers: &'s Condvar,
+    done: &'s AtomicU64,
+    caller: &'s std::thread::Thread,
+) -> Worker<'s, 'a> {
+    Worker {
+        reader: Reader {
+            file,
+            direct: None,
+            trial: None,
+        },
+        shared,
+        wake_workers,
+        done,
+        caller,
     }
 }
 
@@ -691,17 +703,7 @@ fn requests_are_handed_out_within_reach_of_the_first_not_read() {
     });
     let (wake_workers, done) = (Condvar::new(), AtomicU64::new(0));
     let caller = std::thread::current();
-    let worker = Worker {
-        reader: Reader {
-            file: &file,
-            direct: None,
-            trial: None,
-        },
-        shared: &shared,
-        wake_workers: &wake_workers,
-        done: &done,
-        caller: &caller,
-    };
+    let worker = cached_worker(&file, &shared, &wake_workers, &done, &caller);
     assert_eq!(worker.next().map(|(at, _)| at), Some(0));
     assert_eq!(worker.next().map(|(at, _)| at), Some(1));
     {
