@@ -19,7 +19,7 @@ from collections import defaultdict  # noqa: F401 (in the reference module's nam
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from . import _frameworks
-from ._frameworks.io import FrameworkIO
+from ._faces.io import FrameworkIO
 from ._write.sharded import write_sharded, write_sharded_from
 from ._write.streaming import Layout
 

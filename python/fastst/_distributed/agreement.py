@@ -18,8 +18,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union, 
 import torch
 import torch.distributed as dist
 
-from .. import _frameworks
-from .._errors import DistributedLoadError, SafetensorError, rule_error
+from .._errors import DistributedLoadError, SafetensorError, Where, rule_error
 from .._frameworks import torch as _fw_torch
 from .._read.safe_open import safe_open
 from .._sources.folders import INDEX_SUFFIX
@@ -114,7 +113,7 @@ def _options_digest(options: Dict[str, Any]) -> bytes:
 
 
 def _torch_layout(entry: Entry) -> Tuple[Any, Tuple[int, ...]]:
-    where = _frameworks.Where(entry.file, entry.name)
+    where = Where(entry.file, entry.name)
     return _fw_torch.torch_dtype(entry.dtype, where), _fw_torch.torch_shape(
         entry.dtype, entry.shape, where
     )

@@ -39,9 +39,8 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPla
 from torch.distributed.checkpoint.storage import StorageReader as _StorageReader
 from torch.futures import Future
 
-from .. import _frameworks
 from .._dtypes import PACKED_BITS
-from .._errors import rule_error
+from .._errors import Where, rule_error
 from .._fastst import RawFile
 from .._frameworks import torch as _fw_torch
 from .._paths import readable
@@ -140,7 +139,7 @@ class StorageReader(_StorageReader):
                         f"tensor {name!r}: {t.dtype} is not read through DCP",
                         name,
                     )
-                dtype = _fw_torch.torch_dtype(t.dtype, _frameworks.Where(where, name))
+                dtype = _fw_torch.torch_dtype(t.dtype, Where(where, name))
                 state[name] = TensorStorageMetadata(
                     properties=TensorProperties(dtype=dtype),
                     size=torch.Size(t.shape),

@@ -32,6 +32,7 @@ import numpy as np
 
 from .. import _fastst, _frameworks
 from .._dtypes import PACKED_BITS
+from .._errors import Where
 from .._settings import prefetch_budget, prefetch_enabled
 from .._sources.raw import RawSource
 from .index import check_index, read_plan
@@ -96,7 +97,7 @@ def plan(raw: _fastst.RawFile, what: Declaration) -> List[Tuple[int, int]]:
     if isinstance(what, Mapping):
         for name, index in what.items():
             dtype, shape, b, e = tensor(name)
-            where = _frameworks.Where(raw.name, name)
+            where = Where(raw.name, name)
             parts = slice_ranges(dtype, shape, e - b, index, where)
             ranges += [(start + b + o, n) for o, n in parts]
         return ranges

@@ -14,9 +14,8 @@ import numpy as np
 
 from .. import _frameworks
 from .._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
-from .._errors import closed_file_error, rule_error
+from .._errors import Where, closed_file_error, rule_error
 from .._fastst import DEFAULT_HEADER_CAP, RawFile, load_into
-from .._frameworks import placement
 from .._paths import progress_label
 from .._settings import prefetch_enabled, read_backend
 from .._sources.opener import open_source
@@ -24,6 +23,7 @@ from .._sources.raw import RawSource
 from .._sources.sharded import ShardedFile
 from . import prefetch as _prefetch
 from .index import check_index, read_plan
+from .placement import placement
 from .progress import Progress, resolve
 from .stream import Plan, load_side_by_side, stream
 
@@ -44,7 +44,7 @@ def _offset_report(
 
 def _aligned_empty(nbytes: int, place: _frameworks.Placement) -> np.ndarray:
     """``nbytes`` uninitialised bytes starting at ``place[1]`` modulo
-    ``place[0]`` (:func:`fastst._frameworks.placement`)."""
+    ``place[0]`` (:func:`fastst._read.placement.placement`)."""
     align, phase = place
     block = np.empty(nbytes + align, dtype=np.uint8)
     skip = (phase - block.ctypes.data) % align
@@ -188,8 +188,8 @@ class safe_open:  # noqa: N801 - the reference package's name
         buffer, dtype, shape = self._raw.tensor(name)
         return to_numpy(buffer, dtype, shape), dtype
 
-    def _where(self, name: str) -> _frameworks.Where:
-        return _frameworks.Where(self._raw.name, name)
+    def _where(self, name: str) -> Where:
+        return Where(self._raw.name, name)
 
     def get_tensor(self, name: str, *, copy: bool = False, dtype: Any = None) -> Any:
         """The whole tensor ``name`` in the framework the file was opened for:
@@ -403,8 +403,8 @@ class _Tensor:
     device: Any
 
     @property
-    def where(self) -> _frameworks.Where:
-        return _frameworks.Where(self.raw.name, self.name)
+    def where(self) -> Where:
+        return Where(self.raw.name, self.name)
 
 
 class SafeSlice:

@@ -30,7 +30,6 @@ flight, never the file.
 from __future__ import annotations
 
 import os
-import sys
 from collections import abc
 from types import TracebackType
 from typing import (
@@ -51,6 +50,7 @@ from typing import (
 from .._dtypes import FACTS, NUMPY_DTYPES, target_dtype
 from .._errors import SafetensorError, rule_error
 from .._fastst import DEFAULT_HEADER_CAP, LayoutWriter, WritePlan
+from .._frameworks import writable
 from .._paths import os_path, readable
 from . import remote as _remote
 from .tensors import SPEC_DTYPES, check_align, check_metadata, prepare
@@ -156,14 +156,12 @@ def tensor_bytes(dtype: str, shape: Sequence[int]) -> int:
 
 
 def _framework_input(name: str, value: Any, keep_alive: List[Any]) -> Any:
-    """``value`` as the writer's input path takes it: a torch tensor through
-    the torch conversion ``save_file`` uses (torch is only looked at when it
-    is already imported), anything else as it is."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):
-        from .._frameworks.torch_storage import to_arrays
-
-        return to_arrays({name: value}, keep_alive)[name]
+    """``value`` as the writer's input path takes it: a framework's tensor
+    (torch's) through the conversion its ``save_file`` uses (the framework
+    registry's :func:`fastst._frameworks.writable`), anything else as it is."""
+    found = writable(value)
+    if found is not None:
+        return found.to_arrays({name: value}, keep_alive)[name]
     return value
 
 

@@ -33,7 +33,7 @@ from typing import (
 import numpy as np
 
 from .._dtypes import NUMPY_DTYPES, PACKED_BITS, header_dtype, pack_bits
-from .._errors import UnsupportedDtypeError, rule_error
+from .._errors import BYTES_NAME, UnsupportedDtypeError, rule_error
 from .._fastst import DEFAULT_HEADER_CAP, MAX_ALIGN, WritePlan
 from .._paths import os_path, readable
 from . import remote as _remote
@@ -43,9 +43,6 @@ PathLike = Union[str, "os.PathLike[str]"]
 #: Bytes converted at a time for inputs that are not already contiguous
 #: little-endian memory.
 CHUNK_BYTES = 8 << 20
-
-#: Name shown in errors about in-memory serialisation.
-BYTES_NAME = "<bytes>"
 
 #: The alignment of the data section without ``align=``: the header is
 #: padded with spaces to a multiple of 8 bytes, as the reference pads it.
