@@ -27,10 +27,10 @@
 //! false); everything else is exact.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use fastst_core::internal::{thread_count, zeroed};
+use fastst_core::internal::{fan_out, thread_count, zeroed};
 use fastst_core::{
     bf16_to_f32, f16_to_f32, Backend, Dtype, Error, MappedFile, OpenOptions, Result, TensorInfo,
     DEFAULT_HEADER_CAP,
@@ -895,48 +895,35 @@ fn stats(
     let total: u64 = chosen.iter().map(|t| t.byte_len()).sum();
     let largest = jobs.iter().map(|j| j.2).max().unwrap_or(0);
     let done_bytes = AtomicU64::new(0);
-    let next = AtomicUsize::new(0);
-    let workers = thread_count(options.threads).clamp(1, jobs.len().max(1));
     let bins = options.bins.clamp(1, MAX_BINS);
-    let work = || -> Result<()> {
-        let mut buf = zeroed(largest as u64, "")?;
-        let mut scratch = Scratch {
+    let init = || -> Result<_> {
+        let buf = zeroed(largest as u64, "")?;
+        let scratch = Scratch {
             table: new_table()?,
             list: Vec::new(),
         };
-        loop {
-            let k = next.fetch_add(1, Ordering::Relaxed);
-            let Some(&(i, offset, n)) = jobs.get(k) else {
-                return Ok(());
-            };
-            let info = chosen[i];
-            let bytes = &mut buf[..n];
-            file.read_tensor_into(info, offset, bytes)?;
-            let whole = n as u64 == info.byte_len();
-            scan_chunk(info, bytes, whole, &pending[i], &mut scratch, bins)?;
-            let so_far = done_bytes.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-            if let Some(report) = progress {
-                report(so_far, total);
-            }
+        Ok((buf, scratch))
+    };
+    let each = |(buf, scratch): &mut (Vec<u8>, Scratch), k: usize| -> Result<()> {
+        let (i, offset, n) = jobs[k];
+        let info = chosen[i];
+        let bytes = &mut buf[..n];
+        file.read_tensor_into(info, offset, bytes)?;
+        let whole = n as u64 == info.byte_len();
+        scan_chunk(info, bytes, whole, &pending[i], scratch, bins)?;
+        let so_far = done_bytes.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        if let Some(report) = progress {
+            report(so_far, total);
         }
+        Ok(())
     };
-    let outcomes: Vec<Result<()>> = if workers == 1 {
-        vec![work()]
-    } else {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..workers).map(|_| s.spawn(work)).collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or(Err(Error::WorkerFailed { task: "stats" }))
-                })
-                .collect()
-        })
-    };
-    for outcome in outcomes {
-        outcome?;
-    }
+    fan_out(
+        jobs.len(),
+        thread_count(options.threads),
+        "stats",
+        init,
+        each,
+    )?;
     pending
         .into_iter()
         .map(|p| {
