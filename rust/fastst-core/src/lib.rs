@@ -175,10 +175,11 @@ pub use write::{
 /// The pieces of the reader that the forensics, remote and Python crates
 /// build on but that are not an API of their own: the one file opener and
 /// fallible allocation, the entry and layout rules as `fastst verify` runs
-/// them collect-all, magic-number sniffing, JSON text helpers, the thread
+/// them collect-all, magic-number sniffing, the small float kinds' values, JSON text helpers, the thread
 /// policy and its one fan-out ([`internal::fan_out`]), the write-back window the Python glue reports. With the
 /// `testfs` feature, also the scratch files of the tests.
 pub mod internal {
+    pub use crate::convert::minifloat_to_f32;
     pub use crate::identify::{sniff, Magic, SNIFF_LEN};
     pub use crate::io::{open, zeroed, OpenFile};
     pub use crate::json::{whitespace_len, write_string, write_u64};
