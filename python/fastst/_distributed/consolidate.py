@@ -36,7 +36,7 @@ import numpy as np
 
 from .._dtypes import FACTS
 from .._errors import rule_error
-from .._fastst import RawFile
+from .._fastst.read import RawFile
 from .._paths import readable
 from .._settings import parse_size
 from .._sources.folders import own_shard

@@ -35,7 +35,7 @@ import numpy as np
 
 from .._dtypes import FACTS
 from .._errors import rule_error
-from .._fastst import RawFile
+from .._fastst.read import RawFile
 from .._sources.folders import shard_name
 
 __all__ = [

@@ -10,7 +10,7 @@ A save over an existing checkpoint commits as one, through this sequence
    reader sees the new checkpoint;
 3. each staged shard is linked to its final name
    (``{prefix}-00001-of-0000N.safetensors``), replacing an old shard of
-   that name in one step (:func:`fastst._fastst.link_file`);
+   that name in one step (:func:`fastst._fastst.write.link_file`);
 4. the index is replaced by one naming the final names;
 5. the staged names, and the shards of earlier saves under the same
    prefix that the new index does not name, are removed.
@@ -54,7 +54,7 @@ from collections import abc
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 from .._errors import closed_file_error, rule_error
-from .._fastst import link_file
+from .._fastst.write import link_file
 from .._paths import os_path, readable
 from .._settings import parse_size
 from .._sources.folders import UNFINISHED, own_shard, shard_name
