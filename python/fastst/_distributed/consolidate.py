@@ -37,14 +37,14 @@ import numpy as np
 from .._dtypes import FACTS
 from .._errors import rule_error
 from .._fastst import RawFile
+from .._layout import output_name, own_shard, staged_name
 from .._paths import readable
 from .._settings import parse_size
-from .._sources.folders import own_shard
 from .._write.remote import is_url
-from .._write.sharded import UrlCommit, commit_staged, index_of, plan_shards, staged_name
+from .._write.sharded import UrlCommit, commit_staged, index_of, plan_shards
 from .._write.streaming import TensorWriter, open_writer
 from . import dcp_remote
-from .dcp_files import Tensor, check_mapping, chunk_table, output_name, run_all
+from .dcp_files import Tensor, check_mapping, chunk_table, run_all
 
 __all__ = [
     "consolidate",

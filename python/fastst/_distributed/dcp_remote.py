@@ -46,13 +46,13 @@ from typing import Any, Dict, List, Mapping, Optional
 from .. import _fastst
 from .._errors import SafetensorError, rule_error
 from .._fastst import DEFAULT_HEADER_CAP, RawFile
+from .._layout import MODEL_OBJECT, RANK_OBJECT
 from .._settings import index_cap
 from .._sources import remote as _remote
 from .._write.remote import is_url
 from .._write.sharded import UrlCommit
 from .._write.sharded import forget as _forget
 from . import dcp_commit
-from .dcp_files import MODEL_OBJECT, RANK_OBJECT
 
 __all__ = [
     "RECORD",
@@ -74,7 +74,7 @@ _FORMAT = "fastst-dcp"
 _COMMIT_OBJECT = {"rank": RECORD, "model": dcp_commit.INDEX_NAME}
 _FAMILY = {"rank": RANK_OBJECT, "model": MODEL_OBJECT}
 
-#: Files named with a save's own part (:func:`fastst._distributed.dcp_files.output_name`).
+#: Files named with a save's own part (:func:`fastst._layout.output_name`).
 _PARTED = re.compile(r"(?:shard-\d{5}-)?model-[0-9a-f]{8}-\d{5}-of-\d{5}\.safetensors")
 
 

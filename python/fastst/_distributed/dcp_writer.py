@@ -34,13 +34,14 @@ from torch.distributed.checkpoint.storage import StorageWriter as _StorageWriter
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
+from .._layout import rank_file_name
 from .._paths import readable
 from .._write.remote import is_url
 from .._write.sharded import UrlCommit
 from .._write.streaming import TensorWriter, open_writer, upload_layout
 from . import dcp_commit, dcp_remote
 from .consolidate import consolidate
-from .dcp_files import check_mapping, file_metadata, rank_file_name, run_all, threads
+from .dcp_files import check_mapping, file_metadata, run_all, threads
 
 __all__ = ["StorageWriter", "SHARDED_DIR"]
 

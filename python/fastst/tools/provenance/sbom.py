@@ -27,6 +27,8 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from ..._layout import INDEX_SUFFIX
+from ..._settings import DEFAULT_INDEX_CAP
 from ..._write.atomic import replace_bytes
 from .findings import ProvenanceError, require
 from .hashing import GIT_PATHS, ModelFile, Piece, hash_pieces, list_model, read_regular
@@ -63,7 +65,7 @@ def _fspath(path: PathLike) -> str:
 
 def _index_shards(path: str) -> List[str]:
     try:
-        data = json.loads(read_regular(path, 64 << 20, follow=False))
+        data = json.loads(read_regular(path, DEFAULT_INDEX_CAP, follow=False))
     except (OSError, ValueError, RecursionError) as exc:
         raise ProvenanceError(f"{path}: not a readable index ({exc})", filename=path) from None
     wm = data.get("weight_map") if isinstance(data, dict) else None
@@ -77,7 +79,7 @@ def _checkpoints(files: Sequence[ModelFile]) -> Tuple[List[_Checkpoint], List[Mo
     used: set = set()
     cps: List[_Checkpoint] = []
     for f in files:
-        if f.name.lower().endswith(".safetensors.index.json"):
+        if f.name.lower().endswith(INDEX_SUFFIX):
             folder = os.path.dirname(f.name)
             shards = []
             for s in _index_shards(f.path):
@@ -181,7 +183,7 @@ def sbom(
     model_s = _fspath(model)
     root = model_s
     only_index = None
-    if os.path.isfile(model_s) and model_s.endswith(".safetensors.index.json"):
+    if os.path.isfile(model_s) and model_s.endswith(INDEX_SUFFIX):
         root = os.path.dirname(os.path.abspath(model_s))
         only_index = os.path.basename(model_s)
     ignore = list(GIT_PATHS) if ignore_git_paths else []
