@@ -3,7 +3,7 @@
 Object storage cannot rename, so a save of
 :class:`fastst.torch.dcp.StorageWriter` to a URL prefix
 (``s3://bucket/run/step-100/``) does not stage and link as a local one
-(:mod:`fastst._distributed.dcp_commit`): it commits as a sharded save to a
+(:mod:`fastst._dcp.commit`): it commits as a sharded save to a
 prefix does, through the one sequence of
 :class:`fastst._write.sharded.UrlCommit`:
 
@@ -52,7 +52,7 @@ from .._sources import remote as _remote
 from .._write.remote import is_url
 from .._write.sharded import UrlCommit
 from .._write.sharded import forget as _forget
-from . import dcp_commit
+from . import commit as dcp_commit
 
 __all__ = [
     "RECORD",
@@ -237,7 +237,7 @@ def open_checkpoint(
 ) -> Dict[str, RawFile]:
     """The files of the checkpoint at ``where`` opened, by path or URL (the names its
     chunks record): under a URL prefix those :func:`checkpoint_urls` gives, in a local
-    folder :func:`fastst._distributed.dcp_commit.checkpoint_files`' (read with
+    folder :func:`fastst._dcp.commit.checkpoint_files`' (read with
     ``backend``). None is ``FileNotFoundError``."""
     if is_url(where):
         base = prefix(where)
