@@ -25,7 +25,6 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from typing import Mapping as MappingType
@@ -35,6 +34,7 @@ import numpy as np
 from .._dtypes import FACTS
 from .._errors import rule_error
 from .._fastst import RawFile
+from .._read import pool
 
 __all__ = [
     "SHARDING_KEY",
@@ -269,12 +269,5 @@ def run_all(
     work: Callable[[Any], None], jobs: Sequence[Any], count: Optional[int], name: str
 ) -> None:
     """``work(job)`` for every job, on :func:`threads` ``(count, len(jobs))`` threads named
-    ``name`` (on this thread when that is one); the first exception is raised once every
-    job started has ended."""
-    n = threads(count, len(jobs))
-    if n == 1:
-        for job in jobs:
-            work(job)
-        return
-    with ThreadPoolExecutor(n, thread_name_prefix=name) as pool:
-        list(pool.map(work, jobs))
+    ``name`` (:func:`fastst._read.pool.run_all`: the first error wins)."""
+    pool.run_all(work, jobs, threads(count, len(jobs)), name)

@@ -21,13 +21,13 @@ CycloneDX 1.6 JSON schema the library ships.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..._layout import INDEX_SUFFIX
+from ..._read.pool import run_all
 from ..._settings import DEFAULT_INDEX_CAP
 from ..._write.atomic import replace_bytes
 from .findings import ProvenanceError, require
@@ -202,14 +202,8 @@ def sbom(
     st_files = [f for c in cps for f in c.shards]
     workers = max(1, min(len(st_files), threads or os.cpu_count() or 1))
     per_thread = 1 if workers > 1 else threads
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        facts = dict(
-            zip(
-                [f.name for f in st_files],
-                pool.map(lambda f: _file_facts(f.path, per_thread), st_files),
-                strict=True,
-            )
-        )
+    got = run_all(lambda f: _file_facts(f.path, per_thread), st_files, workers, "fastst-sbom")
+    facts = dict(zip([f.name for f in st_files], got, strict=True))
     plain = [c.index for c in cps if c.index is not None] + others
     plain_digests, errors = hash_pieces(
         [Piece(f.name, f.path, 0, None) for f in plain], "sha256", threads=threads
