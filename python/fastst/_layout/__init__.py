@@ -1,4 +1,4 @@
-"""The checkpoint layout: file names, the index cap, and which checkpoint a listing holds.
+"""The checkpoint layout: suffixes, the names saves give files, which checkpoint a listing holds.
 
 Every fact of how a checkpoint lies in a folder or under an object prefix
 lives here, and every room reads it from here:
