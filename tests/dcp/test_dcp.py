@@ -30,8 +30,8 @@ import torch
 import torch.distributed as dist
 from fastst._dcp import commit as dcp_commit
 from fastst._dcp import consolidate as C
-from fastst._dcp import files as dcp_files
 from fastst._dcp.files import Chunk, Tensor, chunk_table, file_metadata
+from fastst._read import pool as read_pool
 from fastst.torch import dcp as fdcp
 from fastst.torch import save_file
 from helpers.dcp_states import (
@@ -667,12 +667,12 @@ def test_consolidate_threads_do_not_follow_the_cores(
     _save_no_dist(state, src, save_distributed=True)
     asked: List[int] = []
 
-    class Recording(dcp_files.ThreadPoolExecutor):
+    class Recording(read_pool.ThreadPoolExecutor):
         def __init__(self, workers: int, **kw: Any) -> None:
             asked.append(workers)
             super().__init__(workers, **kw)
 
-    monkeypatch.setattr(dcp_files, "ThreadPoolExecutor", Recording)
+    monkeypatch.setattr(read_pool, "ThreadPoolExecutor", Recording)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     fdcp.consolidate(src, tmp_path / "out")
     fdcp.consolidate(src, tmp_path / "out3", thread_count=3)
