@@ -55,9 +55,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 from .._errors import closed_file_error, rule_error
 from .._fastst import link_file
+from .._layout import UNFINISHED, index_name, own_shard, shard_name, staged_name
 from .._paths import os_path, readable
 from .._settings import parse_size
-from .._sources.folders import UNFINISHED, own_shard, shard_name
 from . import remote as _remote
 from .atomic import replace_bytes
 from .streaming import (
@@ -72,7 +72,6 @@ from .streaming import (
 __all__ = [
     "plan_shards",
     "write_sharded",
-    "staged_name",
     "commit_staged",
     "ShardedWriter",
     "open_sharded_writer",
@@ -80,12 +79,6 @@ __all__ = [
     "UrlCommit",
     "forget",
 ]
-
-
-def staged_name(token: str, final: str) -> str:
-    """The name a shard is written under before the commit (see above;
-    :data:`fastst._sources.folders.UNFINISHED` recognises it)."""
-    return f".{token}.fastst-tmp.{final}"
 
 
 def plan_shards(sizes: Dict[str, int], max_size: int) -> List[List[str]]:
@@ -125,7 +118,7 @@ class _LocalSave:
         self.finals = [shard_name(prefix, i, total) for i in range(1, total + 1)]
         token = os.urandom(8).hex()
         self.staged = [os.path.join(self.folder, staged_name(token, n)) for n in self.finals]
-        self.index_path = os.path.join(self.folder, f"{prefix}.safetensors.index.json")
+        self.index_path = os.path.join(self.folder, index_name(prefix))
         self.where = readable(self.index_path)
         self.index_bytes = index_of(groups, sizes, index_metadata)
 
@@ -233,9 +226,9 @@ class UrlCommit:
         ``{prefix}.safetensors.index.json`` (``part``: one another process chose, else a
         new one)."""
         base = folder if folder.endswith("/") else folder + "/"
-        index_name = f"{prefix}.safetensors.index.json"
-        old = _remote.shards_named(_remote.shard_url(base, index_name), storage_options)
-        return cls(base, index_name, old, storage_options, part)
+        index_file = index_name(prefix)
+        old = _remote.shards_named(_remote.shard_url(base, index_file), storage_options)
+        return cls(base, index_file, old, storage_options, part)
 
     def url(self, name: str) -> str:
         """The URL of the object ``name`` (a plain file name) under the prefix."""
@@ -278,7 +271,7 @@ def commit_staged(
     ``finals``; returns the index's path. Every sharded commit of fastst
     (saves, the sharded writer, consolidation) runs through here."""
     total = len(finals)
-    index_path = os.path.join(folder, f"{prefix}.safetensors.index.json")
+    index_path = os.path.join(folder, index_name(prefix))
     # 2. The commit: the index names the new shards.
     replace_bytes(index_path, index_bytes(staged))
     # 3. The ecosystem's names, each replaced in one step.
