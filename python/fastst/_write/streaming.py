@@ -49,10 +49,11 @@ from typing import (
 )
 
 from .._dtypes import FACTS, NUMPY_DTYPES, target_dtype
-from .._errors import SafetensorError, rule_error
+from .._errors import SafetensorError, rule_error, save_errors
 from .._fastst import DEFAULT_HEADER_CAP, LayoutWriter, WritePlan
 from .._paths import os_path, readable
 from . import remote as _remote
+from .shared_folder import drop_sharded_layout
 from .tensors import SPEC_DTYPES, check_align, check_metadata, prepare
 
 __all__ = ["open_writer", "TensorWriter", "upload_layout"]
@@ -227,12 +228,14 @@ class TensorWriter(WholeOrNothing):
         self._where = where
         self._names = frozenset(e[0] for e in entries)
         self._entries = {e[0]: (e[1], e[2]) for e in entries}
+        self._local: Optional[Any] = None if url else target
         if url:
             self._native = _remote.layout_writer(
                 str(path), entries, meta, header_cap, unit, storage_options
             )
         else:
-            self._native = LayoutWriter(target, where, entries, meta, header_cap, unit, durable)
+            with save_errors(where):
+                self._native = LayoutWriter(target, where, entries, meta, header_cap, unit, durable)
 
     @property
     def name(self) -> str:
@@ -309,8 +312,15 @@ class TensorWriter(WholeOrNothing):
         was, and
         :class:`fastst.SerializeError` (rule ``tensors-missing``) names what
         is missing. The writer is closed afterwards either way; closing it
-        again raises :class:`fastst.ClosedFileError`."""
-        self._native.commit()
+        again raises :class:`fastst.ClosedFileError`. A file ``{prefix}.safetensors``
+        replaces the sharded checkpoint of the same prefix beside it (see
+        ``docs/io.md``)."""
+        if self._local is None:
+            self._native.commit()
+            return
+        with save_errors(self._where):
+            self._native.commit()
+        drop_sharded_layout(self._local)
 
     def abort(self) -> None:
         """Discards the file (for a URL, aborts the upload): nothing is

@@ -33,10 +33,11 @@ from typing import (
 import numpy as np
 
 from .._dtypes import NUMPY_DTYPES, PACKED_BITS, header_dtype, pack_bits
-from .._errors import UnsupportedDtypeError, rule_error
+from .._errors import UnsupportedDtypeError, rule_error, save_errors
 from .._fastst import DEFAULT_HEADER_CAP, MAX_ALIGN, WritePlan
 from .._paths import os_path, readable
 from . import remote as _remote
+from .shared_folder import drop_sharded_layout
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -439,4 +440,6 @@ def serialize_file(
     path = os_path(filename)
     name = readable(path)
     layout, sources = plan(name, tensor_dict, metadata, header_cap, align)
-    layout.write_file(path, name, sources, durable)
+    with save_errors(name):
+        layout.write_file(path, name, sources, durable)
+    drop_sharded_layout(path)
