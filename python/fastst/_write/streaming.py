@@ -54,7 +54,7 @@ from .._fastst import DEFAULT_HEADER_CAP, LayoutWriter, WritePlan
 from .._paths import os_path, readable
 from . import remote as _remote
 from .shared_folder import drop_sharded_layout
-from .tensors import SPEC_DTYPES, check_align, check_metadata, prepare
+from .tensors import SPEC_DTYPES, byte_view, check_align, check_metadata, prepare
 
 __all__ = ["open_writer", "TensorWriter", "upload_layout"]
 
@@ -91,6 +91,10 @@ def _layout_dtype(where: str, name: str, dtype: Any) -> Tuple[str, bool]:
         ) from None
 
 
+#: Dimensions of a shape are below this (what the format's readers take).
+_DIM_LIMIT = 1 << 63
+
+
 def _layout_shape(where: str, name: str, shape: Any) -> List[int]:
     if isinstance(shape, (str, bytes)) or not isinstance(shape, abc.Iterable):
         raise rule_error(
@@ -109,6 +113,13 @@ def _layout_shape(where: str, name: str, shape: Any) -> List[int]:
     if any(d < 0 for d in dims):
         raise rule_error(
             "bad-shape", where, f"tensor {name!r}: shape {dims} has a negative dimension", name
+        )
+    if any(d >= _DIM_LIMIT for d in dims):
+        raise rule_error(
+            "bad-shape",
+            where,
+            f"tensor {name!r}: shape {dims} has a dimension of 2^63 or more (the format's limit)",
+            name,
         )
     return dims
 
@@ -302,7 +313,19 @@ class TensorWriter(WholeOrNothing):
                 name,
             )
         dtype, shape = self._entries[name]
-        self._native.write(name, dtype, list(shape), iter(parts))
+        where = self._where
+
+        def as_bytes(items: Iterable[Any]) -> Iterator[Any]:
+            for at, part in enumerate(items):
+                try:
+                    yield byte_view(part)
+                except TypeError:
+                    raise TypeError(
+                        f"{where}: tensor {name!r}: part {at} given to write_parts is a "
+                        f"{type(part).__name__}, not a buffer (bytes, memoryview, array)"
+                    ) from None
+
+        self._native.write(name, dtype, list(shape), as_bytes(parts))
 
     def close(self) -> None:
         """Saves the file: when every tensor of the layout was written, it

@@ -216,7 +216,12 @@ def _raw_data(address: int, length: int) -> Any:
     return np.frombuffer(memoryview(memory), dtype=np.uint8)
 
 
-def _bytes_data(data: Any) -> Any:
+def byte_view(data: Any) -> Any:
+    """The bytes of the buffer ``data`` as a flat, C-contiguous byte view (a numpy array
+    of any dtype viewed as uint8; another buffer cast, or copied when not contiguous);
+    ``TypeError`` for an object that is no buffer."""
+    if isinstance(data, np.ndarray):
+        return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     view = memoryview(data)
     if not view.c_contiguous:
         view = memoryview(view.tobytes())
@@ -261,7 +266,7 @@ def prepare(where: str, name: str, value: Any) -> _Tensor:
         if value["dtype"] == "float4_e2m1fn_x2" and shape:
             shape = shape[:-1] + (shape[-1] * 2,)
         try:
-            data = _bytes_data(value["data"])
+            data = byte_view(value["data"])
         except TypeError:
             raise TypeError(
                 f"{where}: tensor {name!r}: 'data' must be a bytes-like object, "
