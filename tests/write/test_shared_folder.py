@@ -249,7 +249,8 @@ def test_prefixes_up_to_the_name_limit_save(tmp_path: Path, shape: List[int]) ->
     loaded = fnp.load_file(tmp_path / f"{prefix}.safetensors.index.json")
     assert sorted(loaded) == sorted(data)
     layout = {n: ("F32", shape) for n in data}
-    with fastst.open_sharded_writer(tmp_path / "w", layout, max_shard_size="4KB", prefix=prefix) as w:
+    folder = tmp_path / "w"
+    with fastst.open_sharded_writer(folder, layout, max_shard_size="4KB", prefix=prefix) as w:
         for name, t in data.items():
             w.write(name, t)
     assert sorted(fnp.load_file(tmp_path / "w")) == sorted(data)
