@@ -21,6 +21,8 @@ lives here, and every room reads it from here:
 from __future__ import annotations
 
 import errno
+import hashlib
+import os
 import re
 from typing import Callable, Iterable, List, Optional, Set
 
@@ -77,6 +79,12 @@ def shard_name(prefix: str, number: int, total: int, part: str = "") -> str:
     return f"{stem}-{number:05d}-of-{total:05d}.safetensors"
 
 
+def shard_pattern(prefix: str) -> re.Pattern[str]:
+    """Matches the names :func:`shard_name` gives the shards of ``prefix``
+    (without a save's own part): what a local sharded save of it made."""
+    return re.compile(re.escape(prefix) + r"-\d{5}-of-\d{5}\.safetensors")
+
+
 def own_shard(name: str, prefixes: Set[str]) -> bool:
     """Whether ``name`` is a shard's name (:func:`shard_name`, with or without
     a save's own part) of the index of one of ``prefixes``: such a file
@@ -91,10 +99,22 @@ def own_shard(name: str, prefixes: Set[str]) -> bool:
     return part is not None and part.group(1) in prefixes
 
 
+#: The longest file name the common file systems take (``NAME_MAX``), in bytes.
+NAME_MAX = 255
+
+
 def staged_name(token: str, final: str) -> str:
     """The name the save ``token`` (16 hex) writes the file to be named
-    ``final`` under before its commit (:data:`UNFINISHED` recognises it)."""
-    return f".{token}.fastst-tmp.{final}"
+    ``final`` under before its commit (:data:`UNFINISHED` recognises it):
+    ``.<token>.fastst-tmp.<final>``, or where that would be longer than
+    :data:`NAME_MAX` bytes, ``.<token>.fastst-tmp.<16 hex of the final
+    name's SHA-256>.safetensors``, so that a staged name fits wherever its
+    final name fits."""
+    name = f".{token}.fastst-tmp.{final}"
+    if len(os.fsencode(name)) <= NAME_MAX:
+        return name
+    digest = hashlib.sha256(os.fsencode(final)).hexdigest()[:16]
+    return f".{token}.fastst-tmp.{digest}{WEIGHTS_SUFFIX}"
 
 
 def output_name(index: int, last: int, part: str = "") -> str:
