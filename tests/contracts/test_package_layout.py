@@ -191,7 +191,7 @@ def test_rule_ids_raised_from_python_are_in_the_catalogue() -> None:
         "bad-shape",
         "unsupported-dtype",
         "shard-missing",
-        "index-ambiguous",
+        "folder-ambiguous",
         "framework-dtype",
     } <= everything
     for module, ids in raised.items():

@@ -16,10 +16,11 @@ from urllib.parse import unquote, urlsplit
 from .. import _fastst
 from .._errors import SafetensorError
 from .._fastst.read import DEFAULT_HEADER_CAP
+from .._layout import INDEX_SUFFIX, names_an_index
 from .._paths import os_path as _path
 from .._paths import progress_label, readable, shown
 from .._sources import remote as _remote
-from .._sources.folders import INDEX_SUFFIX, claimed_shards, index_shards, read_index
+from .._sources.folders import claimed_shards, index_shards, read_index
 from .._sources.sharded import ShardedFile
 from . import results
 from .walk import walk
@@ -68,7 +69,7 @@ def shard_location(index_path: str, shard: str) -> str:
 
 
 def _url_kind(url: str) -> str:
-    return "checkpoint" if urlsplit(url).path.endswith(".index.json") else "file"
+    return "checkpoint" if names_an_index(urlsplit(url).path) else "file"
 
 
 def iter_inputs(paths: Iterable[PathLike]) -> Iterator[Tuple[str, str]]:
@@ -91,7 +92,7 @@ def iter_inputs(paths: Iterable[PathLike]) -> Iterator[Tuple[str, str]]:
             yield _url_kind(path), path
             continue
         if not os.path.isdir(path):
-            kind = "checkpoint" if path.endswith(".index.json") else "file"
+            kind = "checkpoint" if names_an_index(path) else "file"
             yield kind, path
             continue
         too_deep: List[str] = []

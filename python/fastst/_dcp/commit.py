@@ -46,12 +46,11 @@ from typing import Any, Dict, List, Optional, Tuple
 from .._errors import rule_error
 from .._fastst.read import DEFAULT_HEADER_CAP, RawFile
 from .._fastst.write import link_file
+from .._layout import MODEL_FILE, RANK_FILE, UNFINISHED, index_name, staged_name
 from .._paths import readable
 from .._sources.file import open_file
-from .._sources.folders import UNFINISHED, shard_problem
+from .._sources.folders import shard_problem
 from .._write.atomic import replace_bytes
-from .._write.sharded import staged_name
-from .dcp_files import MODEL_FILE, RANK_FILE
 
 __all__ = [
     "INDEX_NAME",
@@ -65,7 +64,7 @@ __all__ = [
 ]
 
 #: The index torch writes beside files of a single-writer save.
-INDEX_NAME = "model.safetensors.index.json"
+INDEX_NAME = index_name("model")
 _STAGING = re.compile(r"\.([0-9a-f]{16})\.fastst-tmp")
 _RECORD = "commit.json"
 #: A commit record larger than this is not one of ours.
