@@ -701,6 +701,39 @@ def test_hostile_folders(tmp_path: Path) -> None:
             call(str(folder))
 
 
+def test_commit_record_through_a_link_is_refused(tmp_path: Path) -> None:
+    """A commit record whose staged file is a symbolic link out of the folder:
+    the reader and consolidation refuse it as they refuse the same link at the
+    top level (``shard-path``), and copy nothing of it."""
+    private = tmp_path / "private"
+    private.mkdir()
+    secret = private / "x.safetensors"
+    save_file({"secret": torch.arange(4, dtype=torch.float32)}, str(secret))
+    folder = tmp_path / "ck"
+    _save_no_dist({"a": torch.zeros(3)}, folder, save_distributed=True)
+    token = "00000000000000bb"
+    stage = Path(dcp_commit.staging_dir(str(folder), token))
+    stage.mkdir()
+    final = "shard-00001-model-00001-of-00001.safetensors"
+    Path(dcp_commit.staged_path(str(folder), token, final)).symlink_to(
+        os.path.join("..", "..", "private", "x.safetensors")
+    )
+    record = {"token": token, "files": [final], "kind": "rank", "index": None}
+    (stage / "commit.json").write_text(json.dumps(record))
+    with pytest.raises(fastst.SafetensorError) as info:
+        dcp_commit.checkpoint_files(str(folder))
+    assert info.value.rule == "shard-path"
+    with pytest.raises(fastst.SafetensorError) as info:
+        fdcp.consolidate(folder, tmp_path / "out")
+    assert info.value.rule == "shard-path"
+    copied = (
+        [p for p in (tmp_path / "out").rglob("*.safetensors")]
+        if (tmp_path / "out").exists()
+        else []
+    )
+    assert copied == []
+
+
 def test_tiling_overlap_with_the_right_volume() -> None:
     """Chunks holding as many elements as the tensor, one overlapping another (and so a hole)."""
     from fastst._dcp.files import _check

@@ -278,7 +278,12 @@ def checkpoint_files(folder: str) -> List[str]:
     ours: Dict[str, str] = {n: os.path.join(folder, n) for n in names if not family.fullmatch(n)}
     for final in record["files"]:
         staged = os.path.join(stage, staged_name(record["token"], final))
-        ours[final] = staged if os.path.exists(staged) else os.path.join(folder, final)
+        path = staged if os.path.exists(staged) else os.path.join(folder, final)
+        # The record's files are held to the rule every file of the folder is.
+        problem = shard_problem(folder, os.path.relpath(path, folder))
+        if problem is not None:
+            raise rule_error(problem[0], path, problem[1])
+        ours[final] = path
     return [ours[n] for n in sorted(ours)]
 
 

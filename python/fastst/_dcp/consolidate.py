@@ -8,8 +8,10 @@ each whole tensor with the streaming writer from its chunks, a few
 megabytes of rows at a time: rows one chunk holds whole are read with
 positioned reads into a buffer and written from it, other rows are
 gathered from each chunk's part of them; several tensors are written at
-once, each by one thread, so memory stays at two buffers per thread
-(:data:`BLOCK` bytes each), whatever the tensors' sizes. Every chunk
+once, each by one thread (no more threads than tensors), so memory stays
+at two buffers per thread, each :data:`BLOCK` bytes or one row of the
+tensor where a row is larger (a tensor of 64 MiB rows takes two such rows
+per thread; the second only where chunks split rows). Every chunk
 byte is read once. The output is committed as a sharded save commits (staged shards, then the index,
 :func:`fastst._write.sharded.commit_staged`), so it appears whole or not
 at all; its tensors, metadata (none) and index equal what torch's
