@@ -9,7 +9,7 @@ import os
 from typing import Any, Dict, Iterator, List, Tuple, Union
 
 from .._errors import BYTES_NAME, Where
-from .._fastst import parse_bytes
+from .._fastst.read import parse_bytes
 from .._frameworks import backend as framework_backend
 
 PathLike = Union[str, "os.PathLike[str]"]
