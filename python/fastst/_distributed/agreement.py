@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from .._errors import DistributedLoadError, SafetensorError, Where, rule_error
 from .._frameworks import torch as _fw_torch
-from .._read.safe_open import safe_open
+from .._read.safe_open import safe_open, source_of
 from .._sources.folders import checkpoint_in
 
 PathLike = Union[str, bytes, "os.PathLike[str]"]
@@ -69,7 +69,7 @@ def open_table(path: PathLike) -> Tuple[safe_open, List[Entry], Optional[Dict[st
     its tensors in load order (the order of ``load_file``)."""
     handle = safe_open(resolve_path(path), framework="pt", backend="pread", prefetch=None)
     try:
-        raw: Any = handle._raw  # a ShardedFile has shard_of, a RawFile not
+        raw: Any = source_of(handle)  # a ShardedFile has shard_of, a RawFile not
         sharded = hasattr(raw, "shard_of")
         entries = []
         for name in handle.offset_keys():

@@ -99,7 +99,7 @@ def _is_complete(tensor: torch.Tensor) -> bool:
     ) and tensor.nelement() * tensor.element_size() == storage_size(tensor)
 
 
-def _remove_duplicate_names(
+def remove_duplicate_names(
     state_dict: Dict[str, torch.Tensor],
     *,
     preferred_names: Optional[List[str]] = None,

@@ -58,7 +58,7 @@ def _batches(raw: RawSource, names: List[str]) -> List[Tuple[RawFile, List[str]]
         return [(cast(RawFile, raw), list(names))]
     groups: Dict[int, Tuple[RawFile, List[str]]] = {}
     for name in names:
-        shard = raw._shard(name)
+        shard = raw.file_of(name)
         groups.setdefault(id(shard), (shard, []))[1].append(name)
     return list(groups.values())
 
@@ -543,3 +543,9 @@ class _safe_open_handle:  # noqa: N801 - the reference package's name
 
 
 safe_open._slice = SafeSlice
+
+
+def source_of(handle: safe_open) -> RawSource:
+    """The source ``handle`` reads (a ``RawFile``, or a ``ShardedFile`` for a
+    checkpoint): for loads that plan their reads from its tensors' places."""
+    return handle._raw

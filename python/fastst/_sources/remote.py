@@ -49,6 +49,14 @@ SHARDS_AT_ONCE = 16
 Options = List[Tuple[str, str]]
 
 
+def refuse_local_options(storage_options: Optional[Mapping[str, Any]]) -> None:
+    """The one refusal of ``storage_options`` given for a local path (they
+    configure the store of a URL only): a ``ValueError``; nothing when they
+    are None."""
+    if storage_options is not None:
+        raise ValueError("storage_options apply to URLs (s3://, gs://, az://, https://...) only")
+
+
 def options(storage_options: Optional[Mapping[str, Any]]) -> Options:
     """``storage_options`` as pairs of strings (booleans as ``"true"`` /
     ``"false"``, numbers as text); a key that is not a string is a

@@ -53,6 +53,7 @@ from .._fastst.read import DEFAULT_HEADER_CAP
 from .._fastst.write import LayoutWriter, WritePlan
 from .._frameworks import writable
 from .._paths import os_path, readable
+from .._sources.remote import refuse_local_options
 from . import remote as _remote
 from .shared_folder import drop_sharded_layout
 from .tensors import SPEC_DTYPES, byte_view, check_align, check_metadata, prepare
@@ -224,10 +225,8 @@ class TensorWriter(WholeOrNothing):
         storage_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
         url = _remote.is_url(path)
-        if not url and storage_options is not None:
-            raise ValueError(
-                "storage_options apply to URLs (s3://, gs://, az://, https://...) only"
-            )
+        if not url:
+            refuse_local_options(storage_options)
         target = str(path) if url else os_path(path)
         where = _remote.display(str(path)) if url else readable(target)
         entries = layout_entries(where, layout)

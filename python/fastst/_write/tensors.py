@@ -37,6 +37,7 @@ from .._errors import BYTES_NAME, UnsupportedDtypeError, rule_error, save_errors
 from .._fastst.read import DEFAULT_HEADER_CAP
 from .._fastst.write import MAX_ALIGN, WritePlan
 from .._paths import os_path, readable
+from .._sources.remote import refuse_local_options
 from . import remote as _remote
 from .shared_folder import drop_sharded_layout
 
@@ -438,8 +439,7 @@ def serialize_file(
         layout, sources = plan(_remote.display(url), tensor_dict, metadata, header_cap, align)
         _remote.upload(layout, url, sources, storage_options)
         return
-    if storage_options is not None:
-        raise ValueError("storage_options apply to URLs (s3://, gs://, az://, https://...) only")
+    refuse_local_options(storage_options)
     path = os_path(filename)
     name = readable(path)
     layout, sources = plan(name, tensor_dict, metadata, header_cap, align)
