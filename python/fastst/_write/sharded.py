@@ -477,7 +477,7 @@ class ShardedWriter(WholeOrNothing):
         # completed by the last: descriptors follow the shards being written, not their
         # number. (An object store's shards appear only when the block ends.)
         self._early = not url
-        self._options = {
+        self._options: Dict[str, Any] = {
             "metadata": metadata,
             "align": align,
             "durable": True,
