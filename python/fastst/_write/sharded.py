@@ -176,7 +176,7 @@ class _RemoteSave:
         self.prefix = prefix
         self._commit = UrlCommit.for_index(folder, prefix, storage_options)
         self.index_path = self._commit.commit_url
-        self.where = _remote.display(self.index_path)
+        self.where = readable(self.index_path)
         total = len(groups)
         self.names = [shard_name(prefix, i, total, self._commit.part) for i in range(1, 1 + total)]
         self.staged = [self._commit.url(name) for name in self.names]
@@ -458,7 +458,7 @@ class ShardedWriter(WholeOrNothing):
         if not url:
             refuse_local_options(storage_options)
         limit = _check_plan(max_shard_size, prefix)
-        where = _remote.display(str(folder)) if url else readable(os_path(folder))
+        where = readable(str(folder)) if url else readable(os_path(folder))
         entries = layout_entries(where, layout)
         sizes = {name: tensor_bytes(dtype, shape) for name, dtype, shape in entries}
         count = sum(element_count(shape) for _, _, shape in entries)

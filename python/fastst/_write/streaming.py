@@ -228,7 +228,7 @@ class TensorWriter(WholeOrNothing):
         if not url:
             refuse_local_options(storage_options)
         target = str(path) if url else os_path(path)
-        where = _remote.display(str(path)) if url else readable(target)
+        where = readable(str(path)) if url else readable(target)
         entries = layout_entries(where, layout)
         meta = check_metadata(where, metadata)
         unit = check_align(where, align)
@@ -427,7 +427,7 @@ def upload_layout(
     ``fetch(name)`` (what :meth:`TensorWriter.write` takes), called when the upload
     reaches the tensor, in the file's order; its dtype and shape must be the layout's
     (rule ``layout-mismatch``). An error, from ``fetch`` too, aborts the upload."""
-    where = _remote.display(url)
+    where = readable(url)
     entries = layout_entries(where, layout)
     meta = check_metadata(where, metadata)
     unit = check_align(where, align)

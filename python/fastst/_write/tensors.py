@@ -436,7 +436,7 @@ def serialize_file(
     """
     if _remote.is_url(filename):
         url = str(filename)
-        layout, sources = plan(_remote.display(url), tensor_dict, metadata, header_cap, align)
+        layout, sources = plan(readable(url), tensor_dict, metadata, header_cap, align)
         _remote.upload(layout, url, sources, storage_options)
         return
     refuse_local_options(storage_options)
