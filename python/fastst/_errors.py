@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from typing import Dict, Iterator, List, NamedTuple, Optional, Type
 
-from . import _fastst
+from ._fastst import catalogue as _catalogue
 
 #: How an error names a file held in memory as bytes (``serialize``, ``load``).
 BYTES_NAME = "<bytes>"
@@ -126,7 +126,7 @@ def rule_error(
     This is the glue's own exception maker, the one every error of the
     core goes through, so an error raised from Python and one raised by
     the core for the same rule cannot differ in class or attributes."""
-    return _fastst.catalogue.rule_error(rule, filename, message, tensor)
+    return _catalogue.rule_error(rule, filename, message, tensor)
 
 
 class Where(NamedTuple):
@@ -148,7 +148,7 @@ class Where(NamedTuple):
 def closed_file_error(filename: str) -> BaseException:
     """The :class:`ClosedFileError` for any use of ``filename`` after it was
     closed (rule ``closed-file``)."""
-    return _fastst.catalogue.closed_file_error(filename)
+    return _catalogue.closed_file_error(filename)
 
 
 _SAVE_OS_ERRORS: Dict[Type[OSError], Type[OSError]] = {}

@@ -12,10 +12,12 @@ from typing import Any, BinaryIO, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from .. import _frameworks
 from .._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
 from .._errors import Where, closed_file_error, rule_error
 from .._fastst.read import DEFAULT_HEADER_CAP, RawFile, load_into
+from .._frameworks import Backend, Placement, apply_index
+from .._frameworks import backend as framework_backend
+from .._frameworks import resolve as resolve_framework
 from .._paths import progress_label
 from .._settings import prefetch_enabled, read_backend
 from .._sources.opener import open_source
@@ -42,7 +44,7 @@ def _offset_report(
     return report
 
 
-def _aligned_empty(nbytes: int, place: _frameworks.Placement) -> np.ndarray:
+def _aligned_empty(nbytes: int, place: Placement) -> np.ndarray:
     """``nbytes`` uninitialised bytes starting at ``place[1]`` modulo
     ``place[0]`` (:func:`fastst._read.placement.placement`)."""
     align, phase = place
@@ -107,8 +109,8 @@ class safe_open:  # noqa: N801 - the reference package's name
         prefetch_budget: Optional[int] = None,
         storage_options: Optional[Mapping[str, str]] = None,
     ) -> None:
-        self._framework = _frameworks.resolve(framework)
-        self._backend = _frameworks.backend(self._framework)
+        self._framework = resolve_framework(framework)
+        self._backend = framework_backend(self._framework)
         self._device = self._backend.device(device)
         self._prefetch: Optional[_prefetch.Driver] = None
         self._raw = open_source(filename, backend, header_cap, storage_options)
@@ -399,7 +401,7 @@ class _Tensor:
     name: str
     dtype: str
     shape: Tuple[int, ...]
-    backend: _frameworks.Backend
+    backend: Backend
     device: Any
 
     @property
@@ -491,9 +493,9 @@ class SafeSlice:
     def _refuse(self, index: Any) -> None:
         """Raises what indexing the whole tensor would (the framework's rules and
         messages), reading nothing: the index is applied to the framework's
-        stand-in of the tensor's shape (:attr:`fastst._frameworks.Backend.stand_in`)."""
+        stand-in of the tensor's shape (:attr:`fastst.Backend.stand_in`)."""
         t = self._tensor
-        _frameworks.apply_index(t.backend.stand_in(t.shape), index, t.where)
+        apply_index(t.backend.stand_in(t.shape), index, t.where)
 
 
 def load_path(

@@ -28,8 +28,8 @@ import posixpath
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from .. import _fastst
 from .._errors import rule_error
+from .._fastst import remote as _fastst_remote
 from .._fastst.read import RawFile
 from .._layout import choose_checkpoint, names_an_index
 from .._paths import is_url as is_url  # the one test, re-exported
@@ -91,7 +91,7 @@ def read_index(url: str, opts: Options) -> Tuple[bytes, Dict[str, Any]]:
     local indexes (:func:`fastst._sources.folders.read_index`)."""
     name = readable(url)
     cap = index_cap()
-    raw = _fastst.remote.read_remote(url, name, opts, cap)
+    raw = _fastst_remote.read_remote(url, name, opts, cap)
     if raw is None:
         raise rule_error(
             "index-over-cap",
@@ -108,7 +108,7 @@ def checkpoint_under(url: str, opts: Options) -> str:
     (:func:`fastst._layout.choose_checkpoint`, the one rule); a prefix
     with more than :data:`LIST_CAP` objects under it is refused (rule
     ``folder-over-cap``) rather than listed whole."""
-    names = _fastst.remote.list_remote(url, readable(url), opts, LIST_CAP)
+    names = _fastst_remote.list_remote(url, readable(url), opts, LIST_CAP)
     if names is None:
         raise rule_error(
             "folder-over-cap",
@@ -132,7 +132,7 @@ def _sharded(url: str, opts: Options, header_cap: int) -> ShardedFile:
     index = read_index(url, opts)[1]
     shards = list(placements(None, index["weight_map"], lambda *_: None))
     urls = [shard_url(url, shard) for shard in shards]
-    got = _fastst.remote.open_urls(
+    got = _fastst_remote.open_urls(
         urls, [readable(u) for u in urls], opts, header_cap, SHARDS_AT_ONCE
     )
     # The list ends at the first failure: the walk below raises it there.
@@ -159,4 +159,4 @@ def open_url(url: str, header_cap: int, storage_options: Optional[Mapping[str, A
         url = checkpoint_under(url, opts)
     if names_an_index(urlsplit(url).path):
         return _sharded(url, opts, header_cap)
-    return _fastst.remote.open_object(url, readable(url), opts, header_cap)
+    return _fastst_remote.open_object(url, readable(url), opts, header_cap)

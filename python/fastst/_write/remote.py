@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any, List, Mapping, Optional
 from urllib.parse import quote
 
-from .. import _fastst
 from .._errors import SafetensorError
+from .._fastst import remote as _fastst_remote
 from .._fastst.write import LayoutWriter, WritePlan
 from .._paths import readable
 from .._sources import remote as _remote
@@ -39,7 +39,7 @@ def upload(
     ``sources``, as :func:`fastst._write.tensors.plan` gives them) to the
     object ``url``; errors name the URL as :func:`fastst._paths.readable` shows it."""
     pairs = _remote.options(storage_options)
-    _fastst.remote.upload_file(layout, url, readable(url), pairs, sources)
+    _fastst_remote.upload_file(layout, url, readable(url), pairs, sources)
 
 
 def layout_writer(
@@ -63,12 +63,12 @@ def put_bytes(url: str, data: bytes, storage_options: Optional[Mapping[str, Any]
     """Writes ``data`` as the object ``url`` with one request (a small object: an index),
     whole or not at all."""
     pairs = _remote.options(storage_options)
-    _fastst.remote.put_remote(url, readable(url), pairs, bytes(data))
+    _fastst_remote.put_remote(url, readable(url), pairs, bytes(data))
 
 
 def delete(url: str, storage_options: Optional[Mapping[str, Any]]) -> None:
     """Deletes the object ``url`` (one that is not there is no error)."""
-    _fastst.remote.delete_remote(url, readable(url), _remote.options(storage_options))
+    _fastst_remote.delete_remote(url, readable(url), _remote.options(storage_options))
 
 
 def shards_named(index_url: str, storage_options: Optional[Mapping[str, Any]]) -> List[str]:
@@ -88,7 +88,7 @@ def names_under(prefix_url: str, storage_options: Optional[Mapping[str, Any]]) -
     """The names of the objects directly under ``prefix_url`` (ending in ``/``); none when the
     prefix holds more than the listing cap (nothing is then cleaned up)."""
     url = readable(prefix_url)
-    names = _fastst.remote.list_remote(
+    names = _fastst_remote.list_remote(
         prefix_url, url, _remote.options(storage_options), _remote.LIST_CAP
     )
     return list(names or [])
