@@ -56,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "python" / "fastst"
 
 READER = ["tests/read/test_safe_open.py", "tests/contracts/test_reader_differential.py"]
-CLI_BASIC = ["tests/cli/test_inspect.py", "tests/cli/test_output.py"]
+CLI_BASIC = ["tests/tools/test_inspect.py", "tests/cli/test_output.py"]
 SIGNING = ["tests/tools/test_signing.py", "tests/tools/test_sbom.py"]
 
 #: module (relative to python/fastst) -> (mutants to pick, test files that exercise it)
@@ -96,13 +96,13 @@ MODULES: Dict[str, Tuple[int, List[str]]] = {
         [
             "tests/sources/test_sharded.py",
             "tests/write/test_sharded.py",
-            "tests/cli/test_checkpoint.py",
+            "tests/tools/test_checkpoint.py",
         ],
     ),
     "tools/checkpoint.py": (
         6,
         [
-            "tests/cli/test_checkpoint.py",
+            "tests/tools/test_checkpoint.py",
             "tests/cli/test_inputs.py",
             "tests/sources/test_identify.py",
         ],

@@ -1,7 +1,8 @@
 """The fastst exception tree, and the one way Python code raises a rule's error.
 
-The fastst exception tree, rooted at :class:`SafetensorError`, and the one
-way Python code raises a rule's error (:func:`rule_error`).
+The tree is rooted at :class:`SafetensorError`; :func:`rule_error` makes a
+rule's error; :class:`Where` and :data:`BYTES_NAME` are how an error names a
+tensor and a file held in memory.
 
 Every error raised for a bad file names the file, the tensor (where there is
 one) and the rule that failed, and carries them as attributes. Each rule id
@@ -12,9 +13,12 @@ ValueError), as the rule catalogue of the compiled core says.
 from __future__ import annotations
 
 import contextlib
-from typing import Dict, Iterator, List, Optional, Type
+from typing import Dict, Iterator, List, NamedTuple, Optional, Type
 
-from . import _fastst
+from ._fastst import catalogue as _catalogue
+
+#: How an error names a file held in memory as bytes (``serialize``, ``load``).
+BYTES_NAME = "<bytes>"
 
 
 class SafetensorError(Exception):
@@ -122,13 +126,29 @@ def rule_error(
     This is the glue's own exception maker, the one every error of the
     core goes through, so an error raised from Python and one raised by
     the core for the same rule cannot differ in class or attributes."""
-    return _fastst.catalogue.rule_error(rule, filename, message, tensor)
+    return _catalogue.rule_error(rule, filename, message, tensor)
+
+
+class Where(NamedTuple):
+    """The file (``""`` for bytes in memory) and the tensor an error is
+    about. Its text (``file: tensor 'name'``) starts error messages;
+    :meth:`error` makes the error of a rule broken by that tensor."""
+
+    filename: str
+    tensor: str
+
+    def __str__(self) -> str:
+        name = f"tensor {self.tensor!r}"
+        return f"{self.filename}: {name}" if self.filename else name
+
+    def error(self, rule: str, message: str) -> BaseException:
+        return rule_error(rule, self.filename, f"tensor {self.tensor!r}: {message}", self.tensor)
 
 
 def closed_file_error(filename: str) -> BaseException:
     """The :class:`ClosedFileError` for any use of ``filename`` after it was
     closed (rule ``closed-file``)."""
-    return _fastst.catalogue.closed_file_error(filename)
+    return _catalogue.closed_file_error(filename)
 
 
 _SAVE_OS_ERRORS: Dict[Type[OSError], Type[OSError]] = {}

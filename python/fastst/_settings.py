@@ -50,7 +50,7 @@ from typing import Optional
 
 import _fastst_switch as _switch
 
-from . import _fastst
+from ._fastst import text as _fastst_text
 
 AS_SAFETENSORS_ENV = "FASTST_AS_SAFETENSORS"
 READ_ENV = "FASTST_READ"
@@ -83,7 +83,7 @@ def parse_size(size: object, what: str = "size") -> int:
         value = size
     else:
         try:
-            value = _fastst.text.parse_size(size)
+            value = _fastst_text.parse_size(size)
         except ValueError as exc:
             raise ValueError(f"{what}: cannot read {size!r} as a size: {exc}") from None
     if value < 0:
@@ -118,6 +118,13 @@ def prefetch_budget() -> Optional[int]:
 #: True while the drop-in hook serves ``safetensors`` (set by
 #: :mod:`fastst._dropin.hook`, so loads need not import the hook to ask).
 dropin_active = False
+
+
+def set_dropin_active(active: bool) -> None:
+    """Records whether the drop-in hook serves ``safetensors`` (called by
+    :mod:`fastst._dropin.hook` as it installs and removes itself)."""
+    global dropin_active
+    dropin_active = active
 
 
 def dropin_on() -> bool:

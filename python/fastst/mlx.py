@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 import numpy as np
 
 from . import _frameworks
-from ._frameworks.io import FrameworkIO
+from ._faces.io import FrameworkIO
 
 try:
     import mlx.core as mx

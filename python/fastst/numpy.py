@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from ._frameworks.io import FrameworkIO
+from ._faces.io import FrameworkIO
 from ._write.sharded import write_sharded, write_sharded_from
 from ._write.streaming import Layout
 

@@ -15,7 +15,7 @@ import numpy as np
 from . import _frameworks
 from ._dtypes import NUMPY_DTYPES
 from ._errors import rule_error
-from ._frameworks.io import FrameworkIO
+from ._faces.io import FrameworkIO
 
 try:
     import paddle

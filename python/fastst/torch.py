@@ -19,7 +19,7 @@ from collections import defaultdict  # noqa: F401 (in the reference module's nam
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from . import _frameworks
-from ._frameworks.io import FrameworkIO
+from ._faces.io import FrameworkIO
 from ._write.sharded import write_sharded, write_sharded_from
 from ._write.streaming import Layout
 
@@ -57,12 +57,14 @@ from ._frameworks.torch_storage import (  # noqa: E402,F401
     _extent,
     _find_shared_tensors,
     _is_complete,
-    _remove_duplicate_names,
     _split_disjoint,
     storage_ptr,
     storage_size,
 )
 from ._frameworks.torch_storage import as_writable as _as_numpy  # noqa: E402,F401
+from ._frameworks.torch_storage import (  # noqa: E402
+    remove_duplicate_names as _remove_duplicate_names,
+)
 from ._frameworks.torch_storage import to_arrays as _to_arrays  # noqa: E402
 
 _io = FrameworkIO("torch", _to_arrays)

@@ -299,7 +299,7 @@ CASES: List[Case] = [
 
 #: Rules exercised by the hash tests instead (they come from `hash --check`).
 HASH_RULES = {"hash-mismatch", "no-embedded-hash"}
-#: Rules of checkpoints as wholes, exercised by tests/cli/test_checkpoint.py.
+#: Rules of checkpoints as wholes, exercised by tests/tools/test_checkpoint.py.
 CHECKPOINT_RULES = {"index-total-size"}
 # Reported about the folders verified, not about an input: tests/tools/test_stale_temp.py.
 FOLDER_RULES = {"stale-temp-file"}

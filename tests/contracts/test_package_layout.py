@@ -119,7 +119,7 @@ def test_imports_form_no_circle() -> None:
 def test_framework_modules_load_and_save_through_load_module() -> None:
     for name in FRAMEWORK_MODULES:
         bases = {base for base, _ in imports(f"fastst.{name}")}
-        assert "fastst._frameworks.io" in bases, name
+        assert "fastst._faces.io" in bases, name
         assert "fastst._write.tensors" not in bases or name == "torch", name  # torch: TensorSpec
 
 

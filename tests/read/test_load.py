@@ -20,7 +20,7 @@ import ml_dtypes  # noqa: F401  (numpy dtypes for BF16 and the F8 kinds)
 import numpy as np
 import pytest
 from fastst._fastst.read import load_into
-from fastst._frameworks import OWNED_ALIGN, placement
+from fastst._read.placement import OWNED_ALIGN, placement
 from fastst._read.safe_open import _aligned_empty
 from helpers.raw_files import raw_file
 

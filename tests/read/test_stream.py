@@ -83,7 +83,7 @@ def test_views_and_checkpoints(path: Path, tmp_path: Path) -> None:
     fastst.numpy.save_sharded(views, tmp_path, max_shard_size=4 * MIB)
     index = tmp_path / "model.safetensors.index.json"
     with fastst.safe_open(index, "np") as f:
-        assert len({f._raw._shard(k).name for k in f.keys()}) >= 3
+        assert len({f._raw.file_of(k).name for k in f.keys()}) >= 3
         want = f.get_tensors(copy=True)
         got = dict(f.iter_tensors(dtype=np.float32))
         order = [n for n, _ in f.iter_tensors()]
@@ -117,7 +117,7 @@ def test_the_shards_of_a_checkpoint_load_side_by_side(
     monkeypatch.setattr(fastst._read.stream, "load_into", load_into)
     with fastst.safe_open(index, "np") as f:
         got = dict(f.iter_tensors())
-        assert len({f._raw._shard(k).name for k in f.keys()}) >= 3
+        assert len({f._raw.file_of(k).name for k in f.keys()}) >= 3
         assert list(got) == f.offset_keys()
     assert overlapped == [True] and len(started) >= 3
     assert sorted(got) == sorted(views)
@@ -175,7 +175,7 @@ def test_the_next_shard_starts_once_the_one_before_has_its_last_reads_left(
     views, index = _shards_of(path, tmp_path)
     seen = _watch_turns(monkeypatch)
     with fastst.safe_open(index, "np") as f:
-        shards = list(dict.fromkeys(f._raw._shard(k).name for k in f.offset_keys()))
+        shards = list(dict.fromkeys(f._raw.file_of(k).name for k in f.offset_keys()))
         assert len(shards) >= 3
         got = dict(f.iter_tensors())
         assert list(got) == f.offset_keys()
@@ -193,7 +193,7 @@ def test_a_failed_shard_ends_the_loads_waiting_for_their_turn(
     got: List[str] = []
     with fastst.safe_open(index, "np") as f:
         names = f.offset_keys()
-        first = Path(f._raw._shard(names[0]).name)
+        first = Path(f._raw.file_of(names[0]).name)
         first.write_bytes(first.read_bytes()[:1000])  # changed underneath: its load fails
         with pytest.raises(fastst.SafetensorError) as info:
             got.extend(name for name, _ in f.iter_tensors())

@@ -38,7 +38,7 @@ SAVER = textwrap.dedent(
     import json, os, signal, sys
     import numpy as np
     import fastst.numpy as fnp
-    from fastst._frameworks import io as fio
+    from fastst._faces import io as fio
     from fastst._write import sharded
 
     prefix, value, stop_at = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])

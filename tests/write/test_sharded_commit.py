@@ -39,7 +39,7 @@ SAVER = textwrap.dedent(
     import os, signal, sys
     import numpy as np
     import fastst.numpy as fnp
-    from fastst._frameworks import io as fio
+    from fastst._faces import io as fio
     from fastst._write import sharded
 
     folder, value, limit, stop_at = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])

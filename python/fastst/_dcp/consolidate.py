@@ -42,6 +42,7 @@ from .._fastst.read import RawFile
 from .._layout import output_name, own_shard, staged_name
 from .._paths import readable
 from .._settings import parse_size
+from .._sources.remote import refuse_local_options
 from .._write.remote import is_url
 from .._write.sharded import UrlCommit, commit_staged, index_of, plan_shards
 from .._write.streaming import TensorWriter, open_writer
@@ -268,8 +269,8 @@ def _write_outputs(
 def _open_input(
     input_dir: str, output_dir: str, storage_options: Optional[Mapping[str, Any]]
 ) -> Tuple[Dict[str, RawFile], Dict[str, Tensor]]:
-    if storage_options is not None and not is_url(input_dir) and not is_url(output_dir):
-        raise ValueError("storage_options apply to URLs (s3://, gs://, az://, https://...) only")
+    if not is_url(input_dir) and not is_url(output_dir):
+        refuse_local_options(storage_options)
     files = dcp_remote.open_checkpoint(input_dir, storage_options, "pread")
     try:
         table = chunk_table(files)

@@ -39,12 +39,12 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPla
 from torch.distributed.checkpoint.storage import StorageReader as _StorageReader
 from torch.futures import Future
 
-from .. import _frameworks
 from .._dtypes import PACKED_BITS
-from .._errors import rule_error
+from .._errors import Where, rule_error
 from .._fastst.read import RawFile
 from .._frameworks import torch as _fw_torch
 from .._paths import readable
+from .._sources.remote import refuse_local_options
 from .._write.remote import is_url
 from . import remote as dcp_remote
 from .files import chunk_table, run_all, threads
@@ -103,9 +103,8 @@ class StorageReader(_StorageReader):
     def _set_path(self, path: PathLike) -> None:
         if is_url(path):
             self.path = str(path)
-        elif self.storage_options is not None:
-            raise ValueError("storage_options apply to URLs (s3://, gs://, az://...) only")
         else:
+            refuse_local_options(self.storage_options)
             self.path = os.fsdecode(os.fspath(path))
         #: The folder or prefix as messages show it.
         self.shown = readable(self.path)
@@ -140,7 +139,7 @@ class StorageReader(_StorageReader):
                         f"tensor {name!r}: {t.dtype} is not read through DCP",
                         name,
                     )
-                dtype = _fw_torch.torch_dtype(t.dtype, _frameworks.Where(where, name))
+                dtype = _fw_torch.torch_dtype(t.dtype, Where(where, name))
                 state[name] = TensorStorageMetadata(
                     properties=TensorProperties(dtype=dtype),
                     size=torch.Size(t.shape),

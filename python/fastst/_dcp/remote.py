@@ -47,6 +47,7 @@ from .. import _fastst
 from .._errors import SafetensorError, rule_error
 from .._fastst.read import DEFAULT_HEADER_CAP, RawFile
 from .._layout import MODEL_OBJECT, RANK_OBJECT
+from .._paths import readable
 from .._settings import index_cap
 from .._sources import remote as _remote
 from .._write.remote import is_url
@@ -98,7 +99,7 @@ def forget(base: str, names: List[str], storage_options: Optional[Mapping[str, A
 def _read(url: str, opts: _remote.Options) -> Optional[bytes]:
     """The bytes of the small object ``url`` (at most the cap on index files), or None
     when there is none."""
-    name = _remote.display(url)
+    name = readable(url)
     try:
         raw = _fastst.remote.read_remote(url, name, opts, index_cap())
     except FileNotFoundError:
@@ -136,7 +137,7 @@ def _record_files(base: str, opts: _remote.Options) -> Optional[List[str]]:
     raw = _read(url, opts)
     if raw is None:
         return None
-    where = _remote.display(url)
+    where = readable(url)
     try:
         record = json.loads(raw.decode("utf-8"))
     except ValueError:
@@ -153,7 +154,7 @@ def _index_files(base: str, opts: _remote.Options) -> Optional[List[str]]:
         _, index = _remote.read_index(url, opts)
     except FileNotFoundError:
         return None
-    where = _remote.display(url)
+    where = readable(url)
     return _names(where, list(index["weight_map"].values()))
 
 
@@ -191,11 +192,11 @@ def checkpoint_urls(base: str, opts: _remote.Options) -> List[str]:
     if record is not None or index is not None:
         names = sorted(set(record or []) | set(index or []))
     else:
-        listed = _fastst.remote.list_remote(base, _remote.display(base), opts, _remote.LIST_CAP)
+        listed = _fastst.remote.list_remote(base, readable(base), opts, _remote.LIST_CAP)
         if listed is None:
             raise rule_error(
                 "folder-over-cap",
-                _remote.display(base),
+                readable(base),
                 f"the prefix holds more than {_remote.LIST_CAP:,} objects, the most one "
                 "listing reads",
             )
@@ -211,7 +212,7 @@ def _open_urls(urls: List[str], opts: _remote.Options) -> Dict[str, RawFile]:
     """The objects ``urls`` opened (their headers read and checked), several at once."""
     got = _fastst.remote.open_urls(
         urls,
-        [_remote.display(u) for u in urls],
+        [readable(u) for u in urls],
         opts,
         DEFAULT_HEADER_CAP,
         _remote.SHARDS_AT_ONCE,
@@ -224,7 +225,7 @@ def _open_urls(urls: List[str], opts: _remote.Options) -> Dict[str, RawFile]:
         elif failure is None:
             failure = item if isinstance(item, BaseException) else None
     if failure is None and len(out) < len(urls):
-        failure = RuntimeError(f"{_remote.display(urls[len(out)])}: not opened")
+        failure = RuntimeError(f"{readable(urls[len(out)])}: not opened")
     if failure is not None:
         for raw in out.values():
             raw.close()
@@ -243,7 +244,7 @@ def open_checkpoint(
         base = prefix(where)
         keys = checkpoint_urls(base, _remote.options(storage_options))
         if not keys:
-            raise FileNotFoundError(f"{_remote.display(base)}: no checkpoint under this prefix")
+            raise FileNotFoundError(f"{readable(base)}: no checkpoint under this prefix")
         return _open_urls(keys, _remote.options(storage_options))
     paths = dcp_commit.checkpoint_files(where)
     if not paths:

@@ -36,6 +36,7 @@ from torch.futures import Future
 
 from .._layout import rank_file_name
 from .._paths import readable
+from .._sources.remote import refuse_local_options
 from .._write.remote import is_url
 from .._write.sharded import UrlCommit
 from .._write.streaming import TensorWriter, open_writer, upload_layout
@@ -143,8 +144,7 @@ class StorageWriter(_StorageWriter):
             )
             self.shown = readable(self.folder)
             return
-        if self.storage_options is not None:
-            raise ValueError("storage_options apply to URLs (s3://, gs://, az://...) only")
+        refuse_local_options(self.storage_options)
         self.path = os.fsdecode(os.fspath(path))
         self.consolidated_output_path = self.path if self.enable_consolidation else None
         self.folder = (

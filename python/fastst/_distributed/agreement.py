@@ -18,10 +18,9 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Union, 
 import torch
 import torch.distributed as dist
 
-from .. import _frameworks
-from .._errors import DistributedLoadError, SafetensorError, rule_error
+from .._errors import DistributedLoadError, SafetensorError, Where, rule_error
 from .._frameworks import torch as _fw_torch
-from .._read.safe_open import safe_open
+from .._read.safe_open import safe_open, source_of
 from .._sources.folders import checkpoint_in
 
 PathLike = Union[str, bytes, "os.PathLike[str]"]
@@ -70,7 +69,7 @@ def open_table(path: PathLike) -> Tuple[safe_open, List[Entry], Optional[Dict[st
     its tensors in load order (the order of ``load_file``)."""
     handle = safe_open(resolve_path(path), framework="pt", backend="pread", prefetch=None)
     try:
-        raw: Any = handle._raw  # a ShardedFile has shard_of, a RawFile not
+        raw: Any = source_of(handle)  # a ShardedFile has shard_of, a RawFile not
         sharded = hasattr(raw, "shard_of")
         entries = []
         for name in handle.offset_keys():
@@ -98,7 +97,7 @@ def _options_digest(options: Dict[str, Any]) -> bytes:
 
 
 def _torch_layout(entry: Entry) -> Tuple[Any, Tuple[int, ...]]:
-    where = _frameworks.Where(entry.file, entry.name)
+    where = Where(entry.file, entry.name)
     return _fw_torch.torch_dtype(entry.dtype, where), _fw_torch.torch_shape(
         entry.dtype, entry.shape, where
     )

@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterable, List, Tuple
 
 import torch
 
-from .. import _frameworks
+from .._errors import Where
 from .._frameworks import torch as _fw_torch
 from .._frameworks.torch_storage import _SIZE, _TYPES, _check_saveable, _split_disjoint
 from .._read.load import deserialize
@@ -47,7 +47,7 @@ def _view2torch(safeview: Iterable[Tuple[str, Dict[str, Any]]]) -> Dict[str, tor
     for name, view in safeview:
         data = view["data"]
         buffer = data if isinstance(data, bytearray) else bytearray(data)
-        where = _frameworks.Where("", name)
+        where = Where("", name)
         result[name] = _fw_torch.cpu_tensor(buffer, view["dtype"], view["shape"], where)
     return result
 

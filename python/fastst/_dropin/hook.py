@@ -57,8 +57,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import _fastst_switch as _switch
 
-from .. import _settings
 from .._errors import DropinWarning, HookError, rule_error
+from .._settings import READ_ENV, set_dropin_active
+from .._settings import READ_MODES as READ_MODES  # its values, for callers that ask here
 
 #: The name fastst can stand in for.
 ALIAS = "safetensors"
@@ -81,8 +82,7 @@ ENV_VAR = _switch.ENV_VAR
 
 #: Environment variable choosing how files are read while the hook is on,
 #: and its values (``safe_open``'s back ends; unset or empty: ``mmap``).
-READ_VAR = _settings.READ_ENV
-READ_MODES = _settings.READ_MODES
+READ_VAR = READ_ENV
 
 _lock = threading.RLock()
 
@@ -290,7 +290,7 @@ def install(*, announce: bool = False) -> _Installation:
         finder = _Finder(announce)
         sys.meta_path.insert(0, finder)
         _finder = finder
-        _settings.dropin_active = True
+        set_dropin_active(True)
         # Drop cached "not found" answers for the names now served.
         importlib.invalidate_caches()
         return _Installation(owner=True)
@@ -305,7 +305,7 @@ def uninstall() -> None:
         if boot is not None:
             boot.stop()
         finder, _finder = _finder, None
-        _settings.dropin_active = False
+        set_dropin_active(False)
         if finder is not None and finder in sys.meta_path:
             sys.meta_path.remove(finder)
         for name, module in list(sys.modules.items()):

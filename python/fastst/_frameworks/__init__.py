@@ -1,11 +1,11 @@
 """Framework names as ``safe_open`` accepts them, and the backends behind them.
 
-Framework names as ``safe_open`` accepts them, and the backends that turn a
-tensor's zero-copy buffer into each framework's tensor type.
-
-A backend is looked up by canonical name; the ones for optional frameworks
-live in ``fastst._frameworks.<name>`` modules imported on first use, so importing
-fastst never imports a framework.
+A backend turns a tensor's zero-copy buffer into its framework's tensor type;
+a :class:`Writable` turns a framework's tensors into what the writer takes.
+Both are looked up by canonical name; the ones for optional frameworks live
+in ``fastst._frameworks.<name>`` modules imported on first use, so importing
+fastst never imports a framework. This room is a leaf: it imports neither
+reading (``_read``) nor writing (``_write``), which both use it.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .._dtypes import to_numpy
-from .._errors import rule_error
+from .._errors import Where, rule_error
 
 #: Accepted spellings -> canonical framework name (as the reference accepts).
 ALIASES: Dict[str, str] = {
@@ -81,44 +81,14 @@ Buffer = Any
 Shape = Sequence[int]
 
 
-class Where(NamedTuple):
-    """The file (``""`` for bytes in memory) and the tensor a backend call
-    is about. Its text (``file: tensor 'name'``) starts error messages;
-    :meth:`error` makes the error of a rule broken by that tensor."""
-
-    filename: str
-    tensor: str
-
-    def __str__(self) -> str:
-        name = f"tensor {self.tensor!r}"
-        return f"{self.filename}: {name}" if self.filename else name
-
-    def error(self, rule: str, message: str) -> BaseException:
-        return rule_error(rule, self.filename, f"tensor {self.tensor!r}: {message}", self.tensor)
-
-
-#: Owned memory starts at a multiple of this many bytes (as torch's
-#: allocator gives; numpy's gives 16)...
-OWNED_ALIGN = 64
-#: ... except owned copies of at least ``PLACED`` bytes, which sit at their
-#: file offset modulo ``PAGE`` (where the reference's views sit, modulo 64):
-#: a cold load's direct reads, whole disk blocks, then land in place.
-PLACED = 1 << 20
-PAGE = 4096
-
-#: Where owned memory starts: ``(alignment, offset modulo it)``.
+#: Where owned memory starts: ``(alignment, offset modulo it)``, as
+#: :func:`fastst._read.placement.placement` chooses it.
 Placement = Tuple[int, int]
 
-
-def placement(nbytes: int, copy: bool, offset: int = 0, itemsize: int = 1) -> Placement:
-    """Where the owned destination of ``nbytes`` bytes of a tensor at file
-    offset ``offset`` starts: a large copy (``copy`` False: a conversion)
-    at ``offset`` modulo :data:`PAGE`, when that keeps its elements of
-    ``itemsize`` bytes aligned; anything else at a multiple of
-    :data:`OWNED_ALIGN`."""
-    if copy and nbytes >= PLACED and offset % itemsize == 0:
-        return PAGE, offset % PAGE
-    return OWNED_ALIGN, 0
+#: ``to_arrays(tensors, keep_alive)``: a framework's tensors -> what the
+#: writer takes (numpy arrays, ``TensorSpec``, dict inputs), appending to
+#: ``keep_alive`` any object whose memory they point into.
+ToArrays = Callable[[Any, List[Any]], Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -134,7 +104,7 @@ class Backend:
     tensors are complete when handed out). Owned loads allocate each
     destination with ``empty(dtype, shape, where, place)`` -> ``(tensor, its
     bytes as a writable uint8 numpy array)``, the bytes starting at
-    ``place[1]`` modulo ``place[0]`` (:func:`placement`), where a framework
+    ``place[1]`` modulo ``place[0]`` (:data:`Placement`), where a framework
     has its own memory (None: numpy arrays, wrapped by ``tensor``), and hand
     the filled tensor out through ``place(tensor, device)``.
     ``stand_in(shape)`` is an array of ``shape`` holding no data, to which an
@@ -227,3 +197,47 @@ def backend(framework: str) -> Backend:
         importlib.import_module(f"fastst._frameworks.{framework}")
         found = BACKENDS[framework]
     return found
+
+
+@dataclass(frozen=True)
+class Writable:
+    """How the writer takes one framework's tensors: ``is_tensor(value)``
+    says whether ``value`` is one of them, ``to_arrays`` turns a dict of
+    them into what the writer takes (checked as the framework's
+    ``save_file`` checks them)."""
+
+    framework: str
+    is_tensor: Callable[[Any], bool]
+    to_arrays: ToArrays
+
+
+#: canonical name -> :class:`Writable`; registered by the modules of
+#: :data:`WRITABLE_MODULES` on import.
+WRITABLES: Dict[str, Writable] = {}
+
+#: canonical name -> the module of this package that registers its
+#: :class:`Writable` (frameworks without one are given to the writer as
+#: arrays: numpy's, or anything numpy reads).
+WRITABLE_MODULES: Dict[str, str] = {"torch": "torch_storage"}
+
+
+def register_writable(writable: Writable) -> None:
+    """Makes ``writable`` the one used for its framework's tensors."""
+    WRITABLES[writable.framework] = writable
+
+
+def writable(value: Any) -> Optional[Writable]:
+    """The :class:`Writable` of the framework whose tensor ``value`` is, or
+    None. A framework is only looked at when a class of ``value``'s type
+    comes from its package, so no framework is imported here."""
+    packages = {cls.__module__.partition(".")[0] for cls in type(value).__mro__}
+    for framework, module in WRITABLE_MODULES.items():
+        if REQUIREMENTS[framework][0].partition(".")[0] not in packages:
+            continue
+        found = WRITABLES.get(framework)
+        if found is None:
+            importlib.import_module(f"fastst._frameworks.{module}")
+            found = WRITABLES[framework]
+        if found.is_tensor(value):
+            return found
+    return None

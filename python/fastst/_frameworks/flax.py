@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import _frameworks
+from .._errors import Where
 
 jax = _frameworks.require("flax")
 jnp = jax.numpy
@@ -19,7 +20,7 @@ jnp = jax.numpy
 UNSUPPORTED = frozenset({"F6_E2M3", "F6_E3M2"})
 
 
-def to_jax(array: np.ndarray, dtype: str, device: Any, where: _frameworks.Where) -> Any:
+def to_jax(array: np.ndarray, dtype: str, device: Any, where: Where) -> Any:
     if dtype in UNSUPPORTED:
         raise where.error("framework-dtype", f"dtype {dtype} has no jax equivalent")
     return jnp.asarray(array)

@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import _frameworks
 from .._dtypes import FACTS
+from .._errors import Where
 
 mx = _frameworks.require("mlx")
 
@@ -19,7 +20,7 @@ mx = _frameworks.require("mlx")
 UNSUPPORTED = frozenset(n for n, f in FACTS.items() if f["float"] and f["bits"] < 16)
 
 
-def to_mlx(array: np.ndarray, dtype: str, device: Any, where: _frameworks.Where) -> Any:
+def to_mlx(array: np.ndarray, dtype: str, device: Any, where: Where) -> Any:
     if dtype in UNSUPPORTED:
         raise where.error("framework-dtype", f"dtype {dtype} has no MLX equivalent")
     if not array.flags.c_contiguous:

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import _frameworks
 from .._dtypes import to_numpy
-from .._errors import rule_error
+from .._errors import Where, rule_error
 
 paddle = _frameworks.require("paddle")
 
@@ -62,7 +62,7 @@ def check_device(device: Any) -> str:
     return kind if match.group(2) is None else f"{kind}:{match.group(2)}"
 
 
-def to_paddle(array: np.ndarray, dtype: str, device: str, where: _frameworks.Where) -> Any:
+def to_paddle(array: np.ndarray, dtype: str, device: str, where: Where) -> Any:
     """A paddle tensor over ``array``'s memory (copied first only when the
     array is not contiguous), on ``device``."""
     if dtype in VIA_DLPACK:
@@ -85,14 +85,12 @@ def to_paddle(array: np.ndarray, dtype: str, device: str, where: _frameworks.Whe
     return tensor
 
 
-def tensor(
-    buffer: Any, dtype: str, shape: Sequence[int], device: str, where: _frameworks.Where
-) -> Any:
+def tensor(buffer: Any, dtype: str, shape: Sequence[int], device: str, where: Where) -> Any:
     return to_paddle(to_numpy(buffer, dtype, shape), dtype, device, where)
 
 
 def index(
-    buffer: Any, dtype: str, shape: Sequence[int], key: Any, device: str, where: _frameworks.Where
+    buffer: Any, dtype: str, shape: Sequence[int], key: Any, device: str, where: Where
 ) -> Any:
     part = _frameworks.numpy_index(buffer, dtype, shape, key, where)
     return to_paddle(part, dtype, device, where)

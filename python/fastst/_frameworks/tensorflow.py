@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import _frameworks
+from .._errors import Where
 
 tf = _frameworks.require("tensorflow")
 
@@ -16,7 +17,7 @@ tf = _frameworks.require("tensorflow")
 UNSUPPORTED = frozenset({"F8_E8M0", "F6_E2M3", "F6_E3M2"})
 
 
-def to_tf(array: np.ndarray, dtype: str, device: Any, where: _frameworks.Where) -> Any:
+def to_tf(array: np.ndarray, dtype: str, device: Any, where: Where) -> Any:
     if dtype in UNSUPPORTED:
         raise where.error("framework-dtype", f"dtype {dtype} has no TensorFlow equivalent")
     return tf.convert_to_tensor(array)

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as _np
 
 from .. import _frameworks
-from .._errors import rule_error
+from .._errors import Where, rule_error
 
 torch = _frameworks.require("torch")
 
@@ -52,7 +52,12 @@ HEADER_NAMES: Dict[Any, str] = {dt: name for name, dt in TORCH_DTYPES.items() if
 ITEM_SIZES: Dict[Any, int] = {dt: torch.empty((), dtype=dt).element_size() for dt in HEADER_NAMES}
 
 
-def torch_dtype(dtype: str, where: _frameworks.Where) -> Any:
+#: torch's CPU allocator starts every tensor's memory at a multiple of this
+#: many bytes: an owned load placed no more strictly takes torch's own memory.
+ALLOC_ALIGN = 64
+
+
+def torch_dtype(dtype: str, where: Where) -> Any:
     found = TORCH_DTYPES.get(dtype)
     if found is None:
         raise where.error(
@@ -62,7 +67,7 @@ def torch_dtype(dtype: str, where: _frameworks.Where) -> Any:
     return found
 
 
-def torch_shape(dtype: str, shape: Sequence[int], where: _frameworks.Where) -> Tuple[int, ...]:
+def torch_shape(dtype: str, shape: Sequence[int], where: Where) -> Tuple[int, ...]:
     """The shape torch sees: F4 packs two values per byte along the last axis."""
     dims = tuple(int(d) for d in shape)
     if dtype != "F4":
@@ -76,7 +81,7 @@ def torch_shape(dtype: str, shape: Sequence[int], where: _frameworks.Where) -> T
     return dims[:-1] + (dims[-1] // 2,)
 
 
-def cpu_tensor(buffer: Any, dtype: str, shape: Sequence[int], where: _frameworks.Where) -> Any:
+def cpu_tensor(buffer: Any, dtype: str, shape: Sequence[int], where: Where) -> Any:
     """A CPU tensor sharing the buffer's memory (writable; no copy)."""
     tdtype = torch_dtype(dtype, where)
     dims = torch_shape(dtype, shape, where)
@@ -213,9 +218,7 @@ class PinnedStager:
 # backend ----------------------------------------------------------------
 
 
-def tensor(
-    buffer: Any, dtype: str, shape: Sequence[int], device: Target, where: _frameworks.Where
-) -> Any:
+def tensor(buffer: Any, dtype: str, shape: Sequence[int], device: Target, where: Where) -> Any:
     return device.place(cpu_tensor(buffer, dtype, shape, where))
 
 
@@ -225,7 +228,7 @@ def index(
     shape: Sequence[int],
     key: Any,
     device: Target,
-    where: _frameworks.Where,
+    where: Where,
 ) -> Any:
     part = _frameworks.apply_index(cpu_tensor(buffer, dtype, shape, where), key, where)
     return device.place(part)
@@ -236,7 +239,7 @@ def settle(device: Target) -> None:
 
 
 def empty(
-    dtype: str, shape: Sequence[int], where: _frameworks.Where, place: _frameworks.Placement
+    dtype: str, shape: Sequence[int], where: Where, place: _frameworks.Placement
 ) -> Tuple[Any, Any]:
     """An uninitialised CPU tensor for tensor ``where`` of header dtype
     ``dtype`` and ``shape`` (filled by an owned load): torch's own memory,
@@ -246,7 +249,7 @@ def empty(
     dims, tdtype = torch_shape(dtype, shape, where), torch_dtype(dtype, where)
     align, phase = place
     try:
-        if align == _frameworks.OWNED_ALIGN or phase % tdtype.itemsize:
+        if (align <= ALLOC_ALIGN and phase % align == 0) or phase % tdtype.itemsize:
             made = torch.empty(dims, dtype=tdtype)
         else:
             # Placed as asked: exactly its bytes, inside a block from numpy's

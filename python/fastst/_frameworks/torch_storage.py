@@ -14,9 +14,9 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
 
+from .. import _frameworks
 from .._dtypes import NUMPY_DTYPES
 from .._errors import rule_error
-from .._write.tensors import TensorSpec
 from . import torch as _fw_torch
 
 _SHARED_DOCS = "https://huggingface.co/docs/safetensors/torch_shared_tensors"
@@ -99,7 +99,7 @@ def _is_complete(tensor: torch.Tensor) -> bool:
     ) and tensor.nelement() * tensor.element_size() == storage_size(tensor)
 
 
-def _remove_duplicate_names(
+def remove_duplicate_names(
     state_dict: Dict[str, torch.Tensor],
     *,
     preferred_names: Optional[List[str]] = None,
@@ -166,8 +166,8 @@ def _check_saveable(tensors: Dict[str, torch.Tensor]) -> None:
 def as_writable(name: str, tensor: torch.Tensor, keep_alive: List[Any]) -> Any:
     """What fastst's writer takes for ``tensor``, over its memory (no copy for
     a contiguous CPU tensor): a numpy array with the numpy/ml_dtypes dtype of
-    the same header name, or for packed FP4 a ``TensorSpec`` of its bytes
-    (the tensor it points into is appended to ``keep_alive``)."""
+    the same header name, or for packed FP4 the writer's dict input over its
+    bytes (the tensor it points into is appended to ``keep_alive``)."""
     if not tensor.is_contiguous():
         raise ValueError(
             f"You are trying to save a non contiguous tensor: `{name}` which is not allowed. It "
@@ -189,12 +189,11 @@ def as_writable(name: str, tensor: torch.Tensor, keep_alive: List[Any]) -> Any:
     tensor = tensor.resolve_conj().resolve_neg()
     if header == "F4":
         keep_alive.append(tensor)
-        return TensorSpec(
-            dtype="float4_e2m1fn_x2",
-            shape=list(tensor.shape),
-            data_ptr=tensor.data_ptr(),
-            data_len=tensor.numel(),
-        )
+        return {
+            "dtype": "float4_e2m1fn_x2",
+            "shape": list(tensor.shape),
+            "data": tensor.view(torch.uint8).numpy(),
+        }
     size = tensor.element_size()
     if tensor.dtype in _NUMPY_NATIVE:
         return tensor.numpy()
@@ -228,3 +227,8 @@ def to_arrays(tensors: Dict[str, torch.Tensor], keep_alive: List[Any]) -> Dict[s
     memory) and turned into what the writer takes (:func:`as_writable`)."""
     _check_saveable(tensors)
     return {name: as_writable(name, tensor, keep_alive) for name, tensor in tensors.items()}
+
+
+_frameworks.register_writable(
+    _frameworks.Writable("torch", lambda value: isinstance(value, torch.Tensor), to_arrays)
+)

@@ -8,10 +8,9 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Iterator, List, Tuple, Union
 
+from .._errors import BYTES_NAME, Where
 from .._fastst.read import parse_bytes
-from .._frameworks import Where
 from .._frameworks import backend as framework_backend
-from .._write.tensors import BYTES_NAME
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -30,8 +30,10 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, 
 
 import numpy as np
 
-from .. import _fastst, _frameworks
 from .._dtypes import PACKED_BITS
+from .._errors import Where
+from .._fastst import read as _fastst_read
+from .._frameworks import apply_index, numpy_stand_in
 from .._settings import prefetch_budget, prefetch_enabled
 from .._sources.raw import RawSource
 from .index import check_index, read_plan
@@ -48,7 +50,7 @@ def _selected(index: Any, shape: Tuple[int, ...], where: object) -> Tuple[int, .
     """The shape of what ``index`` selects of a tensor of ``shape``, or the
     error ``get_slice`` raises for it (numpy's rules, worded as the numpy
     backend words them after ``where``), reading nothing."""
-    return tuple(np.shape(_frameworks.apply_index(_frameworks.numpy_stand_in(shape), index, where)))
+    return tuple(np.shape(apply_index(numpy_stand_in(shape), index, where)))
 
 
 def slice_ranges(
@@ -70,10 +72,10 @@ def slice_ranges(
     if planned is None:
         # Packed rows that end inside a byte: get_slice reads the whole tensor.
         return [(0, nbytes)] if nbytes else []
-    return _fastst.read.slice_ranges(dtype, list(shape), planned[0], _MAX_RANGES)
+    return _fastst_read.slice_ranges(dtype, list(shape), planned[0], _MAX_RANGES)
 
 
-def plan(raw: _fastst.read.RawFile, what: Declaration) -> List[Tuple[int, int]]:
+def plan(raw: _fastst_read.RawFile, what: Declaration) -> List[Tuple[int, int]]:
     """Absolute byte ranges ``(offset, length)`` of ``raw`` (a
     ``_fastst.read.RawFile``) that the declaration ``what`` covers, in the order
     declared (``"all"``: file order). Unknown tensor names raise the
@@ -96,7 +98,7 @@ def plan(raw: _fastst.read.RawFile, what: Declaration) -> List[Tuple[int, int]]:
     if isinstance(what, Mapping):
         for name, index in what.items():
             dtype, shape, b, e = tensor(name)
-            where = _frameworks.Where(raw.name, name)
+            where = Where(raw.name, name)
             parts = slice_ranges(dtype, shape, e - b, index, where)
             ranges += [(start + b + o, n) for o, n in parts]
         return ranges
@@ -113,7 +115,7 @@ class Driver:
     caller has asked for a slice of every tensor, as ``transformers`` does
     before loading a checkpoint)."""
 
-    def __init__(self, raw: _fastst.read.RawFile, mode: Any, budget: Optional[int]) -> None:
+    def __init__(self, raw: _fastst_read.RawFile, mode: Any, budget: Optional[int]) -> None:
         self._raw = raw
         self._budget = budget
         self._job: Optional[Any] = None
@@ -135,7 +137,7 @@ class Driver:
             budget = prefetch_budget()
         if budget is not None and budget <= 0:
             raise ValueError(f"prefetch budget must be positive, got {budget}")
-        self._job = _fastst.read.Prefetcher(self._raw, ranges, budget)
+        self._job = _fastst_read.Prefetcher(self._raw, ranges, budget)
         self._detached = False
 
     def sliced(self, name: str) -> None:
@@ -174,6 +176,6 @@ def driver(raw: RawSource, mode: Any, budget: Optional[int]) -> Optional[Driver]
     """A :class:`Driver` for ``raw`` when it is a single file (checkpoints
     read through an index get none; the core plans nothing for a file
     object without a descriptor), else None."""
-    if not isinstance(raw, _fastst.read.RawFile):
+    if not isinstance(raw, _fastst_read.RawFile):
         return None
     return Driver(raw, mode, budget)

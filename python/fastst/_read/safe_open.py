@@ -12,11 +12,12 @@ from typing import Any, BinaryIO, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from .. import _frameworks
 from .._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
-from .._errors import closed_file_error, rule_error
+from .._errors import Where, closed_file_error, rule_error
 from .._fastst.read import DEFAULT_HEADER_CAP, RawFile, load_into
-from .._frameworks import placement
+from .._frameworks import Backend, Placement, apply_index
+from .._frameworks import backend as framework_backend
+from .._frameworks import resolve as resolve_framework
 from .._paths import progress_label
 from .._settings import prefetch_enabled, read_backend
 from .._sources.opener import open_source
@@ -24,6 +25,7 @@ from .._sources.raw import RawSource
 from .._sources.sharded import ShardedFile
 from . import prefetch as _prefetch
 from .index import check_index, read_plan
+from .placement import placement
 from .progress import Progress, resolve
 from .stream import Plan, load_side_by_side, stream
 
@@ -42,9 +44,9 @@ def _offset_report(
     return report
 
 
-def _aligned_empty(nbytes: int, place: _frameworks.Placement) -> np.ndarray:
+def _aligned_empty(nbytes: int, place: Placement) -> np.ndarray:
     """``nbytes`` uninitialised bytes starting at ``place[1]`` modulo
-    ``place[0]`` (:func:`fastst._frameworks.placement`)."""
+    ``place[0]`` (:func:`fastst._read.placement.placement`)."""
     align, phase = place
     block = np.empty(nbytes + align, dtype=np.uint8)
     skip = (phase - block.ctypes.data) % align
@@ -58,7 +60,7 @@ def _batches(raw: RawSource, names: List[str]) -> List[Tuple[RawFile, List[str]]
         return [(cast(RawFile, raw), list(names))]
     groups: Dict[int, Tuple[RawFile, List[str]]] = {}
     for name in names:
-        shard = raw._shard(name)
+        shard = raw.file_of(name)
         groups.setdefault(id(shard), (shard, []))[1].append(name)
     return list(groups.values())
 
@@ -107,8 +109,8 @@ class safe_open:  # noqa: N801 - the reference package's name
         prefetch_budget: Optional[int] = None,
         storage_options: Optional[Mapping[str, str]] = None,
     ) -> None:
-        self._framework = _frameworks.resolve(framework)
-        self._backend = _frameworks.backend(self._framework)
+        self._framework = resolve_framework(framework)
+        self._backend = framework_backend(self._framework)
         self._device = self._backend.device(device)
         self._prefetch: Optional[_prefetch.Driver] = None
         self._raw = open_source(filename, backend, header_cap, storage_options)
@@ -188,8 +190,8 @@ class safe_open:  # noqa: N801 - the reference package's name
         buffer, dtype, shape = self._raw.tensor(name)
         return to_numpy(buffer, dtype, shape), dtype
 
-    def _where(self, name: str) -> _frameworks.Where:
-        return _frameworks.Where(self._raw.name, name)
+    def _where(self, name: str) -> Where:
+        return Where(self._raw.name, name)
 
     def get_tensor(self, name: str, *, copy: bool = False, dtype: Any = None) -> Any:
         """The whole tensor ``name`` in the framework the file was opened for:
@@ -399,12 +401,12 @@ class _Tensor:
     name: str
     dtype: str
     shape: Tuple[int, ...]
-    backend: _frameworks.Backend
+    backend: Backend
     device: Any
 
     @property
-    def where(self) -> _frameworks.Where:
-        return _frameworks.Where(self.raw.name, self.name)
+    def where(self) -> Where:
+        return Where(self.raw.name, self.name)
 
 
 class SafeSlice:
@@ -491,9 +493,9 @@ class SafeSlice:
     def _refuse(self, index: Any) -> None:
         """Raises what indexing the whole tensor would (the framework's rules and
         messages), reading nothing: the index is applied to the framework's
-        stand-in of the tensor's shape (:attr:`fastst._frameworks.Backend.stand_in`)."""
+        stand-in of the tensor's shape (:attr:`fastst.Backend.stand_in`)."""
         t = self._tensor
-        _frameworks.apply_index(t.backend.stand_in(t.shape), index, t.where)
+        apply_index(t.backend.stand_in(t.shape), index, t.where)
 
 
 def load_path(
@@ -543,3 +545,9 @@ class _safe_open_handle:  # noqa: N801 - the reference package's name
 
 
 safe_open._slice = SafeSlice
+
+
+def source_of(handle: safe_open) -> RawSource:
+    """The source ``handle`` reads (a ``RawFile``, or a ``ShardedFile`` for a
+    checkpoint): for loads that plan their reads from its tensors' places."""
+    return handle._raw

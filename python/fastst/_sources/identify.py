@@ -11,8 +11,8 @@ import os
 import stat
 from typing import Any, Dict, Optional
 
-from .. import _fastst
 from .._errors import rule_error
+from .._fastst import inspect as _fastst_inspect
 from .._paths import is_url, readable
 
 __all__ = ["identify", "not_safetensors_message", "explain"]
@@ -58,10 +58,10 @@ def identify(path: str) -> Optional[Dict[str, Any]]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # swapped since the stat above
             return {"kind": "other", "description": "not a regular file", "executable": False}
-        head = os.pread(fd, _fastst.inspect.IDENTIFY_LEN, 0)
+        head = os.pread(fd, _fastst_inspect.IDENTIFY_LEN, 0)
     finally:
         os.close(fd)
-    found = _fastst.inspect.identify(head, st.st_size)
+    found = _fastst_inspect.identify(head, st.st_size)
     return dict(found) if found is not None else None
 
 

@@ -48,8 +48,7 @@ def open_source(
     once."""
     if _remote.is_url(source):
         return _remote.open_url(source, header_cap, storage_options)
-    if storage_options is not None:
-        raise ValueError("storage_options apply to URLs (s3://, gs://, az://, https://...) only")
+    _remote.refuse_local_options(storage_options)
     if is_file_object(source):
         return _open_file_object(source, backend, header_cap)
     path = os_path(source)

@@ -28,8 +28,8 @@ import posixpath
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from .. import _fastst
 from .._errors import rule_error
+from .._fastst import remote as _fastst_remote
 from .._fastst.read import RawFile
 from .._layout import choose_checkpoint, names_an_index
 from .._paths import is_url as is_url  # the one test, re-exported
@@ -47,6 +47,14 @@ SHARDS_AT_ONCE = 16
 
 #: ``(key, value)`` pairs as the compiled store builder takes them.
 Options = List[Tuple[str, str]]
+
+
+def refuse_local_options(storage_options: Optional[Mapping[str, Any]]) -> None:
+    """The one refusal of ``storage_options`` given for a local path (they
+    configure the store of a URL only): a ``ValueError``; nothing when they
+    are None."""
+    if storage_options is not None:
+        raise ValueError("storage_options apply to URLs (s3://, gs://, az://, https://...) only")
 
 
 def options(storage_options: Optional[Mapping[str, Any]]) -> Options:
@@ -69,12 +77,6 @@ def options(storage_options: Optional[Mapping[str, Any]]) -> Options:
     return pairs
 
 
-def display(url: str) -> str:
-    """``url`` as messages show it (:func:`fastst._paths.readable`, the one
-    rule): without user, password, query or fragment."""
-    return readable(url)
-
-
 def shard_url(index_url: str, shard: str) -> str:
     """The URL of the shard ``shard`` (a checked relative name) beside the
     index ``index_url``: the name is percent-encoded into the index's
@@ -87,9 +89,9 @@ def shard_url(index_url: str, shard: str) -> str:
 def read_index(url: str, opts: Options) -> Tuple[bytes, Dict[str, Any]]:
     """The bytes and JSON object of the index at ``url``, with the rules of
     local indexes (:func:`fastst._sources.folders.read_index`)."""
-    name = display(url)
+    name = readable(url)
     cap = index_cap()
-    raw = _fastst.remote.read_remote(url, name, opts, cap)
+    raw = _fastst_remote.read_remote(url, name, opts, cap)
     if raw is None:
         raise rule_error(
             "index-over-cap",
@@ -106,11 +108,11 @@ def checkpoint_under(url: str, opts: Options) -> str:
     (:func:`fastst._layout.choose_checkpoint`, the one rule); a prefix
     with more than :data:`LIST_CAP` objects under it is refused (rule
     ``folder-over-cap``) rather than listed whole."""
-    names = _fastst.remote.list_remote(url, display(url), opts, LIST_CAP)
+    names = _fastst_remote.list_remote(url, readable(url), opts, LIST_CAP)
     if names is None:
         raise rule_error(
             "folder-over-cap",
-            display(url),
+            readable(url),
             f"the prefix holds more than {LIST_CAP:,} objects, the most one listing reads; "
             "name the checkpoint's index or file by its URL",
         )
@@ -119,7 +121,7 @@ def checkpoint_under(url: str, opts: Options) -> str:
         weight_map = read_index(url + quote(index), opts)[1]["weight_map"]
         return {s for s in weight_map.values() if isinstance(s, str)}
 
-    return url + quote(choose_checkpoint(display(url), names, claimed, "prefix"))
+    return url + quote(choose_checkpoint(readable(url), names, claimed, "prefix"))
 
 
 def _sharded(url: str, opts: Options, header_cap: int) -> ShardedFile:
@@ -130,8 +132,8 @@ def _sharded(url: str, opts: Options, header_cap: int) -> ShardedFile:
     index = read_index(url, opts)[1]
     shards = list(placements(None, index["weight_map"], lambda *_: None))
     urls = [shard_url(url, shard) for shard in shards]
-    got = _fastst.remote.open_urls(
-        urls, [display(u) for u in urls], opts, header_cap, SHARDS_AT_ONCE
+    got = _fastst_remote.open_urls(
+        urls, [readable(u) for u in urls], opts, header_cap, SHARDS_AT_ONCE
     )
     # The list ends at the first failure: the walk below raises it there.
     opened = dict(zip(shards, got, strict=False))
@@ -143,7 +145,7 @@ def _sharded(url: str, opts: Options, header_cap: int) -> ShardedFile:
         return got
 
     try:
-        return ShardedFile.of_objects(display(url), index, open_shard)
+        return ShardedFile.of_objects(readable(url), index, open_shard)
     finally:
         for left in opened.values():  # not handed to the checkpoint (it failed)
             if isinstance(left, RawFile):
@@ -157,4 +159,4 @@ def open_url(url: str, header_cap: int, storage_options: Optional[Mapping[str, A
         url = checkpoint_under(url, opts)
     if names_an_index(urlsplit(url).path):
         return _sharded(url, opts, header_cap)
-    return _fastst.remote.open_object(url, display(url), opts, header_cap)
+    return _fastst_remote.open_object(url, readable(url), opts, header_cap)

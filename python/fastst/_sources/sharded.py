@@ -124,7 +124,8 @@ class ShardedFile:
         if self._closed:
             raise closed_file_error(self.name)
 
-    def _shard(self, name: str) -> RawFile:
+    def file_of(self, name: str) -> RawFile:
+        """The shard (an open file) holding tensor ``name``."""
         self._check()
         raw = self._where.get(name)
         if raw is None:
@@ -160,7 +161,7 @@ class ShardedFile:
 
     def shard_of(self, name: str) -> str:
         """The path of the shard holding tensor ``name``."""
-        return str(self._shard(name).name)
+        return str(self.file_of(name).name)
 
     def __len__(self) -> int:
         self._check()
@@ -171,22 +172,22 @@ class ShardedFile:
         return name in self._where
 
     def info(self, name: str) -> Tuple[str, Tuple[int, ...], int, int]:
-        return self._shard(name).info(name)
+        return self.file_of(name).info(name)
 
     def tensor(self, name: str) -> Any:
-        return self._shard(name).tensor(name)
+        return self.file_of(name).tensor(name)
 
     def read_into(self, name: str, out: Any) -> None:
-        self._shard(name).read_into(name, out)
+        self.file_of(name).read_into(name, out)
 
     def read_range_into(self, name: str, offset: int, out: Any) -> None:
-        self._shard(name).read_range_into(name, offset, out)
+        self.file_of(name).read_range_into(name, offset, out)
 
     def read_slice_into(self, name: str, dims: List[Tuple[int, int, int]], out: Any) -> None:
-        self._shard(name).read_slice_into(name, dims, out)
+        self.file_of(name).read_slice_into(name, dims, out)
 
     def convert_into(self, name: str, out: Any, to: str) -> None:
-        self._shard(name).convert_into(name, out, to)
+        self.file_of(name).convert_into(name, out, to)
 
     def advise_sequential(self) -> None:
         self._check()

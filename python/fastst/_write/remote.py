@@ -17,16 +17,16 @@ from __future__ import annotations
 from typing import Any, List, Mapping, Optional
 from urllib.parse import quote
 
-from .. import _fastst
 from .._errors import SafetensorError
+from .._fastst import remote as _fastst_remote
 from .._fastst.write import LayoutWriter, WritePlan
+from .._paths import readable
 from .._sources import remote as _remote
 
 #: Whether a destination is a URL (rather than a path), as for reading.
 is_url = _remote.is_url
 
 #: A URL as messages show it (without user, password, query or fragment).
-display = _remote.display
 
 
 def upload(
@@ -37,9 +37,9 @@ def upload(
 ) -> None:
     """Writes the file ``layout`` lays out (the tensors' data in
     ``sources``, as :func:`fastst._write.tensors.plan` gives them) to the
-    object ``url``; errors name the URL as :func:`display` shows it."""
+    object ``url``; errors name the URL as :func:`fastst._paths.readable` shows it."""
     pairs = _remote.options(storage_options)
-    _fastst.remote.upload_file(layout, url, display(url), pairs, sources)
+    _fastst_remote.upload_file(layout, url, readable(url), pairs, sources)
 
 
 def layout_writer(
@@ -55,7 +55,7 @@ def layout_writer(
     by its ``commit`` (see :mod:`fastst._write.streaming`)."""
     pairs = _remote.options(storage_options)
     return LayoutWriter.to_url(
-        url, display(url), entries, metadata, pairs, header_cap=header_cap, align=align
+        url, readable(url), entries, metadata, pairs, header_cap=header_cap, align=align
     )
 
 
@@ -63,12 +63,12 @@ def put_bytes(url: str, data: bytes, storage_options: Optional[Mapping[str, Any]
     """Writes ``data`` as the object ``url`` with one request (a small object: an index),
     whole or not at all."""
     pairs = _remote.options(storage_options)
-    _fastst.remote.put_remote(url, display(url), pairs, bytes(data))
+    _fastst_remote.put_remote(url, readable(url), pairs, bytes(data))
 
 
 def delete(url: str, storage_options: Optional[Mapping[str, Any]]) -> None:
     """Deletes the object ``url`` (one that is not there is no error)."""
-    _fastst.remote.delete_remote(url, display(url), _remote.options(storage_options))
+    _fastst_remote.delete_remote(url, readable(url), _remote.options(storage_options))
 
 
 def shards_named(index_url: str, storage_options: Optional[Mapping[str, Any]]) -> List[str]:
@@ -87,8 +87,8 @@ def shards_named(index_url: str, storage_options: Optional[Mapping[str, Any]]) -
 def names_under(prefix_url: str, storage_options: Optional[Mapping[str, Any]]) -> List[str]:
     """The names of the objects directly under ``prefix_url`` (ending in ``/``); none when the
     prefix holds more than the listing cap (nothing is then cleaned up)."""
-    url = display(prefix_url)
-    names = _fastst.remote.list_remote(
+    url = readable(prefix_url)
+    names = _fastst_remote.list_remote(
         prefix_url, url, _remote.options(storage_options), _remote.LIST_CAP
     )
     return list(names or [])

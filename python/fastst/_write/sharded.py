@@ -67,6 +67,7 @@ from .._fastst.write import link_file
 from .._layout import WEIGHTS_SUFFIX, index_name, own_shard, shard_name, staged_name
 from .._paths import os_path, readable
 from .._settings import parse_size
+from .._sources.remote import refuse_local_options
 from . import remote as _remote
 from .atomic import replace_bytes
 from .shared_folder import SaveMark, locked, remove_earlier
@@ -175,7 +176,7 @@ class _RemoteSave:
         self.prefix = prefix
         self._commit = UrlCommit.for_index(folder, prefix, storage_options)
         self.index_path = self._commit.commit_url
-        self.where = _remote.display(self.index_path)
+        self.where = readable(self.index_path)
         total = len(groups)
         self.names = [shard_name(prefix, i, total, self._commit.part) for i in range(1, 1 + total)]
         self.staged = [self._commit.url(name) for name in self.names]
@@ -388,8 +389,7 @@ def write_sharded(
             remote.discard()
             raise
         return remote.commit()
-    if storage_options is not None:
-        raise ValueError("storage_options apply to URLs (s3://, gs://, az://, https://...) only")
+    refuse_local_options(storage_options)
     save = _LocalSave(folder, groups, sizes, prefix, index_metadata)
     # 1. The new shards, under names no reader knows yet.
     try:
@@ -455,12 +455,10 @@ class ShardedWriter(WholeOrNothing):
         storage_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
         url = _remote.is_url(folder)
-        if not url and storage_options is not None:
-            raise ValueError(
-                "storage_options apply to URLs (s3://, gs://, az://, https://...) only"
-            )
+        if not url:
+            refuse_local_options(storage_options)
         limit = _check_plan(max_shard_size, prefix)
-        where = _remote.display(str(folder)) if url else readable(os_path(folder))
+        where = readable(str(folder)) if url else readable(os_path(folder))
         entries = layout_entries(where, layout)
         sizes = {name: tensor_bytes(dtype, shape) for name, dtype, shape in entries}
         count = sum(element_count(shape) for _, _, shape in entries)

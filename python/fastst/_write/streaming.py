@@ -30,7 +30,6 @@ flight, never the file.
 from __future__ import annotations
 
 import os
-import sys
 from collections import abc
 from types import TracebackType
 from typing import (
@@ -52,7 +51,9 @@ from .._dtypes import FACTS, NUMPY_DTYPES, target_dtype
 from .._errors import SafetensorError, rule_error, save_errors
 from .._fastst.read import DEFAULT_HEADER_CAP
 from .._fastst.write import LayoutWriter, WritePlan
+from .._frameworks import writable
 from .._paths import os_path, readable
+from .._sources.remote import refuse_local_options
 from . import remote as _remote
 from .shared_folder import drop_sharded_layout
 from .tensors import SPEC_DTYPES, byte_view, check_align, check_metadata, prepare
@@ -169,14 +170,12 @@ def tensor_bytes(dtype: str, shape: Sequence[int]) -> int:
 
 
 def _framework_input(name: str, value: Any, keep_alive: List[Any]) -> Any:
-    """``value`` as the writer's input path takes it: a torch tensor through
-    the torch conversion ``save_file`` uses (torch is only looked at when it
-    is already imported), anything else as it is."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):
-        from .._frameworks.torch_storage import to_arrays
-
-        return to_arrays({name: value}, keep_alive)[name]
+    """``value`` as the writer's input path takes it: a framework's tensor
+    (torch's) through the conversion its ``save_file`` uses (the framework
+    registry's :func:`fastst._frameworks.writable`), anything else as it is."""
+    found = writable(value)
+    if found is not None:
+        return found.to_arrays({name: value}, keep_alive)[name]
     return value
 
 
@@ -226,12 +225,10 @@ class TensorWriter(WholeOrNothing):
         storage_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
         url = _remote.is_url(path)
-        if not url and storage_options is not None:
-            raise ValueError(
-                "storage_options apply to URLs (s3://, gs://, az://, https://...) only"
-            )
+        if not url:
+            refuse_local_options(storage_options)
         target = str(path) if url else os_path(path)
-        where = _remote.display(str(path)) if url else readable(target)
+        where = readable(str(path)) if url else readable(target)
         entries = layout_entries(where, layout)
         meta = check_metadata(where, metadata)
         unit = check_align(where, align)
@@ -430,7 +427,7 @@ def upload_layout(
     ``fetch(name)`` (what :meth:`TensorWriter.write` takes), called when the upload
     reaches the tensor, in the file's order; its dtype and shape must be the layout's
     (rule ``layout-mismatch``). An error, from ``fetch`` too, aborts the upload."""
-    where = _remote.display(url)
+    where = readable(url)
     entries = layout_entries(where, layout)
     meta = check_metadata(where, metadata)
     unit = check_align(where, align)

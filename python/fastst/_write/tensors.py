@@ -33,10 +33,11 @@ from typing import (
 import numpy as np
 
 from .._dtypes import NUMPY_DTYPES, PACKED_BITS, header_dtype, pack_bits
-from .._errors import UnsupportedDtypeError, rule_error, save_errors
+from .._errors import BYTES_NAME, UnsupportedDtypeError, rule_error, save_errors
 from .._fastst.read import DEFAULT_HEADER_CAP
 from .._fastst.write import MAX_ALIGN, WritePlan
 from .._paths import os_path, readable
+from .._sources.remote import refuse_local_options
 from . import remote as _remote
 from .shared_folder import drop_sharded_layout
 
@@ -45,9 +46,6 @@ PathLike = Union[str, "os.PathLike[str]"]
 #: Bytes converted at a time for inputs that are not already contiguous
 #: little-endian memory.
 CHUNK_BYTES = 8 << 20
-
-#: Name shown in errors about in-memory serialisation.
-BYTES_NAME = "<bytes>"
 
 #: The alignment of the data section without ``align=``: the header is
 #: padded with spaces to a multiple of 8 bytes, as the reference pads it.
@@ -438,11 +436,10 @@ def serialize_file(
     """
     if _remote.is_url(filename):
         url = str(filename)
-        layout, sources = plan(_remote.display(url), tensor_dict, metadata, header_cap, align)
+        layout, sources = plan(readable(url), tensor_dict, metadata, header_cap, align)
         _remote.upload(layout, url, sources, storage_options)
         return
-    if storage_options is not None:
-        raise ValueError("storage_options apply to URLs (s3://, gs://, az://, https://...) only")
+    refuse_local_options(storage_options)
     path = os_path(filename)
     name = readable(path)
     layout, sources = plan(name, tensor_dict, metadata, header_cap, align)

@@ -1,4 +1,7 @@
-"""The ``fastst`` command: ``inspect``, ``verify``, ``hash``, ``meta``, ``diff`` and ``convert``.
+"""The ``fastst`` command and its ten subcommands, from argument parsing to exit code.
+
+The subcommands: ``inspect``, ``verify``, ``hash``, ``diff``, ``stats``,
+``convert``, ``consolidate``, ``meta``, ``sign`` and ``sbom``.
 
 Human-readable text by default (untrusted text escaped, laid out for the
 terminal), ``--json`` for machines (one envelope, ``output.schema.json``),

@@ -12,7 +12,8 @@ from typing import Any, Dict, Iterable
 
 from .._fastst import __version__
 from .._fastst.read import DEFAULT_HEADER_CAP
-from .._sources.remote import display, is_url
+from .._paths import readable
+from .._sources.remote import is_url
 from .._text import escape
 from ..tools import inspect as fi
 from ..tools.stats import MAX_BINS
@@ -448,5 +449,5 @@ def check_conflicts(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             _usage_error(parser, "--raw conflicts with --set/--unset")
         urls = [f for f in [*args.files, args.output or ""] if is_url(f)]
         if editing and urls:
-            shown = escape(display(urls[0]))
+            shown = escape(readable(urls[0]))
             _usage_error(parser, f"--set/--unset edit local files; {shown} is a URL (read-only)")

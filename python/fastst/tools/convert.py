@@ -159,7 +159,7 @@ def convert_pickle(
 
     import fastst.torch as ft
 
-    from ..torch import _remove_duplicate_names
+    from .._frameworks.torch_storage import remove_duplicate_names
 
     src = os.fsdecode(os.fspath(source))
     dst = os.fsdecode(os.fspath(output))
@@ -215,7 +215,7 @@ def convert_pickle(
     metadata: Dict[str, str] = {"format": "pt"}
     removed: Dict[str, str] = {}
     try:
-        groups = _remove_duplicate_names(tensors)
+        groups = remove_duplicate_names(tensors)
     except RuntimeError as exc:
         raise ValueError(str(exc)) from None
     for kept, dropped_names in groups.items():

@@ -1,25 +1,21 @@
 """``FrameworkIO``: the save and load functions of a framework module, made from one function.
 
-``FrameworkIO``: the ``save``/``save_file``/``load``/``load_file`` functions of a framework
-module, made from one function turning its tensors into arrays."""
+The ``save``/``save_file``/``load``/``load_file`` functions of a framework
+module, from the one function turning its tensors into arrays (a
+:data:`fastst._frameworks.ToArrays`)."""
 
 from __future__ import annotations
 
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
+from .._frameworks import ToArrays
 from .._paths import os_path, readable
 from .._read.load import load_bytes
 from .._read.safe_open import load_path
 from .._write.tensors import check_align, serialize, serialize_file
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-#: ``to_arrays(tensors, keep_alive)``: a framework's tensors -> what the
-#: writer takes (numpy arrays, ``TensorSpec``), appending to ``keep_alive``
-#: any object whose memory they point into.
-ToArrays = Callable[[Any, List[Any]], Mapping[str, Any]]
 
 
 class FrameworkIO:
