@@ -339,7 +339,7 @@ catalogue! {
     WorkerFailed = "worker-failed", Io, High,
         "a worker thread stopped without finishing its share of the work";
     RemoteDeadline = "remote-deadline", Io, High,
-        "a remote open, read or listing did not finish within its deadline (FASTST_REMOTE_DEADLINE; TimeoutError)";
+        "a remote open, read, listing or upload did not finish within its deadline (FASTST_REMOTE_DEADLINE; TimeoutError)";
     RemoteAnswerOverCap = "remote-answer-over-cap", Io, High,
         "a store's answer without a byte range (a listing page, a token) holds more than the cap on such answers (16 MiB)";
 
@@ -380,6 +380,8 @@ catalogue! {
     // --- frameworks -----------------------------------------------------------
     FrameworkDtype = "framework-dtype", UnsupportedDtype, High,
         "a tensor's dtype has no equivalent in the framework asked for, or a framework's dtype none in the format";
+    ObjectKey = "object-key", Argument, High,
+        "an object key fastst cannot address in its store: an empty segment (//), a . or .. segment, a control character (keys are otherwise taken literally)";
     UnknownFramework = "unknown-framework", Argument, High,
         "a call names a framework fastst does not know";
     UnknownBackend = "unknown-backend", Argument, High,
