@@ -11,7 +11,8 @@ ValueError), as the rule catalogue of the compiled core says.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+import contextlib
+from typing import Dict, Iterator, List, Optional, Type
 
 from . import _fastst
 
@@ -111,7 +112,7 @@ def rule_error(
     rule: str, filename: str, message: str, tensor: Optional[str] = None
 ) -> BaseException:
     """The exception for breaking ``rule``, an id of the core's rule
-    catalogue (``_fastst.rule_catalogue()``): an instance of the class of the
+    catalogue (``_fastst.catalogue.rule_catalogue()``): an instance of the class of the
     rule's family, with text ``"<filename>: <message>"`` (just ``message``
     when ``filename`` is empty; the message names the tensor, if any, as the
     core's messages do) and attributes ``filename``, ``tensor`` and
@@ -121,13 +122,54 @@ def rule_error(
     This is the glue's own exception maker, the one every error of the
     core goes through, so an error raised from Python and one raised by
     the core for the same rule cannot differ in class or attributes."""
-    return _fastst.rule_error(rule, filename, message, tensor)
+    return _fastst.catalogue.rule_error(rule, filename, message, tensor)
 
 
 def closed_file_error(filename: str) -> BaseException:
     """The :class:`ClosedFileError` for any use of ``filename`` after it was
     closed (rule ``closed-file``)."""
-    return _fastst.closed_file_error(filename)
+    return _fastst.catalogue.closed_file_error(filename)
+
+
+_SAVE_OS_ERRORS: Dict[Type[OSError], Type[OSError]] = {}
+
+
+def _save_class(builtin: Type[OSError]) -> Type[OSError]:
+    """The class of an OS error of a save: a :class:`SafetensorError` and ``builtin`` (the
+    ``OSError`` subclass the error's errno maps to), made once per builtin."""
+    made = _SAVE_OS_ERRORS.get(builtin)
+    if made is None:
+        doc = f"An OS error of a save: a SafetensorError and a {builtin.__name__} (rule ``io``)."
+        made = type(builtin.__name__, (SafetensorError, builtin), {"__doc__": doc})
+        made.__module__ = "fastst"
+        made.__str__ = OSError.__str__  # type: ignore[method-assign]
+        _SAVE_OS_ERRORS[builtin] = made
+    return made
+
+
+@contextlib.contextmanager
+def save_errors(filename: str) -> Iterator[None]:
+    """Raises an OS error of a save to ``filename`` (a missing folder, a folder at the
+    path, a full disk) as a :class:`SafetensorError` that is also the builtin ``OSError``
+    subclass it was (``FileNotFoundError``...), with rule ``io``: ``except
+    SafetensorError`` around a save catches it, as it does the reference's, and so does
+    ``except FileNotFoundError``. Errors that are SafetensorErrors already pass as they
+    are."""
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, SafetensorError) or type(exc) in _SAVE_OS_ERRORS.values():
+            raise
+        args = exc.args
+        if exc.errno is not None and exc.strerror is not None:
+            args = (exc.errno, exc.strerror, exc.filename, None, exc.filename2)
+            args = args[:3] if exc.filename2 is None else args
+            args = args[:2] if exc.filename is None else args
+        error = _save_class(type(exc))(*args)
+        error.filename = exc.filename if exc.filename is not None else filename
+        error.rule = "io"  # type: ignore[attr-defined]
+        error.tensor = None  # type: ignore[attr-defined]
+        raise error.with_traceback(exc.__traceback__) from exc.__cause__
 
 
 class LoadStopped(Exception):

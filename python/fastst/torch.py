@@ -313,12 +313,12 @@ class _LazyModule(types.ModuleType):
         return sorted(set(super().__dir__()) | set(self.__all__))
 
 
-#: torch.distributed.checkpoint storage on fastst (:mod:`fastst._distributed.dcp`, imported with
+#: torch.distributed.checkpoint storage on fastst (:mod:`fastst._dcp.storage`, imported with
 #: ``torch.distributed.checkpoint`` when one of its names is first used), importable as
 #: ``fastst.torch.dcp`` too.
 dcp = _LazyModule(
     __name__ + ".dcp",
-    "fastst._distributed.dcp",
+    "fastst._dcp.storage",
     ["StorageWriter", "StorageReader", "consolidate", "consolidate_on_every_rank"],
     "torch.distributed.checkpoint storage and consolidation on fastst.",
 )

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 def _rank_files(folder: Path) -> np.ndarray:
     """Two ranks' files of a (4, 3) tensor saved row-sharded, as DCP writes them."""
-    from fastst._distributed.dcp_files import file_metadata
+    from fastst._dcp.files import file_metadata
 
     whole = np.arange(12, dtype=np.float32).reshape(4, 3)
     folder.mkdir()

@@ -153,3 +153,48 @@ def test_the_docs_state_the_write_guarantees() -> None:
     page = (Path(__file__).resolve().parents[2] / "docs" / "io.md").read_text()
     for phrase in ("O_TMPFILE", "symbolic link", "SIGINT", "file-changed", "not-regular-file"):
         assert phrase in page, phrase
+
+
+def test_write_parts_takes_any_buffer_and_names_what_is_not_one(tmp_path: Path) -> None:
+    layout = {"a": ("F32", [4]), "b": ("F32", [2])}
+    with fastst.open_writer(tmp_path / "m.safetensors", layout) as w:
+        w.write_parts("a", [np.arange(2, dtype=np.float32), memoryview(np.ones(2, np.float32))])
+        with pytest.raises(TypeError, match=r"m\.safetensors: tensor 'b': part 1 .* not a buffer"):
+            w.write_parts("b", [b"", 3])
+        w.write_parts("b", [memoryview(np.arange(4, dtype=np.float32))[::2]])
+    loaded = fastst.numpy.load_file(tmp_path / "m.safetensors")
+    assert loaded["a"].tolist() == [0.0, 1.0, 1.0, 1.0] and loaded["b"].tolist() == [0.0, 2.0]
+
+
+def test_a_shape_past_the_format_names_the_tensor_and_the_rule(tmp_path: Path) -> None:
+    for opener in (fastst.open_writer, fastst.open_sharded_writer):
+        with pytest.raises(fastst.SerializeError) as caught:
+            opener(tmp_path / "x.safetensors", {"big": ("F32", [2**64])})
+        assert caught.value.rule == "bad-shape" and caught.value.tensor == "big"
+        assert "x.safetensors" in str(caught.value) and "'big'" in str(caught.value)
+
+
+@pytest.mark.parametrize("builtin", [FileNotFoundError, IsADirectoryError])
+def test_os_errors_of_saves_are_safetensor_errors_too(tmp_path: Path, builtin: type) -> None:
+    (tmp_path / "dir.safetensors").mkdir()
+    (tmp_path / "afile").write_bytes(b"")
+    if builtin is FileNotFoundError:
+        target = tmp_path / "missing" / "m.safetensors"
+        sharded_into = tmp_path / "afile" / "ckpt"
+    else:
+        target = tmp_path / "dir.safetensors"
+        sharded_into = tmp_path / "afile"
+
+    def streamed() -> None:
+        with fastst.open_writer(target, {"a": ("F32", [2])}) as w:
+            w.write("a", np.ones(2, np.float32))
+
+    saves = [lambda: fastst.numpy.save_file({"a": np.ones(2)}, target), streamed]
+    for save in saves:
+        with pytest.raises(fastst.SafetensorError) as caught:
+            save()
+        assert isinstance(caught.value, builtin), type(caught.value).__mro__
+        assert caught.value.rule == "io" and str(target) in str(caught.value)
+    with pytest.raises(fastst.SafetensorError) as caught:
+        fastst.numpy.save_sharded({"a": np.ones(2)}, sharded_into)
+    assert isinstance(caught.value, OSError) and caught.value.rule == "io"

@@ -573,8 +573,11 @@ def test_without_a_group(files: Dict[str, str]) -> None:
 def test_folder_with_several_files_and_no_index(tmp_path: Path) -> None:
     save_file({"a": torch.zeros(2)}, str(tmp_path / "a.safetensors"))
     save_file({"b": torch.zeros(2)}, str(tmp_path / "b.safetensors"))
-    with pytest.raises(fastst.ShardIndexError):
+    with pytest.raises(fastst.FolderError) as info:
         D.resolve_path(tmp_path)
+    # The rule of every listing's choice (fastst._layout.choose_checkpoint).
+    assert info.value.rule == "folder-ambiguous"
+    assert info.value.candidates == ["a.safetensors", "b.safetensors"]
 
 
 @pytest.mark.parametrize("spec, dim", [("row", 0), ("column", 1), (2, 2), (-1, 2), ("np1", 1)])

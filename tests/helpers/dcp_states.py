@@ -1,6 +1,6 @@
 """The state dicts and comparisons of the DCP tests: DTensors over a gloo group, compared by bit.
 
-Shared by ``distributed/test_dcp.py`` (local folders) and ``distributed/test_dcp_remote.py``
+Shared by ``dcp/test_dcp.py`` (local folders) and ``dcp/test_dcp_remote.py``
 (object storage); the functions taking a mesh run inside the spawned ranks.
 """
 

@@ -21,7 +21,8 @@ import fastst.numpy
 import numpy as np
 import pytest
 from fastst import _settings
-from fastst._sources.remote import NAMED_CANDIDATES, SHARDS_AT_ONCE
+from fastst._layout import NAMED_CANDIDATES
+from fastst._sources.remote import SHARDS_AT_ONCE
 from helpers.hostile_servers import (
     Answer,
     Scripted,

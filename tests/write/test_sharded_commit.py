@@ -22,7 +22,7 @@ import fastst
 import fastst.numpy as fnp
 import numpy as np
 import pytest
-from fastst._sources.folders import UNFINISHED
+from fastst._layout import UNFINISHED
 
 pytestmark = [
     pytest.mark.slow,

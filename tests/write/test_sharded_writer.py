@@ -15,7 +15,7 @@ import fastst
 import fastst.numpy as fnp
 import numpy as np
 import pytest
-from fastst._sources.folders import UNFINISHED
+from fastst._layout import UNFINISHED
 
 NAMES = [f"layer.{i:02d}.weight" for i in range(8)]
 LAYOUT = {n: ("F32", [64, 32]) for n in NAMES}  # 8 KiB each

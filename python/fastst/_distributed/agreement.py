@@ -22,7 +22,7 @@ from .. import _frameworks
 from .._errors import DistributedLoadError, SafetensorError, rule_error
 from .._frameworks import torch as _fw_torch
 from .._read.safe_open import safe_open
-from .._sources.folders import INDEX_SUFFIX
+from .._sources.folders import checkpoint_in
 
 PathLike = Union[str, bytes, "os.PathLike[str]"]
 
@@ -56,28 +56,12 @@ class Entry:
 
 
 def resolve_path(path: PathLike) -> str:
-    """The file ``path`` designates: itself, or for a folder its index
-    (``*.safetensors.index.json``) or its only ``*.safetensors`` file."""
+    """The file ``path`` designates: itself, or for a folder the one
+    checkpoint it holds (:func:`fastst._sources.folders.checkpoint_in`)."""
     text = os.fspath(path)
     if isinstance(text, bytes):
         text = os.fsdecode(text)
-    if not os.path.isdir(text):
-        return text
-    names = sorted(os.listdir(text))
-    indexes = [n for n in names if n.endswith(INDEX_SUFFIX)]
-    if indexes:
-        return text  # safe_open opens a folder holding one index (and refuses several)
-    weights = [n for n in names if n.endswith(".safetensors")]
-    if len(weights) == 1:
-        return os.path.join(text, weights[0])
-    if not weights:
-        raise FileNotFoundError(f"{text}: folder holds no .safetensors file and no index")
-    listed = ", ".join(weights[:4]) + (", ..." if len(weights) > 4 else "")
-    raise rule_error(
-        "index-ambiguous",
-        text,
-        f"folder holds several .safetensors files ({listed}) and no index naming them",
-    )
+    return checkpoint_in(text) if os.path.isdir(text) else text
 
 
 def open_table(path: PathLike) -> Tuple[safe_open, List[Entry], Optional[Dict[str, str]]]:

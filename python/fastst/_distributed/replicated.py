@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from .._frameworks import torch as _fw_torch
+from .._read.pool import run_all
 from .._read.safe_open import safe_open
 from .agreement import (
     Entry,
@@ -166,15 +167,7 @@ class _Reader:
             name = self._entries[i].name
             for done in range(0, len(out), _READ_PIECE):
                 calls.append((name, offset + done, out[done : done + _READ_PIECE]))
-        if len(calls) == 1:
-            self._raw.read_range_into(*calls[0])
-            return
-        futures = [
-            self._pool.submit(self._raw.read_range_into, name, offset, out)
-            for name, offset, out in calls
-        ]
-        for future in futures:
-            future.result()
+        run_all(lambda c: self._raw.read_range_into(*c), calls, pool=self._pool)
 
 
 def _allocate(

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -35,8 +34,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 import numpy as np
 
 from .._errors import LoadStopped, closed_file_error
-from .._fastst import RawFile, load_into
+from .._fastst.read import RawFile, load_into
 from .._paths import progress_label
+from .pool import run_all
 from .progress import Report
 
 if TYPE_CHECKING:
@@ -247,12 +247,10 @@ def load_side_by_side(plans: List[Plan]) -> None:
         if stop.is_set():
             raise LoadStopped
 
-    with ThreadPoolExecutor(SIDE_BY_SIDE, thread_name_prefix="fastst-load") as pool:
-        loads = [pool.submit(load_into, p.file, p.names, p.outs, p.targets, check) for p in plans]
-        try:
-            for load in loads:
-                load.result()
-        finally:
-            stop.set()
-            for load in loads:
-                load.cancel()
+    run_all(
+        lambda p: load_into(p.file, p.names, p.outs, p.targets, check),
+        plans,
+        SIDE_BY_SIDE,
+        "fastst-load",
+        stop=stop.set,
+    )

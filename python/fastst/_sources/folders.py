@@ -38,42 +38,15 @@ set is :mod:`fastst._sources.shard_rules`.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import re
 import stat
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from .._errors import rule_error
+from .._layout import choose_checkpoint
 from .._paths import readable
 from .._settings import INDEX_CAP_ENV, index_cap
-
-INDEX_SUFFIX = ".safetensors.index.json"
-WEIGHTS_SUFFIX = ".safetensors"
-
-#: A file an unfinished fastst save wrote, never a checkpoint of its own: a
-#: temporary file (``.<16 hex>.fastst-tmp``, where the system has no unnamed
-#: ones) or a shard staged by a sharded save (``.<16 hex>.fastst-tmp.`` then
-#: its final name, group 1), which counts only while an index names it.
-#: The ecosystem's name of a shard: ``{prefix}-00001-of-00002.safetensors``.
-_SHARD_NAME = re.compile(r"(.+)-\d{5}-of-\d{5}\.safetensors")
-
-#: A shard name's stem with the part of one save's own that shards saved
-#: to object storage carry (see :func:`shard_name`).
-_SAVE_PART = re.compile(r"(.+)-[0-9a-f]{8}")
-
-
-def shard_name(prefix: str, number: int, total: int, part: str = "") -> str:
-    """The name of shard ``number`` of ``total`` of the checkpoint
-    ``{prefix}.safetensors.index.json``: ``{prefix}-00001-of-00003.safetensors``,
-    or with ``part`` (8 hex digits, one save's own, for stores that cannot
-    rename) ``{prefix}-{part}-00001-of-00003.safetensors``."""
-    stem = f"{prefix}-{part}" if part else prefix
-    return f"{stem}-{number:05d}-of-{total:05d}.safetensors"
-
-
-UNFINISHED = re.compile(r"\.[0-9a-f]{16}\.fastst-tmp(?:\.(.+\.safetensors))?")
 
 
 def _nonblocking(path: str, flags: int) -> int:
@@ -233,69 +206,27 @@ def claimed_shards(index_path: str) -> Set[str]:
     return {path for path in named if path}
 
 
-def own_shard(name: str, prefixes: Set[str]) -> bool:
-    """Whether ``name`` is a shard's name (:func:`shard_name`, with or without
-    a save's own part) of the index of one of ``prefixes``: such a file
-    belongs to that checkpoint (or to a save of it that did not finish), never
-    a checkpoint of its own."""
-    match = _SHARD_NAME.fullmatch(name)
-    if match is None:
-        return False
-    if match.group(1) in prefixes:
-        return True
-    part = _SAVE_PART.fullmatch(match.group(1))
-    return part is not None and part.group(1) in prefixes
-
-
 def checkpoint_in(folder: str) -> str:
-    """The path of the one checkpoint (index or single file) in ``folder``."""
+    """The path of the one checkpoint (index or single file) in ``folder``
+    (:func:`fastst._layout.choose_checkpoint`, the one rule), which must
+    not be a symbolic link leading outside it (rule ``folder-link``)."""
     try:
-        entries = sorted(os.listdir(folder))
+        entries = os.listdir(folder)
     except OSError as exc:
         raise FileNotFoundError(f"No such file or directory: {folder}") from exc
+    files = [e for e in entries if os.path.isfile(os.path.join(folder, e))]
+    root = os.path.normpath(folder)
 
-    def is_file(name: str) -> bool:
-        return os.path.isfile(os.path.join(folder, name))
+    def claimed(index: str) -> Set[str]:
+        return {os.path.relpath(p, root) for p in claimed_shards(os.path.join(folder, index))}
 
-    indexes = [e for e in entries if e.endswith(INDEX_SUFFIX) and is_file(e)]
-    weights = [
-        e
-        for e in entries
-        if e.endswith(WEIGHTS_SUFFIX) and not UNFINISHED.fullmatch(e) and is_file(e)
-    ]
-    shards: Set[str] = set()
-    for index in indexes:
-        shards |= claimed_shards(os.path.join(folder, index))
-    # Shards named as an index's own (``{prefix}-00001-of-00002.safetensors``
-    # beside ``{prefix}.safetensors.index.json``) belong to it even while it
-    # names their staged twins (a sharded save between its two index writes).
-    prefixes = {i[: -len(INDEX_SUFFIX)] for i in indexes}
-    candidates: List[str] = indexes + [
-        w
-        for w in weights
-        if os.path.normpath(os.path.join(folder, w)) not in shards and not own_shard(w, prefixes)
-    ]
-    if len(candidates) == 1:
-        if shard_problem(folder, candidates[0]) is not None:
-            shown = readable(os.path.realpath(os.path.join(folder, candidates[0])))
-            raise rule_error(
-                "folder-link",
-                folder,
-                f"{candidates[0]!r} is a symbolic link leading outside the folder (to {shown!r}); "
-                "open the file by its own path to read it",
-            )
-        return os.path.join(folder, candidates[0])
-    if not candidates:
-        raise IsADirectoryError(
-            errno.EISDIR,
-            f"Is a directory holding no .safetensors file and no {INDEX_SUFFIX} index",
+    chosen = choose_checkpoint(folder, files, claimed)
+    if shard_problem(folder, chosen) is not None:
+        shown = readable(os.path.realpath(os.path.join(folder, chosen)))
+        raise rule_error(
+            "folder-link",
             folder,
+            f"{chosen!r} is a symbolic link leading outside the folder (to {shown!r}); "
+            "open the file by its own path to read it",
         )
-    listed = ", ".join(candidates)
-    error = rule_error(
-        "folder-ambiguous",
-        folder,
-        f"the folder holds {len(candidates)} checkpoints ({listed}); open one of them by its path",
-    )
-    error.candidates = candidates  # type: ignore[attr-defined]
-    raise error
+    return os.path.join(folder, chosen)

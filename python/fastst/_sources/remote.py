@@ -25,16 +25,17 @@ compiled ``fastst-remote`` crate (see ``docs/remote.md``).
 from __future__ import annotations
 
 import posixpath
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from .. import _fastst
 from .._errors import rule_error
-from .._fastst import RawFile
+from .._fastst.read import RawFile
+from .._layout import choose_checkpoint, names_an_index
 from .._paths import is_url as is_url  # the one test, re-exported
 from .._paths import readable
 from .._settings import index_cap
-from .folders import INDEX_SUFFIX, WEIGHTS_SUFFIX, own_shard, parse_index, placements
+from .folders import parse_index, placements
 from .raw import RawSource
 from .sharded import ShardedFile
 
@@ -43,12 +44,6 @@ LIST_CAP = 10_000
 
 #: The shards of a remote index opened at once.
 SHARDS_AT_ONCE = 16
-
-#: The candidates a ``folder-ambiguous`` message names (the rest counted),
-#: each cut to :data:`NAME_SHOWN` characters (a store's keys hold at most
-#: 1,024 bytes; a lying server's may not).
-NAMED_CANDIDATES = 10
-NAME_SHOWN = 256
 
 #: ``(key, value)`` pairs as the compiled store builder takes them.
 Options = List[Tuple[str, str]]
@@ -94,7 +89,7 @@ def read_index(url: str, opts: Options) -> Tuple[bytes, Dict[str, Any]]:
     local indexes (:func:`fastst._sources.folders.read_index`)."""
     name = display(url)
     cap = index_cap()
-    raw = _fastst.read_remote(url, name, opts, cap)
+    raw = _fastst.remote.read_remote(url, name, opts, cap)
     if raw is None:
         raise rule_error(
             "index-over-cap",
@@ -107,10 +102,11 @@ def read_index(url: str, opts: Options) -> Tuple[bytes, Dict[str, Any]]:
 
 def checkpoint_under(url: str, opts: Options) -> str:
     """The URL of the one checkpoint (index or single file) directly under
-    the prefix ``url`` (ending in ``/``), as a local folder's; a prefix
+    the prefix ``url`` (ending in ``/``), as a local folder's
+    (:func:`fastst._layout.choose_checkpoint`, the one rule); a prefix
     with more than :data:`LIST_CAP` objects under it is refused (rule
     ``folder-over-cap``) rather than listed whole."""
-    names = _fastst.list_remote(url, display(url), opts, LIST_CAP)
+    names = _fastst.remote.list_remote(url, display(url), opts, LIST_CAP)
     if names is None:
         raise rule_error(
             "folder-over-cap",
@@ -118,34 +114,12 @@ def checkpoint_under(url: str, opts: Options) -> str:
             f"the prefix holds more than {LIST_CAP:,} objects, the most one listing reads; "
             "name the checkpoint's index or file by its URL",
         )
-    indexes = [n for n in names if n.endswith(INDEX_SUFFIX)]
-    weights = [n for n in names if n.endswith(WEIGHTS_SUFFIX)]
-    claimed = set()
-    for index in indexes:
+
+    def claimed(index: str) -> Set[str]:
         weight_map = read_index(url + quote(index), opts)[1]["weight_map"]
-        claimed |= {s for s in weight_map.values() if isinstance(s, str)}
-    # Shards named as an index's own, with this save's part or an earlier
-    # one's (a save that was killed, or whose clean-up failed), belong to it.
-    prefixes = {i[: -len(INDEX_SUFFIX)] for i in indexes}
-    candidates = indexes + [w for w in weights if w not in claimed and not own_shard(w, prefixes)]
-    if len(candidates) == 1:
-        return url + quote(candidates[0])
-    if not candidates:
-        raise FileNotFoundError(
-            f"{display(url)}: no .safetensors object and no {INDEX_SUFFIX} index under this prefix"
-        )
-    listed = ", ".join(
-        c if len(c) <= NAME_SHOWN else c[:NAME_SHOWN] + "..." for c in candidates[:NAMED_CANDIDATES]
-    )
-    if len(candidates) > NAMED_CANDIDATES:
-        listed += f" and {len(candidates) - NAMED_CANDIDATES:,} more"
-    error = rule_error(
-        "folder-ambiguous",
-        display(url),
-        f"the prefix holds {len(candidates)} checkpoints ({listed}); open one of them by its URL",
-    )
-    error.candidates = candidates  # type: ignore[attr-defined]
-    raise error
+        return {s for s in weight_map.values() if isinstance(s, str)}
+
+    return url + quote(choose_checkpoint(display(url), names, claimed, "prefix"))
 
 
 def _sharded(url: str, opts: Options, header_cap: int) -> ShardedFile:
@@ -156,7 +130,9 @@ def _sharded(url: str, opts: Options, header_cap: int) -> ShardedFile:
     index = read_index(url, opts)[1]
     shards = list(placements(None, index["weight_map"], lambda *_: None))
     urls = [shard_url(url, shard) for shard in shards]
-    got = _fastst.open_urls(urls, [display(u) for u in urls], opts, header_cap, SHARDS_AT_ONCE)
+    got = _fastst.remote.open_urls(
+        urls, [display(u) for u in urls], opts, header_cap, SHARDS_AT_ONCE
+    )
     # The list ends at the first failure: the walk below raises it there.
     opened = dict(zip(shards, got, strict=False))
 
@@ -179,6 +155,6 @@ def open_url(url: str, header_cap: int, storage_options: Optional[Mapping[str, A
     opts = options(storage_options)
     if urlsplit(url).path.endswith("/"):
         url = checkpoint_under(url, opts)
-    if urlsplit(url).path.endswith(".index.json"):
+    if names_an_index(urlsplit(url).path):
         return _sharded(url, opts, header_cap)
-    return _fastst.open_object(url, display(url), opts, header_cap)
+    return _fastst.remote.open_object(url, display(url), opts, header_cap)

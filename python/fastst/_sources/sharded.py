@@ -19,31 +19,21 @@ import os
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from .._errors import ShardIndexError, closed_file_error, rule_error
-from .._fastst import RawFile
+from .._fastst.read import RawFile
+from .._layout import names_an_index
 from .._paths import readable
 from .file import open_file
-from .folders import INDEX_SUFFIX, read_index
+from .folders import read_index
 from .shard_rules import ShardProblem, Table, check_shards
 
 __all__ = ["ShardIndexError", "ShardedFile", "find_index"]
 
 
 def find_index(path: str) -> Optional[str]:
-    """The index file ``path`` designates, or None when it is a plain file."""
-    if os.path.isdir(path):
-        candidates = sorted(f for f in os.listdir(path) if f.endswith(INDEX_SUFFIX))
-        if not candidates:
-            return None
-        if len(candidates) > 1:
-            raise rule_error(
-                "index-ambiguous",
-                readable(path),
-                f"several index files ({', '.join(candidates)}); open one of them",
-            )
-        return os.path.join(path, candidates[0])
-    if path.endswith(".index.json"):
-        return path
-    return None
+    """The index file ``path`` designates (a folder was replaced by its
+    checkpoint before: :func:`fastst._sources.folders.checkpoint_in`), or None
+    when it is a plain file."""
+    return path if names_an_index(path) else None
 
 
 class ShardedFile:

@@ -4,23 +4,32 @@ A save over an existing checkpoint commits as one, through this sequence
 (each step durable before the next):
 
 1. every new shard is written (atomically, flushed) under a staged name,
-   ``.<16 hex>.fastst-tmp.<final name>``, unique to this save; the old
-   index still names the old shards, untouched;
-2. the index is replaced by one naming the staged shards: from here on a
-   reader sees the new checkpoint;
+   ``.<16 hex>.fastst-tmp.<final name>`` (:func:`staged_name`), the 16 hex
+   digits this save's token, whose mark ``.<token>.fastst-tmp`` the save
+   holds while it lives (:class:`fastst._write.shared_folder.SaveMark`);
+   the old index still names the old shards, untouched;
+2. under the folder's commit lock (:func:`fastst._write.shared_folder.locked`,
+   held to the end of step 5: two saves into one folder commit one after
+   the other, the last one wins), the index is replaced by one naming the
+   staged shards: from here on a reader sees the new checkpoint (a failure
+   of this write removes the staged shards: nothing names them);
 3. each staged shard is linked to its final name
    (``{prefix}-00001-of-0000N.safetensors``), replacing an old shard of
-   that name in one step (:func:`fastst._fastst.link_file`);
+   that name in one step (:func:`fastst._fastst.write.link_file`);
 4. the index is replaced by one naming the final names;
-5. the staged names, and the shards of earlier saves under the same
-   prefix that the new index does not name, are removed.
+5. this save's staged names are removed, and what earlier saves of the
+   prefix made that the new index does not name: their shards, the staged
+   files and marks of saves that were killed (never those of a save still
+   alive), and the single file ``{prefix}.safetensors`` (the other layout,
+   which loaders that prefer it would load instead).
 
 Killed at any instant, a loader sees the complete old checkpoint (before
 step 2) or the complete new one (after it), never a mix and never an index
 naming a missing or partial shard. A kill before step 5 ends leaves staged
-files: while an index names them they are the checkpoint; otherwise they
-are stale temporaries (``fastst verify``'s ``stale-temp-file`` rule finds
-them), and the next save under the prefix removes them.
+files and the mark: while an index names them they are the checkpoint;
+otherwise they are stale temporaries (``fastst verify``'s
+``stale-temp-file`` rule finds them), and the next save under the prefix
+removes them (the kernel's lock on the mark died with the process).
 
 A save to a URL prefix of object storage (``s3://bucket/run/``) cannot rename,
 so its shards carry a part of their own instead,
@@ -45,21 +54,22 @@ uploads completed.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
-import re
 import threading
 from collections import abc
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
-from .._errors import closed_file_error, rule_error
-from .._fastst import link_file
+from .._errors import closed_file_error, rule_error, save_errors
+from .._fastst.write import link_file
+from .._layout import WEIGHTS_SUFFIX, index_name, own_shard, shard_name, staged_name
 from .._paths import os_path, readable
 from .._settings import parse_size
-from .._sources.folders import UNFINISHED, own_shard, shard_name
 from . import remote as _remote
 from .atomic import replace_bytes
+from .shared_folder import SaveMark, locked, remove_earlier
 from .streaming import (
     Layout,
     TensorWriter,
@@ -72,7 +82,6 @@ from .streaming import (
 __all__ = [
     "plan_shards",
     "write_sharded",
-    "staged_name",
     "commit_staged",
     "ShardedWriter",
     "open_sharded_writer",
@@ -80,12 +89,6 @@ __all__ = [
     "UrlCommit",
     "forget",
 ]
-
-
-def staged_name(token: str, final: str) -> str:
-    """The name a shard is written under before the commit (see above;
-    :data:`fastst._sources.folders.UNFINISHED` recognises it)."""
-    return f".{token}.fastst-tmp.{final}"
 
 
 def plan_shards(sizes: Dict[str, int], max_size: int) -> List[List[str]]:
@@ -119,29 +122,39 @@ class _LocalSave:
         index_metadata: Optional[Mapping[str, Any]],
     ) -> None:
         self.folder = os.fsdecode(os.fspath(folder))
-        os.makedirs(self.folder, exist_ok=True)
         self.prefix = prefix
         total = len(groups)
         self.finals = [shard_name(prefix, i, total) for i in range(1, total + 1)]
-        token = os.urandom(8).hex()
-        self.staged = [os.path.join(self.folder, staged_name(token, n)) for n in self.finals]
-        self.index_path = os.path.join(self.folder, f"{prefix}.safetensors.index.json")
+        self.index_path = os.path.join(self.folder, index_name(prefix))
         self.where = readable(self.index_path)
         self.index_bytes = index_of(groups, sizes, index_metadata)
+        with save_errors(self.where):
+            os.makedirs(self.folder, exist_ok=True)
+            self.mark = SaveMark(self.folder, prefix)
+        self.staged = [
+            os.path.join(self.folder, staged_name(self.mark.token, n)) for n in self.finals
+        ]
 
     def started(self, path: str) -> None:
         """The staged shard ``path`` is being saved (every staged name is
         removed by :meth:`discard` anyway)."""
 
     def discard(self) -> None:
-        """Removes the staged shards written so far (no index names them)."""
+        """Removes the staged shards written so far (no index names them), then the mark."""
         for path in self.staged:
             _remove(path)
+        self.mark.release()
 
     def commit(self) -> str:
         """Steps 2-5, once every staged shard is complete; the index's path."""
         staged = [os.path.basename(p) for p in self.staged]
-        return commit_staged(self.folder, self.prefix, staged, self.finals, self.index_bytes)
+        try:
+            with save_errors(self.where):
+                return commit_staged(
+                    self.folder, self.prefix, staged, self.finals, self.index_bytes
+                )
+        finally:
+            self.mark.release()
 
 
 class _RemoteSave:
@@ -233,9 +246,9 @@ class UrlCommit:
         ``{prefix}.safetensors.index.json`` (``part``: one another process chose, else a
         new one)."""
         base = folder if folder.endswith("/") else folder + "/"
-        index_name = f"{prefix}.safetensors.index.json"
-        old = _remote.shards_named(_remote.shard_url(base, index_name), storage_options)
-        return cls(base, index_name, old, storage_options, part)
+        index_file = index_name(prefix)
+        old = _remote.shards_named(_remote.shard_url(base, index_file), storage_options)
+        return cls(base, index_file, old, storage_options, part)
 
     def url(self, name: str) -> str:
         """The URL of the object ``name`` (a plain file name) under the prefix."""
@@ -276,26 +289,41 @@ def commit_staged(
     are written: the index ``{prefix}.safetensors.index.json``, whose bytes
     ``index_bytes(shard names)`` gives, commits them under the names
     ``finals``; returns the index's path. Every sharded commit of fastst
-    (saves, the sharded writer, consolidation) runs through here."""
+    (saves, the sharded writer, consolidation) runs through here, under the
+    folder's commit lock. A failure before the index names them (a staged
+    shard gone, the index's write failing) removes the staged shards and
+    leaves the old checkpoint as it was."""
     total = len(finals)
-    index_path = os.path.join(folder, f"{prefix}.safetensors.index.json")
-    # 2. The commit: the index names the new shards.
-    replace_bytes(index_path, index_bytes(staged))
-    # 3. The ecosystem's names, each replaced in one step.
-    for at, (name, final) in enumerate(zip(staged, finals, strict=True)):
-        target = os.path.join(folder, final)
-        link_file(os.path.join(folder, name), target, readable(target), at == total - 1)
-    # 4. The index names them.
-    replace_bytes(index_path, index_bytes(finals))
-    # 5. What no index names any more.
-    ours = re.compile(re.escape(prefix) + r"-\d{5}-of-\d{5}\.safetensors")
-    keep = set(finals)
-    for entry in os.listdir(folder):
-        old_shard = ours.fullmatch(entry) is not None and entry not in keep
-        match = UNFINISHED.fullmatch(entry)
-        staged_for = None if match is None else match.group(1)
-        if old_shard or (staged_for is not None and ours.fullmatch(staged_for) is not None):
-            _remove(os.path.join(folder, entry))
+    index_path = os.path.join(folder, index_name(prefix))
+    with locked(folder):
+        try:
+            gone = [n for n in staged if not os.path.isfile(os.path.join(folder, n))]
+            if gone:
+                raise FileNotFoundError(
+                    errno.ENOENT,
+                    f"{readable(index_path)}: the staged shard {gone[0]!r} of this save is gone "
+                    "(removed by another program); nothing was saved",
+                    os.path.join(folder, gone[0]),
+                )
+            # 2. The commit: the index names the new shards.
+            replace_bytes(index_path, index_bytes(staged))
+        except BaseException:
+            for name in staged:
+                _remove(os.path.join(folder, name))
+            raise
+        # 3. The ecosystem's names, each replaced in one step.
+        for at, (name, final) in enumerate(zip(staged, finals, strict=True)):
+            target = os.path.join(folder, final)
+            link_file(os.path.join(folder, name), target, readable(target), at == total - 1)
+        # 4. The index names them.
+        replace_bytes(index_path, index_bytes(finals))
+        # 5. What no index names any more.
+        for name in staged:
+            _remove(os.path.join(folder, name))
+        remove_earlier(folder, prefix, set(finals))
+        single = os.path.join(folder, f"{prefix}{WEIGHTS_SUFFIX}")
+        if os.path.islink(single) or not os.path.isdir(single):
+            _remove(single)
     return index_path
 
 
@@ -365,8 +393,9 @@ def write_sharded(
     save = _LocalSave(folder, groups, sizes, prefix, index_metadata)
     # 1. The new shards, under names no reader knows yet.
     try:
-        for members, path in zip(groups, save.staged, strict=True):
-            save_one({n: tensors[n] for n in members}, path, metadata, True)
+        with save_errors(save.where):
+            for members, path in zip(groups, save.staged, strict=True):
+                save_one({n: tensors[n] for n in members}, path, metadata, True)
     except BaseException:
         save.discard()
         raise
@@ -446,24 +475,45 @@ class ShardedWriter(WholeOrNothing):
             self._save = _LocalSave(folder, groups, sizes, prefix, index_meta)
         self._lock = threading.Lock()
         self._closed = False
-        self._writers: List[TensorWriter] = []
-        self._shard_of: Dict[str, TensorWriter] = {}
-        try:
-            for members, path in zip(groups, self._save.staged, strict=True):
-                part = {name: layout[name] for name in members}
-                writer = TensorWriter(
-                    path,
-                    part,
-                    metadata=metadata,
-                    align=align,
-                    durable=True,
-                    storage_options=storage_options,
-                )
-                self._writers.append(writer)
-                self._shard_of.update((name, writer) for name in members)
-        except BaseException:
-            self.abort()
-            raise
+        # Each shard's file is opened by the first of its tensors and (for a folder)
+        # completed by the last: descriptors follow the shards being written, not their
+        # number. (An object store's shards appear only when the block ends.)
+        self._early = not url
+        self._options: Dict[str, Any] = {
+            "metadata": metadata,
+            "align": align,
+            "durable": True,
+            "storage_options": storage_options,
+        }
+        self._parts = [{name: layout[name] for name in members} for members in groups]
+        self._writers: List[Optional[TensorWriter]] = [None] * len(groups)
+        self._left = [len(members) for members in groups]
+        self._done = [False] * len(groups)
+        self._shard_of = {name: i for i, members in enumerate(groups) for name in members}
+
+    def _writer(self, shard: int) -> TensorWriter:
+        """The writer of ``shard``, opened now if it is not open yet."""
+        with self._lock:
+            writer = self._writers[shard]
+            if writer is None:
+                if self._closed:
+                    raise closed_file_error(self._save.where)
+                target = self._save.staged[shard]
+                self._save.started(target)
+                with save_errors(self._save.where):
+                    writer = TensorWriter(target, self._parts[shard], **self._options)
+                self._writers[shard] = writer
+            return writer
+
+    def _complete(self, shard: int) -> None:
+        """Saves ``shard`` under its staged name once its last tensor was written."""
+        with self._lock:
+            writer = self._writers[shard]
+            if writer is None or self._done[shard]:
+                return
+            self._done[shard] = True
+        with save_errors(self._save.where):
+            writer.close()
 
     @property
     def name(self) -> str:
@@ -483,23 +533,46 @@ class ShardedWriter(WholeOrNothing):
 
     def missing(self) -> List[str]:
         """Names of the layout's tensors not written completely yet."""
-        return [name for w in self._writers if not w.closed for name in w.missing()]
+        names: List[str] = []
+        for i, part in enumerate(self._parts):
+            writer = self._writers[i]
+            if writer is None:
+                names.extend(part)
+            elif not self._done[i]:
+                names.extend(writer.missing())
+        return names
 
     def write(self, name: str, data: Any) -> None:
         """Writes tensor ``name`` of the layout from ``data``, as
         :meth:`fastst.TensorWriter.write` does (any order, any thread, each
         tensor once; the same errors)."""
-        writer = self._shard_of.get(name) if isinstance(name, str) else None
-        if writer is None:
+        shard = self._shard_of.get(name) if isinstance(name, str) else None
+        where = self._save.where
+        if shard is None:
             if self._closed:
-                raise closed_file_error(self._save.where)
-            where = self._save.where
+                raise closed_file_error(where)
             if not isinstance(name, str):
                 raise TypeError(f"{where}: tensor names must be str, got {type(name).__name__}")
             raise rule_error(
                 "tensor-not-in-layout", where, f"tensor {name!r} is not in the layout", name
             )
+        writer = self._writer(shard)
+        if self._closed:
+            raise closed_file_error(where)
+        if self._done[shard]:
+            raise rule_error(
+                "tensor-written-twice", writer.name, f"tensor {name!r} was written already", name
+            )
         writer.write(name, data)
+        with self._lock:
+            self._left[shard] -= 1
+            last = self._left[shard] == 0 and not self._closed and self._early
+        if last:
+            try:
+                self._complete(shard)
+            except BaseException:
+                self.abort()
+                raise
 
     def close(self) -> str:
         """Saves the checkpoint when every tensor was written: each shard is
@@ -524,9 +597,12 @@ class ShardedWriter(WholeOrNothing):
                 missing[0],
             )
         try:
-            for writer, target in zip(self._writers, self._save.staged, strict=True):
-                self._save.started(target)
-                writer.close()
+            for shard in range(len(self._parts)):
+                if self._writers[shard] is None:  # a shard of no tensors
+                    self._writers[shard] = TensorWriter(
+                        self._save.staged[shard], self._parts[shard], **self._options
+                    )
+                self._complete(shard)
         except BaseException:
             self._discard()
             raise
@@ -543,7 +619,8 @@ class ShardedWriter(WholeOrNothing):
 
     def _discard(self) -> None:
         for writer in self._writers:
-            writer.abort()
+            if writer is not None:
+                writer.abort()
         self._save.discard()
 
     def __repr__(self) -> str:

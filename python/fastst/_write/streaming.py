@@ -49,11 +49,13 @@ from typing import (
 )
 
 from .._dtypes import FACTS, NUMPY_DTYPES, target_dtype
-from .._errors import SafetensorError, rule_error
-from .._fastst import DEFAULT_HEADER_CAP, LayoutWriter, WritePlan
+from .._errors import SafetensorError, rule_error, save_errors
+from .._fastst.read import DEFAULT_HEADER_CAP
+from .._fastst.write import LayoutWriter, WritePlan
 from .._paths import os_path, readable
 from . import remote as _remote
-from .tensors import SPEC_DTYPES, check_align, check_metadata, prepare
+from .shared_folder import drop_sharded_layout
+from .tensors import SPEC_DTYPES, byte_view, check_align, check_metadata, prepare
 
 __all__ = ["open_writer", "TensorWriter", "upload_layout"]
 
@@ -90,6 +92,10 @@ def _layout_dtype(where: str, name: str, dtype: Any) -> Tuple[str, bool]:
         ) from None
 
 
+#: Dimensions of a shape are below this (what the format's readers take).
+_DIM_LIMIT = 1 << 63
+
+
 def _layout_shape(where: str, name: str, shape: Any) -> List[int]:
     if isinstance(shape, (str, bytes)) or not isinstance(shape, abc.Iterable):
         raise rule_error(
@@ -108,6 +114,13 @@ def _layout_shape(where: str, name: str, shape: Any) -> List[int]:
     if any(d < 0 for d in dims):
         raise rule_error(
             "bad-shape", where, f"tensor {name!r}: shape {dims} has a negative dimension", name
+        )
+    if any(d >= _DIM_LIMIT for d in dims):
+        raise rule_error(
+            "bad-shape",
+            where,
+            f"tensor {name!r}: shape {dims} has a dimension of 2^63 or more (the format's limit)",
+            name,
         )
     return dims
 
@@ -227,12 +240,14 @@ class TensorWriter(WholeOrNothing):
         self._where = where
         self._names = frozenset(e[0] for e in entries)
         self._entries = {e[0]: (e[1], e[2]) for e in entries}
+        self._local: Optional[Any] = None if url else target
         if url:
             self._native = _remote.layout_writer(
                 str(path), entries, meta, header_cap, unit, storage_options
             )
         else:
-            self._native = LayoutWriter(target, where, entries, meta, header_cap, unit, durable)
+            with save_errors(where):
+                self._native = LayoutWriter(target, where, entries, meta, header_cap, unit, durable)
 
     @property
     def name(self) -> str:
@@ -299,7 +314,19 @@ class TensorWriter(WholeOrNothing):
                 name,
             )
         dtype, shape = self._entries[name]
-        self._native.write(name, dtype, list(shape), iter(parts))
+        where = self._where
+
+        def as_bytes(items: Iterable[Any]) -> Iterator[Any]:
+            for at, part in enumerate(items):
+                try:
+                    yield byte_view(part)
+                except TypeError:
+                    raise TypeError(
+                        f"{where}: tensor {name!r}: part {at} given to write_parts is a "
+                        f"{type(part).__name__}, not a buffer (bytes, memoryview, array)"
+                    ) from None
+
+        self._native.write(name, dtype, list(shape), as_bytes(parts))
 
     def close(self) -> None:
         """Saves the file: when every tensor of the layout was written, it
@@ -309,8 +336,15 @@ class TensorWriter(WholeOrNothing):
         was, and
         :class:`fastst.SerializeError` (rule ``tensors-missing``) names what
         is missing. The writer is closed afterwards either way; closing it
-        again raises :class:`fastst.ClosedFileError`."""
-        self._native.commit()
+        again raises :class:`fastst.ClosedFileError`. A file ``{prefix}.safetensors``
+        replaces the sharded checkpoint of the same prefix beside it (see
+        ``docs/io.md``)."""
+        if self._local is None:
+            self._native.commit()
+            return
+        with save_errors(self._where):
+            self._native.commit()
+        drop_sharded_layout(self._local)
 
     def abort(self) -> None:
         """Discards the file (for a URL, aborts the upload): nothing is

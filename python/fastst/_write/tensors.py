@@ -33,10 +33,12 @@ from typing import (
 import numpy as np
 
 from .._dtypes import NUMPY_DTYPES, PACKED_BITS, header_dtype, pack_bits
-from .._errors import UnsupportedDtypeError, rule_error
-from .._fastst import DEFAULT_HEADER_CAP, MAX_ALIGN, WritePlan
+from .._errors import UnsupportedDtypeError, rule_error, save_errors
+from .._fastst.read import DEFAULT_HEADER_CAP
+from .._fastst.write import MAX_ALIGN, WritePlan
 from .._paths import os_path, readable
 from . import remote as _remote
+from .shared_folder import drop_sharded_layout
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -215,7 +217,12 @@ def _raw_data(address: int, length: int) -> Any:
     return np.frombuffer(memoryview(memory), dtype=np.uint8)
 
 
-def _bytes_data(data: Any) -> Any:
+def byte_view(data: Any) -> Any:
+    """The bytes of the buffer ``data`` as a flat, C-contiguous byte view (a numpy array
+    of any dtype viewed as uint8; another buffer cast, or copied when not contiguous);
+    ``TypeError`` for an object that is no buffer."""
+    if isinstance(data, np.ndarray):
+        return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     view = memoryview(data)
     if not view.c_contiguous:
         view = memoryview(view.tobytes())
@@ -260,7 +267,7 @@ def prepare(where: str, name: str, value: Any) -> _Tensor:
         if value["dtype"] == "float4_e2m1fn_x2" and shape:
             shape = shape[:-1] + (shape[-1] * 2,)
         try:
-            data = _bytes_data(value["data"])
+            data = byte_view(value["data"])
         except TypeError:
             raise TypeError(
                 f"{where}: tensor {name!r}: 'data' must be a bytes-like object, "
@@ -439,4 +446,6 @@ def serialize_file(
     path = os_path(filename)
     name = readable(path)
     layout, sources = plan(name, tensor_dict, metadata, header_cap, align)
-    layout.write_file(path, name, sources, durable)
+    with save_errors(name):
+        layout.write_file(path, name, sources, durable)
+    drop_sharded_layout(path)

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import _settings
 from .._dropin.hook import run as run_with_hook
+from .._layout import names_an_index
 from .._sources.identify import NOT_FILES
 from .._sources.remote import is_url
 from ..tools import inspect as fi
@@ -332,7 +333,7 @@ def _finite(value: Any) -> Any:
 
 def _cmd_diff(args: argparse.Namespace, out: render.Out) -> int:
     for path in (args.a, args.b):
-        if not (os.path.isdir(path) or path.endswith(".index.json")):
+        if not (os.path.isdir(path) or names_an_index(path)):
             not_safetensors(out, path)
     result = None
     if not out.errors:

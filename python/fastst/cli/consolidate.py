@@ -21,7 +21,7 @@ from . import render
 def run(args: argparse.Namespace, out: render.Out) -> int:
     """Consolidates ``args.source`` into ``args.output``; returns the exit code."""
     try:
-        from .._distributed.consolidate import consolidate
+        from .._dcp.consolidate import consolidate
     except ImportError as exc:
         out.error(args.source, f"consolidate needs PyTorch: {exc}")
         return 2

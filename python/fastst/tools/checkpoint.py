@@ -15,11 +15,12 @@ from urllib.parse import unquote, urlsplit
 
 from .. import _fastst
 from .._errors import SafetensorError
-from .._fastst import DEFAULT_HEADER_CAP
+from .._fastst.read import DEFAULT_HEADER_CAP
+from .._layout import INDEX_SUFFIX, names_an_index
 from .._paths import os_path as _path
 from .._paths import progress_label, readable, shown
 from .._sources import remote as _remote
-from .._sources.folders import INDEX_SUFFIX, claimed_shards, index_shards, read_index
+from .._sources.folders import claimed_shards, index_shards, read_index
 from .._sources.sharded import ShardedFile
 from . import results
 from .walk import walk
@@ -29,19 +30,21 @@ Finding = Dict[str, Any]
 
 
 def _hash_file(path: str, progress: bool = False, **options: Any) -> Dict[str, Any]:
-    out = dict(_fastst.hash_file(path, progress=progress_label(path, progress), **options))
+    out = dict(_fastst.inspect.hash_file(path, progress=progress_label(path, progress), **options))
     out["path"] = shown(path)
     return out
 
 
 def _verify_file(path: str, progress: bool = False, **options: Any) -> Dict[str, Any]:
-    out = dict(_fastst.verify_file(path, progress=progress_label(path, progress), **options))
+    out = dict(
+        _fastst.inspect.verify_file(path, progress=progress_label(path, progress), **options)
+    )
     out["path"] = shown(path)
     return out
 
 
 def _read_metadata(path: str, header_cap: int) -> Optional[Dict[str, str]]:
-    pairs = _fastst.read_metadata(path, header_cap=header_cap)
+    pairs = _fastst.inspect.read_metadata(path, header_cap=header_cap)
     if pairs is None:
         return None
     out: Dict[str, str] = {}
@@ -66,7 +69,7 @@ def shard_location(index_path: str, shard: str) -> str:
 
 
 def _url_kind(url: str) -> str:
-    return "checkpoint" if urlsplit(url).path.endswith(".index.json") else "file"
+    return "checkpoint" if names_an_index(urlsplit(url).path) else "file"
 
 
 def iter_inputs(paths: Iterable[PathLike]) -> Iterator[Tuple[str, str]]:
@@ -89,7 +92,7 @@ def iter_inputs(paths: Iterable[PathLike]) -> Iterator[Tuple[str, str]]:
             yield _url_kind(path), path
             continue
         if not os.path.isdir(path):
-            kind = "checkpoint" if path.endswith(".index.json") else "file"
+            kind = "checkpoint" if names_an_index(path) else "file"
             yield kind, path
             continue
         too_deep: List[str] = []
@@ -164,7 +167,7 @@ def inspect_checkpoint(
     metadata = None
     file_len = len(raw)
     for i, name in enumerate(names):
-        info = _fastst.inspect_file(
+        info = _fastst.inspect.inspect_file(
             shard_location(path, name), table=tensors, header_cap=header_cap
         )
         if i == 0:

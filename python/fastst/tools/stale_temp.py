@@ -9,8 +9,9 @@ import os
 from typing import Iterable, List, Optional, Set, Union
 
 from .._errors import SafetensorError
+from .._layout import INDEX_SUFFIX, UNFINISHED
 from .._paths import os_path as _path
-from .._sources.folders import INDEX_SUFFIX, UNFINISHED, claimed_shards
+from .._sources.folders import claimed_shards
 from .walk import walk
 
 PathLike = Union[str, "os.PathLike[str]"]

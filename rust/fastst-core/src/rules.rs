@@ -392,8 +392,6 @@ catalogue! {
         "a TensorSpec names a dtype the writer does not know";
 
     // --- sharded checkpoints (an index file naming several shards) -------------
-    IndexAmbiguous = "index-ambiguous", ShardIndex, High,
-        "a folder holds several index files, so which checkpoint to open is unclear";
     IndexJson = "index-json", ShardIndex, High,
         "the index file is not valid UTF-8 JSON";
     IndexShape = "index-shape", ShardIndex, High,

@@ -18,7 +18,6 @@ shrinks while it is read ends in an error, never a crash.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import hashlib
 import os
@@ -36,6 +35,7 @@ from typing import (
     Tuple,
 )
 
+from ..._read.pool import run_all
 from .findings import Finding, ProvenanceError, finding
 
 #: Paths model_signing leaves out by default (``--ignore-git-paths``).
@@ -374,11 +374,7 @@ def hash_pieces(
         except OSError as exc:
             return p.name, None, exc.strerror or str(exc)
 
-    if workers == 1 or len(order) <= 1:
-        results = [one(p) for p in order]
-    else:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=min(workers, len(order))) as pool:
-            results = list(pool.map(one, order))
+    results = run_all(one, order, workers, "fastst-hash")
     for name, digest, error in results:
         if digest is not None:
             digests[name] = digest

@@ -11,6 +11,8 @@ import os
 import posixpath
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+from ..._layout import INDEX_SUFFIX
+from ..._settings import DEFAULT_INDEX_CAP
 from .findings import Finding, ProvenanceError, finding
 from .hashing import ModelFile, Piece, read_regular, shards_of
 
@@ -57,7 +59,7 @@ def given_ignores(root: str, paths: Sequence[PathLike]) -> List[str]:
 
 def _model_root(model: str) -> str:
     """A sharded checkpoint given by its index file is its folder."""
-    if os.path.isfile(model) and model.endswith(".safetensors.index.json"):
+    if os.path.isfile(model) and model.endswith(INDEX_SUFFIX):
         return os.path.dirname(os.path.abspath(model))
     return model
 
@@ -96,7 +98,7 @@ def _safetensors_checks(files: Sequence[ModelFile], names: Optional[set] = None)
                         f.name,
                     )
                 )
-        elif lower.endswith(".safetensors.index.json") and f.size <= 64 << 20:
+        elif lower.endswith(INDEX_SUFFIX) and f.size <= DEFAULT_INDEX_CAP:
             folder = posixpath.dirname(f.name)
             for shard in _index_shards(f.path):
                 full = posixpath.normpath(posixpath.join(folder, shard)) if folder else shard
@@ -116,7 +118,7 @@ def _reader_problem(_fastst: Any, path: str) -> Optional[str]:
     from ..._errors import SafetensorError
 
     try:
-        _fastst.inspect_file(path, table=False)
+        _fastst.inspect.inspect_file(path, table=False)
     except (SafetensorError, OSError, ValueError) as exc:
         return " ".join(str(exc).split())
     return None
@@ -124,7 +126,7 @@ def _reader_problem(_fastst: Any, path: str) -> Optional[str]:
 
 def _index_shards(path: str) -> List[str]:
     try:
-        data = json.loads(read_regular(path, 64 << 20, follow=False))
+        data = json.loads(read_regular(path, DEFAULT_INDEX_CAP, follow=False))
     except (OSError, ValueError, RecursionError):
         return []
     weight_map = data.get("weight_map") if isinstance(data, dict) else None

@@ -21,12 +21,14 @@ CycloneDX 1.6 JSON schema the library ships.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from ..._layout import INDEX_SUFFIX
+from ..._read.pool import run_all
+from ..._settings import DEFAULT_INDEX_CAP
 from ..._write.atomic import replace_bytes
 from .findings import ProvenanceError, require
 from .hashing import GIT_PATHS, ModelFile, Piece, hash_pieces, list_model, read_regular
@@ -63,7 +65,7 @@ def _fspath(path: PathLike) -> str:
 
 def _index_shards(path: str) -> List[str]:
     try:
-        data = json.loads(read_regular(path, 64 << 20, follow=False))
+        data = json.loads(read_regular(path, DEFAULT_INDEX_CAP, follow=False))
     except (OSError, ValueError, RecursionError) as exc:
         raise ProvenanceError(f"{path}: not a readable index ({exc})", filename=path) from None
     wm = data.get("weight_map") if isinstance(data, dict) else None
@@ -77,7 +79,7 @@ def _checkpoints(files: Sequence[ModelFile]) -> Tuple[List[_Checkpoint], List[Mo
     used: set = set()
     cps: List[_Checkpoint] = []
     for f in files:
-        if f.name.lower().endswith(".safetensors.index.json"):
+        if f.name.lower().endswith(INDEX_SUFFIX):
             folder = os.path.dirname(f.name)
             shards = []
             for s in _index_shards(f.path):
@@ -181,7 +183,7 @@ def sbom(
     model_s = _fspath(model)
     root = model_s
     only_index = None
-    if os.path.isfile(model_s) and model_s.endswith(".safetensors.index.json"):
+    if os.path.isfile(model_s) and model_s.endswith(INDEX_SUFFIX):
         root = os.path.dirname(os.path.abspath(model_s))
         only_index = os.path.basename(model_s)
     ignore = list(GIT_PATHS) if ignore_git_paths else []
@@ -200,14 +202,8 @@ def sbom(
     st_files = [f for c in cps for f in c.shards]
     workers = max(1, min(len(st_files), threads or os.cpu_count() or 1))
     per_thread = 1 if workers > 1 else threads
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        facts = dict(
-            zip(
-                [f.name for f in st_files],
-                pool.map(lambda f: _file_facts(f.path, per_thread), st_files),
-                strict=True,
-            )
-        )
+    got = run_all(lambda f: _file_facts(f.path, per_thread), st_files, workers, "fastst-sbom")
+    facts = dict(zip([f.name for f in st_files], got, strict=True))
     plain = [c.index for c in cps if c.index is not None] + others
     plain_digests, errors = hash_pieces(
         [Piece(f.name, f.path, 0, None) for f in plain], "sha256", threads=threads

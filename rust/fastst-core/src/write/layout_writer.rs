@@ -54,8 +54,11 @@ pub struct LayoutWriter {
     file: RwLock<Option<AtomicFile>>,
     durable: bool,
     /// A durable writer's `O_DIRECT` descriptor of the same file, where
-    /// the file system offers one.
-    direct: Option<File>,
+    /// the file system offers one, until the writer is closed (commit and
+    /// abort close it with the file: a closed writer holds no descriptor).
+    direct: RwLock<Option<File>>,
+    /// Whether `direct` was opened (it decides the whole blocks' ranges).
+    has_direct: bool,
     /// Set when a direct write was refused: the page cache from then on.
     direct_refused: AtomicBool,
     /// Aligned buffers of direct writes, reused from tensor to tensor.
@@ -87,7 +90,8 @@ impl LayoutWriter {
             ledger: Ledger::new(plan),
             file: RwLock::new(Some(atomic)),
             durable,
-            direct,
+            has_direct: direct.is_some(),
+            direct: RwLock::new(direct),
             direct_refused: AtomicBool::new(false),
             buffers: Mutex::new(Vec::new()),
         })
@@ -105,7 +109,7 @@ impl LayoutWriter {
 
     /// True while whole blocks are written around the page cache.
     pub fn direct(&self) -> bool {
-        self.direct.is_some() && !self.direct_refused.load(Ordering::Relaxed)
+        self.has_direct && !self.direct_refused.load(Ordering::Relaxed)
     }
 
     /// Writes the aligned `bytes` at the aligned `at` directly; where the
@@ -113,7 +117,9 @@ impl LayoutWriter {
     /// `EINVAL` either way), through the page cache instead, for good,
     /// which then reports the real cause of a failure.
     fn write_direct(&self, file: &File, bytes: &[u8], at: u64) -> io::Result<()> {
-        if let (Some(direct), false) = (&self.direct, self.direct_refused.load(Ordering::Relaxed)) {
+        let guard = self.direct.read().unwrap_or_else(|e| e.into_inner());
+        if let (Some(direct), false) = (guard.as_ref(), self.direct_refused.load(Ordering::Relaxed))
+        {
             match write_all_at(direct, bytes, at) {
                 Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
                     self.direct_refused.store(true, Ordering::Relaxed);
@@ -166,6 +172,8 @@ impl LayoutWriter {
             return Err(Error::WriterClosed);
         }
         let atomic = self.take_file();
+        // Flushing the file flushes what the direct descriptor wrote.
+        drop(self.take_direct());
         complete?;
         atomic
             .ok_or(Error::WriterClosed)?
@@ -179,6 +187,7 @@ impl LayoutWriter {
     pub fn abort(&self) {
         self.ledger.close_quietly();
         drop(self.take_file());
+        drop(self.take_direct());
     }
 
     /// The direct writes' spare buffers.
@@ -188,6 +197,13 @@ impl LayoutWriter {
 
     fn take_file(&self) -> Option<AtomicFile> {
         self.file.write().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    fn take_direct(&self) -> Option<File> {
+        self.direct
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     /// Runs `f` on the file, shared with other writers, unless the writer
@@ -252,7 +268,7 @@ impl TensorWrite<'_> {
         // The whole blocks inside the tensor, through the aligned buffer
         // (written directly, or through the cache once direct writes were
         // refused: the same ranges either way).
-        let (a, b) = if self.writer.direct.is_some() {
+        let (a, b) = if self.writer.has_direct {
             (
                 start.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN,
                 end / DIRECT_ALIGN * DIRECT_ALIGN,

@@ -302,7 +302,7 @@ def test_consolidation_to_a_prefix_equals_the_folders_and_commits_last(
     assert sorted(loaded) == sorted(first["index"]["weight_map"])
     # A second consolidation over it that fails part-way leaves the first whole, and no
     # object of its own behind; the next one replaces the first and deletes its files.
-    from fastst._distributed import consolidate as module
+    from fastst._dcp import consolidate as module
 
     real = module.pieces
     calls = {"n": 0}

@@ -19,7 +19,7 @@ commits through this sequence instead:
    the new files (atomically, flushed): from here on the new checkpoint
    is the saved one;
 3. each staged file is given its final name in the folder (replacing the
-   old file of that name in one step: :func:`fastst._fastst.link_file`,
+   old file of that name in one step: :func:`fastst._fastst.write.link_file`,
    the commit every sharded save uses), its staged name is removed, the files of the previous save
    of the same kind that the new one does not have are removed, the
    index (when the layout has one) is replaced, the folder is flushed,
@@ -44,13 +44,13 @@ import stat
 from typing import Any, Dict, List, Optional, Tuple
 
 from .._errors import rule_error
-from .._fastst import DEFAULT_HEADER_CAP, RawFile, link_file
+from .._fastst.read import DEFAULT_HEADER_CAP, RawFile
+from .._fastst.write import link_file
+from .._layout import MODEL_FILE, RANK_FILE, UNFINISHED, index_name, staged_name
 from .._paths import readable
 from .._sources.file import open_file
-from .._sources.folders import UNFINISHED, shard_problem
+from .._sources.folders import shard_problem
 from .._write.atomic import replace_bytes
-from .._write.sharded import staged_name
-from .dcp_files import MODEL_FILE, RANK_FILE
 
 __all__ = [
     "INDEX_NAME",
@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 #: The index torch writes beside files of a single-writer save.
-INDEX_NAME = "model.safetensors.index.json"
+INDEX_NAME = index_name("model")
 _STAGING = re.compile(r"\.([0-9a-f]{16})\.fastst-tmp")
 _RECORD = "commit.json"
 #: A commit record larger than this is not one of ours.
@@ -278,7 +278,12 @@ def checkpoint_files(folder: str) -> List[str]:
     ours: Dict[str, str] = {n: os.path.join(folder, n) for n in names if not family.fullmatch(n)}
     for final in record["files"]:
         staged = os.path.join(stage, staged_name(record["token"], final))
-        ours[final] = staged if os.path.exists(staged) else os.path.join(folder, final)
+        path = staged if os.path.exists(staged) else os.path.join(folder, final)
+        # The record's files are held to the rule every file of the folder is.
+        problem = shard_problem(folder, os.path.relpath(path, folder))
+        if problem is not None:
+            raise rule_error(problem[0], path, problem[1])
+        ours[final] = path
     return [ours[n] for n in sorted(ours)]
 
 

@@ -3,7 +3,7 @@
 Object storage cannot rename, so a save of
 :class:`fastst.torch.dcp.StorageWriter` to a URL prefix
 (``s3://bucket/run/step-100/``) does not stage and link as a local one
-(:mod:`fastst._distributed.dcp_commit`): it commits as a sharded save to a
+(:mod:`fastst._dcp.commit`): it commits as a sharded save to a
 prefix does, through the one sequence of
 :class:`fastst._write.sharded.UrlCommit`:
 
@@ -45,14 +45,14 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from .. import _fastst
 from .._errors import SafetensorError, rule_error
-from .._fastst import DEFAULT_HEADER_CAP, RawFile
+from .._fastst.read import DEFAULT_HEADER_CAP, RawFile
+from .._layout import MODEL_OBJECT, RANK_OBJECT
 from .._settings import index_cap
 from .._sources import remote as _remote
 from .._write.remote import is_url
 from .._write.sharded import UrlCommit
 from .._write.sharded import forget as _forget
-from . import dcp_commit
-from .dcp_files import MODEL_OBJECT, RANK_OBJECT
+from . import commit as dcp_commit
 
 __all__ = [
     "RECORD",
@@ -74,7 +74,7 @@ _FORMAT = "fastst-dcp"
 _COMMIT_OBJECT = {"rank": RECORD, "model": dcp_commit.INDEX_NAME}
 _FAMILY = {"rank": RANK_OBJECT, "model": MODEL_OBJECT}
 
-#: Files named with a save's own part (:func:`fastst._distributed.dcp_files.output_name`).
+#: Files named with a save's own part (:func:`fastst._layout.output_name`).
 _PARTED = re.compile(r"(?:shard-\d{5}-)?model-[0-9a-f]{8}-\d{5}-of-\d{5}\.safetensors")
 
 
@@ -100,7 +100,7 @@ def _read(url: str, opts: _remote.Options) -> Optional[bytes]:
     when there is none."""
     name = _remote.display(url)
     try:
-        raw = _fastst.read_remote(url, name, opts, index_cap())
+        raw = _fastst.remote.read_remote(url, name, opts, index_cap())
     except FileNotFoundError:
         return None
     if raw is None:
@@ -191,7 +191,7 @@ def checkpoint_urls(base: str, opts: _remote.Options) -> List[str]:
     if record is not None or index is not None:
         names = sorted(set(record or []) | set(index or []))
     else:
-        listed = _fastst.list_remote(base, _remote.display(base), opts, _remote.LIST_CAP)
+        listed = _fastst.remote.list_remote(base, _remote.display(base), opts, _remote.LIST_CAP)
         if listed is None:
             raise rule_error(
                 "folder-over-cap",
@@ -209,7 +209,7 @@ def checkpoint_urls(base: str, opts: _remote.Options) -> List[str]:
 
 def _open_urls(urls: List[str], opts: _remote.Options) -> Dict[str, RawFile]:
     """The objects ``urls`` opened (their headers read and checked), several at once."""
-    got = _fastst.open_urls(
+    got = _fastst.remote.open_urls(
         urls,
         [_remote.display(u) for u in urls],
         opts,
@@ -237,7 +237,7 @@ def open_checkpoint(
 ) -> Dict[str, RawFile]:
     """The files of the checkpoint at ``where`` opened, by path or URL (the names its
     chunks record): under a URL prefix those :func:`checkpoint_urls` gives, in a local
-    folder :func:`fastst._distributed.dcp_commit.checkpoint_files`' (read with
+    folder :func:`fastst._dcp.commit.checkpoint_files`' (read with
     ``backend``). None is ``FileNotFoundError``."""
     if is_url(where):
         base = prefix(where)

@@ -5,7 +5,7 @@ for ``dcp.load`` taking the arguments of torch's
 ``HuggingFaceStorageReader``; it reads what that writer and fastst's
 writer write (and plain Hugging Face checkpoints: a tensor without
 sharding metadata is one whole chunk). The metadata comes from the files'
-headers alone (:func:`fastst._distributed.dcp_files.chunk_table`, checked
+headers alone (:func:`fastst._dcp.files.chunk_table`, checked
 as hostile input). Each read item of the plan, the overlap of a saved
 chunk with a destination, is read once as exactly its byte ranges, on
 ``thread_count`` threads with the GIL released, straight into the
@@ -13,7 +13,7 @@ destination tensor when it is a contiguous CPU tensor of the saved dtype
 (else into a temporary the destination copies from): loading into
 another world size or placement reads no byte twice. Under a URL prefix
 the files are those its commit objects name
-(:mod:`fastst._distributed.dcp_remote`), and each read item is served by
+(:mod:`fastst._dcp.remote`), and each read item is served by
 ranged reads of its byte ranges (the remote read path: nearby ranges
 coalesced), several items at once.
 """
@@ -42,12 +42,12 @@ from torch.futures import Future
 from .. import _frameworks
 from .._dtypes import PACKED_BITS
 from .._errors import rule_error
-from .._fastst import RawFile
+from .._fastst.read import RawFile
 from .._frameworks import torch as _fw_torch
 from .._paths import readable
 from .._write.remote import is_url
-from . import dcp_remote
-from .dcp_files import chunk_table, run_all, threads
+from . import remote as dcp_remote
+from .files import chunk_table, run_all, threads
 
 __all__ = ["StorageReader"]
 

@@ -12,7 +12,7 @@ loads. Importing this module imports ``torch.distributed.checkpoint``;
 from __future__ import annotations
 
 from .consolidate import consolidate, consolidate_on_every_rank
-from .dcp_reader import StorageReader
-from .dcp_writer import StorageWriter
+from .reader import StorageReader
+from .writer import StorageWriter
 
 __all__ = ["StorageWriter", "StorageReader", "consolidate", "consolidate_on_every_rank"]

@@ -1,15 +1,17 @@
 """Consolidation: a DCP-sharded Hugging Face checkpoint becomes whole tensors in index + shards.
 
 :func:`consolidate` reads the headers of the checkpoint's rank files
-(:func:`fastst._distributed.dcp_files.chunk_table`), plans the output
+(:func:`fastst._dcp.files.chunk_table`), plans the output
 files (``model-00001-of-0000N.safetensors``, grouped by
 ``fqn_to_index_mapping``, by ``max_shard_size``, or all in one) and writes
 each whole tensor with the streaming writer from its chunks, a few
 megabytes of rows at a time: rows one chunk holds whole are read with
 positioned reads into a buffer and written from it, other rows are
 gathered from each chunk's part of them; several tensors are written at
-once, each by one thread, so memory stays at two buffers per thread
-(:data:`BLOCK` bytes each), whatever the tensors' sizes. Every chunk
+once, each by one thread (no more threads than tensors), so memory stays
+at two buffers per thread, each :data:`BLOCK` bytes or one row of the
+tensor where a row is larger (a tensor of 64 MiB rows takes two such rows
+per thread; the second only where chunks split rows). Every chunk
 byte is read once. The output is committed as a sharded save commits (staged shards, then the index,
 :func:`fastst._write.sharded.commit_staged`), so it appears whole or not
 at all; its tensors, metadata (none) and index equal what torch's
@@ -18,7 +20,7 @@ at all; its tensors, metadata (none) and index equal what torch's
 of a process group, as torch's ``consolidate_safetensors_files_on_every_rank``
 does, and commits once all ranks wrote theirs. The input may be a URL
 prefix a DCP save to object storage wrote (its files those its commit
-objects name, :mod:`fastst._distributed.dcp_remote`), read with ranged
+objects name, :mod:`fastst._dcp.remote`), read with ranged
 reads. The output may be a URL prefix too: its files then carry a part of
 this consolidation's own (``model-<part>-00001-of-0000N.safetensors``), each
 uploaded as the streaming writer uploads, and the index is written last
@@ -36,15 +38,15 @@ import numpy as np
 
 from .._dtypes import FACTS
 from .._errors import rule_error
-from .._fastst import RawFile
+from .._fastst.read import RawFile
+from .._layout import output_name, own_shard, staged_name
 from .._paths import readable
 from .._settings import parse_size
-from .._sources.folders import own_shard
 from .._write.remote import is_url
-from .._write.sharded import UrlCommit, commit_staged, index_of, plan_shards, staged_name
+from .._write.sharded import UrlCommit, commit_staged, index_of, plan_shards
 from .._write.streaming import TensorWriter, open_writer
-from . import dcp_remote
-from .dcp_files import Tensor, check_mapping, chunk_table, output_name, run_all
+from . import remote as dcp_remote
+from .files import Tensor, check_mapping, chunk_table, run_all
 
 __all__ = [
     "consolidate",

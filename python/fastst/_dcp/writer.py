@@ -9,13 +9,13 @@ consolidation read what it writes. Each rank writes its files with
 tensor's bytes go from the rank's tensor to the file with the GIL
 released, from ``thread_count`` threads; no file is ever held in memory.
 The files are staged and committed by the coordinator once every rank's
-writes succeeded (:mod:`fastst._distributed.dcp_commit`): a rank that
+writes succeeded (:mod:`fastst._dcp.commit`): a rank that
 fails or is killed leaves the previous checkpoint in place. Under a URL
 prefix of object storage each rank uploads its files instead
 (:func:`fastst._write.streaming.upload_layout`, each tensor asked for when
 the upload reaches it), under names with a part of this save's own, and
 the coordinator writes the commit object last
-(:mod:`fastst._distributed.dcp_remote`).
+(:mod:`fastst._dcp.remote`).
 """
 
 from __future__ import annotations
@@ -34,13 +34,15 @@ from torch.distributed.checkpoint.storage import StorageWriter as _StorageWriter
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
+from .._layout import rank_file_name
 from .._paths import readable
 from .._write.remote import is_url
 from .._write.sharded import UrlCommit
 from .._write.streaming import TensorWriter, open_writer, upload_layout
-from . import dcp_commit, dcp_remote
+from . import commit as dcp_commit
+from . import remote as dcp_remote
 from .consolidate import consolidate
-from .dcp_files import check_mapping, file_metadata, rank_file_name, run_all, threads
+from .files import check_mapping, file_metadata, run_all, threads
 
 __all__ = ["StorageWriter", "SHARDED_DIR"]
 
@@ -245,7 +247,7 @@ class StorageWriter(_StorageWriter):
 
     @property
     def _kind(self) -> str:
-        """The kind of save (:data:`fastst._distributed.dcp_commit.FAMILIES`)."""
+        """The kind of save (:data:`fastst._dcp.commit.FAMILIES`)."""
         return "rank" if self.save_distributed else "model"
 
     def storage_meta(self) -> Optional[StorageMeta]:

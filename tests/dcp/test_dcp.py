@@ -28,9 +28,10 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from fastst._distributed import consolidate as C
-from fastst._distributed import dcp_commit, dcp_files
-from fastst._distributed.dcp_files import Chunk, Tensor, chunk_table, file_metadata
+from fastst._dcp import commit as dcp_commit
+from fastst._dcp import consolidate as C
+from fastst._dcp.files import Chunk, Tensor, chunk_table, file_metadata
+from fastst._read import pool as read_pool
 from fastst.torch import dcp as fdcp
 from fastst.torch import save_file
 from helpers.dcp_states import (
@@ -440,7 +441,7 @@ def test_importing_fastst_torch_leaves_dcp_unimported() -> None:
         "assert 'torch.distributed.checkpoint' in sys.modules\n"
         "import fastst.torch.dcp as d\n"
         "assert d is dcp and d.StorageWriter is w\n"
-        "from fastst._distributed import dcp as real\n"
+        "from fastst._dcp import storage as real\n"
         "assert d.__all__ == real.__all__\n"
         "assert all(getattr(d, n) is getattr(real, n) for n in real.__all__)\n"
     )
@@ -666,12 +667,12 @@ def test_consolidate_threads_do_not_follow_the_cores(
     _save_no_dist(state, src, save_distributed=True)
     asked: List[int] = []
 
-    class Recording(dcp_files.ThreadPoolExecutor):
+    class Recording(read_pool.ThreadPoolExecutor):
         def __init__(self, workers: int, **kw: Any) -> None:
             asked.append(workers)
             super().__init__(workers, **kw)
 
-    monkeypatch.setattr(dcp_files, "ThreadPoolExecutor", Recording)
+    monkeypatch.setattr(read_pool, "ThreadPoolExecutor", Recording)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     fdcp.consolidate(src, tmp_path / "out")
     fdcp.consolidate(src, tmp_path / "out3", thread_count=3)
@@ -700,9 +701,42 @@ def test_hostile_folders(tmp_path: Path) -> None:
             call(str(folder))
 
 
+def test_commit_record_through_a_link_is_refused(tmp_path: Path) -> None:
+    """A commit record whose staged file is a symbolic link out of the folder:
+    the reader and consolidation refuse it as they refuse the same link at the
+    top level (``shard-path``), and copy nothing of it."""
+    private = tmp_path / "private"
+    private.mkdir()
+    secret = private / "x.safetensors"
+    save_file({"secret": torch.arange(4, dtype=torch.float32)}, str(secret))
+    folder = tmp_path / "ck"
+    _save_no_dist({"a": torch.zeros(3)}, folder, save_distributed=True)
+    token = "00000000000000bb"
+    stage = Path(dcp_commit.staging_dir(str(folder), token))
+    stage.mkdir()
+    final = "shard-00001-model-00001-of-00001.safetensors"
+    Path(dcp_commit.staged_path(str(folder), token, final)).symlink_to(
+        os.path.join("..", "..", "private", "x.safetensors")
+    )
+    record = {"token": token, "files": [final], "kind": "rank", "index": None}
+    (stage / "commit.json").write_text(json.dumps(record))
+    with pytest.raises(fastst.SafetensorError) as info:
+        dcp_commit.checkpoint_files(str(folder))
+    assert info.value.rule == "shard-path"
+    with pytest.raises(fastst.SafetensorError) as info:
+        fdcp.consolidate(folder, tmp_path / "out")
+    assert info.value.rule == "shard-path"
+    copied = (
+        [p for p in (tmp_path / "out").rglob("*.safetensors")]
+        if (tmp_path / "out").exists()
+        else []
+    )
+    assert copied == []
+
+
 def test_tiling_overlap_with_the_right_volume() -> None:
     """Chunks holding as many elements as the tensor, one overlapping another (and so a hole)."""
-    from fastst._distributed.dcp_files import _check
+    from fastst._dcp.files import _check
 
     column = Chunk("a", (0, 0), (2, 1))
     row = Chunk("b", (0, 0), (1, 2))

@@ -24,9 +24,7 @@ import bisect
 import json
 import math
 import os
-import re
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from typing import Mapping as MappingType
@@ -35,8 +33,8 @@ import numpy as np
 
 from .._dtypes import FACTS
 from .._errors import rule_error
-from .._fastst import RawFile
-from .._sources.folders import shard_name
+from .._fastst.read import RawFile
+from .._read import pool
 
 __all__ = [
     "SHARDING_KEY",
@@ -48,8 +46,6 @@ __all__ = [
     "chunk_table",
     "threads",
     "file_metadata",
-    "output_name",
-    "rank_file_name",
 ]
 
 #: The ``__metadata__`` key of the chunks' offsets (torch's ``DCP_SHARDING_INFO``).
@@ -58,27 +54,6 @@ SHARDING_KEY = "DCP_SHARDING_INFO"
 VERSION_KEY = "DCP_VERSION"
 DCP_VERSION = "1.0"
 _OFFSETS = "saved_offsets"
-
-#: Names the writers give their files (group 1: the rank's index, if any).
-RANK_FILE = re.compile(r"shard-(\d{5})-model-\d{5}-of-\d{5}\.safetensors")
-MODEL_FILE = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
-#: The same with or without a save's own part (:func:`output_name`), as under a URL prefix.
-RANK_OBJECT = re.compile(r"shard-(\d{5})-model-(?:[0-9a-f]{8}-)?\d{5}-of-\d{5}\.safetensors")
-MODEL_OBJECT = re.compile(r"model-(?:[0-9a-f]{8}-)?\d{5}-of-\d{5}\.safetensors")
-
-
-def output_name(index: int, last: int, part: str = "") -> str:
-    """``model-00001-of-00004.safetensors``: output file ``index`` of ``last``;
-    with ``part`` (a save's own, under a URL prefix) ``model-<part>-00001-of-00004.safetensors``
-    (:func:`fastst._sources.folders.shard_name`, the one rule)."""
-    return shard_name("model", index, last, part)
-
-
-def rank_file_name(index: int, last: int, shard: Optional[int], part: str = "") -> str:
-    """The name of a rank's file: :func:`output_name`, prefixed with
-    ``shard-00001-`` (``shard``, counted from 1) when every rank saves its own."""
-    name = output_name(index, last, part)
-    return name if shard is None else f"shard-{shard:05d}-{name}"
 
 
 def file_metadata(offsets: MappingType[str, Sequence[int]]) -> Dict[str, str]:
@@ -294,12 +269,5 @@ def run_all(
     work: Callable[[Any], None], jobs: Sequence[Any], count: Optional[int], name: str
 ) -> None:
     """``work(job)`` for every job, on :func:`threads` ``(count, len(jobs))`` threads named
-    ``name`` (on this thread when that is one); the first exception is raised once every
-    job started has ended."""
-    n = threads(count, len(jobs))
-    if n == 1:
-        for job in jobs:
-            work(job)
-        return
-    with ThreadPoolExecutor(n, thread_name_prefix=name) as pool:
-        list(pool.map(work, jobs))
+    ``name`` (:func:`fastst._read.pool.run_all`: the first error wins)."""
+    pool.run_all(work, jobs, threads(count, len(jobs)), name)
