@@ -23,7 +23,7 @@
 //! options (keys in lower case): `FASTST_REMOTE_CONCURRENCY` (requests in
 //! flight per object), `FASTST_REMOTE_PART_SIZE` (bytes per request,
 //! a size in fastst's one grammar, `fastst_core::parse_size`) and
-//! `FASTST_REMOTE_DEADLINE` (how long a read may take).
+//! `FASTST_REMOTE_DEADLINE` (how long a read or an upload may take).
 
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
