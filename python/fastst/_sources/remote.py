@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import posixpath
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from .. import _fastst
 from .._errors import rule_error
@@ -83,6 +83,14 @@ def url_path(url: str) -> str:
     (no query or fragment)."""
     literal = _fastst.remote.object_key(url)
     return urlsplit(url).path if literal is None else literal[1]
+
+
+def url_name(url: str) -> str:
+    """The object's name, the last segment of :func:`url_path`: as typed in a cloud
+    store's key, percent-decoded from an HTTP(S) URL's path."""
+    literal = _fastst.remote.object_key(url)
+    path = unquote(urlsplit(url).path) if literal is None else literal[1]
+    return posixpath.basename(path)
 
 
 def child_url(prefix_url: str, name: str) -> str:
