@@ -380,8 +380,6 @@ catalogue! {
     // --- frameworks -----------------------------------------------------------
     FrameworkDtype = "framework-dtype", UnsupportedDtype, High,
         "a tensor's dtype has no equivalent in the framework asked for, or a framework's dtype none in the format";
-    ObjectKey = "object-key", Argument, High,
-        "an object key fastst cannot address in its store: an empty segment (//), a . or .. segment, a control character (keys are otherwise taken literally)";
     UnknownFramework = "unknown-framework", Argument, High,
         "a call names a framework fastst does not know";
     UnknownBackend = "unknown-backend", Argument, High,
@@ -436,6 +434,8 @@ catalogue! {
         "a prefix in an object store holds more objects than one listing reads (10,000); name the checkpoint's index or file";
     ListingPagesOverCap = "listing-pages-over-cap", Folder, High,
         "a prefix's listing takes more pages than one listing reads (1,000), or a page repeats its token";
+    ObjectKey = "object-key", Folder, High,
+        "an object key fastst cannot address in its store: an empty segment (//), a . or .. segment, a control character (keys are otherwise taken literally)";
     HookAfterReference = "hook-after-reference", Hook, High,
         "the drop-in hook is turned on after the reference package was imported";
     SliceOutOfRange = "slice-out-of-range", ReferenceSlice, High,
