@@ -33,8 +33,9 @@ The variables:
 - ``FASTST_REMOTE_DEADLINE``: how long a read of a store may take (seconds,
   or a duration such as ``90s`` or ``5m``; 120 s by default) for every
   ``FASTST_REMOTE_CONCURRENCY`` requests it needs; an open or a listing
-  once. Past it the read fails with ``TimeoutError`` (rule
-  ``remote-deadline``).
+  once; an upload for every ``FASTST_REMOTE_CONCURRENCY`` parts, its waits
+  on the store together. Past it the read or the upload fails with
+  ``TimeoutError`` (rule ``remote-deadline``).
 
 The three ``FASTST_REMOTE_*`` variables are read by the compiled
 object-store client (``rust/fastst-remote/src/options.rs``), each also as

@@ -116,6 +116,22 @@ def test_a_prefix_is_the_checkpoint_under_it(remote: Site, local: Path) -> None:
         assert json.loads(out.stdout)["results"][0]["path"] == _index_url(remote, local)
 
 
+def test_a_prefix_is_read_with_its_key_as_typed(remote: Site, local: Path) -> None:
+    """``#``, ``?``, ``%`` and spaces in an object key are characters of it: the checkpoint
+    under ``run #1?x=%41/`` is read, its index named as it is named locally."""
+    if remote.kind != "s3":
+        pytest.skip("plain HTTP servers do not list")
+    prefix = "run #1?x=%41/"
+    for f in sorted(local.parent.iterdir()):
+        remote.put(prefix + f.name, f.read_bytes())
+    for command in (["hash", "--tensors"], ["verify"]):
+        out = _cli(remote, *command, "--json", remote.url(prefix))
+        here = local_cli(*command, "--json", str(local.parent))
+        assert out.returncode == here.returncode, out.stderr
+        assert _results(out) == _results(here)
+        assert json.loads(out.stdout)["results"][0]["path"] == remote.url(prefix + local.name)
+
+
 def test_diff_of_index_urls_agrees_with_local(remote: Site, local: Path, tmp_path: Path) -> None:
     changed = dict(fastst.numpy.load_file(str(local)))
     changed["embed"] = changed["embed"] + 1
@@ -149,7 +165,13 @@ def test_meta_and_stats_of_a_url_agree_with_local(remote: Site, single: Path, co
 
 @pytest.mark.parametrize("edit", [["--in-place"], ["--output", "out.safetensors"]])
 def test_meta_set_on_a_url_is_a_usage_error(remote: Site, edit: List[str]) -> None:
-    url = remote.url("one/model.safetensors") + "?X-Amz-Signature=secret"
+    url = remote.url("one/model.safetensors")
+    # A secret in the URL: an HTTP URL's signature (its query), a store URL's user part (a
+    # store URL has no query: "?" is a character of its key).
+    if remote.kind == "s3":
+        url = url.replace("s3://", "s3://someone:secret@", 1)
+    else:
+        url += "?X-Amz-Signature=secret"
     out = _cli(remote, "meta", "--set", "a=b", *edit, url)
     assert out.returncode == 2
     assert "usage:" in out.stderr and "read-only" in out.stderr, out.stderr

@@ -19,10 +19,11 @@ from fastst._sources import remote as _remote
 from fastst.tools import inspect, stats
 from helpers.cli_files import run
 
-#: An object URL with a user, a presigned query, a fragment, a space and
-#: characters that act on a terminal; the path cannot name an object, so
-#: opening it fails before any request.
-URL = "s3://user:secret@bucket/a b\x1b[31m\u202e.safetensors?X-Amz-Signature=SIGNED#frag"
+#: An object URL with a user, a space and characters that act on a terminal
+#: (a store's key has no query or fragment: "?" and "#" would be characters
+#: of it); the key cannot name an object, so opening it fails before any
+#: request.
+URL = "s3://user:secret@bucket/a b\x1b[31m\u202e.safetensors"
 
 
 def _local_names(tmp_path: Path) -> List[str]:
@@ -56,7 +57,7 @@ def test_the_core_and_python_name_a_hostile_url_alike() -> None:
     by_core = _message(_fastst.inspect.inspect_file, URL, table=False)  # named by the core
     assert by_python.startswith(f"{shown}: ") and by_core.startswith(f"{shown}: ")
     for message in (shown, by_python, by_core):
-        assert "secret" not in message and "SIGNED" not in message and "frag" not in message
+        assert "secret" not in message and "user" not in message
 
 
 @pytest.mark.slow  # the command in fresh interpreters

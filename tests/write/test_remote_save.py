@@ -364,12 +364,14 @@ def test_a_refused_upload_names_the_url_without_credentials(site: Site) -> None:
     site.proxy.faults.append(
         Fault("status", status=403, times=-1, method="POST", path="uploads", ranged=False)
     )
-    url = f"s3://someone:s3cr3t@{site.bucket}/{site.folder}{site.name}?token=t0k3n#frag"
+    # "?" and "#" are characters of an object key (taken literally): shown, the user part not.
+    key = f"{site.folder}{site.name}?token=t0k3n#frag"
+    url = f"s3://someone:s3cr3t@{site.bucket}/{key}"
     with pytest.raises(PermissionError) as caught:
         fastst.numpy.save_file(_tensors(), url, storage_options=_options(site))
     text = str(caught.value)
-    assert f"s3://{site.bucket}/{site.folder}{site.name}: cannot start the upload" in text
-    for secret in ("someone", "s3cr3t", "t0k3n", "frag", "fastst-test-secret"):
+    assert f"s3://{site.bucket}/{key}: cannot start the upload" in text
+    for secret in ("someone", "s3cr3t", "fastst-test-secret"):
         assert secret not in text
     assert _absent(site)
 

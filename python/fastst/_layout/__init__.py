@@ -85,6 +85,14 @@ def shard_pattern(prefix: str) -> re.Pattern[str]:
     return re.compile(re.escape(prefix) + r"-\d{5}-of-\d{5}\.safetensors")
 
 
+def checkpoint_of(name: str) -> Optional[str]:
+    """The prefix of the checkpoint whose shard ``name`` is by the ecosystem's
+    rule (``run-20240101-00001-of-00002.safetensors``: ``run-20240101``, whose
+    index is ``run-20240101.safetensors.index.json``); None for another name."""
+    match = _SHARD_NAME.fullmatch(name)
+    return None if match is None else match.group(1)
+
+
 def own_shard(name: str, prefixes: Set[str]) -> bool:
     """Whether ``name`` is a shard's name (:func:`shard_name`, with or without
     a save's own part) of the index of one of ``prefixes``: such a file

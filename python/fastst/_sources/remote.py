@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import posixpath
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from .._errors import rule_error
 from .._fastst import remote as _fastst_remote
@@ -77,10 +77,42 @@ def options(storage_options: Optional[Mapping[str, Any]]) -> Options:
     return pairs
 
 
+def url_path(url: str) -> str:
+    """The path part of ``url``: for a cloud store's URL (``s3://``, ``gs://``,
+    ``az://``...) its object key, taken literally (``#``, ``?``, ``%``, spaces
+    and ``..`` are characters of it, as boto3 takes a key; the compiled
+    ``literal_key``, the one rule); for an HTTP(S) URL its path by the URL rules
+    (no query or fragment)."""
+    literal = _fastst_remote.object_key(url)
+    return urlsplit(url).path if literal is None else literal[1]
+
+
+def url_name(url: str) -> str:
+    """The object's name, the last segment of :func:`url_path`: as typed in a cloud
+    store's key, percent-decoded from an HTTP(S) URL's path."""
+    literal = _fastst_remote.object_key(url)
+    path = unquote(urlsplit(url).path) if literal is None else literal[1]
+    return posixpath.basename(path)
+
+
+def child_url(prefix_url: str, name: str) -> str:
+    """The URL of the object ``name`` (a checked relative name) under
+    ``prefix_url`` (ending in ``/``): appended as it is to a cloud store's
+    key (taken literally), percent-encoded into an HTTP(S) URL's path, so
+    that it cannot leave the prefix."""
+    if _fastst_remote.object_key(prefix_url) is not None:
+        return prefix_url + name
+    return prefix_url + quote(name, safe="/")
+
+
 def shard_url(index_url: str, shard: str) -> str:
     """The URL of the shard ``shard`` (a checked relative name) beside the
-    index ``index_url``: the name is percent-encoded into the index's
-    prefix, so that it cannot leave it."""
+    index ``index_url`` (:func:`child_url` of the index's prefix)."""
+    literal = _fastst_remote.object_key(index_url)
+    if literal is not None:
+        root, key = literal
+        folder = key.rsplit("/", 1)[0] + "/" if "/" in key else ""
+        return child_url(f"{root}/{folder}", shard)
     parts = urlsplit(index_url)
     path = posixpath.dirname(parts.path).rstrip("/") + "/" + quote(shard, safe="/")
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
@@ -118,10 +150,10 @@ def checkpoint_under(url: str, opts: Options) -> str:
         )
 
     def claimed(index: str) -> Set[str]:
-        weight_map = read_index(url + quote(index), opts)[1]["weight_map"]
+        weight_map = read_index(child_url(url, index), opts)[1]["weight_map"]
         return {s for s in weight_map.values() if isinstance(s, str)}
 
-    return url + quote(choose_checkpoint(readable(url), names, claimed, "prefix"))
+    return child_url(url, choose_checkpoint(readable(url), names, claimed, "prefix"))
 
 
 def _sharded(url: str, opts: Options, header_cap: int) -> ShardedFile:
@@ -155,8 +187,8 @@ def _sharded(url: str, opts: Options, header_cap: int) -> ShardedFile:
 def open_url(url: str, header_cap: int, storage_options: Optional[Mapping[str, Any]]) -> RawSource:
     """The ``RawSource`` of the object, index or prefix at ``url``."""
     opts = options(storage_options)
-    if urlsplit(url).path.endswith("/"):
+    if url_path(url).endswith("/"):
         url = checkpoint_under(url, opts)
-    if names_an_index(urlsplit(url).path):
+    if names_an_index(url_path(url)):
         return _sharded(url, opts, header_cap)
     return _fastst_remote.open_object(url, readable(url), opts, header_cap)

@@ -15,7 +15,6 @@ deletion, and the shards an index names.
 from __future__ import annotations
 
 from typing import Any, List, Mapping, Optional
-from urllib.parse import quote
 
 from .._errors import SafetensorError
 from .._fastst import remote as _fastst_remote
@@ -96,5 +95,5 @@ def names_under(prefix_url: str, storage_options: Optional[Mapping[str, Any]]) -
 
 def shard_url(prefix_url: str, name: str) -> str:
     """The URL of the object ``name`` (a plain file name) under ``prefix_url`` (ending in
-    ``/``), percent-encoded as shard names of indexes are read."""
-    return prefix_url + quote(name)
+    ``/``), as shard names of indexes are read (:func:`fastst._sources.remote.child_url`)."""
+    return _remote.child_url(prefix_url, name)

@@ -38,8 +38,11 @@ index records the names): each shard is uploaded whole (a multipart upload,
 see :mod:`fastst._write.remote`; the sharded writer's shards are uploads of
 the streaming writer, completed when it closes), then the index is written
 last, in one request, which is the commit (``_RemoteSave`` through :class:`UrlCommit`, for both); an
-old index never names a new shard. Then the shards the old index named and
-the new one does not are deleted. A
+old index never names a new shard. Then what earlier saves of the prefix made
+that the new index does not name is deleted, by the exact naming rule of their
+shards (:func:`fastst._layout.own_shard`): never another name the old index
+listed (``config.json``), never the shards of another checkpoint whose index is
+under the prefix (:meth:`UrlCommit.deletable`). A
 failure before the index is written deletes the shards uploaded so far and
 leaves the old checkpoint as it was (a failure of the index's own write
 leaves them: whether it took effect is not known). A save killed before its index leaves
@@ -64,7 +67,15 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 from .._errors import closed_file_error, rule_error, save_errors
 from .._fastst.write import link_file
-from .._layout import WEIGHTS_SUFFIX, index_name, own_shard, shard_name, staged_name
+from .._layout import (
+    INDEX_SUFFIX,
+    WEIGHTS_SUFFIX,
+    checkpoint_of,
+    index_name,
+    own_shard,
+    shard_name,
+    staged_name,
+)
 from .._paths import os_path, readable
 from .._settings import parse_size
 from .._sources.remote import refuse_local_options
@@ -221,6 +232,7 @@ class UrlCommit:
         part: Optional[str] = None,
     ) -> None:
         self.base = base if base.endswith("/") else base + "/"
+        self.commit_name = commit_name
         self.commit_url = _remote.shard_url(self.base, commit_name)
         self.old = list(old)
         self.storage_options = storage_options
@@ -262,20 +274,35 @@ class UrlCommit:
 
     def commit(self, body: bytes, names: List[str], stray: Callable[[str], bool]) -> str:
         """Writes the commit object (``body``, naming the objects ``names``), then
-        deletes the objects ``old`` named that ``names`` lacks, and the objects under
-        the prefix that ``stray`` recognises (saves' own names) that ``names`` lacks;
+        deletes what :meth:`deletable` names (``stray`` recognises the names saves of
+        the prefix give their objects: only those are ever deleted);
         returns the commit object's URL. A failure of the write itself leaves the
         uploaded objects (whether the write took effect is not known: if it did not,
         they are strays, which the next save deletes)."""
         _remote.put_bytes(self.commit_url, body, self.storage_options)
-        try:
-            strays = [n for n in _remote.names_under(self.base, self.storage_options) if stray(n)]
-        except Exception:  # a failed listing leaves them: the checkpoint is whole
-            strays = []
-        for name in sorted((set(self.old) | set(strays)) - set(names)):
-            if "/" not in name and name not in (".", ".."):
-                forget(self.url(name), self.storage_options)
+        for name in self.deletable(names, stray):
+            forget(self.url(name), self.storage_options)
         return self.commit_url
+
+    def deletable(self, names: List[str], own: Callable[[str], bool]) -> List[str]:
+        """What the commit of ``names`` deletes: the objects ``old`` named and those
+        directly under the prefix that a save of it made (``own``: its exact naming rule),
+        less ``names``, and less the shards of another checkpoint whose index is under the
+        prefix (``run-20240101-00001-of-00002.safetensors`` beside
+        ``run-20240101.safetensors.index.json`` looks like a shard of ``run`` with a
+        save's own part). Whatever else an old index named (``config.json``) stays."""
+        try:
+            listed = _remote.names_under(self.base, self.storage_options)
+        except Exception:  # a failed listing leaves the strays: the checkpoint is whole
+            listed = []
+        indexes = {n for n in listed if n.endswith(INDEX_SUFFIX)} - {self.commit_name}
+
+        def foreign(name: str) -> bool:
+            stem = checkpoint_of(name)
+            return stem is not None and index_name(stem) in indexes
+
+        candidates = (set(self.old) | set(listed)) - set(names)
+        return sorted(n for n in candidates if "/" not in n and own(n) and not foreign(n))
 
 
 def commit_staged(

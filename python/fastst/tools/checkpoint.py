@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import posixpath
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union, cast
-from urllib.parse import unquote, urlsplit
 
 from .. import _fastst
 from .._errors import SafetensorError
@@ -69,7 +67,7 @@ def shard_location(index_path: str, shard: str) -> str:
 
 
 def _url_kind(url: str) -> str:
-    return "checkpoint" if names_an_index(urlsplit(url).path) else "file"
+    return "checkpoint" if names_an_index(_remote.url_path(url)) else "file"
 
 
 def iter_inputs(paths: Iterable[PathLike]) -> Iterator[Tuple[str, str]]:
@@ -87,7 +85,7 @@ def iter_inputs(paths: Iterable[PathLike]) -> Iterator[Tuple[str, str]]:
     for raw in paths:
         path = _path(raw)
         if _remote.is_url(path):
-            if urlsplit(path).path.endswith("/"):
+            if _remote.url_path(path).endswith("/"):
                 path = _remote.checkpoint_under(path, [])
             yield _url_kind(path), path
             continue
@@ -247,11 +245,7 @@ def hash_checkpoint(
         shards.append(h)
         if per_tensor is not None and h.get("tensors"):
             per_tensor.update(h["tensors"])
-    index_name = (
-        posixpath.basename(unquote(urlsplit(path).path))
-        if _remote.is_url(path)
-        else os.path.basename(path)
-    )
+    index_name = _remote.url_name(path) if _remote.is_url(path) else os.path.basename(path)
     listing = [(index_name, index_sha)] + [(s["file"], s["sha256"]) for s in shards]
     hashes = {
         "path": shown(path),

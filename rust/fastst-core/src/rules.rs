@@ -339,7 +339,7 @@ catalogue! {
     WorkerFailed = "worker-failed", Io, High,
         "a worker thread stopped without finishing its share of the work";
     RemoteDeadline = "remote-deadline", Io, High,
-        "a remote open, read or listing did not finish within its deadline (FASTST_REMOTE_DEADLINE; TimeoutError)";
+        "a remote open, read, listing or upload did not finish within its deadline (FASTST_REMOTE_DEADLINE; TimeoutError)";
     RemoteAnswerOverCap = "remote-answer-over-cap", Io, High,
         "a store's answer without a byte range (a listing page, a token) holds more than the cap on such answers (16 MiB)";
 
@@ -434,6 +434,8 @@ catalogue! {
         "a prefix in an object store holds more objects than one listing reads (10,000); name the checkpoint's index or file";
     ListingPagesOverCap = "listing-pages-over-cap", Folder, High,
         "a prefix's listing takes more pages than one listing reads (1,000), or a page repeats its token";
+    ObjectKey = "object-key", Folder, High,
+        "an object key fastst cannot address in its store: an empty segment (//), a . or .. segment, a control character (keys are otherwise taken literally)";
     HookAfterReference = "hook-after-reference", Hook, High,
         "the drop-in hook is turned on after the reference package was imported";
     SliceOutOfRange = "slice-out-of-range", ReferenceSlice, High,

@@ -181,6 +181,15 @@ fn is_remote_url(name: &Bound<'_, PyAny>) -> bool {
     name.extract::<&str>().is_ok_and(fastst_remote::is_url)
 }
 
+/// The URL `url` of a cloud store (`s3://`, `gs://`, `az://`...) cut into
+/// its root (`s3://bucket`) and its object key, taken literally (`#`, `?`,
+/// `%` and `..` are characters of it); `None` for any other URL (HTTP(S)),
+/// whose path follows the URL rules.
+#[pyfunction]
+fn object_key(url: &str) -> Option<(String, String)> {
+    fastst_remote::literal_key(url).map(|(root, key)| (root.to_owned(), key.to_owned()))
+}
+
 /// The bytes of the object `url` (named `name` in errors) when it holds
 /// at most `cap` bytes; else `None` (nothing past its first bytes is
 /// fetched).
@@ -416,6 +425,7 @@ fn open_object(
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(open_object, m)?)?;
     m.add_function(wrap_pyfunction!(is_remote_url, m)?)?;
+    m.add_function(wrap_pyfunction!(object_key, m)?)?;
     m.add_function(wrap_pyfunction!(read_remote, m)?)?;
     m.add_function(wrap_pyfunction!(list_remote, m)?)?;
     m.add_function(wrap_pyfunction!(open_urls, m)?)?;

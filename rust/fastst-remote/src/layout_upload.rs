@@ -30,6 +30,11 @@
 //! its retries, [`LayoutUpload::abort`], and dropping an unfinished writer
 //! abort the upload; an old object under the key stays as it was.
 //!
+//! Deadlines, as for [`crate::Upload`]: the waits for the store's answers
+//! to the parts share one deadline ([`crate::Tuning::deadline`] for every
+//! [`crate::Tuning::concurrency`] parts of the object); the start, the
+//! completion and the abort have one each (rule `remote-deadline`).
+//!
 //! A write that stops part-way gives its tensor back: its bytes are taken
 //! out of the parts not yet complete, and it may be written again, in full
 //! ([`Ledger::release`]). If a part holding some of them was complete
@@ -47,10 +52,11 @@ use object_store::{MultipartId, PutPayload};
 use tokio::task::AbortHandle;
 
 use crate::error::from_store;
-use crate::options::ConfigError;
+use crate::options::{ConfigError, Tuning};
 use crate::redact::display;
 use crate::runtime::runtime;
 use crate::upload::{max_in_flight, object_to_write, part_size};
+use crate::wait::{wait, Budget, Cancel};
 use crate::OpenError;
 
 /// How long [`LayoutUpload::complete`] waits between looks at the parts
@@ -102,6 +108,10 @@ struct Inner {
     table: Mutex<Table>,
     /// Notified whenever a part is answered (and when the upload ends).
     answered: Condvar,
+    /// The deadline of the waits for answers, all together.
+    budget: Budget,
+    /// The deadline of one request (the completion, the abort).
+    deadline: Duration,
 }
 
 /// An object being written from its layout with a multipart upload (see
@@ -495,28 +505,27 @@ impl LayoutUpload {
             ))));
         };
         let size = part_size(tuning.part, plan.total_len());
-        Ok(LayoutUpload::in_store(
-            parts,
-            path,
-            plan,
-            size,
-            tuning.concurrency,
-        )?)
+        Ok(LayoutUpload::in_store(parts, path, plan, size, tuning)?)
     }
 
     /// [`LayoutUpload::start`] in `store` at `path`, in parts of
-    /// `part_size` bytes, at most `concurrency` of them in flight (and
-    /// [`crate::upload::IN_FLIGHT_BYTES`]).
+    /// `part_size` bytes, at most `tuning.concurrency` of them in flight
+    /// (and [`crate::upload::IN_FLIGHT_BYTES`]), within the deadlines of
+    /// `tuning` (see the module's documentation).
     pub fn in_store(
         store: Arc<dyn MultipartStore>,
         path: Path,
         plan: WritePlan,
         part_size: usize,
-        concurrency: usize,
+        tuning: Tuning,
     ) -> Result<LayoutUpload> {
-        let id = runtime()?
-            .block_on(store.create_multipart(&path))
-            .map_err(|e| from_store("cannot start the upload", e))?;
+        let what = "cannot start the upload";
+        let id = wait(
+            async { (store.create_multipart(&path).await).map_err(|e| from_store(what, e)) },
+            tuning.deadline,
+            &Cancel::default(),
+            || what.into(),
+        )?;
         let part_size = part_size.max(1);
         let count =
             usize::try_from(plan.total_len().div_ceil(part_size as u64).max(1)).map_err(|_| {
@@ -539,7 +548,7 @@ impl LayoutUpload {
                 path,
                 id,
                 part_size: part_size as u64,
-                max_in_flight: max_in_flight(part_size, concurrency),
+                max_in_flight: max_in_flight(part_size, tuning.concurrency),
                 table: Mutex::new(Table {
                     parts,
                     queued: VecDeque::new(),
@@ -549,6 +558,8 @@ impl LayoutUpload {
                     ended: false,
                 }),
                 answered: Condvar::new(),
+                budget: Budget::new(tuning.deadline_for(count)),
+                deadline: tuning.deadline,
             }),
         };
         let inner = &upload.inner;
@@ -676,15 +687,22 @@ impl LayoutUpload {
         if t.in_flight == 0 || t.ended || !waiting(&t) {
             return Ok(());
         }
-        let (t, _) = self
-            .inner
-            .answered
-            .wait_timeout(t, at_most)
-            .unwrap_or_else(|e| e.into_inner());
-        match &t.failure {
-            Some(e) => Err(again(e)),
-            None => Ok(()),
-        }
+        let in_flight = t.in_flight;
+        let inner = &self.inner;
+        inner.budget.wait(
+            Some(at_most),
+            || format!("cannot upload the object ({in_flight} parts waiting for the store)"),
+            |slice| {
+                let (t, _) = inner
+                    .answered
+                    .wait_timeout(t, slice)
+                    .unwrap_or_else(|e| e.into_inner());
+                match &t.failure {
+                    Some(e) => Err(again(e)),
+                    None => Ok(()),
+                }
+            },
+        )
     }
 
     /// Closes the writer for its commit: when every tensor was written
@@ -741,9 +759,16 @@ impl LayoutUpload {
             ids
         };
         let inner = &self.inner;
-        runtime()?
-            .block_on(inner.store.complete_multipart(&inner.path, &inner.id, ids))
-            .map_err(|e| from_store("cannot complete the upload", e))?;
+        let what = "cannot complete the upload";
+        wait(
+            async {
+                let done = inner.store.complete_multipart(&inner.path, &inner.id, ids);
+                done.await.map_err(|e| from_store(what, e))
+            },
+            inner.deadline,
+            &Cancel::default(),
+            || what.into(),
+        )?;
         self.inner.table().ended = true;
         Ok(())
     }
@@ -763,9 +788,16 @@ impl LayoutUpload {
             return Ok(());
         }
         let inner = &self.inner;
-        runtime()?
-            .block_on(inner.store.abort_multipart(&inner.path, &inner.id))
-            .map_err(|e| from_store("cannot abort the upload", e))
+        let what = "cannot abort the upload";
+        wait(
+            async {
+                let aborted = inner.store.abort_multipart(&inner.path, &inner.id);
+                aborted.await.map_err(|e| from_store(what, e))
+            },
+            inner.deadline,
+            &Cancel::default(),
+            || what.into(),
+        )
     }
 }
 
@@ -848,6 +880,14 @@ impl Drop for TensorUpload<'_> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    /// The default tuning with `concurrency` parts in flight.
+    fn tuning(concurrency: usize) -> crate::Tuning {
+        crate::Tuning {
+            concurrency,
+            ..crate::Tuning::default()
+        }
+    }
+
     use object_store::memory::InMemory;
     use object_store::ObjectStoreExt;
 
@@ -915,7 +955,8 @@ mod tests {
         let sizes = [5000, 3, 0, 12_345, 4096, 70_001, 1, 9999];
         let (plan, data) = layout(&sizes);
         let want = expected(&plan, &data);
-        let up = LayoutUpload::in_store(store.clone(), Path::from("k"), plan, 1000, 3).unwrap();
+        let up =
+            LayoutUpload::in_store(store.clone(), Path::from("k"), plan, 1000, tuning(3)).unwrap();
         assert_eq!(up.max_in_flight(), 3);
         std::thread::scope(|s| {
             for (i, bytes) in data.iter().enumerate().rev() {
@@ -933,7 +974,8 @@ mod tests {
     fn in_order_writes_hold_the_parts_in_flight_and_one_more() {
         let store = Arc::new(InMemory::new());
         let (plan, data) = layout(&[200_000, 150_000]);
-        let up = LayoutUpload::in_store(store.clone(), Path::from("k"), plan, 4096, 4).unwrap();
+        let up =
+            LayoutUpload::in_store(store.clone(), Path::from("k"), plan, 4096, tuning(4)).unwrap();
         let mut most = 0;
         for (i, bytes) in data.iter().enumerate() {
             let mut t = up
@@ -958,7 +1000,8 @@ mod tests {
     fn hostile_writes_are_refused_and_a_stopped_write_can_be_done_again() {
         let store = Arc::new(InMemory::new());
         let (plan, data) = layout(&[3000, 100]);
-        let up = LayoutUpload::in_store(store.clone(), Path::from("k"), plan, 1000, 2).unwrap();
+        let up =
+            LayoutUpload::in_store(store.clone(), Path::from("k"), plan, 1000, tuning(2)).unwrap();
         let e = up.begin("zz", Dtype::U8, &[1]).unwrap_err();
         assert_eq!(e.rule(), "tensor-not-in-layout");
         let e = up.begin("t01", Dtype::I8, &[100]).unwrap_err();
@@ -994,7 +1037,8 @@ mod tests {
     fn a_stopped_write_is_taken_back_and_the_bytes_are_right() {
         let store = Arc::new(InMemory::new());
         let (plan, data) = layout(&[2500, 10]);
-        let up = LayoutUpload::in_store(store.clone(), Path::from("k"), plan, 100_000, 2).unwrap();
+        let up = LayoutUpload::in_store(store.clone(), Path::from("k"), plan, 100_000, tuning(2))
+            .unwrap();
         {
             let mut t = up.begin("t00", Dtype::U8, &[2500]).unwrap();
             t.write(&[0xEE; 1000]).unwrap();
@@ -1012,8 +1056,14 @@ mod tests {
         rt.block_on(store.put(&Path::from("k"), vec![1u8, 2, 3].into()))
             .unwrap();
         let (plan, data) = layout(&[5000]);
-        let up =
-            LayoutUpload::in_store(store.clone(), Path::from("k"), plan.clone(), 1000, 2).unwrap();
+        let up = LayoutUpload::in_store(
+            store.clone(),
+            Path::from("k"),
+            plan.clone(),
+            1000,
+            tuning(2),
+        )
+        .unwrap();
         {
             let mut t = up.begin("t00", Dtype::U8, &[5000]).unwrap();
             t.write(&data[0][..4000]).unwrap();
@@ -1025,7 +1075,8 @@ mod tests {
             "closed-file"
         );
         assert_eq!(object(&store, "k").unwrap(), vec![1, 2, 3]);
-        let up = LayoutUpload::in_store(store.clone(), Path::from("k"), plan, 1000, 2).unwrap();
+        let up =
+            LayoutUpload::in_store(store.clone(), Path::from("k"), plan, 1000, tuning(2)).unwrap();
         write_one(&up, 0, &data[0], 5000);
         drop(up);
         assert_eq!(object(&store, "k").unwrap(), vec![1, 2, 3]);
@@ -1050,7 +1101,7 @@ mod tests {
         let store = Arc::new(InMemory::new());
         let (plan, _) = layout(&[10, 5000, 0, 7]);
         let ds = plan.data_start();
-        let up = LayoutUpload::in_store(store, Path::from("k"), plan, 1000, 2).unwrap();
+        let up = LayoutUpload::in_store(store, Path::from("k"), plan, 1000, tuning(2)).unwrap();
         let label = |k| up.inner.label(k);
         assert!(ds < 1000);
         assert_eq!(label(0), " (the header and tensors \"t00\" to \"t01\")");

@@ -78,7 +78,7 @@ pub use client::certificates_unchecked;
 pub use error::ANSWER_SHOWN;
 pub use fetch::{parts, Part};
 pub use layout_upload::{LayoutUpload, TensorUpload};
-pub use options::{is_url, ConfigError, Tuning};
+pub use options::{is_url, literal_key, ConfigError, Tuning};
 pub use redact::{display, in_text};
 pub use runtime::runtime;
 pub use upload::Upload;

@@ -23,7 +23,7 @@
 //! options (keys in lower case): `FASTST_REMOTE_CONCURRENCY` (requests in
 //! flight per object), `FASTST_REMOTE_PART_SIZE` (bytes per request,
 //! a size in fastst's one grammar, `fastst_core::parse_size`) and
-//! `FASTST_REMOTE_DEADLINE` (how long a read may take).
+//! `FASTST_REMOTE_DEADLINE` (how long a read or an upload may take).
 
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
@@ -98,16 +98,61 @@ impl std::fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// The schemes of the cloud stores (S3, GCS, Azure), whose URLs name a
+/// bucket (or container) and a key taken literally ([`literal_key`]).
+pub const STORE_SCHEMES: [&str; 8] = ["s3", "s3a", "gs", "az", "adl", "azure", "abfs", "abfss"];
+
 /// Whether `name` is a URL this crate reads (rather than a local path).
 pub fn is_url(name: &str) -> bool {
     let Some((scheme, rest)) = name.split_once("://") else {
         return false;
     };
+    let scheme = scheme.to_ascii_lowercase();
     !rest.is_empty()
-        && matches!(
-            scheme.to_ascii_lowercase().as_str(),
-            "s3" | "s3a" | "gs" | "az" | "adl" | "azure" | "abfs" | "abfss" | "http" | "https"
-        )
+        && (STORE_SCHEMES.contains(&scheme.as_str()) || matches!(scheme.as_str(), "http" | "https"))
+}
+
+/// A URL of a cloud store's scheme (`s3://bucket/key`, `gs://`, `az://`...)
+/// cut into its root (`s3://bucket`, the authority as given) and its key,
+/// taken literally: everything after the first `/` that follows the
+/// bucket, `#`, `?`, `%`, spaces and `..` included, as boto3 and the
+/// stores' own tools take a key. None for another URL (HTTP(S), whose path
+/// follows the URL rules: percent-encoding, a query, a fragment).
+pub fn literal_key(url: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    if !STORE_SCHEMES.contains(&scheme.to_ascii_lowercase().as_str()) {
+        return None;
+    }
+    let root = scheme.len() + 3 + rest.find('/').unwrap_or(rest.len());
+    Some((&url[..root], url.get(root + 1..).unwrap_or("")))
+}
+
+/// The object path of the literal `key` (see [`literal_key`]; a trailing
+/// `/` names a prefix). A key fastst cannot address is refused, rule
+/// `object-key`: an empty segment (`a//b`, a `/` first) or a `.` or `..`
+/// segment, which HTTP clients remove or resolve before a request is
+/// sent, and control characters.
+fn key_path(key: &str) -> fastst_core::Result<Path> {
+    let refuse = |why: &str| {
+        fastst_core::Error::ObjectKey {
+        reason: format!("the object key {key:?} {why}, which fastst cannot address in the store (object keys are otherwise taken literally)"),
+    }
+    };
+    let body = key.strip_suffix('/').unwrap_or(key);
+    if body.is_empty() {
+        return Ok(Path::default());
+    }
+    for segment in body.split('/') {
+        match segment {
+            "" => return Err(refuse("holds an empty segment (a `//`, or a `/` first)")),
+            "." | ".." => return Err(refuse("holds a `.` or `..` segment")),
+            s if s.chars().any(|c| c.is_control()) => {
+                return Err(refuse("holds a control character"))
+            }
+            _ => {}
+        }
+    }
+    Path::parse(body).map_err(|e| refuse(&format!("is refused by the store's client ({e})")))
 }
 
 /// A positive count or size, in the one size grammar of fastst
@@ -285,6 +330,9 @@ impl From<object_store::Error> for BuildError {
 /// Whether `url` names an object of a cloud store (S3, GCS, Azure), which
 /// takes multipart uploads; a plain HTTP(S) URL, presigned or not, does not.
 pub(crate) fn takes_uploads(url: &str) -> bool {
+    if literal_key(url).is_some() {
+        return true;
+    }
     let Ok(parsed) = Url::parse(url) else {
         return false;
     };
@@ -312,7 +360,16 @@ pub(crate) fn store_for(
 ) -> Result<(Store, Path, Tuning), OpenError> {
     crate::runtime::install_tls();
     let bad = |why: String| OpenError::Config(ConfigError(format!("{}: {why}", display(url))));
-    let parsed = Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
+    let literal = literal_key(url);
+    // A cloud store's URL: its root alone is parsed (the bucket), its key
+    // taken as it is.
+    let parsed = Url::parse(literal.map_or(url, |(root, _)| root))
+        .map_err(|e| bad(format!("not a URL: {e}")))?;
+    if literal.is_some()
+        && (parsed.query().is_some() || parsed.fragment().is_some() || parsed.path() != "")
+    {
+        return Err(bad("not a bucket or container name before the key".into()));
+    }
     let mut options = options.to_vec();
     let tuning =
         Tuning::read(|n| std::env::var(n).ok(), &mut options).map_err(OpenError::Config)?;
@@ -320,6 +377,11 @@ pub(crate) fn store_for(
         .query()
         .filter(|_| matches!(parsed.scheme(), "http" | "https"));
     let (scheme, path) = match signed {
+        _ if literal.is_some() => {
+            let (scheme, _) = ObjectStoreScheme::parse(&parsed)
+                .map_err(|e| bad(format!("not an object URL: {e}")))?;
+            (scheme, key_path(literal.map_or("", |(_, k)| k))?)
+        }
         // Its own authorisation in the query (presigned, SAS): plain HTTP
         // whatever the host, the query sent with every request.
         Some(_) => (
@@ -331,7 +393,8 @@ pub(crate) fn store_for(
         }
     };
     let key = stores::key(&parsed, &options);
-    let store = stores::get_or_build(key, || build(url, &parsed, scheme, signed, options))
+    let root = literal.map_or(url, |(root, _)| root);
+    let store = stores::get_or_build(key, || build(root, &parsed, scheme, signed, options))
         .map_err(|e| match e {
             BuildError::Config(c) => bad(c.0),
             BuildError::Store(e) => match crate::error::io_cause(&e) {
@@ -503,6 +566,50 @@ mod tests {
         assert_eq!(path.as_ref(), "bucket/dir/m.safetensors");
         let (_, path, _) = store_for(url.split('?').next().unwrap(), &[]).unwrap();
         assert_eq!(path.as_ref(), "dir/m.safetensors", "S3 without a query");
+    }
+
+    #[test]
+    fn keys_of_store_urls_are_taken_literally() {
+        for (url, key) in [
+            ("s3://b/exp#3/model.safetensors", "exp#3/model.safetensors"),
+            ("S3://b/a?versionId=1", "a?versionId=1"),
+            ("s3://b/a%2Fb/c%", "a%2Fb/c%"),
+            ("s3://b/x..y/ z \u{e9}", "x..y/ z \u{e9}"),
+            ("s3://b/run/exp#3/", "run/exp#3"),
+        ] {
+            let (_, path, _) = store_for(url, &[]).unwrap();
+            assert_eq!(path.as_ref(), key, "{url}");
+        }
+        for (url, root, key) in [
+            ("gs://b/a#b?c", "gs://b", "a#b?c"),
+            ("az://c/%41", "az://c", "%41"),
+            (
+                "abfss://c@acct.dfs.core.windows.net/k#1",
+                "abfss://c@acct.dfs.core.windows.net",
+                "k#1",
+            ),
+            ("s3://b", "s3://b", ""),
+        ] {
+            assert_eq!(literal_key(url), Some((root, key)), "{url}");
+        }
+        assert_eq!(literal_key("https://h/a#b"), None);
+        for bad in [
+            "s3://b/a//b",
+            "s3://b//a",
+            "s3://b/a/../b",
+            "s3://b/./x",
+            "s3://b/..",
+            "s3://b/a\u{1}b",
+        ] {
+            match store_for(bad, &[]) {
+                Err(OpenError::Read(e)) => assert_eq!(e.rule(), "object-key", "{bad}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        let Some(OpenError::Config(err)) = store_for("s3://b?x/k", &[]).err() else {
+            panic!("a bucket with a query is refused")
+        };
+        assert!(err.0.contains("not a bucket"), "{err}");
     }
 
     #[test]

@@ -7,7 +7,10 @@
 //!
 //! - [`display`] takes a name (a command-line argument, a path given to
 //!   `safe_open`): from the first `scheme://` on, it is a URL, shown without
-//!   its user part, query and fragment. A URL that parses is shown as the
+//!   its user part, query and fragment. A cloud store's URL (`s3://`,
+//!   `gs://`, `az://`...) has neither: its key is taken literally
+//!   ([`crate::options::literal_key`]) and shown whole, without the user
+//!   part. A URL that parses is shown as the
 //!   URL parser reads it; one that does not (a bad port, a broken IPv6 host)
 //!   loses everything up to the last `@` and everything from the first `?`
 //!   or `#`, so that no part of a password survives whichever way it was
@@ -42,6 +45,26 @@ fn scheme_start(text: &str, sep: usize) -> Option<usize> {
 
 /// The URL `url` (starting with `scheme://`) as shown.
 fn one(url: &str) -> String {
+    if let Some((root, _)) = crate::options::literal_key(url) {
+        // A cloud store's key is taken literally (`#`, `?` and `%` are
+        // characters of it, no query or fragment): shown whole, after the
+        // root without its user part. Where a user part may go on past the
+        // root (a password holding `/`: the root holds `:` or `@` and an
+        // `@` follows it), the URL is shown by the rule of unparsed URLs.
+        let (scheme, authority) = root.split_once("://").unwrap_or(("", root));
+        let user_part = authority.contains([':', '@']);
+        if user_part && url[root.len()..].contains('@') {
+            return unparsed(url);
+        }
+        let host = authority
+            .rfind('@')
+            .map_or(authority, |at| &authority[at + 1..]);
+        return format!(
+            "{}://{host}{}",
+            scheme.to_ascii_lowercase(),
+            &url[root.len()..]
+        );
+    }
     if let Ok(mut u) = Url::parse(url) {
         let _ = u.set_username("");
         let _ = u.set_password(None);
@@ -120,8 +143,11 @@ mod tests {
             display("https://u:p@h:8/a/b%20c?X-Amz-Signature=s#f"),
             "https://h:8/a/b%20c"
         );
-        assert_eq!(display("s3://b/k?versionId=1"), "s3://b/k");
         assert_eq!(display("s3://key:secret@b/k"), "s3://b/k");
+        // A cloud store's key is literal: `?`, `#`, `%` are characters of it.
+        assert_eq!(display("s3://b/k?versionId=1"), "s3://b/k?versionId=1");
+        assert_eq!(display("S3://u:p@b/exp#3/a%2Fb c"), "s3://b/exp#3/a%2Fb c");
+        assert_eq!(display("gs://b"), "gs://b");
         assert_eq!(display("HTTP://tok@h/x#frag"), "http://h/x");
         assert_eq!(display("hf://u:pw@org/model"), "hf://org/model");
     }
@@ -147,7 +173,10 @@ mod tests {
         for (url, shown) in [
             ("http://user:PW@h:99999/m", "http://h:99999/m"),
             ("http://user:PW@[::1/m", "http://[::1/m"),
-            ("s3://user:PW@[::1/m?sig=S#F", "s3://[::1/m"),
+            ("s3://user:PW@[::1/m?sig=S#F", "s3://[::1/m?sig=S#F"),
+            ("s3://u:p@q/r@b/k?s#F", "s3://b/k"),
+            ("s3://user:PW/x@b/m?s=S#F", "s3://b/m"),
+            ("gs://tok@b/m?s#F", "gs://b/m?s#F"),
             ("https://u:pa/ss@h:99999/x", "https://h:99999/x"),
             ("https://u:pa?ss@h:99999/x", "https://h:99999/x"),
             ("https://u:pa#ss@[h/x", "https://[h/x"),
@@ -176,8 +205,8 @@ mod tests {
             ),
             ("at https://tok@h", "at https://h/"),
             (
-                "a https://u:p@h?q=a@b and s3://k:s@b/p",
-                "a https://h/ and s3://b/p",
+                "a https://u:p@h?q=a@b and s3://k:s@b/p#k",
+                "a https://h/ and s3://b/p#k",
             ),
             (
                 "GET https://h/k?X-Amz-Signature=SIG\nfailed",
@@ -190,7 +219,7 @@ mod tests {
             ("http://@h http://u:p@ ://", "http://h/ http:// ://"),
             (
                 "tensor \"https://u:PW@h/x?s=SIG\" <s3://b/k#F>",
-                "tensor \"https://h/x\" <s3://b/k>",
+                "tensor \"https://h/x\" <s3://b/k#F>",
             ),
         ] {
             assert_eq!(in_text(text), shown);

@@ -22,7 +22,11 @@
 //! ([`put`]), whole or not at all; [`delete`] removes an object.
 //!
 //! Each request is retried by `object_store` (5xx, 429, timeouts, resets),
-//! as reads are. [`Upload`] also implements [`std::io::Write`], waiting in
+//! as reads are. An upload has a deadline as a read has
+//! ([`crate::Tuning::deadline`] for every [`crate::Tuning::concurrency`]
+//! parts, all its waits on the store together; its start, its completion
+//! and its abort one each), rule `remote-deadline`; so have [`put`] and
+//! [`delete`]. [`Upload`] also implements [`std::io::Write`], waiting in
 //! place, for callers with nothing to do while they wait.
 
 use std::time::Duration;
@@ -35,6 +39,7 @@ use crate::error::from_store;
 use crate::options::{store_for, takes_uploads, ConfigError};
 use crate::redact::display;
 use crate::runtime::runtime;
+use crate::wait::{wait, Budget, Cancel};
 use crate::OpenError;
 
 /// The smallest part: S3 and GCS refuse parts under 5 MiB (except the
@@ -74,6 +79,10 @@ pub struct Upload {
     sent: u64,
     max_in_flight: usize,
     tasks: JoinSet<Result<()>>,
+    /// The deadline of the waits for parts, all together.
+    budget: Budget,
+    /// The deadline of one request (the completion, the abort).
+    deadline: Duration,
 }
 
 impl std::fmt::Debug for Upload {
@@ -104,22 +113,28 @@ impl Upload {
     /// Nothing appears under the key until [`Upload::complete`].
     pub fn start(url: &str, options: &[(String, String)], len: u64) -> Result<Upload, OpenError> {
         let (store, path, tuning) = object_to_write(url, options)?;
-        let upload = runtime()?
-            .block_on(store.objects.put_multipart(&path))
-            .map_err(|e| from_store("cannot start the upload", e))?;
-        Ok(Upload::new(
-            upload,
-            part_size(tuning.part, len),
-            tuning.concurrency,
-        )?)
+        let upload = wait(
+            async {
+                (store.objects.put_multipart(&path).await)
+                    .map_err(|e| from_store("cannot start the upload", e))
+            },
+            tuning.deadline,
+            &Cancel::default(),
+            || "cannot start the upload".into(),
+        )?;
+        let size = part_size(tuning.part, len);
+        let parts = usize::try_from(len.div_ceil(size as u64)).unwrap_or(usize::MAX);
+        Ok(Upload::new(upload, size, tuning)?.within(tuning.deadline_for(parts)))
     }
 
     /// An upload through `upload` in parts of `part_size` bytes, at most
-    /// `concurrency` of them in flight (and [`IN_FLIGHT_BYTES`]).
+    /// `tuning.concurrency` of them in flight (and [`IN_FLIGHT_BYTES`]),
+    /// each request within `tuning.deadline`, the waits for the parts all
+    /// together too ([`Upload::within`] sets another).
     pub fn new(
         upload: Box<dyn MultipartUpload>,
         part_size: usize,
-        concurrency: usize,
+        tuning: crate::Tuning,
     ) -> Result<Upload> {
         let part_size = part_size.max(1);
         Ok(Upload {
@@ -127,9 +142,17 @@ impl Upload {
             part: part_buffer(part_size)?,
             part_size,
             sent: 0,
-            max_in_flight: max_in_flight(part_size, concurrency),
+            max_in_flight: max_in_flight(part_size, tuning.concurrency),
             tasks: JoinSet::new(),
+            budget: Budget::new(tuning.deadline),
+            deadline: tuning.deadline,
         })
+    }
+
+    /// This upload, its waits for parts (all together) within `limit`.
+    pub fn within(mut self, limit: Duration) -> Upload {
+        self.budget = Budget::new(limit);
+        self
     }
 
     /// Bytes per part (the last one may be shorter).
@@ -167,22 +190,24 @@ impl Upload {
     }
 
     /// Waits until a part in flight is answered, or `at_most` passed
-    /// (`None`: no limit); the error of a failed part. Returns at once
-    /// when no part is in flight.
+    /// (`None`: no limit but the upload's deadline); the error of a failed
+    /// part, or rule `remote-deadline` once the waits for parts took the
+    /// upload's deadline. Returns at once when no part is in flight.
     pub fn wait_some(&mut self, at_most: Option<Duration>) -> Result<()> {
         if self.tasks.is_empty() {
             return Ok(());
         }
         let rt = runtime()?;
-        let joined = match at_most {
+        let tasks = &mut self.tasks;
+        let sent = self.sent;
+        let joined = self.budget.wait(
+            at_most,
+            || format!("cannot upload the object ({sent} bytes sent)"),
             // The timer is made inside the runtime (it needs its clock).
-            Some(t) => {
-                match rt.block_on(async { tokio::time::timeout(t, self.tasks.join_next()).await }) {
-                    Ok(joined) => joined,
-                    Err(_) => return Ok(()),
-                }
-            }
-            None => rt.block_on(self.tasks.join_next()),
+            |t| Ok(rt.block_on(async { tokio::time::timeout(t, tasks.join_next()).await })),
+        )?;
+        let Ok(joined) = joined else {
+            return Ok(());
         };
         match joined {
             None => Ok(()),
@@ -264,13 +289,20 @@ impl Upload {
         let mut upload = self.upload.take().ok_or_else(|| Error::StreamOrder {
             reason: "the upload was completed or aborted already".into(),
         })?;
-        match runtime()?.block_on(upload.complete()) {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                self.upload = Some(upload);
-                Err(from_store("cannot complete the upload", e))
-            }
+        let completed = wait(
+            async {
+                (upload.complete().await)
+                    .map(|_| ())
+                    .map_err(|e| from_store("cannot complete the upload", e))
+            },
+            self.deadline,
+            &Cancel::default(),
+            || "cannot complete the upload".into(),
+        );
+        if completed.is_err() {
+            self.upload = Some(upload);
         }
+        completed
     }
 
     /// Aborts the upload: the parts in flight are cancelled, the parts
@@ -285,13 +317,17 @@ impl Upload {
         let Some(mut upload) = self.upload.take() else {
             return Ok(());
         };
-        let rt = runtime()?;
         self.tasks.abort_all();
-        rt.block_on(async {
-            while self.tasks.join_next().await.is_some() {}
-            upload.abort().await
-        })
-        .map_err(|e| from_store("cannot abort the upload", e))
+        let tasks = &mut self.tasks;
+        wait(
+            async {
+                while tasks.join_next().await.is_some() {}
+                (upload.abort().await).map_err(|e| from_store("cannot abort the upload", e))
+            },
+            self.deadline,
+            &Cancel::default(),
+            || "cannot abort the upload".into(),
+        )
     }
 }
 
@@ -343,20 +379,36 @@ pub(crate) fn object_to_write(
 /// a checkpoint's index): it appears whole, replacing an old one, or not
 /// at all.
 pub fn put(url: &str, options: &[(String, String)], bytes: Vec<u8>) -> Result<(), OpenError> {
-    let (store, path, _) = object_to_write(url, options)?;
-    runtime()?
-        .block_on(store.objects.put(&path, PutPayload::from(bytes)))
-        .map_err(|e| from_store("cannot write the object", e))?;
+    let (store, path, tuning) = object_to_write(url, options)?;
+    let what = "cannot write the object";
+    wait(
+        async {
+            let put = store.objects.put(&path, PutPayload::from(bytes)).await;
+            put.map(|_| ()).map_err(|e| from_store(what, e))
+        },
+        tuning.deadline,
+        &Cancel::default(),
+        || what.into(),
+    )?;
     Ok(())
 }
 
 /// Deletes the object `url`; one that is not there is no error.
 pub fn delete(url: &str, options: &[(String, String)]) -> Result<(), OpenError> {
-    let (store, path, _) = object_to_write(url, options)?;
-    match runtime()?.block_on(store.objects.delete(&path)) {
-        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-        Err(e) => Err(from_store("cannot delete the object", e).into()),
-    }
+    let (store, path, tuning) = object_to_write(url, options)?;
+    let what = "cannot delete the object";
+    wait(
+        async {
+            match store.objects.delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(from_store(what, e)),
+            }
+        },
+        tuning.deadline,
+        &Cancel::default(),
+        || what.into(),
+    )?;
+    Ok(())
 }
 
 impl std::io::Write for Upload {
@@ -398,7 +450,11 @@ mod tests {
     fn upload_to(store: &Arc<InMemory>, key: &str, part: usize) -> Upload {
         let rt = runtime().unwrap();
         let up = rt.block_on(store.put_multipart(&Path::from(key))).unwrap();
-        Upload::new(up, part, 3).unwrap()
+        let tuning = crate::Tuning {
+            concurrency: 3,
+            ..crate::Tuning::default()
+        };
+        Upload::new(up, part, tuning).unwrap()
     }
 
     fn object(store: &Arc<InMemory>, key: &str) -> Option<Vec<u8>> {

@@ -3,7 +3,9 @@
 //! first of the work's end, its deadline (rule `remote-deadline`), or a
 //! [`Cancel`] of the waits in flight (the file was closed, a load of it
 //! was left, Ctrl-C was heard). Ending a wait drops its requests: their
-//! connections are closed, nothing more is received.
+//! connections are closed, nothing more is received. The many waits of
+//! one upload (for room, for its last parts) share one deadline, a
+//! [`Budget`].
 
 use std::future::Future;
 use std::sync::Arc;
@@ -73,10 +75,110 @@ pub(crate) fn wait<T>(
     }
 }
 
+/// The time the waits of one upload may take, all together: an upload's
+/// overall deadline. Only time spent waiting on the store counts (the
+/// caller's own time between its waits, producing the bytes, does not);
+/// waits of several threads at once count once.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    limit: Duration,
+    state: std::sync::Mutex<Spent>,
+}
+
+#[derive(Debug, Default)]
+struct Spent {
+    /// Waiting time of the waits that ended.
+    done: Duration,
+    /// Threads waiting now, and since when one has been.
+    waiting: usize,
+    since: Option<std::time::Instant>,
+}
+
+impl Spent {
+    fn now(&self) -> Duration {
+        self.done + self.since.map_or(Duration::ZERO, |s| s.elapsed())
+    }
+}
+
+impl Budget {
+    /// A budget of `limit`.
+    pub(crate) fn new(limit: Duration) -> Budget {
+        Budget {
+            limit,
+            state: std::sync::Mutex::new(Spent::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, Spent> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs `wait` (a wait on the store of at most the duration it is
+    /// given: `at_most`, or what is left of the budget if less; `None`:
+    /// what is left) and counts its time. Rule `remote-deadline` (doing
+    /// `what`) instead, once the budget is spent.
+    pub(crate) fn wait<T>(
+        &self,
+        at_most: Option<Duration>,
+        what: impl FnOnce() -> String,
+        wait: impl FnOnce(Duration) -> Result<T>,
+    ) -> Result<T> {
+        let left = {
+            let mut s = self.state();
+            let left = self.limit.saturating_sub(s.now());
+            if left.is_zero() {
+                return Err(Error::RemoteDeadline {
+                    context: what(),
+                    seconds: self.limit.as_secs_f64(),
+                });
+            }
+            if s.waiting == 0 {
+                s.since = Some(std::time::Instant::now());
+            }
+            s.waiting += 1;
+            left
+        };
+        let result = wait(at_most.map_or(left, |t| t.min(left)));
+        let mut s = self.state();
+        s.waiting -= 1;
+        if s.waiting == 0 {
+            s.done = s.now();
+            s.since = None;
+        }
+        result
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_budget_counts_only_the_time_spent_waiting() {
+        let budget = Budget::new(Duration::from_millis(60));
+        let what = || "uploading".to_owned();
+        // Time outside waits is not counted.
+        std::thread::sleep(Duration::from_millis(80));
+        let given = budget.wait(None, what, Ok).unwrap();
+        assert!(given <= Duration::from_millis(60) && given > Duration::from_millis(30));
+        let slice = budget
+            .wait(Some(Duration::from_millis(1)), what, Ok)
+            .unwrap();
+        assert_eq!(slice, Duration::from_millis(1));
+        // Waits that take the rest spend it; the next one is refused.
+        for _ in 0..2 {
+            let _ = budget.wait(None, what, |t| {
+                std::thread::sleep(t);
+                Ok(())
+            });
+        }
+        let err = budget.wait(None, what, |_| Ok(())).unwrap_err();
+        assert_eq!(err.rule(), "remote-deadline");
+        assert!(err.to_string().starts_with("uploading: "), "{err}");
+    }
 
     #[test]
     fn a_wait_ends_with_its_work_its_deadline_or_a_cancel() {

@@ -357,8 +357,10 @@ pub enum Error {
         /// The work that failed.
         task: &'static str,
     },
-    #[error("{context}: not done within the deadline of remote reads ({seconds} s; FASTST_REMOTE_DEADLINE sets it)")]
-    /// A remote open, read or listing did not finish within its deadline.
+    #[error(
+        "{context}: not done within its deadline ({seconds} s; FASTST_REMOTE_DEADLINE sets it)"
+    )]
+    /// A remote open, read, listing or upload did not finish within its deadline.
     RemoteDeadline {
         /// What was being done.
         context: String,
@@ -372,6 +374,12 @@ pub enum Error {
         context: String,
         /// The cap in bytes.
         cap: u64,
+    },
+    #[error("{reason}")]
+    /// An object key that fastst cannot address in its store.
+    ObjectKey {
+        /// Which part of the key, in words.
+        reason: String,
     },
     #[error("a read of the file object called back into the open file it is being read for; such a read would wait on itself, so it is refused")]
     /// A file object's read method read from the very file it is being read for.

@@ -56,6 +56,7 @@ impl Error {
             WorkerFailed { .. } => RuleId::WorkerFailed,
             RemoteDeadline { .. } => RuleId::RemoteDeadline,
             RemoteAnswerOverCap { .. } => RuleId::RemoteAnswerOverCap,
+            ObjectKey { .. } => RuleId::ObjectKey,
             ReentrantRead => RuleId::ReentrantRead,
             ReservedName { .. } => RuleId::ReservedName,
             DuplicateName { .. } => RuleId::DuplicateName,
