@@ -657,11 +657,12 @@ def test_consolidate_max_shard_size_and_failure_keeps_old(tmp_path: Path) -> Non
     assert hashes(str(out)) == before
 
 
-def test_consolidate_threads_do_not_follow_the_cores(
+def test_consolidate_threads_follow_the_job_not_the_cores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without thread_count, a consolidation writes THREADS tensors at once even on one core
-    (its threads wait on the disk); an explicit thread_count is kept."""
+    """Without thread_count, a consolidation runs one thread per THREAD_BYTES of output, at
+    most THREADS even on one core (its threads wait on the disk), and no more than tensors:
+    a small job runs on the calling thread alone; an explicit thread_count is kept."""
     src = tmp_path / "src"
     state = {f"t{i:02d}": torch.randn(16) for i in range(12)}
     _save_no_dist(state, src, save_distributed=True)
@@ -674,11 +675,17 @@ def test_consolidate_threads_do_not_follow_the_cores(
 
     monkeypatch.setattr(read_pool, "ThreadPoolExecutor", Recording)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
-    fdcp.consolidate(src, tmp_path / "out")
-    fdcp.consolidate(src, tmp_path / "out3", thread_count=3)
-    assert asked == [C.THREADS, 3]
-    with fastst.safe_open(str(tmp_path / "out" / "model-00001-of-00001.safetensors"), "pt") as f:
-        assert all(torch.equal(f.get_tensor(n), state[n]) for n in state)
+    fdcp.consolidate(src, tmp_path / "out")  # 768 bytes: one thread, no pool
+    assert asked == []
+    monkeypatch.setattr(C, "THREAD_BYTES", 64)  # 12 tensors of 64 bytes: THREADS
+    fdcp.consolidate(src, tmp_path / "out8")
+    monkeypatch.setattr(C, "THREAD_BYTES", 64 * 5)  # 3 threads
+    fdcp.consolidate(src, tmp_path / "out3")
+    fdcp.consolidate(src, tmp_path / "out2", thread_count=2)
+    assert asked == [C.THREADS, 3, 2]
+    for out in ("out", "out8", "out3", "out2"):
+        with fastst.safe_open(str(tmp_path / out / "model-00001-of-00001.safetensors"), "pt") as f:
+            assert all(torch.equal(f.get_tensor(n), state[n]) for n in state)
 
 
 def test_hostile_folders(tmp_path: Path) -> None:
