@@ -12,7 +12,9 @@ rows, or an object of a store) are read :data:`BLOCK` bytes of rows at a
 time into a buffer, gathered from each chunk's part of them through a
 second one. Several tensors are written at once, each by one thread: one
 thread per :data:`THREAD_BYTES` of output, at most :data:`THREADS`, no more
-than tensors (or ``thread_count``). Memory is bounded by the threads: each
+than tensors (or ``thread_count``), and each output file is flushed and
+closed as soon as its last tensor is written. Memory is bounded by the
+threads: each
 holds the writer's aligned buffer of direct writes (4 MiB; an upload reads
 a range 8 MiB at a time) and, for rows not read in place only, two
 buffers of :data:`BLOCK` bytes, or of one row where a row is larger (a
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
@@ -278,6 +281,8 @@ def _write_outputs(
             else:
                 writers.append(open_writer(path, layout, durable=True))
         jobs = [(w, t) for w, o in zip(writers, outputs, strict=True) for t in o.tensors]
+        left = {id(w): len(o.tensors) for w, o in zip(writers, outputs, strict=True)}
+        lock = threading.Lock()
 
         def write(job: Tuple[TensorWriter, Tensor]) -> None:
             w, t = job
@@ -285,10 +290,17 @@ def _write_outputs(
             # buffers, and reads them in place (write_parts takes buffers only).
             dtype, shape = w._entries[t.name]
             w._native.write(t.name, dtype, list(shape), pieces(t, parts(t, files)))
+            with lock:
+                left[id(w)] -= 1
+                last = left[id(w)] == 0
+            if last:
+                # Its file flushed, and its buffers given back, while the next files are written.
+                w.close()
 
         run_all(write, jobs, threads(jobs, thread_count), "fastst-consolidate")
         for w in writers:
-            w.close()
+            if not w.closed:  # a file of no tensors
+                w.close()
     except BaseException:
         for w in writers:
             w.abort()

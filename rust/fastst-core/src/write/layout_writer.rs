@@ -174,6 +174,8 @@ impl LayoutWriter {
         let atomic = self.take_file();
         // Flushing the file flushes what the direct descriptor wrote.
         drop(self.take_direct());
+        // A closed writer holds no buffer either.
+        self.pool().clear();
         complete?;
         atomic
             .ok_or(Error::WriterClosed)?
@@ -188,6 +190,7 @@ impl LayoutWriter {
         self.ledger.close_quietly();
         drop(self.take_file());
         drop(self.take_direct());
+        self.pool().clear();
     }
 
     /// The direct writes' spare buffers.
@@ -457,7 +460,9 @@ impl TensorWrite<'_> {
 impl Drop for TensorWrite<'_> {
     fn drop(&mut self) {
         if let Some(buffer) = self.buffer.take() {
-            self.writer.pool().push(buffer);
+            if !self.writer.is_closed() {
+                self.writer.pool().push(buffer);
+            }
         }
         if !self.finished {
             self.writer.ledger.release(self.index, true);
