@@ -42,9 +42,16 @@ case, ``posix_fadvise(DONTNEED)``):
   threads and with each thread's read-ahead. ``O_DIRECT`` reads and page-cache writes (or
   ``dd iflag=direct | dd oflag=direct`` pipelines) measured slower on the development disk.
 
+Options: ``--gb N`` sizes the state dict instead of ``--layers`` (decoder layers only below
+about 0.5 GB, with the embeddings and the head above); ``--warm`` consolidates from a warm page
+cache (each input file read once before the clock) instead of a cold one; ``--cases`` picks
+consolidation cases, ``fastst-tN`` among them (``consolidate(thread_count=N)``).
+
 Run::
 
     python benches/bench_dcp.py --rounds 5 --dir /var/tmp/fastst-dcp-bench
+    python benches/bench_dcp.py --part consolidate --gb 2 --warm --rounds 3 \
+        --cases fastst,torch-t1,torch-t2,torch-t4,copy-par2,copy-par4
 """
 
 from __future__ import annotations

@@ -635,6 +635,38 @@ def test_pieces_gather_columns_in_bounded_blocks(monkeypatch: pytest.MonkeyPatch
         assert sum(f.read for f in files.values()) == full.nbytes, cut
 
 
+def test_rows_read_in_place_name_the_input_that_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows of a local file go to the writer as ranges of it (no buffer of the consolidation's
+    own); an input cut short under the consolidation fails naming that input, and the output
+    folder is left as it was."""
+    src = tmp_path / "src"
+    _save_no_dist({"a": torch.randn(4096), "b": torch.randn(64, 64)}, src, save_distributed=True)
+    files, table = C._open_input(str(src), str(tmp_path / "o"), None)
+    try:
+        got = list(C.pieces(table["b"], C.parts(table["b"], files)))
+    finally:
+        for raw in files.values():
+            raw.close()
+    assert [(type(p[0]).__name__, p[1], p[2], p[3]) for p in got] == [
+        ("RawFile", "b", 0, 64 * 64 * 4)
+    ]
+    real = C.parts
+
+    def cut_short(t: Any, files: Dict[str, Any]) -> Any:
+        for raw in files.values():
+            os.truncate(raw.name, raw.data_start + 8)
+        return real(t, files)
+
+    monkeypatch.setattr(C, "parts", cut_short)
+    with pytest.raises(fastst.SafetensorError) as info:
+        fdcp.consolidate(src, tmp_path / "out")
+    (rank_file,) = [p for p in os.listdir(src) if p.endswith(".safetensors")]
+    assert rank_file in str(info.value)
+    assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
+
+
 def test_consolidate_max_shard_size_and_failure_keeps_old(tmp_path: Path) -> None:
     src = tmp_path / "src"
     _save_no_dist(
