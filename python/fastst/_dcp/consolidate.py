@@ -280,7 +280,14 @@ def _write_outputs(
                 writers.append(open_writer(path, layout, storage_options=storage_options))
             else:
                 writers.append(open_writer(path, layout, durable=True))
-        jobs = [(w, t) for w, o in zip(writers, outputs, strict=True) for t in o.tensors]
+        # The files' tensors taken in turn: writes into a file's holes hold its inode's lock on
+        # some file systems (ext4), so threads on different files keep more writes in flight.
+        jobs = [
+            (w, o.tensors[i])
+            for i in range(max((len(o.tensors) for o in outputs), default=0))
+            for w, o in zip(writers, outputs, strict=True)
+            if i < len(o.tensors)
+        ]
         left = {id(w): len(o.tensors) for w, o in zip(writers, outputs, strict=True)}
         lock = threading.Lock()
 
