@@ -42,9 +42,16 @@ case, ``posix_fadvise(DONTNEED)``):
   threads and with each thread's read-ahead. ``O_DIRECT`` reads and page-cache writes (or
   ``dd iflag=direct | dd oflag=direct`` pipelines) measured slower on the development disk.
 
+Options: ``--gb N`` sizes the state dict instead of ``--layers`` (decoder layers only below
+about 0.5 GB, with the embeddings and the head above); ``--warm`` consolidates from a warm page
+cache (each input file read once before the clock) instead of a cold one; ``--cases`` picks
+consolidation cases, ``fastst-tN`` among them (``consolidate(thread_count=N)``).
+
 Run::
 
     python benches/bench_dcp.py --rounds 5 --dir /var/tmp/fastst-dcp-bench
+    python benches/bench_dcp.py --part consolidate --gb 2 --warm --rounds 3 \
+        --cases fastst,torch-t1,torch-t2,torch-t4,copy-par2,copy-par4
 """
 
 from __future__ import annotations
@@ -77,10 +84,24 @@ CONSOLIDATE_CASES = (
 FILES = 4
 
 
-def _layout(layers: int) -> List[Tuple[str, Tuple[int, ...]]]:
+def _layout(layers: int, embed: bool = True) -> List[Tuple[str, Tuple[int, ...]]]:
+    """``layers`` decoder layers, with the embeddings and the head unless ``embed`` is False
+    (about 0.1 GB a layer, 0.26 GB the embeddings and the head)."""
     from layouts import llama_layout
 
-    return llama_layout(1.0, layers=layers)
+    out = llama_layout(1.0, layers=layers)
+    return out if embed else [(n, s) for n, s in out if ".layers." in n]
+
+
+def _size(gb: float) -> Tuple[int, bool]:
+    """The layers (and whether the embeddings come too) of a state dict of about ``gb`` GB."""
+    from layouts import HIDDEN, INTER, VOCAB
+
+    layer = 2 * (4 * HIDDEN * HIDDEN + 3 * INTER * HIDDEN + 2 * HIDDEN)
+    embed = 2 * 2 * VOCAB * HIDDEN
+    if gb * 1e9 < 2 * embed:
+        return max(1, round(gb * 1e9 / layer)), False
+    return max(1, round((gb * 1e9 - embed) / layer)), True
 
 
 def _mapping(layout: List[Tuple[str, Tuple[int, ...]]]) -> Dict[str, int]:
@@ -104,7 +125,9 @@ def _numel(shape: Tuple[int, ...]) -> int:
 # one rank of a save ------------------------------------------------------------------
 
 
-def _rank(rank: int, world: int, port: int, case: str, folder: str, layers: int, out: str) -> None:
+def _rank(
+    rank: int, world: int, port: int, case: str, folder: str, size: Tuple[int, bool], out: str
+) -> None:
     if case == "torch+switch":
         os.environ["FASTST_AS_SAFETENSORS"] = "1"
         from fastst._dropin import hook
@@ -122,7 +145,7 @@ def _rank(rank: int, world: int, port: int, case: str, folder: str, layers: int,
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
     dist.init_process_group("gloo", rank=rank, world_size=world)
     mesh = init_device_mesh("cpu", (world,))
-    layout = _layout(layers)
+    layout = _layout(*size)
     state = {}
     for i, (name, shape) in enumerate(layout):
         rows = shape[0] // world
@@ -168,7 +191,7 @@ def _rank(rank: int, world: int, port: int, case: str, folder: str, layers: int,
     dist.destroy_process_group()
 
 
-def _save_child(case: str, folder: str, layers: int) -> Dict[str, Any]:
+def _save_child(case: str, folder: str, size: Tuple[int, bool]) -> Dict[str, Any]:
     import multiprocessing
     import socket
     import tempfile
@@ -179,7 +202,7 @@ def _save_child(case: str, folder: str, layers: int) -> Dict[str, Any]:
     out = tempfile.mkdtemp()
     ctx = multiprocessing.get_context("spawn")
     procs = [
-        ctx.Process(target=_rank, args=(r, 2, port, case, folder, layers, out)) for r in range(2)
+        ctx.Process(target=_rank, args=(r, 2, port, case, folder, size, out)) for r in range(2)
     ]
     for p in procs:
         p.start()
@@ -256,10 +279,19 @@ def _copy_share(files: List[str], dst: str, tag: int) -> None:
     buf.close()
 
 
-def _consolidate_child(case: str, src: str, dst: str, layers: int) -> Dict[str, Any]:
+def _warm(paths: List[str]) -> None:
+    for path in paths:
+        with open(path, "rb") as f:
+            while f.read(8 << 20):
+                pass
+
+
+def _consolidate_child(
+    case: str, src: str, dst: str, size: Tuple[int, bool], warm: bool
+) -> Dict[str, Any]:
     inputs = sorted(glob.glob(os.path.join(src, "*.safetensors")))
-    mapping = _mapping(_layout(layers))
-    if case == "fastst":
+    mapping = _mapping(_layout(*size))
+    if case.startswith("fastst"):
         from fastst.torch import dcp as fdcp
 
         fdcp.consolidate  # noqa: B018 - the import done before the clock
@@ -268,11 +300,16 @@ def _consolidate_child(case: str, src: str, dst: str, layers: int) -> Dict[str, 
             consolidate_safetensors_files,
         )
     os.makedirs(dst, exist_ok=True)
-    _drop_cache(inputs)
+    if warm:
+        _warm(inputs)
+    else:
+        _drop_cache(inputs)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
     if case == "fastst":
         fdcp.consolidate(src, dst, mapping)
+    elif case.startswith("fastst-t"):
+        fdcp.consolidate(src, dst, mapping, thread_count=int(case[len("fastst-t") :]))
     elif case.startswith("torch"):
         consolidate_safetensors_files(src, dst, mapping, num_threads=int(case[len("torch-t") :]))
         _fsync_tree(dst)
@@ -339,17 +376,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--no-embed", action="store_true", help="decoder layers only")
+    parser.add_argument("--gb", type=float, help="about this many GB (instead of --layers)")
+    parser.add_argument("--warm", action="store_true", help="inputs in the page cache")
+    parser.add_argument(
+        "--cases", help="comma-separated consolidation cases (default: all; fastst-tN too)"
+    )
     parser.add_argument("--dir", default="/var/tmp/fastst-dcp-bench")
     parser.add_argument("--part", choices=("save", "consolidate", "both"), default="both")
     parser.add_argument("--json", help="write the raw results here")
     parser.add_argument("--child-save", nargs=2, metavar=("CASE", "FOLDER"))
     parser.add_argument("--child-consolidate", nargs=3, metavar=("CASE", "IN", "OUT"))
     args = parser.parse_args()
+    size = _size(args.gb) if args.gb else (args.layers, not args.no_embed)
+    sized = ["--layers", str(size[0])] + ([] if size[1] else ["--no-embed"])
     if args.child_save:
-        print(json.dumps(_save_child(*args.child_save, args.layers)))
+        print(json.dumps(_save_child(*args.child_save, size)))
         return 0
     if args.child_consolidate:
-        print(json.dumps(_consolidate_child(*args.child_consolidate, args.layers)))
+        print(json.dumps(_consolidate_child(*args.child_consolidate, size, args.warm)))
         return 0
     shutil.rmtree(args.dir, ignore_errors=True)
     os.makedirs(args.dir)
@@ -362,9 +407,7 @@ def main() -> int:
             for case in order:
                 folder = os.path.join(args.dir, "save-" + case.replace("+", "-"))
                 shutil.rmtree(folder, ignore_errors=True)
-                results[case].append(
-                    _run(["--layers", str(args.layers), "--child-save", case, folder])
-                )
+                results[case].append(_run([*sized, "--child-save", case, folder]))
             loads.append(os.getloadavg()[0])
             line = "  ".join(f"{c} {results[c][-1]['s']:.2f}s" for c in SAVE_CASES)
             print(f"save round {r + 1}: {line}  (load {loads[-1]:.1f})", flush=True)
@@ -379,33 +422,41 @@ def main() -> int:
             print(f"fastst vs {other}: {med[other] / med['fastst']:.2f}x")
         raw["save"] = results
     if args.part in ("consolidate", "both"):
+        cases = tuple(args.cases.split(",")) if args.cases else CONSOLIDATE_CASES
         src = os.path.join(args.dir, "save-fastst", "sharded")
         if not os.path.isdir(src):
-            _run(["--layers", str(args.layers), "--child-save", "fastst", os.path.dirname(src)])
-        results = {c: [] for c in CONSOLIDATE_CASES}
+            _run([*sized, "--child-save", "fastst", os.path.dirname(src)])
+        warm = ["--warm"] if args.warm else []
+        results = {c: [] for c in cases}
         for r in range(args.rounds):
-            k = r % len(CONSOLIDATE_CASES)
-            order = CONSOLIDATE_CASES[k:] + CONSOLIDATE_CASES[:k]
+            k = r % len(cases)
+            order = cases[k:] + cases[:k]
             for case in order:
                 dst = os.path.join(args.dir, "out-" + case)
                 shutil.rmtree(dst, ignore_errors=True)
-                results[case].append(
-                    _run(["--layers", str(args.layers), "--child-consolidate", case, src, dst])
-                )
+                results[case].append(_run([*sized, *warm, "--child-consolidate", case, src, dst]))
                 shutil.rmtree(dst, ignore_errors=True)
             loads.append(os.getloadavg()[0])
-            line = "  ".join(f"{c} {results[c][-1]['s']:.2f}s" for c in CONSOLIDATE_CASES)
+            line = "  ".join(f"{c} {results[c][-1]['s']:.2f}s" for c in cases)
             print(f"consolidate round {r + 1}: {line}  (load {loads[-1]:.1f})", flush=True)
-        print(f"\nconsolidate: 8 rank files, {results['fastst'][0]['bytes'] / 1e9:.2f} GB, cold")
-        med = _table(results, CONSOLIDATE_CASES)
-        best = min((f"torch-t{n}" for n in TORCH_THREADS), key=lambda c: med[c])
-        print(f"fastst vs {best} (torch's best): {med[best] / med['fastst']:.2f}x")
-        print(f"fastst vs copy (copy s / fastst s): {med['copy'] / med['fastst']:.2f}")
-        limit = min((f"copy-par{k}" for k in COPY_THREADS), key=lambda c: med[c])
-        print(
-            f"the disk's limit ({limit}) {med[limit]:.2f} s; 3x torch's best would be "
-            f"{med[best] / 3:.2f} s; fastst is at {med[limit] / med['fastst']:.2f} of the limit"
-        )
+        nbytes = results[cases[0]][0]["bytes"]
+        state = "warm" if args.warm else "cold"
+        print(f"\nconsolidate: 8 rank files, {nbytes / 1e9:.2f} GB, {state}; {args.rounds} rounds")
+        med = _table(results, cases)
+        ours = [c for c in cases if c.startswith("fastst")]
+        torch_cases = [c for c in cases if c.startswith("torch")]
+        limits = [c for c in cases if c.startswith("copy-par")]
+        for mine in ours:
+            worst = max(x["s"] for x in results[mine])
+            if torch_cases:
+                best = min(torch_cases, key=lambda c: med[c])
+                print(f"{mine} vs {best} (torch's best): {med[best] / med[mine]:.2f}x")
+            if limits:
+                limit = min(limits, key=lambda c: med[c])
+                print(
+                    f"{mine} at {med[limit] / med[mine]:.2f} of the disk's limit ({limit}, "
+                    f"{med[limit]:.2f} s); worst round {worst:.2f} s"
+                )
         raw["consolidate"] = results
     print(f"\nload average (1 min) after each round: {', '.join(f'{x:.1f}' for x in loads)}")
     if args.json:

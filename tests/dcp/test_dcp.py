@@ -635,6 +635,38 @@ def test_pieces_gather_columns_in_bounded_blocks(monkeypatch: pytest.MonkeyPatch
         assert sum(f.read for f in files.values()) == full.nbytes, cut
 
 
+def test_rows_read_in_place_name_the_input_that_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows of a local file go to the writer as ranges of it (no buffer of the consolidation's
+    own); an input cut short under the consolidation fails naming that input, and the output
+    folder is left as it was."""
+    src = tmp_path / "src"
+    _save_no_dist({"a": torch.randn(4096), "b": torch.randn(64, 64)}, src, save_distributed=True)
+    files, table = C._open_input(str(src), str(tmp_path / "o"), None)
+    try:
+        got = list(C.pieces(table["b"], C.parts(table["b"], files)))
+    finally:
+        for raw in files.values():
+            raw.close()
+    assert [(type(p[0]).__name__, p[1], p[2], p[3]) for p in got] == [
+        ("RawFile", "b", 0, 64 * 64 * 4)
+    ]
+    real = C.parts
+
+    def cut_short(t: Any, files: Dict[str, Any]) -> Any:
+        for raw in files.values():
+            os.truncate(raw.name, raw.data_start + 8)
+        return real(t, files)
+
+    monkeypatch.setattr(C, "parts", cut_short)
+    with pytest.raises(fastst.SafetensorError) as info:
+        fdcp.consolidate(src, tmp_path / "out")
+    (rank_file,) = [p for p in os.listdir(src) if p.endswith(".safetensors")]
+    assert rank_file in str(info.value)
+    assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
+
+
 def test_consolidate_max_shard_size_and_failure_keeps_old(tmp_path: Path) -> None:
     src = tmp_path / "src"
     _save_no_dist(
@@ -657,11 +689,12 @@ def test_consolidate_max_shard_size_and_failure_keeps_old(tmp_path: Path) -> Non
     assert hashes(str(out)) == before
 
 
-def test_consolidate_threads_do_not_follow_the_cores(
+def test_consolidate_threads_follow_the_job_not_the_cores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without thread_count, a consolidation writes THREADS tensors at once even on one core
-    (its threads wait on the disk); an explicit thread_count is kept."""
+    """Without thread_count, a consolidation runs one thread per THREAD_BYTES of output, at
+    most THREADS even on one core (its threads wait on the disk), and no more than tensors:
+    a small job runs on the calling thread alone; an explicit thread_count is kept."""
     src = tmp_path / "src"
     state = {f"t{i:02d}": torch.randn(16) for i in range(12)}
     _save_no_dist(state, src, save_distributed=True)
@@ -674,9 +707,53 @@ def test_consolidate_threads_do_not_follow_the_cores(
 
     monkeypatch.setattr(read_pool, "ThreadPoolExecutor", Recording)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
-    fdcp.consolidate(src, tmp_path / "out")
-    fdcp.consolidate(src, tmp_path / "out3", thread_count=3)
-    assert asked == [C.THREADS, 3]
+    fdcp.consolidate(src, tmp_path / "out")  # 768 bytes: one thread, no pool
+    assert asked == []
+    monkeypatch.setattr(C, "THREAD_BYTES", 64)  # 12 tensors of 64 bytes: THREADS
+    fdcp.consolidate(src, tmp_path / "out8")
+    monkeypatch.setattr(C, "THREAD_BYTES", 64 * 5)  # 3 threads
+    fdcp.consolidate(src, tmp_path / "out3")
+    fdcp.consolidate(src, tmp_path / "out2", thread_count=2)
+    assert asked == [C.THREADS, 3, 2]
+    for out in ("out", "out8", "out3", "out2"):
+        with fastst.safe_open(str(tmp_path / out / "model-00001-of-00001.safetensors"), "pt") as f:
+            assert all(torch.equal(f.get_tensor(n), state[n]) for n in state)
+
+
+CONSOLIDATE_PEAK = """
+import sys
+from fastst.torch import dcp
+
+def peak() -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise SystemExit("no VmHWM")
+
+src, out = sys.argv[1], sys.argv[2]
+dcp.consolidate(src + "-warm", out + "-warm")  # imports and first allocations
+base = peak()
+dcp.consolidate(src, out)
+print(peak() - base)
+"""
+
+
+def test_consolidation_memory_follows_its_threads(tmp_path: Path) -> None:
+    """Rows a local chunk holds whole are read in place by the writer: the peak memory a
+    consolidation of 96 MiB gains stays near its threads' aligned write buffers (6 threads of
+    4 MiB), not two buffers of BLOCK bytes per thread on top of them (8 threads, 96 MiB)."""
+    state = {f"w{i}": torch.full((1024, 3072), float(i)) for i in range(8)}  # 12 MiB each
+    _save_no_dist(state, tmp_path / "src", save_distributed=True)
+    _save_no_dist({"w": torch.zeros(4)}, tmp_path / "src-warm", save_distributed=True)
+    result = subprocess.run(
+        [sys.executable, "-c", CONSOLIDATE_PEAK, str(tmp_path / "src"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    growth = int(result.stdout.split()[-1])
+    assert growth < 40 << 20, growth
     with fastst.safe_open(str(tmp_path / "out" / "model-00001-of-00001.safetensors"), "pt") as f:
         assert all(torch.equal(f.get_tensor(n), state[n]) for n in state)
 

@@ -4,15 +4,23 @@
 (:func:`fastst._dcp.files.chunk_table`), plans the output
 files (``model-00001-of-0000N.safetensors``, grouped by
 ``fqn_to_index_mapping``, by ``max_shard_size``, or all in one) and writes
-each whole tensor with the streaming writer from its chunks, a few
-megabytes of rows at a time: rows one chunk holds whole are read with
-positioned reads into a buffer and written from it, other rows are
-gathered from each chunk's part of them; several tensors are written at
-once, each by one thread (no more threads than tensors), so memory stays
-at two buffers per thread, each :data:`BLOCK` bytes or one row of the
-tensor where a row is larger (a tensor of 64 MiB rows takes two such rows
-per thread; the second only where chunks split rows). Every chunk
-byte is read once. The output is committed as a sharded save commits (staged shards, then the index,
+each whole tensor with the streaming writer from its chunks: rows one
+chunk of a local file holds whole are given to the writer as ranges of
+that file, which it reads straight into the aligned buffer of its direct
+writes (each byte copied once, by the read); other rows (chunks that split
+rows, or an object of a store) are read :data:`BLOCK` bytes of rows at a
+time into a buffer, gathered from each chunk's part of them through a
+second one. Several tensors are written at once, each by one thread: one
+thread per :data:`THREAD_BYTES` of output, at most :data:`THREADS`, no more
+than tensors (or ``thread_count``), and each output file is flushed and
+closed as soon as its last tensor is written. Memory is bounded by the
+threads: each
+holds the writer's aligned buffer of direct writes (4 MiB; an upload reads
+a range 8 MiB at a time) and, for rows not read in place only, two
+buffers of :data:`BLOCK` bytes, or of one row where a row is larger (a
+tensor of 64 MiB rows split by columns takes two such rows per thread),
+never more than the tensor. Every chunk byte is read once. The output is
+committed as a sharded save commits (staged shards, then the index,
 :func:`fastst._write.sharded.commit_staged`), so it appears whole or not
 at all; its tensors, metadata (none) and index equal what torch's
 ``consolidate_safetensors_files`` makes of the same input.
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
@@ -63,10 +72,13 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 #: Bytes of rows gathered at a time for a chunk that does not hold whole rows.
 BLOCK = 8 << 20
-#: Tensors written at once when no ``thread_count`` is given, whatever the cores: each thread
-#: mostly waits on a read or a durable write, so more threads than cores keep more of both in
-#: flight on the disk (benches/README.md, "torch.distributed.checkpoint").
+#: Tensors written at once at most when no ``thread_count`` is given, whatever the cores: each
+#: thread mostly waits on a read or a durable write, so more threads than cores keep more of both
+#: in flight on the disk (benches/README.md, "torch.distributed.checkpoint").
 THREADS = 8
+#: Bytes of output per thread at least when no ``thread_count`` is given: a smaller job runs
+#: fewer threads (one up to this size), so threads and their buffers follow the job.
+THREAD_BYTES = 16 << 20
 _PREFIX = "model"
 
 
@@ -155,11 +167,19 @@ class Part:
         self.shape = shape
         self.offsets = offsets
         self.row = math.prod(shape[1:])
+        # A local file's rows go to the writer as ranges, read in place by it.
+        self.in_place = isinstance(raw, RawFile) and not raw.remote
 
     def read_rows(self, first: int, out: np.ndarray) -> None:
         """Reads the chunk's rows from ``first`` (of its own) into ``out``,
         as many as it holds bytes for."""
         self.raw.read_range_into(self.name, first * self.row, out.reshape(-1))
+
+    def rows(self, first: int, count: int) -> Tuple[Any, str, int, int]:
+        """``count`` of the chunk's rows from ``first`` (of its own) as the
+        range the writer reads in place (:meth:`fastst.TensorWriter.write_parts`'s
+        native face): ``(file, tensor, offset, length)``."""
+        return (self.raw, self.name, first * self.row, count * self.row)
 
 
 def parts(t: Tensor, files: Dict[str, Any]) -> List[Part]:
@@ -175,11 +195,14 @@ def parts(t: Tensor, files: Dict[str, Any]) -> List[Part]:
     return out
 
 
-def pieces(t: Tensor, chunks: List[Part]) -> Iterator[np.ndarray]:
-    """The bytes of the whole tensor ``t``, in order, read from its
-    ``chunks`` (which tile it) :data:`BLOCK` bytes of rows at a time into a
-    buffer reused for each: rows one chunk holds whole are read into it
-    straight, others gathered from each chunk's part of those rows."""
+def pieces(t: Tensor, chunks: List[Part]) -> Iterator[Any]:
+    """The bytes of the whole tensor ``t``, in order, from its ``chunks``
+    (which tile it): rows one chunk of a local file holds whole as ranges
+    of it, which the writer reads straight into its own aligned buffer (no
+    buffer here); others :data:`BLOCK` bytes of rows at a time (one row
+    where a row is larger), read into a buffer reused for each, straight
+    (an object of a store's) or gathered from each chunk's part of those
+    rows through a second buffer of the same size."""
     full = _byte_shape(t, t.shape, t.name)
     if not t.shape:
         if chunks:
@@ -195,13 +218,18 @@ def pieces(t: Tensor, chunks: List[Part]) -> Iterator[np.ndarray]:
         {0, rows} | {c.offsets[0] for c in chunks} | {c.offsets[0] + c.shape[0] for c in chunks}
     )
     step = max(1, BLOCK // row_bytes)
-    buf = np.empty(min(step, rows) * row_bytes, dtype=np.uint8)
+    buf: Optional[np.ndarray] = None
     spare: Optional[np.ndarray] = None
     for a, b in zip(cuts, cuts[1:], strict=False):
         band = [c for c in chunks if c.offsets[0] <= a < c.offsets[0] + c.shape[0]]
         whole = len(band) == 1 and band[0].shape[1:] == row_shape
+        if whole and band[0].in_place:
+            yield band[0].rows(a - band[0].offsets[0], b - a)
+            continue
         for x in range(a, b, step):
             y = min(x + step, b)
+            if buf is None:
+                buf = np.empty(min(step, rows) * row_bytes, dtype=np.uint8)
             out = buf[: (y - x) * row_bytes]
             if whole:
                 band[0].read_rows(x - band[0].offsets[0], out)
@@ -226,6 +254,16 @@ def _index_bytes(outputs: List[Output]) -> Callable[[List[str]], bytes]:
     return index_of(groups, {t.name: t.nbytes for o in outputs for t in o.tensors}, None)
 
 
+def threads(jobs: List[Tuple[Any, Tensor]], thread_count: Optional[int]) -> int:
+    """Tensors written at once: ``thread_count``, or else one thread per
+    :data:`THREAD_BYTES` of output, at most :data:`THREADS` and no more
+    than tensors."""
+    if thread_count is not None:
+        return thread_count
+    total = sum(t.nbytes for _w, t in jobs)
+    return max(1, min(THREADS, len(jobs), -(-total // THREAD_BYTES)))
+
+
 def _write_outputs(
     outputs: List[Output],
     paths: List[str],
@@ -243,16 +281,34 @@ def _write_outputs(
                 writers.append(open_writer(path, layout, storage_options=storage_options))
             else:
                 writers.append(open_writer(path, layout, durable=True))
-        jobs = [(w, t) for w, o in zip(writers, outputs, strict=True) for t in o.tensors]
+        # The files' tensors taken in turn: writes into a file's holes hold its inode's lock on
+        # some file systems (ext4), so threads on different files keep more writes in flight.
+        jobs = [
+            (w, o.tensors[i])
+            for i in range(max((len(o.tensors) for o in outputs), default=0))
+            for w, o in zip(writers, outputs, strict=True)
+            if i < len(o.tensors)
+        ]
+        left = {id(w): len(o.tensors) for w, o in zip(writers, outputs, strict=True)}
+        lock = threading.Lock()
 
         def write(job: Tuple[TensorWriter, Tensor]) -> None:
             w, t = job
-            w.write_parts(t.name, pieces(t, parts(t, files)))
+            # The native writer takes the ranges of open files that pieces() gives besides
+            # buffers, and reads them in place (write_parts takes buffers only).
+            dtype, shape = w._entries[t.name]
+            w._native.write(t.name, dtype, list(shape), pieces(t, parts(t, files)))
+            with lock:
+                left[id(w)] -= 1
+                last = left[id(w)] == 0
+            if last:
+                # Its file flushed, and its buffers given back, while the next files are written.
+                w.close()
 
-        count = THREADS if thread_count is None else thread_count
-        run_all(write, jobs, count, "fastst-consolidate")
+        run_all(write, jobs, threads(jobs, thread_count), "fastst-consolidate")
         for w in writers:
-            w.close()
+            if not w.closed:  # a file of no tensors
+                w.close()
     except BaseException:
         for w in writers:
             w.abort()
@@ -304,8 +360,9 @@ def consolidate(
     tensor) places the tensors as torch's ``consolidate_safetensors_files``
     does; without it, ``max_shard_size`` (bytes or a size such as ``"5GB"``)
     cuts shards of tensors in name order, and without either all tensors
-    go to one file. ``thread_count`` tensors are written at once (None:
-    :data:`THREADS`, whatever the cores: the work waits on the disk). The
+    go to one file. ``thread_count`` tensors are written at once (None: one
+    per :data:`THREAD_BYTES` of output, at most :data:`THREADS` whatever the
+    cores, as the work waits on the disk). The
     output appears whole or not at all: a failure leaves ``output_dir``'s
     previous checkpoint as it was. Input whose sharding metadata or chunks do not add up raises
     :class:`fastst.ShardIndexError` (rules ``dcp-sharding-info``,

@@ -11,13 +11,24 @@
 use fastst_core::{Dtype, LayoutWriter, TensorWrite};
 use fastst_remote::{LayoutUpload, TensorUpload};
 use pyo3::prelude::*;
-use pyo3::types::{PyIterator, PyList};
+use pyo3::types::{PyIterator, PyList, PyTuple};
 
 use crate::errors::{to_pyerr, InFile};
+use crate::file::RawFile;
 use crate::paths::FsPath;
 use crate::remote::{open_failed, warn_if_insecure, Options};
 use crate::wait::WAIT_SLICE;
 use crate::write::{header_dtype, new_plan, tensor_rows, Chunk, RELEASE_GIL_AT};
+
+/// Bytes of a range of a tensor read into memory at a time, for an upload.
+const RANGE_PIECE: usize = 8 << 20;
+
+/// A part of a tensor's bytes given to `write`: a buffer, or `len` bytes of
+/// tensor `tensor` of an open file from `offset` into it.
+enum Piece<'a> {
+    Bytes(&'a [u8]),
+    Range(&'a RawFile, &'a str, u64, u64),
+}
 
 /// Where the writer writes.
 // One per writer, never copied: the variants' sizes do not matter.
@@ -44,25 +55,83 @@ impl PyLayoutWriter {
         }
     }
 
-    /// Gives `put` the bytes of `data` (one buffer, or an iterator of
-    /// buffers), in order.
+    /// Gives `put` the parts of `data` (one buffer, or an iterator of
+    /// buffers and ranges of tensors of open files), in order.
     fn feed(
         &self,
         py: Python<'_>,
         name: &str,
         data: &Bound<'_, PyAny>,
-        mut put: impl FnMut(Python<'_>, &[u8]) -> PyResult<()>,
+        mut put: impl FnMut(Python<'_>, Piece<'_>) -> PyResult<()>,
     ) -> PyResult<()> {
         if let Ok(parts) = data.downcast::<PyIterator>() {
             for part in parts.clone() {
-                let chunk = Chunk::get(&part?, name)?;
-                put(py, chunk.bytes())?;
+                let part = part?;
+                if let Ok(range) = part.downcast::<PyTuple>() {
+                    let (raw, tensor, offset, len): (PyRef<'_, RawFile>, String, u64, u64) =
+                        range.extract()?;
+                    put(py, Piece::Range(&raw, &tensor, offset, len))?;
+                } else {
+                    let chunk = Chunk::get(&part, name)?;
+                    put(py, Piece::Bytes(chunk.bytes()))?;
+                }
             }
             Ok(())
         } else {
             let chunk = Chunk::get(data, name)?;
-            put(py, chunk.bytes())
+            put(py, Piece::Bytes(chunk.bytes()))
         }
+    }
+
+    /// Writes `len` bytes of tensor `tensor` of `raw`, from `offset` into
+    /// it, to the file: read straight into the aligned buffer of direct
+    /// writes (GIL released). A failed read names `raw`'s file, a failed
+    /// write this one's.
+    fn write_file_range(
+        &self,
+        py: Python<'_>,
+        write: &mut TensorWrite<'_>,
+        (raw, tensor, offset, len): (&RawFile, &str, u64, u64),
+    ) -> PyResult<()> {
+        let file = raw.file()?;
+        let t = raw.lookup(&file, tensor)?;
+        let mut at = offset;
+        let mut read_failed = false;
+        let result = py.allow_threads(|| {
+            let mut fill = |out: &mut [u8]| {
+                file.read_tensor_into(t, at, out)
+                    .inspect_err(|_| read_failed = true)?;
+                at += out.len() as u64;
+                Ok(())
+            };
+            write.write_with(len, &mut fill)
+        });
+        if read_failed {
+            return result.in_file(raw.display_name());
+        }
+        result.in_file(&self.display_name)
+    }
+
+    /// The bytes of a range of a tensor of `raw`, read into memory (for an
+    /// upload), [`RANGE_PIECE`] bytes at a time.
+    fn read_range(
+        py: Python<'_>,
+        (raw, tensor, offset, len): (&RawFile, &str, u64, u64),
+        mut put: impl FnMut(&[u8]) -> PyResult<()>,
+    ) -> PyResult<()> {
+        let file = raw.file()?;
+        let t = raw.lookup(&file, tensor)?;
+        let mut done = 0;
+        let mut buffer = Vec::new();
+        while done < len {
+            let take = (len - done).min(RANGE_PIECE as u64) as usize;
+            buffer.resize(take, 0);
+            py.allow_threads(|| file.read_tensor_into(t, offset + done, &mut buffer))
+                .in_file(raw.display_name())?;
+            put(&buffer)?;
+            done += take as u64;
+        }
+        Ok(())
     }
 
     /// Writes one part of a tensor to the file, with the GIL released when
@@ -188,7 +257,10 @@ impl PyLayoutWriter {
 
     /// Writes tensor `name`, declared with header dtype `dtype` and `shape`
     /// (both must be the layout's), from `data`: one C-contiguous byte
-    /// buffer, or an iterator of them giving the bytes in order. On any
+    /// buffer, or an iterator giving the bytes in order, each item a buffer
+    /// or a range of a tensor of an open file, `(RawFile, tensor name,
+    /// offset, length)`, read in place (straight into the aligned buffer of
+    /// a durable file's direct writes: each byte copied once). On any
     /// error (an exception from the iterator included) the tensor is left
     /// unwritten, to be written again in full (an upload's tensor whose
     /// first bytes went up already cannot be: rule `tensor-written-twice`
@@ -207,8 +279,11 @@ impl PyLayoutWriter {
                 let mut write = writer
                     .begin(name, dtype, &shape)
                     .in_file(&self.display_name)?;
-                self.feed(py, name, data, |py, bytes| {
-                    self.write_file(py, &mut write, bytes)
+                self.feed(py, name, data, |py, piece| match piece {
+                    Piece::Bytes(bytes) => self.write_file(py, &mut write, bytes),
+                    Piece::Range(raw, tensor, offset, len) => {
+                        self.write_file_range(py, &mut write, (raw, tensor, offset, len))
+                    }
                 })?;
                 py.allow_threads(|| write.finish())
                     .in_file(&self.display_name)
@@ -217,8 +292,13 @@ impl PyLayoutWriter {
                 let mut write = upload
                     .begin(name, dtype, &shape)
                     .in_file(&self.display_name)?;
-                self.feed(py, name, data, |py, bytes| {
-                    self.write_url(py, upload, &mut write, bytes)
+                self.feed(py, name, data, |py, piece| match piece {
+                    Piece::Bytes(bytes) => self.write_url(py, upload, &mut write, bytes),
+                    Piece::Range(raw, tensor, offset, len) => {
+                        Self::read_range(py, (raw, tensor, offset, len), |bytes| {
+                            self.write_url(py, upload, &mut write, bytes)
+                        })
+                    }
                 })?;
                 write.finish().in_file(&self.display_name)
             }

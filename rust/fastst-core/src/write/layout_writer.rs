@@ -174,6 +174,8 @@ impl LayoutWriter {
         let atomic = self.take_file();
         // Flushing the file flushes what the direct descriptor wrote.
         drop(self.take_direct());
+        // A closed writer holds no buffer either.
+        self.pool().clear();
         complete?;
         atomic
             .ok_or(Error::WriterClosed)?
@@ -188,6 +190,7 @@ impl LayoutWriter {
         self.ledger.close_quietly();
         drop(self.take_file());
         drop(self.take_direct());
+        self.pool().clear();
     }
 
     /// The direct writes' spare buffers.
@@ -219,6 +222,22 @@ impl LayoutWriter {
     }
 }
 
+/// Where the bytes put into the aligned buffer come from.
+enum Fill<'a> {
+    /// Copied from the caller's bytes.
+    Copy(&'a [u8]),
+    /// Filled in place by the caller (see [`TensorWrite::write_with`]).
+    With(&'a mut dyn FnMut(&mut [u8]) -> Result<()>),
+}
+
+/// Why the aligned buffer could not take or write its bytes.
+enum Filled {
+    /// Allocating or writing the buffer failed.
+    Io(io::Error),
+    /// The caller's `fill` failed.
+    Source(Error),
+}
+
 /// One tensor being written: its bytes are given in order, in as many
 /// parts as convenient, and [`TensorWrite::finish`] checks it got all of
 /// them. Dropped unfinished (an error, an exception while producing the
@@ -247,12 +266,14 @@ impl TensorWrite<'_> {
         self.planned().map_or("", |t| t.name.as_str())
     }
 
-    /// Writes the next `bytes` of the tensor at their place in the file.
-    pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        if bytes.is_empty() {
-            return Ok(());
-        }
-        let got = self.filled.saturating_add(bytes.len() as u64);
+    /// Where the next `len` bytes of the tensor go: their first byte's
+    /// offset in the file and the range `a..b` of the tensor's whole blocks
+    /// (empty without a direct descriptor), which go through the aligned
+    /// buffer (written directly, or through the cache once direct writes
+    /// were refused: the same ranges either way), after checking the
+    /// tensor takes `len` more bytes.
+    fn place(&self, len: u64) -> Result<(u64, u64, u64, u64)> {
+        let got = self.filled.saturating_add(len);
         let t = self.writer.ledger.check_len(self.index, got)?;
         let too_large = || Error::FileTooLarge {
             reason: "the file would exceed 2^64 bytes".to_owned(),
@@ -265,9 +286,6 @@ impl TensorWrite<'_> {
             .ok_or_else(too_large)?;
         let end = start.checked_add(t.byte_len()).ok_or_else(too_large)?;
         let at = start.checked_add(self.filled).ok_or_else(too_large)?;
-        // The whole blocks inside the tensor, through the aligned buffer
-        // (written directly, or through the cache once direct writes were
-        // refused: the same ranges either way).
         let (a, b) = if self.writer.has_direct {
             (
                 start.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN,
@@ -276,7 +294,17 @@ impl TensorWrite<'_> {
         } else {
             (end, end)
         };
-        let name = t.name.clone();
+        Ok((at, end, a, b))
+    }
+
+    /// Writes the next `bytes` of the tensor at their place in the file.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let got = self.filled.saturating_add(bytes.len() as u64);
+        let (at, end, a, b) = self.place(bytes.len() as u64)?;
+        let name = self.name().to_owned();
         let failed = |e| Error::io(format!("writing the data of tensor {name:?}"), e);
         let mut pos = at;
         let mut rest = bytes;
@@ -284,7 +312,12 @@ impl TensorWrite<'_> {
         writer.with_file(|file| {
             while !rest.is_empty() {
                 if a < b && (a..b).contains(&pos) {
-                    let took = self.fill_buffer(file, rest, pos, b).map_err(failed)?;
+                    let took = self
+                        .fill_buffer(file, Fill::Copy(rest), rest.len(), pos, b)
+                        .map_err(|e| match e {
+                            Filled::Io(e) => failed(e),
+                            Filled::Source(e) => e,
+                        })?;
                     rest = &rest[took..];
                     pos += took as u64;
                 } else {
@@ -303,24 +336,93 @@ impl TensorWrite<'_> {
         Ok(())
     }
 
-    /// Copies the start of `bytes` (the file's bytes from `pos`, inside the
-    /// direct range ending at `b`) into the aligned buffer, and writes the
-    /// buffer when it is full or reaches `b`; returns how many bytes it took.
-    fn fill_buffer(&mut self, file: &File, bytes: &[u8], pos: u64, b: u64) -> io::Result<usize> {
+    /// Writes the next `len` bytes of the tensor, which `fill` puts in
+    /// place: it is given buffers to fill completely, in order, whose
+    /// lengths add up to `len`. The whole blocks inside the tensor are
+    /// filled straight in the aligned buffer of direct writes, so that bytes
+    /// read from another file (`fill` a positioned read) are copied once,
+    /// by the read; the few bytes at the tensor's edges, and every byte of
+    /// a writer without direct writes, go through a buffer of at most
+    /// [`BLOCK_BUFFER`] bytes and [`TensorWrite::write`]. An error of
+    /// `fill` is returned as it is (the tensor is then pending again once
+    /// this is dropped, as after any failed write).
+    pub fn write_with(
+        &mut self,
+        len: u64,
+        fill: &mut dyn FnMut(&mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        self.place(len)?;
+        let mut left = len;
+        let mut scratch: Vec<u8> = Vec::new();
+        while left > 0 {
+            let (pos, end, a, b) = self.place(left)?;
+            if a < b && (a..b).contains(&pos) {
+                let most = usize::try_from(left).unwrap_or(usize::MAX);
+                let name = self.name().to_owned();
+                let writer = self.writer;
+                let took = writer.with_file(|file| {
+                    self.fill_buffer(file, Fill::With(&mut *fill), most, pos, b)
+                        .map_err(|e| match e {
+                            Filled::Source(e) => e,
+                            Filled::Io(e) => {
+                                Error::io(format!("writing the data of tensor {name:?}"), e)
+                            }
+                        })
+                })?;
+                self.filled += took as u64;
+                left -= took as u64;
+            } else {
+                let edge = if pos < a { a.min(end) } else { end };
+                let take = (edge - pos).min(left).min(BLOCK_BUFFER as u64);
+                let take = usize::try_from(take).unwrap_or(BLOCK_BUFFER);
+                scratch.resize(take, 0);
+                fill(&mut scratch)?;
+                self.write(&scratch)?;
+                left -= take as u64;
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts the next bytes of the tensor (the file's bytes from `pos`,
+    /// inside the direct range ending at `b`; at most `most` of them) into
+    /// the aligned buffer, copied from `bytes` or filled by `fill`, and
+    /// writes the buffer when it is full or reaches `b`; returns how many
+    /// bytes it took.
+    fn fill_buffer(
+        &mut self,
+        file: &File,
+        source: Fill<'_>,
+        most: usize,
+        pos: u64,
+        b: u64,
+    ) -> std::result::Result<usize, Filled> {
         let mut buffer = match self.buffer.take() {
             Some(buffer) => buffer,
             None => {
                 let pooled = self.writer.pool().pop();
                 match pooled {
                     Some(buffer) => buffer,
-                    None => MmapMut::map_anon(BLOCK_BUFFER)?,
+                    None => MmapMut::map_anon(BLOCK_BUFFER).map_err(Filled::Io)?,
                 }
             }
         };
         let room = buffer.len() - self.buffered;
         let left = usize::try_from(b - pos).unwrap_or(usize::MAX);
-        let take = room.min(left).min(bytes.len());
-        buffer[self.buffered..self.buffered + take].copy_from_slice(&bytes[..take]);
+        let take = room.min(left).min(most);
+        let slot = &mut buffer[self.buffered..self.buffered + take];
+        let filled = match source {
+            Fill::Copy(bytes) => {
+                slot.copy_from_slice(&bytes[..take]);
+                Ok(())
+            }
+            Fill::With(fill) => fill(slot),
+        };
+        if let Err(e) = filled {
+            // Nothing of the slot counts: the buffer goes back as it was.
+            self.buffer = Some(buffer);
+            return Err(Filled::Source(e));
+        }
         self.buffered += take;
         let end = pos + take as u64;
         let mut written = Ok(());
@@ -332,7 +434,7 @@ impl TensorWrite<'_> {
             self.buffered = 0;
         }
         self.buffer = Some(buffer);
-        written.map(|()| take)
+        written.map(|()| take).map_err(Filled::Io)
     }
 
     /// Checks the tensor got exactly its bytes and marks it written. For a
@@ -358,7 +460,9 @@ impl TensorWrite<'_> {
 impl Drop for TensorWrite<'_> {
     fn drop(&mut self) {
         if let Some(buffer) = self.buffer.take() {
-            self.writer.pool().push(buffer);
+            if !self.writer.is_closed() {
+                self.writer.pool().push(buffer);
+            }
         }
         if !self.finished {
             self.writer.ledger.release(self.index, true);
@@ -485,6 +589,63 @@ mod tests {
         }
         let _ = direct;
         assert_eq!(fs::read(&path).expect("read"), expected);
+    }
+
+    /// Tensors whose bytes are filled in place (`write_with`), mixed with
+    /// copied parts, durable or not: the serializer's bytes; a failing
+    /// fill leaves the tensor pending, to be written again in full.
+    #[test]
+    fn bytes_filled_in_place_give_the_serialized_bytes() {
+        let dir = temp_dir("fill");
+        let sizes = [5000usize, 2 * BLOCK_BUFFER + 4321, 3];
+        let data: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (0..*n).map(|j| (j * 13 + i + j / 4096) as u8).collect())
+            .collect();
+        let tensors = || {
+            sizes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| NewTensor::new(format!("t{i}"), Dtype::U8, vec![*n as u64]))
+                .collect::<Vec<_>>()
+        };
+        let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+        let expected = serialize(&plan(tensors(), None).expect("plan"), &refs).expect("ser");
+        for durable in [true, false] {
+            let path = dir.join(format!("m{durable}.safetensors"));
+            let w =
+                LayoutWriter::create(plan(tensors(), None).expect("plan"), &path, Some(durable))
+                    .expect("create");
+            {
+                let mut t = w.begin("t1", Dtype::U8, &[sizes[1] as u64]).expect("begin");
+                let mut fill = |_: &mut [u8]| -> Result<()> { Err(Error::WriterClosed) };
+                let e = t.write_with(10_000, &mut fill).expect_err("fill fails");
+                assert_eq!(e.rule(), "closed-file");
+            }
+            for (i, bytes) in data.iter().enumerate() {
+                let mut t = w
+                    .begin(&format!("t{i}"), Dtype::U8, &[bytes.len() as u64])
+                    .expect("begin");
+                let head = bytes.len().min(7);
+                t.write(&bytes[..head]).expect("write");
+                let mut at = head;
+                let mut fill = |out: &mut [u8]| -> Result<()> {
+                    out.copy_from_slice(&bytes[at..at + out.len()]);
+                    at += out.len();
+                    Ok(())
+                };
+                t.write_with((bytes.len() - head) as u64, &mut fill)
+                    .expect("write_with");
+                t.finish().expect("finish");
+            }
+            w.commit().expect("commit");
+            assert_eq!(
+                fs::read(&path).expect("read"),
+                expected,
+                "durable {durable}"
+            );
+        }
     }
 
     #[test]
