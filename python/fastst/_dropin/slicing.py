@@ -164,7 +164,8 @@ class reference_safe_open(safe_open):  # noqa: N801 - stands for the reference's
             raise rule_error(
                 "bad-device",
                 self._raw.name,
-                "prefetch loads to cuda devices, not cpu (fastst.safe_open.prefetch loads to the CPU)",
+                "prefetch loads to cuda devices, not cpu "
+                "(fastst.safe_open.prefetch loads to the CPU too)",
             )
         for name, rows in (plan or {}).items():
             if rows is not None and not isinstance(rows, slice):

@@ -178,7 +178,7 @@ class PrefetchLoader:
         self._read = read
         self._budget = budget
         self._todo: Deque[Entry] = deque(entries)
-        self._ready: "OrderedDict[str, Any]" = OrderedDict()
+        self._ready: OrderedDict[str, Any] = OrderedDict()
         self._failed: Dict[str, BaseException] = {}
         self._held: Dict[str, int] = {}
         self._taken: Set[str] = set()

@@ -238,9 +238,9 @@ class safe_open:  # noqa: N801 - the reference package's name
         return _loader.TensorMeta(dtype, [int(d) for d in shape], (int(begin), int(end)))
 
     def prefetch_status(self) -> Optional[Dict[str, Any]]:
-        """Where the read-ahead (``safe_open(..., prefetch=...)``) stands (bytes planned, issued, done,
-        found resident, consumed; the budget; threads; the method), or None
-        when nothing was declared."""
+        """Where the read-ahead (``safe_open(..., prefetch=...)``) stands
+        (bytes planned, issued, done, found resident, consumed; the budget;
+        threads; the method), or None when nothing was declared."""
         return None if self._prefetch is None else self._prefetch.status()
 
     @property
