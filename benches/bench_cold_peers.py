@@ -171,11 +171,11 @@ CASES: Dict[str, Tuple[str, str]] = {
     # Both sides of the page-size choice, forced (numpy copy=True, the core's load called as
     # load_file calls it, huge_pages=False: 4 KiB pages; True: numpy's own advice, huge pages).
     "fastst-np-4k": (
-        SETUP + "import fastst\nfrom fastst._fastst import load_into\n",
+        SETUP + "import fastst\nfrom fastst._fastst.read import load_into\n",
         "out = forced(OPEN, False)",
     ),
     "fastst-np-huge": (
-        SETUP + "import fastst\nfrom fastst._fastst import load_into\n",
+        SETUP + "import fastst\nfrom fastst._fastst.read import load_into\n",
         "out = forced(OPEN, True)",
     ),
     "fastst-np-stream": (

@@ -9,7 +9,7 @@ with the thread's CPU clock (time given to other processes does not count; time 
 virtual machine spends backing the memory does). Printed: the CPU seconds in all, and per
 64 MiB in order, so that a change of cost part-way through shows (on a virtual machine whose
 host takes back free memory, the cheap huge pages come first and run out). This is what the
-probe of a cold owned load measures on its first 8 MiB (``fastst._fastst.fault_probe``).
+probe of a cold owned load measures on its first 8 MiB (``fastst._fastst.read.fault_probe``).
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def child(case: str, url: str, cfg: Dict[str, Any]) -> None:
     if case == "fastst-warm":
         import numpy as np
         import torch
-        from fastst._fastst import load_into
+        from fastst._fastst.read import load_into
 
         f = fastst.safe_open(url, "pt")
         names = f.offset_keys()

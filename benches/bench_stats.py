@@ -75,8 +75,10 @@ def main() -> None:
     cases: List[Tuple[str, str, Callable[[], object]]] = []
     for name, path in files.items():
         p = str(path)
-        cases.append((name, "hash", lambda p=p: _fastst.hash_file(p, threads=args.threads)))
-        cases.append((name, "stats", lambda p=p: _fastst.stats_file(p, threads=args.threads)))
+        cases.append((name, "hash", lambda p=p: _fastst.inspect.hash_file(p, threads=args.threads)))
+        cases.append(
+            (name, "stats", lambda p=p: _fastst.inspect.stats_file(p, threads=args.threads))
+        )
     times: Dict[Tuple[str, str], List[float]] = {(n, k): [] for n, k, _ in cases}
     for r in range(args.rounds):
         for i in range(len(cases)):

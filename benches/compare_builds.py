@@ -74,7 +74,7 @@ os.unlink(tmp)
     "verify": """
 from fastst import _fastst
 t0 = time.perf_counter()
-_fastst.verify_file(path)
+_fastst.inspect.verify_file(path)
 t = time.perf_counter() - t0
 """,
 }

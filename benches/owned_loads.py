@@ -82,7 +82,7 @@ def run():
     elif variant.startswith("knob"):
         _, kind, threads, piece, direct = variant.split(":")
         from fastst._dtypes import NUMPY_DTYPES
-        from fastst._fastst import load_into
+        from fastst._fastst.read import load_into
         f = fastst.safe_open(path, "np")
         names, outs, keep = f.offset_keys(), [], []
         for n in names:

@@ -4,7 +4,7 @@
     python scripts/gen_rules_doc.py --check  # exit 1 if it is out of date
 
 The catalogue lives in rust/fastst-core/src/rules.rs and reaches Python as
-``fastst._fastst.rule_catalogue()``; tests/contracts/test_rules_catalogue.py checks that
+``fastst._fastst.catalogue.rule_catalogue()``; tests/contracts/test_rules_catalogue.py checks that
 the file matches it.
 """
 
@@ -57,7 +57,7 @@ def render(catalogue: List[Dict[str, Optional[str]]]) -> str:
 def main(argv: List[str]) -> int:
     from fastst import _fastst
 
-    text = render(list(_fastst.rule_catalogue()))
+    text = render(list(_fastst.catalogue.rule_catalogue()))
     if "--check" in argv:
         if not DOC.exists() or DOC.read_text(encoding="utf-8") != text:
             print(f"{DOC} is out of date: run python scripts/gen_rules_doc.py", file=sys.stderr)

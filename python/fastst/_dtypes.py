@@ -2,7 +2,7 @@
 
 Header dtype names <-> numpy dtypes (BF16 and the F8/F6/F4 kinds through
 ``ml_dtypes``, which fastst imports itself), and the facts about each dtype
-that Python needs, taken from the core (``_fastst.dtype_facts()``) rather
+that Python needs, taken from the core (``_fastst.catalogue.dtype_facts()``) rather
 than repeated here."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 
 from ._errors import rule_error
-from ._fastst import dtype_facts
+from ._fastst.catalogue import dtype_facts
 
 #: Header name -> ``{"bits", "packed", "float"}``, as the core defines them.
 FACTS: Dict[str, Dict[str, Any]] = dtype_facts()

@@ -112,7 +112,7 @@ def rule_error(
     rule: str, filename: str, message: str, tensor: Optional[str] = None
 ) -> BaseException:
     """The exception for breaking ``rule``, an id of the core's rule
-    catalogue (``_fastst.rule_catalogue()``): an instance of the class of the
+    catalogue (``_fastst.catalogue.rule_catalogue()``): an instance of the class of the
     rule's family, with text ``"<filename>: <message>"`` (just ``message``
     when ``filename`` is empty; the message names the tensor, if any, as the
     core's messages do) and attributes ``filename``, ``tensor`` and
@@ -122,13 +122,13 @@ def rule_error(
     This is the glue's own exception maker, the one every error of the
     core goes through, so an error raised from Python and one raised by
     the core for the same rule cannot differ in class or attributes."""
-    return _fastst.rule_error(rule, filename, message, tensor)
+    return _fastst.catalogue.rule_error(rule, filename, message, tensor)
 
 
 def closed_file_error(filename: str) -> BaseException:
     """The :class:`ClosedFileError` for any use of ``filename`` after it was
     closed (rule ``closed-file``)."""
-    return _fastst.closed_file_error(filename)
+    return _fastst.catalogue.closed_file_error(filename)
 
 
 _SAVE_OS_ERRORS: Dict[Type[OSError], Type[OSError]] = {}

@@ -29,7 +29,7 @@ def is_url(name: object) -> bool:
     """True for a ``str`` naming an object store or HTTP(S) URL that fastst
     reads as a URL: under the drop-in switch, unless the user opted in,
     names are paths (:func:`fastst._settings.reads_urls`)."""
-    return isinstance(name, str) and _fastst.is_remote_url(name) and reads_urls()
+    return isinstance(name, str) and _fastst.remote.is_remote_url(name) and reads_urls()
 
 
 def progress_label(path: str, progress: bool) -> Optional[str]:
@@ -48,13 +48,13 @@ def readable(path: str) -> str:
     (``model\\xff.st``); anything from a ``scheme://`` on as a URL without
     user, password, query or fragment, whether it parses or not (a bad
     port, a broken IPv6 host)."""
-    return _fastst.display_path(os.fsencode(path))
+    return _fastst.text.display_path(os.fsencode(path))
 
 
 def readable_text(text: str) -> str:
     """``text`` (a message) with every URL in it, from its ``scheme://`` to
     the next blank, shown by :func:`readable`'s rule."""
-    return _fastst.display_text(text) if "://" in text else text
+    return _fastst.text.display_text(text) if "://" in text else text
 
 
 def shown(path: str) -> str:

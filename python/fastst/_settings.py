@@ -88,7 +88,7 @@ def parse_size(size: object, what: str = "size") -> int:
         value = size
     else:
         try:
-            value = _fastst.parse_size(size)
+            value = _fastst.text.parse_size(size)
         except ValueError as exc:
             raise ValueError(f"{what}: cannot read {size!r} as a size: {exc}") from None
     if value < 0:

@@ -154,13 +154,13 @@ def test_many_threads_agree_with_one() -> None:
     x = rng.standard_normal(3_000_017).astype(np.float32)
     y = x.copy()
     y[::1001] += 1
-    one = _fastst.diff_buffers(memoryview(x).cast("B"), memoryview(y).cast("B"), "F32", 1)
-    many = _fastst.diff_buffers(memoryview(x).cast("B"), memoryview(y).cast("B"), "F32", 5)
+    one = _fastst.inspect.diff_buffers(memoryview(x).cast("B"), memoryview(y).cast("B"), "F32", 1)
+    many = _fastst.inspect.diff_buffers(memoryview(x).cast("B"), memoryview(y).cast("B"), "F32", 5)
     assert one == many and one["differing"] == len(range(0, x.size, 1001))
     with pytest.raises(ValueError):
-        _fastst.diff_buffers(b"\0" * 4, b"\0" * 8, "F32")
+        _fastst.inspect.diff_buffers(b"\0" * 4, b"\0" * 8, "F32")
     with pytest.raises(ValueError):
-        _fastst.diff_buffers(b"", b"", "F99")
+        _fastst.inspect.diff_buffers(b"", b"", "F99")
     assert fi.diff is not None
 
 

@@ -168,32 +168,6 @@ def test_python_dash_m(tmp_path: Path) -> None:
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
 
 
-def test_stubs_match_the_compiled_module() -> None:
-    import ast
-    import inspect as pyinspect
-
-    import fastst
-    from fastst import _fastst
-
-    stub = Path(fastst.__file__).with_name("_fastst.pyi")
-    tree = ast.parse(stub.read_text("utf-8"))
-    functions = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-    classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
-    assert {f.name for f in functions} >= {
-        "verify_file",
-        "hash_file",
-        "inspect_file",
-        "read_metadata",
-        "verify_rules",
-    }
-    for f in functions:
-        compiled = getattr(_fastst, f.name)
-        params = list(pyinspect.signature(compiled).parameters)
-        assert params == [a.arg for a in f.args.args], f.name
-    for c in classes:
-        assert hasattr(_fastst, c.name), c.name
-
-
 def test_bad_numbers_are_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _save(tmp_path / "m.safetensors")
     for argv in (

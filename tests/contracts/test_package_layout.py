@@ -168,7 +168,7 @@ def rule_ids_raised_from_python() -> Dict[str, Set[str]]:
     return found
 
 
-CATALOGUE = {r["id"]: r for r in _fastst.rule_catalogue()}
+CATALOGUE = {r["id"]: r for r in _fastst.catalogue.rule_catalogue()}
 BUILTIN_FAMILIES = {"ValueError": ValueError, "MemoryError": MemoryError, "OSError": OSError}
 
 
@@ -268,7 +268,7 @@ def test_framework_dtype_errors_carry_file_tensor_and_rule(tmp_path) -> None:
 def test_dtype_facts_come_from_the_core() -> None:
     from fastst import _dtypes
 
-    facts = _fastst.dtype_facts()
+    facts = _fastst.catalogue.dtype_facts()
     assert set(_dtypes.NUMPY_DTYPES) == set(facts)
     assert _dtypes.PACKED_BITS == {n: f["bits"] for n, f in facts.items() if f["packed"]}
     for name, dt in _dtypes.NUMPY_DTYPES.items():

@@ -46,14 +46,14 @@ def test_the_core_and_python_name_a_hostile_file_alike(tmp_path: Path) -> None:
         shown = readable(name)
         assert "\\xff\\xfe" in shown or len(shown) > 1600
         by_python = _message(_folders.read_index, name)
-        by_core = _message(_fastst.inspect_file, name, table=False)
+        by_core = _message(_fastst.inspect.inspect_file, name, table=False)
         assert by_python.startswith(f"{shown}: ") and by_core.startswith(f"{shown}: ")
 
 
 def test_the_core_and_python_name_a_hostile_url_alike() -> None:
     shown = readable(URL)
     by_python = _message(_remote.read_index, URL, [])  # named by Python
-    by_core = _message(_fastst.inspect_file, URL, table=False)  # named by the core
+    by_core = _message(_fastst.inspect.inspect_file, URL, table=False)  # named by the core
     assert by_python.startswith(f"{shown}: ") and by_core.startswith(f"{shown}: ")
     for message in (shown, by_python, by_core):
         assert "secret" not in message and "SIGNED" not in message and "frag" not in message
@@ -96,12 +96,12 @@ def test_a_name_no_file_can_have_is_python_s_error_not_a_crash(call: Callable[..
 @pytest.mark.parametrize(
     "call",
     [
-        partial(_fastst.RawFile, display_name="n"),
-        _fastst.verify_file,
-        _fastst.hash_file,
-        _fastst.inspect_file,
-        _fastst.read_metadata,
-        _fastst.stats_file,
+        partial(_fastst.read.RawFile, display_name="n"),
+        _fastst.inspect.verify_file,
+        _fastst.inspect.hash_file,
+        _fastst.inspect.inspect_file,
+        _fastst.inspect.read_metadata,
+        _fastst.inspect.stats_file,
     ],
 )
 def test_the_compiled_part_takes_any_path_and_refuses_a_lone_surrogate(

@@ -51,7 +51,7 @@ def _gen_module():
 
 def test_docs_table_matches_the_catalogue() -> None:
     gen = _gen_module()
-    expected = gen.render(list(_fastst.rule_catalogue()))
+    expected = gen.render(list(_fastst.catalogue.rule_catalogue()))
     assert (ROOT / "docs" / "rules.md").read_text(encoding="utf-8") == expected
 
 
@@ -64,13 +64,13 @@ def test_docs_table_rows_are_the_catalogue_in_order() -> None:
             rows.append((m[1], m[2], m[3], m[4], m[5].replace("\\|", "|")))
     expected = [
         (r["id"], r["family"], r["severity"], r["verdict"] or "-", r["summary"])
-        for r in _fastst.rule_catalogue()
+        for r in _fastst.catalogue.rule_catalogue()
     ]
     assert rows == expected
 
 
 def test_catalogue_shape() -> None:
-    catalogue = _fastst.rule_catalogue()
+    catalogue = _fastst.catalogue.rule_catalogue()
     ids = [r["id"] for r in catalogue]
     assert len(ids) == len(set(ids))
     for r in catalogue:
@@ -80,7 +80,7 @@ def test_catalogue_shape() -> None:
         assert r["family"] in FAMILIES, r
         assert r["severity"] in {"info", "low", "medium", "high", "critical"}
         assert r["summary"]
-        assert _fastst.error_family(r["id"]) == r["family"]
+        assert _fastst.catalogue.error_family(r["id"]) == r["family"]
     for family in FAMILIES - {"ValueError", "MemoryError", "OSError", "Finding"}:
         assert family in {r["family"] for r in catalogue}, family
 
@@ -88,7 +88,7 @@ def test_catalogue_shape() -> None:
 def test_every_python_family_class_exists() -> None:
     import fastst._errors as errors
 
-    classes = {r["family"] for r in _fastst.rule_catalogue()} - {
+    classes = {r["family"] for r in _fastst.catalogue.rule_catalogue()} - {
         "ValueError",
         "MemoryError",
         "OSError",
@@ -100,7 +100,7 @@ def test_every_python_family_class_exists() -> None:
 
 
 def test_verify_rules_are_the_format_and_finding_rules() -> None:
-    catalogue = _fastst.rule_catalogue()
+    catalogue = _fastst.catalogue.rule_catalogue()
     format_families = {
         "HeaderFramingError",
         "HeaderJsonError",
@@ -114,27 +114,27 @@ def test_verify_rules_are_the_format_and_finding_rules() -> None:
         for r in catalogue
         if r["family"] in format_families and r["id"] != "too-many-tensors"
     ]
-    assert _fastst.verify_rules() == expected
+    assert _fastst.inspect.verify_rules() == expected
     # What a finding says: every format rule that the file is malformed.
     for r in expected:
-        malformed = _fastst.error_family(r["id"]) != "Finding"
+        malformed = _fastst.catalogue.error_family(r["id"]) != "Finding"
         assert (r["verdict"] == "malformed") >= malformed, r
 
 
 def test_rule_error_builds_the_family_class() -> None:
-    err = _fastst.rule_error("closed-file", "m.safetensors", "file is closed")
+    err = _fastst.catalogue.rule_error("closed-file", "m.safetensors", "file is closed")
     assert isinstance(err, fastst.ClosedFileError)
     assert str(err) == "m.safetensors: file is closed"
     assert (err.filename, err.tensor, err.rule) == ("m.safetensors", None, "closed-file")
-    err = _fastst.rule_error("bad-shape", "out.safetensors", "bad", tensor="w")
+    err = _fastst.catalogue.rule_error("bad-shape", "out.safetensors", "bad", tensor="w")
     assert isinstance(err, fastst.SerializeError) and isinstance(err, ValueError)
     assert err.tensor == "w"
-    err = _fastst.rule_error("conversion-not-allowed", "", "no conversion")
+    err = _fastst.catalogue.rule_error("conversion-not-allowed", "", "no conversion")
     assert type(err) is ValueError and str(err) == "no conversion"
     with pytest.raises(ValueError, match="no rule"):
-        _fastst.rule_error("no-such-rule", "f", "m")
+        _fastst.catalogue.rule_error("no-such-rule", "f", "m")
     with pytest.raises(ValueError, match="no rule"):
-        _fastst.error_family("no-such-rule")
+        _fastst.catalogue.error_family("no-such-rule")
 
 
 def test_every_rule_makes_its_family_exception() -> None:
@@ -142,8 +142,8 @@ def test_every_rule_makes_its_family_exception() -> None:
 
     import fastst._errors as errors
 
-    for r in _fastst.rule_catalogue():
-        err = _fastst.rule_error(r["id"], "m.safetensors", "message", tensor="t")
+    for r in _fastst.catalogue.rule_catalogue():
+        err = _fastst.catalogue.rule_error(r["id"], "m.safetensors", "message", tensor="t")
         family = r["family"]
         if family == "Finding":
             expected = fastst.SafetensorError
@@ -159,7 +159,7 @@ def test_every_rule_makes_its_family_exception() -> None:
 
 
 def test_closed_file_error_is_made_in_one_place(tmp_path: Path) -> None:
-    made = _fastst.closed_file_error("m.safetensors")
+    made = _fastst.catalogue.closed_file_error("m.safetensors")
     assert isinstance(made, fastst.ClosedFileError)
     assert (made.filename, made.tensor, made.rule) == ("m.safetensors", None, "closed-file")
     path = tmp_path / "m.safetensors"
@@ -168,12 +168,12 @@ def test_closed_file_error_is_made_in_one_place(tmp_path: Path) -> None:
     f.__exit__(None, None, None)
     with pytest.raises(fastst.ClosedFileError) as raised:
         f.keys()
-    assert str(raised.value) == str(_fastst.closed_file_error(str(path)))
+    assert str(raised.value) == str(_fastst.catalogue.closed_file_error(str(path)))
     assert (raised.value.filename, raised.value.rule) == (str(path), "closed-file")
 
 
 def test_errors_raised_by_the_core_carry_catalogue_ids(tmp_path: Path) -> None:
-    ids = {r["id"] for r in _fastst.rule_catalogue()}
+    ids = {r["id"] for r in _fastst.catalogue.rule_catalogue()}
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"\x00" * 4)
     with pytest.raises(fastst.SafetensorError) as info:
@@ -192,14 +192,14 @@ def test_errors_raised_by_the_core_carry_catalogue_ids(tmp_path: Path) -> None:
 
 
 def test_dtype_facts_and_conversions() -> None:
-    facts = _fastst.dtype_facts()
+    facts = _fastst.catalogue.dtype_facts()
     assert facts["F32"] == {"bits": 32, "packed": False, "float": True}
     assert facts["F4"] == {"bits": 4, "packed": True, "float": True}
     assert facts["F6_E2M3"]["packed"] and facts["F6_E3M2"]["bits"] == 6
     assert facts["I8"] == {"bits": 8, "packed": False, "float": False}
     assert {n for n, f in facts.items() if f["packed"]} == {"F4", "F6_E2M3", "F6_E3M2"}
     assert len(facts) == 22
-    conv = set(_fastst.conversions())
+    conv = set(_fastst.catalogue.conversions())
     assert ("BF16", "F32") in conv and ("F32", "F16") in conv and ("F8_E4M3", "F32") in conv
     assert ("I32", "F16") not in conv
     assert all(a != b for a, b in conv)

@@ -19,7 +19,7 @@ import fastst.numpy
 import ml_dtypes  # noqa: F401  (numpy dtypes for BF16 and the F8 kinds)
 import numpy as np
 import pytest
-from fastst._fastst import load_into
+from fastst._fastst.read import load_into
 from fastst._frameworks import OWNED_ALIGN, placement
 from fastst._read.safe_open import _aligned_empty
 from helpers.raw_files import raw_file
@@ -182,7 +182,7 @@ def conversions_file(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("backend", ["mmap", "pread"])
 def test_conversions_are_bit_identical_to_the_one_tensor_path(tmp_path, backend):
     path = conversions_file(tmp_path)
-    raw = fastst._fastst.RawFile(str(path), "conv", backend)
+    raw = fastst._fastst.read.RawFile(str(path), "conv", backend)
     with fastst.safe_open(path, "np", backend=backend) as f:
         names = f.offset_keys()
         # One batch converting every tensor to F32 (the F32 one is copied).
@@ -519,7 +519,7 @@ if sys.platform != "linux":  # pragma: no cover - direct I/O and /dev/shm are Li
 
 
 def test_the_fault_probe_measures_both_page_sizes() -> None:
-    from fastst._fastst import fault_probe
+    from fastst._fastst.read import fault_probe
 
     got = fault_probe()
     assert got is not None, "anonymous memory for the probe"

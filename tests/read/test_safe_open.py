@@ -208,7 +208,7 @@ def test_pread_slices_read_only_their_rows_and_match_numpy(sample, index) -> Non
 
 
 def test_pread_slice_reads_a_part(sample, monkeypatch) -> None:
-    from fastst._fastst import RawFile
+    from fastst._fastst.read import RawFile
 
     calls = []
     with fastst.safe_open(sample, "np", backend="pread") as f:

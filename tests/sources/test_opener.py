@@ -24,7 +24,7 @@ from fastst._sources.raw import RawSource
 from helpers.raw_files import raw_file
 from helpers.streams import SeekRead, as_bytes, hammer
 
-FACTS = _fastst.dtype_facts()
+FACTS = _fastst.catalogue.dtype_facts()
 BIG = (1 << 20) + 5  # BF16 elements: large enough for threaded reads
 
 
@@ -122,7 +122,7 @@ def every_read(f: Any) -> Dict[Tuple[str, str], Any]:
         if name != "big":
             for index in (np.s_[1:3], np.s_[:, ::2], np.s_[-1], np.s_[::-1, 1]):
                 out[name, f"slice {index}"] = as_bytes(f.get_slice(name)[index])
-    for src, to in _fastst.conversions():
+    for src, to in _fastst.catalogue.conversions():
         out[src, f"as {to}"] = as_bytes(f.get_tensor(src, dtype=to))
     out["big", "as F32"] = as_bytes(f.get_tensor("big", dtype=np.float32))
     out["all", "copy"] = {k: as_bytes(v) for k, v in f.get_tensors(copy=True).items()}

@@ -23,7 +23,7 @@ import fastst
 import fastst.numpy as fnp
 import numpy as np
 import pytest
-from fastst._fastst import WritePlan
+from fastst._fastst.write import WritePlan
 
 pytestmark = [
     pytest.mark.slow,

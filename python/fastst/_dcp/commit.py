@@ -19,7 +19,7 @@ commits through this sequence instead:
    the new files (atomically, flushed): from here on the new checkpoint
    is the saved one;
 3. each staged file is given its final name in the folder (replacing the
-   old file of that name in one step: :func:`fastst._fastst.link_file`,
+   old file of that name in one step: :func:`fastst._fastst.write.link_file`,
    the commit every sharded save uses), its staged name is removed, the files of the previous save
    of the same kind that the new one does not have are removed, the
    index (when the layout has one) is replaced, the folder is flushed,
@@ -44,7 +44,8 @@ import stat
 from typing import Any, Dict, List, Optional, Tuple
 
 from .._errors import rule_error
-from .._fastst import DEFAULT_HEADER_CAP, RawFile, link_file
+from .._fastst.read import DEFAULT_HEADER_CAP, RawFile
+from .._fastst.write import link_file
 from .._layout import MODEL_FILE, RANK_FILE, UNFINISHED, index_name, staged_name
 from .._paths import readable
 from .._sources.file import open_file

@@ -38,7 +38,7 @@ import numpy as np
 
 from .._dtypes import FACTS
 from .._errors import rule_error
-from .._fastst import RawFile
+from .._fastst.read import RawFile
 from .._layout import output_name, own_shard, staged_name
 from .._paths import readable
 from .._settings import parse_size

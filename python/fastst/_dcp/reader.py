@@ -42,7 +42,7 @@ from torch.futures import Future
 from .. import _frameworks
 from .._dtypes import PACKED_BITS
 from .._errors import rule_error
-from .._fastst import RawFile
+from .._fastst.read import RawFile
 from .._frameworks import torch as _fw_torch
 from .._paths import readable
 from .._write.remote import is_url

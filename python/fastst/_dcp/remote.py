@@ -45,7 +45,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from .. import _fastst
 from .._errors import SafetensorError, rule_error
-from .._fastst import DEFAULT_HEADER_CAP, RawFile
+from .._fastst.read import DEFAULT_HEADER_CAP, RawFile
 from .._layout import MODEL_OBJECT, RANK_OBJECT
 from .._settings import index_cap
 from .._sources import remote as _remote
@@ -100,7 +100,7 @@ def _read(url: str, opts: _remote.Options) -> Optional[bytes]:
     when there is none."""
     name = _remote.display(url)
     try:
-        raw = _fastst.read_remote(url, name, opts, index_cap())
+        raw = _fastst.remote.read_remote(url, name, opts, index_cap())
     except FileNotFoundError:
         return None
     if raw is None:
@@ -191,7 +191,7 @@ def checkpoint_urls(base: str, opts: _remote.Options) -> List[str]:
     if record is not None or index is not None:
         names = sorted(set(record or []) | set(index or []))
     else:
-        listed = _fastst.list_remote(base, _remote.display(base), opts, _remote.LIST_CAP)
+        listed = _fastst.remote.list_remote(base, _remote.display(base), opts, _remote.LIST_CAP)
         if listed is None:
             raise rule_error(
                 "folder-over-cap",
@@ -209,7 +209,7 @@ def checkpoint_urls(base: str, opts: _remote.Options) -> List[str]:
 
 def _open_urls(urls: List[str], opts: _remote.Options) -> Dict[str, RawFile]:
     """The objects ``urls`` opened (their headers read and checked), several at once."""
-    got = _fastst.open_urls(
+    got = _fastst.remote.open_urls(
         urls,
         [_remote.display(u) for u in urls],
         opts,

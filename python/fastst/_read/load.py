@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Iterator, List, Tuple, Union
 
-from .._fastst import parse_bytes
+from .._fastst.read import parse_bytes
 from .._frameworks import Where
 from .._frameworks import backend as framework_backend
 from .._write.tensors import BYTES_NAME

@@ -2,7 +2,7 @@
 
 Reading a file's pages ahead of a load: what a loader declares it will
 read (the whole file, some tensors, parts of tensors) becomes byte ranges
-for the core's background reader, ``_fastst.Prefetcher``.
+for the core's background reader, ``_fastst.read.Prefetcher``.
 
 The reader is bounded: it never reads more than a budget (by default half
 of the memory the kernel reports as available; ``prefetch_budget=`` or
@@ -70,12 +70,12 @@ def slice_ranges(
     if planned is None:
         # Packed rows that end inside a byte: get_slice reads the whole tensor.
         return [(0, nbytes)] if nbytes else []
-    return _fastst.slice_ranges(dtype, list(shape), planned[0], _MAX_RANGES)
+    return _fastst.read.slice_ranges(dtype, list(shape), planned[0], _MAX_RANGES)
 
 
-def plan(raw: _fastst.RawFile, what: Declaration) -> List[Tuple[int, int]]:
+def plan(raw: _fastst.read.RawFile, what: Declaration) -> List[Tuple[int, int]]:
     """Absolute byte ranges ``(offset, length)`` of ``raw`` (a
-    ``_fastst.RawFile``) that the declaration ``what`` covers, in the order
+    ``_fastst.read.RawFile``) that the declaration ``what`` covers, in the order
     declared (``"all"``: file order). Unknown tensor names raise the
     reader's error for them."""
     start = int(raw.data_start)
@@ -109,11 +109,11 @@ def plan(raw: _fastst.RawFile, what: Declaration) -> List[Tuple[int, int]]:
 
 class Driver:
     """The read-ahead of one open file: what was declared, the running
-    ``_fastst.Prefetcher``, and ``"auto"`` mode (the whole file once the
+    ``_fastst.read.Prefetcher``, and ``"auto"`` mode (the whole file once the
     caller has asked for a slice of every tensor, as ``transformers`` does
     before loading a checkpoint)."""
 
-    def __init__(self, raw: _fastst.RawFile, mode: Any, budget: Optional[int]) -> None:
+    def __init__(self, raw: _fastst.read.RawFile, mode: Any, budget: Optional[int]) -> None:
         self._raw = raw
         self._budget = budget
         self._job: Optional[Any] = None
@@ -135,7 +135,7 @@ class Driver:
             budget = prefetch_budget()
         if budget is not None and budget <= 0:
             raise ValueError(f"prefetch budget must be positive, got {budget}")
-        self._job = _fastst.Prefetcher(self._raw, ranges, budget)
+        self._job = _fastst.read.Prefetcher(self._raw, ranges, budget)
         self._detached = False
 
     def sliced(self, name: str) -> None:
@@ -174,6 +174,6 @@ def driver(raw: RawSource, mode: Any, budget: Optional[int]) -> Optional[Driver]
     """A :class:`Driver` for ``raw`` when it is a single file (checkpoints
     read through an index get none; the core plans nothing for a file
     object without a descriptor), else None."""
-    if not isinstance(raw, _fastst.RawFile):
+    if not isinstance(raw, _fastst.read.RawFile):
         return None
     return Driver(raw, mode, budget)

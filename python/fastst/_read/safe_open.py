@@ -15,7 +15,7 @@ import numpy as np
 from .. import _frameworks
 from .._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
 from .._errors import closed_file_error, rule_error
-from .._fastst import DEFAULT_HEADER_CAP, RawFile, load_into
+from .._fastst.read import DEFAULT_HEADER_CAP, RawFile, load_into
 from .._frameworks import placement
 from .._paths import progress_label
 from .._settings import prefetch_enabled, prefetch_threads, read_backend

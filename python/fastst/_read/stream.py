@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 import numpy as np
 
 from .._errors import LoadStopped, closed_file_error
-from .._fastst import RawFile, load_into
+from .._fastst.read import RawFile, load_into
 from .._paths import progress_label
 from .pool import run_all
 from .progress import Report

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .._errors import SafetensorError
-from .._fastst import RawFile
+from .._fastst.read import RawFile
 from .._paths import readable
 from .identify import explain
 

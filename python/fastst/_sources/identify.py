@@ -58,10 +58,10 @@ def identify(path: str) -> Optional[Dict[str, Any]]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # swapped since the stat above
             return {"kind": "other", "description": "not a regular file", "executable": False}
-        head = os.pread(fd, _fastst.IDENTIFY_LEN, 0)
+        head = os.pread(fd, _fastst.inspect.IDENTIFY_LEN, 0)
     finally:
         os.close(fd)
-    found = _fastst.identify(head, st.st_size)
+    found = _fastst.inspect.identify(head, st.st_size)
     return dict(found) if found is not None else None
 
 

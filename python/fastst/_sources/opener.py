@@ -28,7 +28,7 @@ import stat
 import sys
 from typing import Any, Mapping, Optional
 
-from .._fastst import RawFile
+from .._fastst.read import RawFile
 from .._paths import os_path, shown
 from . import remote as _remote
 from .file import open_file

@@ -30,7 +30,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from .. import _fastst
 from .._errors import rule_error
-from .._fastst import RawFile
+from .._fastst.read import RawFile
 from .._layout import choose_checkpoint, names_an_index
 from .._paths import is_url as is_url  # the one test, re-exported
 from .._paths import readable
@@ -89,7 +89,7 @@ def read_index(url: str, opts: Options) -> Tuple[bytes, Dict[str, Any]]:
     local indexes (:func:`fastst._sources.folders.read_index`)."""
     name = display(url)
     cap = index_cap()
-    raw = _fastst.read_remote(url, name, opts, cap)
+    raw = _fastst.remote.read_remote(url, name, opts, cap)
     if raw is None:
         raise rule_error(
             "index-over-cap",
@@ -106,7 +106,7 @@ def checkpoint_under(url: str, opts: Options) -> str:
     (:func:`fastst._layout.choose_checkpoint`, the one rule); a prefix
     with more than :data:`LIST_CAP` objects under it is refused (rule
     ``folder-over-cap``) rather than listed whole."""
-    names = _fastst.list_remote(url, display(url), opts, LIST_CAP)
+    names = _fastst.remote.list_remote(url, display(url), opts, LIST_CAP)
     if names is None:
         raise rule_error(
             "folder-over-cap",
@@ -130,7 +130,9 @@ def _sharded(url: str, opts: Options, header_cap: int) -> ShardedFile:
     index = read_index(url, opts)[1]
     shards = list(placements(None, index["weight_map"], lambda *_: None))
     urls = [shard_url(url, shard) for shard in shards]
-    got = _fastst.open_urls(urls, [display(u) for u in urls], opts, header_cap, SHARDS_AT_ONCE)
+    got = _fastst.remote.open_urls(
+        urls, [display(u) for u in urls], opts, header_cap, SHARDS_AT_ONCE
+    )
     # The list ends at the first failure: the walk below raises it there.
     opened = dict(zip(shards, got, strict=False))
 
@@ -155,4 +157,4 @@ def open_url(url: str, header_cap: int, storage_options: Optional[Mapping[str, A
         url = checkpoint_under(url, opts)
     if names_an_index(urlsplit(url).path):
         return _sharded(url, opts, header_cap)
-    return _fastst.open_object(url, display(url), opts, header_cap)
+    return _fastst.remote.open_object(url, display(url), opts, header_cap)

@@ -19,7 +19,7 @@ import os
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from .._errors import ShardIndexError, closed_file_error, rule_error
-from .._fastst import RawFile
+from .._fastst.read import RawFile
 from .._layout import names_an_index
 from .._paths import readable
 from .file import open_file

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._fastst import replace_file
+from .._fastst.write import replace_file
 from .._paths import os_path, readable
 
 

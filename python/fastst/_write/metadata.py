@@ -22,7 +22,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .. import _fastst
 from .._errors import rule_error
-from .._fastst import DEFAULT_HEADER_CAP, WritePlan
+from .._fastst.read import DEFAULT_HEADER_CAP
+from .._fastst.write import WritePlan
 from .._sources.file import open_file
 
 __all__ = ["update_metadata"]
@@ -137,7 +138,7 @@ def update_metadata(
         source = _in_place(source)
     target = source if output is None else _path(output)
     changes, removed = _check(updates or {}, remove)
-    before = _fastst.hash_file(source, tensors=True, header_cap=header_cap)
+    before = _fastst.inspect.hash_file(source, tensors=True, header_cap=header_cap)
     raw = open_file(source, "mmap", header_cap, source)
     try:
         old = raw.metadata() or {}
@@ -152,12 +153,12 @@ def update_metadata(
             sources.append(memoryview(buffer))
         # The data section keeps its alignment (up to a page): a file
         # written with align=N stays aligned to N.
-        align = _fastst.data_alignment(raw.data_start)
+        align = _fastst.write.data_alignment(raw.data_start)
         plan = WritePlan(entries, list(metadata.items()) or None, target, header_cap, align)
         plan.write_file(target, target, sources, None)
     finally:
         raw.close()
-    after = _fastst.hash_file(target, tensors=True, header_cap=header_cap)
+    after = _fastst.inspect.hash_file(target, tensors=True, header_cap=header_cap)
     if after["tensors"] != before["tensors"]:
         changed = sorted(
             n for n in before["tensors"] if after["tensors"].get(n) != before["tensors"][n]

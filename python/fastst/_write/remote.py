@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 from .. import _fastst
 from .._errors import SafetensorError
-from .._fastst import LayoutWriter, WritePlan
+from .._fastst.write import LayoutWriter, WritePlan
 from .._sources import remote as _remote
 
 #: Whether a destination is a URL (rather than a path), as for reading.
@@ -39,7 +39,7 @@ def upload(
     ``sources``, as :func:`fastst._write.tensors.plan` gives them) to the
     object ``url``; errors name the URL as :func:`display` shows it."""
     pairs = _remote.options(storage_options)
-    _fastst.upload_file(layout, url, display(url), pairs, sources)
+    _fastst.remote.upload_file(layout, url, display(url), pairs, sources)
 
 
 def layout_writer(
@@ -63,12 +63,12 @@ def put_bytes(url: str, data: bytes, storage_options: Optional[Mapping[str, Any]
     """Writes ``data`` as the object ``url`` with one request (a small object: an index),
     whole or not at all."""
     pairs = _remote.options(storage_options)
-    _fastst.put_remote(url, display(url), pairs, bytes(data))
+    _fastst.remote.put_remote(url, display(url), pairs, bytes(data))
 
 
 def delete(url: str, storage_options: Optional[Mapping[str, Any]]) -> None:
     """Deletes the object ``url`` (one that is not there is no error)."""
-    _fastst.delete_remote(url, display(url), _remote.options(storage_options))
+    _fastst.remote.delete_remote(url, display(url), _remote.options(storage_options))
 
 
 def shards_named(index_url: str, storage_options: Optional[Mapping[str, Any]]) -> List[str]:
@@ -88,7 +88,9 @@ def names_under(prefix_url: str, storage_options: Optional[Mapping[str, Any]]) -
     """The names of the objects directly under ``prefix_url`` (ending in ``/``); none when the
     prefix holds more than the listing cap (nothing is then cleaned up)."""
     url = display(prefix_url)
-    names = _fastst.list_remote(prefix_url, url, _remote.options(storage_options), _remote.LIST_CAP)
+    names = _fastst.remote.list_remote(
+        prefix_url, url, _remote.options(storage_options), _remote.LIST_CAP
+    )
     return list(names or [])
 
 

@@ -15,7 +15,7 @@ A save over an existing checkpoint commits as one, through this sequence
    of this write removes the staged shards: nothing names them);
 3. each staged shard is linked to its final name
    (``{prefix}-00001-of-0000N.safetensors``), replacing an old shard of
-   that name in one step (:func:`fastst._fastst.link_file`);
+   that name in one step (:func:`fastst._fastst.write.link_file`);
 4. the index is replaced by one naming the final names;
 5. this save's staged names are removed, and what earlier saves of the
    prefix made that the new index does not name: their shards, the staged
@@ -63,7 +63,7 @@ from collections import abc
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 from .._errors import closed_file_error, rule_error, save_errors
-from .._fastst import link_file
+from .._fastst.write import link_file
 from .._layout import WEIGHTS_SUFFIX, index_name, own_shard, shard_name, staged_name
 from .._paths import os_path, readable
 from .._settings import parse_size
@@ -479,7 +479,7 @@ class ShardedWriter(WholeOrNothing):
         # completed by the last: descriptors follow the shards being written, not their
         # number. (An object store's shards appear only when the block ends.)
         self._early = not url
-        self._options = {
+        self._options: Dict[str, Any] = {
             "metadata": metadata,
             "align": align,
             "durable": True,

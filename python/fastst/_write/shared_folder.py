@@ -155,7 +155,7 @@ def drop_sharded_layout(path: Union[str, bytes]) -> None:
     index_path = os.path.join(folder, index_name(prefix))
     if not prefix or not os.path.lexists(index_path):
         return
-    with save_errors(readable(path)), locked(folder or "."):
+    with save_errors(readable(os.fsdecode(path))), locked(folder or "."):
         if not os.path.lexists(os.path.join(folder, name)):
             return
         _unlink(index_path)

@@ -50,7 +50,8 @@ from typing import (
 
 from .._dtypes import FACTS, NUMPY_DTYPES, target_dtype
 from .._errors import SafetensorError, rule_error, save_errors
-from .._fastst import DEFAULT_HEADER_CAP, LayoutWriter, WritePlan
+from .._fastst.read import DEFAULT_HEADER_CAP
+from .._fastst.write import LayoutWriter, WritePlan
 from .._paths import os_path, readable
 from . import remote as _remote
 from .shared_folder import drop_sharded_layout

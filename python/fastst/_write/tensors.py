@@ -34,7 +34,8 @@ import numpy as np
 
 from .._dtypes import NUMPY_DTYPES, PACKED_BITS, header_dtype, pack_bits
 from .._errors import UnsupportedDtypeError, rule_error, save_errors
-from .._fastst import DEFAULT_HEADER_CAP, MAX_ALIGN, WritePlan
+from .._fastst.read import DEFAULT_HEADER_CAP
+from .._fastst.write import MAX_ALIGN, WritePlan
 from .._paths import os_path, readable
 from . import remote as _remote
 from .shared_folder import drop_sharded_layout

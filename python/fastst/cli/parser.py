@@ -10,7 +10,8 @@ import difflib
 import sys
 from typing import Any, Dict, Iterable
 
-from .._fastst import DEFAULT_HEADER_CAP, __version__
+from .._fastst import __version__
+from .._fastst.read import DEFAULT_HEADER_CAP
 from .._sources.remote import display, is_url
 from .._text import escape
 from ..tools import inspect as fi

@@ -18,7 +18,7 @@ import argparse
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .._fastst import DEFAULT_HEADER_CAP
+from .._fastst.read import DEFAULT_HEADER_CAP
 from .argtypes import non_negative, positive
 from .exits import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from .provenance_render import _print_findings, _print_verify, _rank, clean, print_unchecked

@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 from .. import _fastst
 from .._errors import SafetensorError
-from .._fastst import DEFAULT_HEADER_CAP
+from .._fastst.read import DEFAULT_HEADER_CAP
 from .._layout import INDEX_SUFFIX, names_an_index
 from .._paths import os_path as _path
 from .._paths import progress_label, readable, shown
@@ -30,19 +30,21 @@ Finding = Dict[str, Any]
 
 
 def _hash_file(path: str, progress: bool = False, **options: Any) -> Dict[str, Any]:
-    out = dict(_fastst.hash_file(path, progress=progress_label(path, progress), **options))
+    out = dict(_fastst.inspect.hash_file(path, progress=progress_label(path, progress), **options))
     out["path"] = shown(path)
     return out
 
 
 def _verify_file(path: str, progress: bool = False, **options: Any) -> Dict[str, Any]:
-    out = dict(_fastst.verify_file(path, progress=progress_label(path, progress), **options))
+    out = dict(
+        _fastst.inspect.verify_file(path, progress=progress_label(path, progress), **options)
+    )
     out["path"] = shown(path)
     return out
 
 
 def _read_metadata(path: str, header_cap: int) -> Optional[Dict[str, str]]:
-    pairs = _fastst.read_metadata(path, header_cap=header_cap)
+    pairs = _fastst.inspect.read_metadata(path, header_cap=header_cap)
     if pairs is None:
         return None
     out: Dict[str, str] = {}
@@ -165,7 +167,7 @@ def inspect_checkpoint(
     metadata = None
     file_len = len(raw)
     for i, name in enumerate(names):
-        info = _fastst.inspect_file(
+        info = _fastst.inspect.inspect_file(
             shard_location(path, name), table=tensors, header_cap=header_cap
         )
         if i == 0:

@@ -15,7 +15,7 @@ from typing import Any, Collection, Dict, List, Union, cast
 
 from .. import _fastst
 from .._errors import SafetensorError, ShardIndexError
-from .._fastst import DEFAULT_HEADER_CAP
+from .._fastst.read import DEFAULT_HEADER_CAP
 from .._paths import shown
 from .._sources import remote as _remote
 from .._sources.shard_rules import ShardProblem, Table, check_shards
@@ -185,7 +185,7 @@ def verify_checkpoint(
         if not sub["accepted"]:
             complete = complete and sub["complete"]
             return Table.UNREAD
-        info = _fastst.inspect_file(shard_path, table=True, header_cap=header_cap)
+        info = _fastst.inspect.inspect_file(shard_path, table=True, header_cap=header_cap)
         return [row[0] for row in info["table"]]
 
     check_shards(folder, weight_map, table, collect)
@@ -219,7 +219,7 @@ def verify_checkpoint(
 def _tensor_bytes(index_path: str, shards: List[Dict[str, Any]], header_cap: int) -> int:
     total = 0
     for s in shards:
-        info = _fastst.inspect_file(
+        info = _fastst.inspect.inspect_file(
             shard_location(index_path, s["file"]), table=False, header_cap=header_cap
         )
         total += sum(d["bytes"] for d in info["by_dtype"])

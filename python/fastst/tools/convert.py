@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from .. import _fastst
 from .._errors import rule_error
-from .._fastst import DEFAULT_HEADER_CAP
+from .._fastst.read import DEFAULT_HEADER_CAP
 from .._paths import readable
 from .._sources.folders import read_index
 from .._sources.identify import NOT_FILES, identify, not_safetensors_message
@@ -79,7 +79,7 @@ def _check_written(path: str, tensors: Dict[str, Any], torch: Any) -> None:
                 dtype == HEADER_NAMES.get(tensor.dtype)
                 and tuple(shape) == tuple(tensor.shape)
                 and len(memoryview(buffer)) == meant.nbytes
-                and _fastst.diff_buffers(buffer, meant, "U8")["identical"]
+                and _fastst.inspect.diff_buffers(buffer, meant, "U8")["identical"]
             )
             if not same:
                 raise ValueError(f"tensor {name!r} differs after writing")

@@ -13,7 +13,7 @@ import os
 from typing import Any, Dict, List, Optional, Tuple, Union, cast
 
 from .. import _fastst
-from .._fastst import DEFAULT_HEADER_CAP
+from .._fastst.read import DEFAULT_HEADER_CAP
 from .._paths import os_path as _path
 from .._paths import shown
 from .._sources.opener import open_source
@@ -167,7 +167,9 @@ def _values(
     buf_a = fa.tensor(name)[0]
     buf_b = fb.tensor(name)[0]
     try:
-        return _fastst.diff_buffers(buf_a, buf_b, dtype_a, threads, dtype_b=dtype_b, profile=True)
+        return _fastst.inspect.diff_buffers(
+            buf_a, buf_b, dtype_a, threads, dtype_b=dtype_b, profile=True
+        )
     except ValueError:
         return None
 

@@ -38,7 +38,7 @@ import numpy as np
 from .. import _fastst
 from .._dtypes import NARROW_FLOATS
 from .._errors import rule_error
-from .._fastst import DEFAULT_HEADER_CAP
+from .._fastst.read import DEFAULT_HEADER_CAP
 from .._paths import os_path as _path
 from .._paths import readable, shown
 from .._read.safe_open import safe_open
@@ -103,7 +103,7 @@ def severity_rank(severity: str) -> int:
 def rules() -> List[Dict[str, str]]:
     """The rules ``verify`` reports: dicts with ``id``, ``severity`` (the
     default), ``verdict`` (``malformed`` or ``red-flag``) and ``summary``."""
-    return list(_fastst.verify_rules())
+    return list(_fastst.inspect.verify_rules())
 
 
 def _given_path(result: Any, path: str) -> Dict[str, Any]:
@@ -235,7 +235,7 @@ def inspect_file(
     tuples in file order, offsets relative to the data buffer.
     """
     p = _path(path)
-    summary = _given_path(_fastst.inspect_file(p, table=tensors, header_cap=header_cap), p)
+    summary = _given_path(_fastst.inspect.inspect_file(p, table=tensors, header_cap=header_cap), p)
     return cast(results.FileSummary, summary)
 
 

@@ -100,7 +100,7 @@ def _severity(rule: str) -> Tuple[str, str]:
         # leaves the verdict inconclusive, as a malformed file does.
         _SEVERITY.update(
             (r["id"], (str(r["severity"]), str(r["verdict"] or "malformed")))
-            for r in _fastst.rule_catalogue()
+            for r in _fastst.catalogue.rule_catalogue()
         )
     try:
         return _SEVERITY[rule]

@@ -21,7 +21,7 @@ import re
 from typing import Dict, List, Optional, Tuple, Union, cast
 
 from .. import _fastst
-from .._fastst import DEFAULT_HEADER_CAP
+from .._fastst.read import DEFAULT_HEADER_CAP
 from .._paths import os_path as _path
 from .._paths import progress_label
 from . import results
@@ -60,7 +60,7 @@ def _file(
 ) -> List[results.TensorStats]:
     if not 1 <= bins <= MAX_BINS:
         raise ValueError(f"bins must be 1 to {MAX_BINS:,}, not {bins!r}")
-    rows = _fastst.stats_file(
+    rows = _fastst.inspect.stats_file(
         path,
         names=names,
         bins=bins,
@@ -87,7 +87,7 @@ def stats_file(
     p = _path(path)
     names = None
     if pattern is not None:
-        table = _fastst.inspect_file(p, table=True, header_cap=header_cap)["table"]
+        table = _fastst.inspect.inspect_file(p, table=True, header_cap=header_cap)["table"]
         names = [row[0] for row in table if fnmatch.fnmatchcase(row[0], pattern)]
     return _file(p, names, None, bins, threads, header_cap, progress)
 

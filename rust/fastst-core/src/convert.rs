@@ -69,6 +69,8 @@ enum Special {
     Fn,
     /// "fnuz": no infinities, no negative zero; 0x80 is the only NaN.
     Fnuz,
+    /// Every code a finite number (F4, the F6 kinds).
+    Finite,
 }
 
 fn decode_minifloat(bits: u32, exp_bits: u32, man_bits: u32, bias: i32, special: Special) -> f32 {
@@ -99,17 +101,23 @@ fn decode_minifloat(bits: u32, exp_bits: u32, man_bits: u32, bias: i32, special:
     neg * value
 }
 
-/// Decodes one element of an 8-bit kind.
-fn decode8(dtype: Dtype, byte: u8) -> f32 {
-    let b = u32::from(byte);
+/// The value of `code`, one element of a float kind narrower than 16
+/// bits: the F8 kinds, F6 (low 6 bits) and F4 (low 4 bits), as ml_dtypes
+/// decodes them (NaN for any other dtype). Exact: every such value is an
+/// `f32`.
+pub fn minifloat_to_f32(dtype: Dtype, code: u8) -> f32 {
+    let b = u32::from(code);
     match dtype {
         Dtype::F8E4M3 => decode_minifloat(b, 4, 3, 7, Special::Fn),
         Dtype::F8E5M2 => decode_minifloat(b, 5, 2, 15, Special::Ieee),
         Dtype::F8E4M3Fnuz => decode_minifloat(b, 4, 3, 8, Special::Fnuz),
         Dtype::F8E5M2Fnuz => decode_minifloat(b, 5, 2, 16, Special::Fnuz),
         // E8M0: an unsigned power of two, 0xFF is NaN.
-        Dtype::F8E8M0 if byte == 0xff => f32::NAN,
+        Dtype::F8E8M0 if code == 0xff => f32::NAN,
         Dtype::F8E8M0 => 2f32.powi(b as i32 - 127),
+        Dtype::F4 => decode_minifloat(b, 2, 1, 1, Special::Finite),
+        Dtype::F6E2M3 => decode_minifloat(b, 2, 3, 1, Special::Finite),
+        Dtype::F6E3M2 => decode_minifloat(b, 3, 2, 3, Special::Finite),
         _ => f32::NAN,
     }
 }
@@ -132,7 +140,7 @@ fn table8(dtype: Dtype) -> &'static [f32; 256] {
     TABLES[slot].get_or_init(|| {
         let mut t = [0f32; 256];
         for (i, v) in t.iter_mut().enumerate() {
-            *v = decode8(dtype, i as u8);
+            *v = minifloat_to_f32(dtype, i as u8);
         }
         t
     })
@@ -430,15 +438,42 @@ mod tests {
         assert_eq!(f32_to_f16(-0.0), 0x8000);
     }
 
+    /// F4 and the F6 kinds: every code finite, the sign in the top bit
+    /// of the element, as ml_dtypes decodes them.
+    #[test]
+    fn four_and_six_bit_values() {
+        let cases: [(Dtype, u8, f32); 10] = [
+            (Dtype::F4, 0x1, 0.5),
+            (Dtype::F4, 0x7, 6.0),
+            (Dtype::F4, 0x9, -0.5),
+            (Dtype::F4, 0xf, -6.0),
+            (Dtype::F6E2M3, 0x01, 0.125),
+            (Dtype::F6E2M3, 0x1f, 7.5),
+            (Dtype::F6E2M3, 0x3f, -7.5),
+            (Dtype::F6E3M2, 0x01, 0.0625),
+            (Dtype::F6E3M2, 0x1f, 28.0),
+            (Dtype::F6E3M2, 0x3f, -28.0),
+        ];
+        for (dtype, code, want) in cases {
+            assert_eq!(minifloat_to_f32(dtype, code), want, "{dtype} {code:#x}");
+        }
+        assert!((0..16).all(|c| minifloat_to_f32(Dtype::F4, c).is_finite()));
+        assert!((0..64).all(|c| minifloat_to_f32(Dtype::F6E3M2, c).is_finite()));
+        assert!(
+            minifloat_to_f32(Dtype::F32, 0).is_nan(),
+            "not a small float"
+        );
+    }
+
     #[test]
     fn eight_bit_specials() {
-        assert!(decode8(Dtype::F8E4M3, 0x7f).is_nan());
-        assert_eq!(decode8(Dtype::F8E4M3, 0x7e), 448.0);
-        assert_eq!(decode8(Dtype::F8E5M2, 0x7c), f32::INFINITY);
-        assert!(decode8(Dtype::F8E4M3Fnuz, 0x80).is_nan());
-        assert_eq!(decode8(Dtype::F8E4M3Fnuz, 0x00), 0.0);
-        assert_eq!(decode8(Dtype::F8E8M0, 127), 1.0);
-        assert!(decode8(Dtype::F8E8M0, 255).is_nan());
+        assert!(minifloat_to_f32(Dtype::F8E4M3, 0x7f).is_nan());
+        assert_eq!(minifloat_to_f32(Dtype::F8E4M3, 0x7e), 448.0);
+        assert_eq!(minifloat_to_f32(Dtype::F8E5M2, 0x7c), f32::INFINITY);
+        assert!(minifloat_to_f32(Dtype::F8E4M3Fnuz, 0x80).is_nan());
+        assert_eq!(minifloat_to_f32(Dtype::F8E4M3Fnuz, 0x00), 0.0);
+        assert_eq!(minifloat_to_f32(Dtype::F8E8M0, 127), 1.0);
+        assert!(minifloat_to_f32(Dtype::F8E8M0, 255).is_nan());
     }
 
     /// Large enough to take the multi-threaded path (see `parallel.rs`).
@@ -507,7 +542,7 @@ mod tests {
         let bytes: Vec<u8> = words.iter().map(|w| *w as u8).collect();
         convert(Dtype::F8E4M3, Dtype::F32, &bytes, &mut wide).expect("f8");
         for (i, (&b, d)) in bytes.iter().zip(wide.chunks_exact(4)).enumerate() {
-            let want = decode8(Dtype::F8E4M3, b).to_bits();
+            let want = minifloat_to_f32(Dtype::F8E4M3, b).to_bits();
             assert_eq!(
                 u32::from_le_bytes([d[0], d[1], d[2], d[3]]),
                 want,
@@ -578,7 +613,7 @@ mod tests {
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect();
-            let decoded: Vec<f32> = codes.iter().map(|&b| decode8(dtype, b)).collect();
+            let decoded: Vec<f32> = codes.iter().map(|&b| minifloat_to_f32(dtype, b)).collect();
             let table = table8(dtype);
             for values in [&converted[..], &decoded[..], &table[..]] {
                 let nan_codes: Vec<usize> = (0..256).filter(|&i| values[i].is_nan()).collect();
@@ -595,17 +630,17 @@ mod tests {
         }
         // A few values by name (ml_dtypes): smallest subnormal, largest
         // normal, one, negative zero, infinity.
-        assert_eq!(decode8(Dtype::F8E4M3, 0x01), 2f32.powi(-9));
-        assert_eq!(decode8(Dtype::F8E4M3, 0x38), 1.0);
-        assert_eq!(decode8(Dtype::F8E4M3, 0xfe), -448.0);
-        assert_eq!(decode8(Dtype::F8E4M3, 0x80).to_bits(), 0x8000_0000);
-        assert_eq!(decode8(Dtype::F8E5M2, 0x7b), 57344.0);
-        assert_eq!(decode8(Dtype::F8E5M2, 0xfc), f32::NEG_INFINITY);
-        assert_eq!(decode8(Dtype::F8E5M2Fnuz, 0xff), -57344.0);
-        assert_eq!(decode8(Dtype::F8E4M3Fnuz, 0x7f), 240.0);
-        assert_eq!(decode8(Dtype::F8E8M0, 0x00), 2f32.powi(-127));
-        assert_eq!(decode8(Dtype::F8E8M0, 0xfe), 2f32.powi(127));
-        assert!(decode8(Dtype::F32, 0).is_nan());
+        assert_eq!(minifloat_to_f32(Dtype::F8E4M3, 0x01), 2f32.powi(-9));
+        assert_eq!(minifloat_to_f32(Dtype::F8E4M3, 0x38), 1.0);
+        assert_eq!(minifloat_to_f32(Dtype::F8E4M3, 0xfe), -448.0);
+        assert_eq!(minifloat_to_f32(Dtype::F8E4M3, 0x80).to_bits(), 0x8000_0000);
+        assert_eq!(minifloat_to_f32(Dtype::F8E5M2, 0x7b), 57344.0);
+        assert_eq!(minifloat_to_f32(Dtype::F8E5M2, 0xfc), f32::NEG_INFINITY);
+        assert_eq!(minifloat_to_f32(Dtype::F8E5M2Fnuz, 0xff), -57344.0);
+        assert_eq!(minifloat_to_f32(Dtype::F8E4M3Fnuz, 0x7f), 240.0);
+        assert_eq!(minifloat_to_f32(Dtype::F8E8M0, 0x00), 2f32.powi(-127));
+        assert_eq!(minifloat_to_f32(Dtype::F8E8M0, 0xfe), 2f32.powi(127));
+        assert!(minifloat_to_f32(Dtype::F32, 0).is_nan());
     }
 
     /// Every F16 value widened, against numpy's float16 -> float32 (NaN

@@ -69,7 +69,8 @@
 //! - `identify`: what a file that is not safetensors is, from its first
 //!   bytes ([`identify()`]; the reader's errors say it).
 //! - `json`: JSON text helpers (escaping, numbers, leading whitespace).
-//! - `parallel`: the thread policy.
+//! - `parallel`: the thread policy and the one fan-out of "N workers,
+//!   first error wins".
 //! - `progress`: progress callbacks ([`Progress`]) and the one stderr
 //!   renderer ([`StderrLine`]).
 //!
@@ -174,14 +175,15 @@ pub use write::{
 /// The pieces of the reader that the forensics, remote and Python crates
 /// build on but that are not an API of their own: the one file opener and
 /// fallible allocation, the entry and layout rules as `fastst verify` runs
-/// them collect-all, magic-number sniffing, JSON text helpers, the thread
-/// policy and the write-back window the Python glue reports. With the
+/// them collect-all, magic-number sniffing, the small float kinds' values, JSON text helpers, the thread
+/// policy and its one fan-out ([`internal::fan_out`]), the write-back window the Python glue reports. With the
 /// `testfs` feature, also the scratch files of the tests.
 pub mod internal {
+    pub use crate::convert::minifloat_to_f32;
     pub use crate::identify::{sniff, Magic, SNIFF_LEN};
     pub use crate::io::{open, zeroed, OpenFile};
     pub use crate::json::{whitespace_len, write_string, write_u64};
-    pub use crate::parallel::thread_count;
+    pub use crate::parallel::{fan_out, thread_count};
     pub use crate::validate::{entry, found, layout};
     pub use crate::write::WRITEBACK_WINDOW;
 

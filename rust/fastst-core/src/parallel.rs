@@ -1,7 +1,9 @@
-//! Thread policy, in one place: how many threads a piece of work gets, and
-//! the scoped fan-out over matching chunks used by copies and conversions.
+//! Thread policy, in one place: how many threads a piece of work gets, the
+//! one fan-out of "N workers, first error wins" (loads, stats, diffs,
+//! value scans), and the scoped fan-out over matching chunks used by copies
+//! and conversions.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use crate::error::{Error, Result};
@@ -103,6 +105,73 @@ pub fn thread_count(requested: usize) -> usize {
     }
 }
 
+/// N workers, first error wins: runs `work` on `workers` threads of their
+/// own while the calling thread runs `meanwhile` (a load's progress loop),
+/// then joins every one of them. Returns what each worker returned, in the
+/// order they were started, or the first error in that order; a worker
+/// that panicked is rule `worker-failed` (`task` names the work).
+pub(crate) fn fan_out_beside<T: Send>(
+    workers: usize,
+    task: &'static str,
+    work: impl Fn() -> Result<T> + Sync,
+    meanwhile: impl FnOnce(),
+) -> Result<Vec<T>> {
+    let joined: Vec<Result<T>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers).map(|_| s.spawn(&work)).collect();
+        meanwhile();
+        // Every worker is joined before an error is looked at: a scope
+        // whose unjoined thread panicked would panic itself.
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(Err(Error::WorkerFailed { task })))
+            .collect()
+    });
+    joined.into_iter().collect()
+}
+
+/// N workers, first error wins, over the items `0..n`: up to `workers`
+/// workers (at most one per item; one runs on the calling thread) each
+/// make their own state with `init` (a read buffer, partial sums) and take
+/// the next item not taken yet, `each(&mut state, item)`, until none is
+/// left or a worker failed (no item is taken after an error). Returns the
+/// workers' states, or the first error in the order the workers were
+/// started; a worker that panicked is rule `worker-failed` (`task` names
+/// the work).
+pub fn fan_out<S: Send>(
+    n: usize,
+    workers: usize,
+    task: &'static str,
+    init: impl Fn() -> Result<S> + Sync,
+    each: impl Fn(&mut S, usize) -> Result<()> + Sync,
+) -> Result<Vec<S>> {
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let work = || {
+        let failed = |e| {
+            stop.store(true, Ordering::Relaxed);
+            Err(e)
+        };
+        let mut state = match init() {
+            Ok(s) => s,
+            Err(e) => return failed(e),
+        };
+        while !stop.load(Ordering::Relaxed) {
+            let item = next.fetch_add(1, Ordering::Relaxed);
+            if item >= n {
+                break;
+            }
+            if let Err(e) = each(&mut state, item) {
+                return failed(e);
+            }
+        }
+        Ok(state)
+    };
+    match workers.min(n) {
+        0 | 1 => work().map(|s| vec![s]),
+        workers => fan_out_beside(workers, task, work, || ()),
+    }
+}
+
 /// Runs `f(src_chunk, dst_chunk)` over matching chunks of `src` (in units of
 /// `src_size` bytes per element) and `dst` (`dst_size` bytes per element).
 pub(crate) fn par_chunks(
@@ -199,6 +268,96 @@ mod tests {
             Ok(())
         });
         assert!(matches!(err, Err(Error::WorkerFailed { task: "a test" })));
+    }
+
+    /// Every item is taken once, each worker with its own state; the
+    /// first error is returned and stops new items; a panicking worker is
+    /// rule `worker-failed`; one worker (or one item) stays on the calling
+    /// thread.
+    #[test]
+    fn fan_out_takes_every_item_once_and_stops_at_an_error() {
+        for workers in [0, 1, 3, 64] {
+            let seen = Mutex::new(vec![0u8; 100]);
+            let states = fan_out(
+                100,
+                workers,
+                "a test",
+                || Ok(0usize),
+                |count, i| {
+                    *count += 1;
+                    seen.lock().unwrap()[i] += 1;
+                    Ok(())
+                },
+            )
+            .unwrap();
+            assert_eq!(states.len(), workers.clamp(1, 100));
+            assert_eq!(states.iter().sum::<usize>(), 100);
+            assert!(seen.into_inner().unwrap().iter().all(|&c| c == 1));
+        }
+        let on_caller = std::thread::current().id();
+        fan_out(
+            1,
+            4,
+            "a test",
+            || Ok(()),
+            |_, _| {
+                assert_eq!(std::thread::current().id(), on_caller);
+                Ok(())
+            },
+        )
+        .unwrap();
+        let taken = AtomicUsize::new(0);
+        let err = fan_out(
+            1000,
+            1,
+            "a test",
+            || Ok(()),
+            |_, i| {
+                taken.fetch_add(1, Ordering::Relaxed);
+                match i {
+                    5 => Err(Error::WorkerFailed { task: "item 5" }),
+                    _ => Ok(()),
+                }
+            },
+        );
+        assert!(matches!(err, Err(Error::WorkerFailed { task: "item 5" })));
+        assert_eq!(taken.into_inner(), 6, "no item is taken after an error");
+        let err = fan_out(
+            10,
+            2,
+            "a test",
+            || Err::<(), _>(Error::WorkerFailed { task: "init" }),
+            |_, _| Ok(()),
+        );
+        assert!(matches!(err, Err(Error::WorkerFailed { task: "init" })));
+        let err = fan_out(10, 2, "a test", || Ok(()), |_, _| panic!("a worker fails"));
+        assert!(matches!(err, Err(Error::WorkerFailed { task: "a test" })));
+    }
+
+    /// The calling thread's work runs while the workers run.
+    #[test]
+    fn fan_out_beside_runs_the_callers_part_meanwhile() {
+        let started = AtomicUsize::new(0);
+        let release = AtomicBool::new(false);
+        let out = fan_out_beside(
+            3,
+            "a test",
+            || {
+                started.fetch_add(1, Ordering::SeqCst);
+                while !release.load(Ordering::SeqCst) {
+                    std::thread::yield_now();
+                }
+                Ok(7)
+            },
+            || {
+                while started.load(Ordering::SeqCst) < 3 {
+                    std::thread::yield_now();
+                }
+                release.store(true, Ordering::SeqCst);
+            },
+        )
+        .unwrap();
+        assert_eq!(out, [7, 7, 7]);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! similarity) sums squares and products in `f64` over the element pairs
 //! where both values are finite.
 
+use fastst_core::internal::{fan_out, thread_count};
 use fastst_core::{bf16_to_f32, f16_to_f32, Dtype};
 
 use crate::stats::{decode, Number};
@@ -292,72 +293,53 @@ pub fn compare_values(a: Side, b: Side, profile: bool, threads: usize) -> Option
     let (da, db) = (Decoder::new(a.dtype), Decoder::new(b.dtype));
     let size = element_len(a.dtype);
     let read = reader(a.dtype);
-    let chunks = n.div_ceil(CHUNK).max(1);
-    let workers = if threads == 0 {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    } else {
-        threads
-    }
-    .clamp(1, chunks);
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let work = || {
-        let mut p = Partial::default();
-        let (mut xs, mut ys) = (Vec::new(), Vec::new());
-        loop {
-            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let start = i.saturating_mul(CHUNK);
-            if start >= n {
-                break;
+    let work = |(p, xs, ys): &mut (Partial, Vec<f64>, Vec<f64>), i: usize| {
+        let start = i.saturating_mul(CHUNK);
+        let end = start.saturating_add(CHUNK).min(n);
+        let (x, y) = (a.range(start, end), b.range(start, end));
+        let mut part = if same {
+            compare_chunk(x, y, size, read)
+        } else {
+            Partial::default()
+        };
+        if same && !part.bytes_differ {
+            if profile {
+                da.decode(x, xs);
+                part.sums.add_same(xs);
             }
-            let end = (start + CHUNK).min(n);
-            let (x, y) = (a.range(start, end), b.range(start, end));
-            let mut part = if same {
-                compare_chunk(x, y, size, read)
-            } else {
-                Partial::default()
-            };
-            if same && !part.bytes_differ {
-                if profile {
-                    da.decode(x, &mut xs);
-                    part.sums.add_same(&xs);
-                }
-            } else if profile || !same {
-                da.decode(x, &mut xs);
-                db.decode(y, &mut ys);
-                if !same {
-                    part.bytes_differ = true;
-                    for (&u, &v) in xs.iter().zip(&ys) {
-                        part.values(u, v);
-                    }
-                }
-                if profile {
-                    part.sums.add(&xs, &ys);
+        } else if profile || !same {
+            da.decode(x, xs);
+            db.decode(y, ys);
+            if !same {
+                part.bytes_differ = true;
+                for (&u, &v) in xs.iter().zip(ys.iter()) {
+                    part.values(u, v);
                 }
             }
-            p.merge(part);
+            if profile {
+                part.sums.add(xs, ys);
+            }
         }
-        p
+        p.merge(part);
+        Ok(())
     };
-    let total = if workers == 1 {
-        work()
-    } else {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..workers).map(|_| s.spawn(work)).collect();
-            let mut total = Partial::default();
-            for h in handles {
-                // A worker only compares slices; it cannot panic on data,
-                // but if it did the result would be incomplete, so treat
-                // the bytes as different without statistics.
-                match h.join() {
-                    Ok(p) => total.merge(p),
-                    Err(_) => {
-                        total.bytes_differ = true;
-                        total.differing = total.differing.max(1);
-                    }
-                }
-            }
-            total
-        })
+    let start = || Ok((Partial::default(), Vec::new(), Vec::new()));
+    let chunks = n.div_ceil(CHUNK);
+    let total = match fan_out(chunks, thread_count(threads), "a diff", start, work) {
+        Ok(parts) => parts
+            .into_iter()
+            .fold(Partial::default(), |mut t, (p, _, _)| {
+                t.merge(p);
+                t
+            }),
+        // A worker only compares slices; it cannot panic on data, but if
+        // it did the result would be incomplete, so the bytes count as
+        // different, without statistics.
+        Err(_) => Partial {
+            bytes_differ: true,
+            differing: 1,
+            ..Partial::default()
+        },
     };
     let numeric = read.is_some() || !same;
     Some(ValueDiff {

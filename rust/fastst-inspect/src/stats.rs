@@ -27,10 +27,10 @@
 //! false); everything else is exact.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use fastst_core::internal::{thread_count, zeroed};
+use fastst_core::internal::{fan_out, minifloat_to_f32, thread_count, zeroed};
 use fastst_core::{
     bf16_to_f32, f16_to_f32, Backend, Dtype, Error, MappedFile, OpenOptions, Result, TensorInfo,
     DEFAULT_HEADER_CAP,
@@ -272,20 +272,6 @@ fn list_pairs(codes: &mut [u16]) -> Vec<(u16, u64)> {
     out
 }
 
-/// A small float of `e` exponent and `m` mantissa bits with bias `bias`
-/// (no special values).
-fn minifloat(code: u32, e: u32, m: u32, bias: i32) -> f64 {
-    let sign = if code >> (e + m) & 1 == 1 { -1.0 } else { 1.0 };
-    let exp = ((code >> m) & ((1 << e) - 1)) as i32;
-    let man = f64::from(code & ((1 << m) - 1));
-    let magnitude = if exp == 0 {
-        man * 2f64.powi(1 - bias - m as i32)
-    } else {
-        (f64::from(1u32 << m) + man) * 2f64.powi(exp - bias - m as i32)
-    };
-    sign * magnitude
-}
-
 /// The value of code `code` of a code-read dtype.
 pub(crate) fn decode(dtype: Dtype, code: u16) -> Number {
     let code = u32::from(code);
@@ -296,26 +282,14 @@ pub(crate) fn decode(dtype: Dtype, code: u16) -> Number {
         Dtype::I16 => return Number::Int(i128::from(code as u16 as i16)),
         Dtype::F16 => f64::from(f16_to_f32(code as u16)),
         Dtype::Bf16 => f64::from(bf16_to_f32(code as u16)),
-        // E4M3 "fn": no Inf; S.1111.111 is NaN.
-        Dtype::F8E4M3 if code & 0x7f == 0x7f => f64::NAN,
-        Dtype::F8E4M3 => minifloat(code, 4, 3, 7),
-        // E5M2 follows IEEE: exponent 11111 is Inf (mantissa 0) or NaN.
-        Dtype::F8E5M2 if code & 0x7c == 0x7c => match code & 0x83 {
-            0 => f64::INFINITY,
-            0x80 => f64::NEG_INFINITY,
-            _ => f64::NAN,
-        },
-        Dtype::F8E5M2 => minifloat(code, 5, 2, 15),
-        // The "fnuz" kinds: 0x80 is the only NaN, no Inf, no -0.
-        Dtype::F8E4M3Fnuz | Dtype::F8E5M2Fnuz if code == 0x80 => f64::NAN,
-        Dtype::F8E4M3Fnuz => minifloat(code, 4, 3, 8),
-        Dtype::F8E5M2Fnuz => minifloat(code, 5, 2, 16),
-        // E8M0 (scales): 2^(code - 127), 0xff is NaN.
-        Dtype::F8E8M0 if code == 0xff => f64::NAN,
-        Dtype::F8E8M0 => 2f64.powi(code as i32 - 127),
-        Dtype::F4 => minifloat(code, 2, 1, 1),
-        Dtype::F6E2M3 => minifloat(code, 2, 3, 1),
-        Dtype::F6E3M2 => minifloat(code, 3, 2, 3),
+        Dtype::F8E4M3
+        | Dtype::F8E5M2
+        | Dtype::F8E4M3Fnuz
+        | Dtype::F8E5M2Fnuz
+        | Dtype::F8E8M0
+        | Dtype::F4
+        | Dtype::F6E2M3
+        | Dtype::F6E3M2 => f64::from(minifloat_to_f32(dtype, code as u8)),
         // Not code-read: never asked.
         _ => f64::NAN,
     };
@@ -895,48 +869,35 @@ fn stats(
     let total: u64 = chosen.iter().map(|t| t.byte_len()).sum();
     let largest = jobs.iter().map(|j| j.2).max().unwrap_or(0);
     let done_bytes = AtomicU64::new(0);
-    let next = AtomicUsize::new(0);
-    let workers = thread_count(options.threads).clamp(1, jobs.len().max(1));
     let bins = options.bins.clamp(1, MAX_BINS);
-    let work = || -> Result<()> {
-        let mut buf = zeroed(largest as u64, "")?;
-        let mut scratch = Scratch {
+    let init = || -> Result<_> {
+        let buf = zeroed(largest as u64, "")?;
+        let scratch = Scratch {
             table: new_table()?,
             list: Vec::new(),
         };
-        loop {
-            let k = next.fetch_add(1, Ordering::Relaxed);
-            let Some(&(i, offset, n)) = jobs.get(k) else {
-                return Ok(());
-            };
-            let info = chosen[i];
-            let bytes = &mut buf[..n];
-            file.read_tensor_into(info, offset, bytes)?;
-            let whole = n as u64 == info.byte_len();
-            scan_chunk(info, bytes, whole, &pending[i], &mut scratch, bins)?;
-            let so_far = done_bytes.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-            if let Some(report) = progress {
-                report(so_far, total);
-            }
+        Ok((buf, scratch))
+    };
+    let each = |(buf, scratch): &mut (Vec<u8>, Scratch), k: usize| -> Result<()> {
+        let (i, offset, n) = jobs[k];
+        let info = chosen[i];
+        let bytes = &mut buf[..n];
+        file.read_tensor_into(info, offset, bytes)?;
+        let whole = n as u64 == info.byte_len();
+        scan_chunk(info, bytes, whole, &pending[i], scratch, bins)?;
+        let so_far = done_bytes.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        if let Some(report) = progress {
+            report(so_far, total);
         }
+        Ok(())
     };
-    let outcomes: Vec<Result<()>> = if workers == 1 {
-        vec![work()]
-    } else {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..workers).map(|_| s.spawn(work)).collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or(Err(Error::WorkerFailed { task: "stats" }))
-                })
-                .collect()
-        })
-    };
-    for outcome in outcomes {
-        outcome?;
-    }
+    fan_out(
+        jobs.len(),
+        thread_count(options.threads),
+        "stats",
+        init,
+        each,
+    )?;
     pending
         .into_iter()
         .map(|p| {

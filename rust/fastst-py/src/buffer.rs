@@ -23,7 +23,7 @@ unsafe impl Send for Memory {}
 unsafe impl Sync for Memory {}
 
 /// Writable bytes of one tensor, exported through the buffer protocol.
-#[pyclass(frozen, module = "fastst._fastst")]
+#[pyclass(frozen, module = "fastst._fastst.read")]
 pub struct TensorBuffer {
     mem: Memory,
 }

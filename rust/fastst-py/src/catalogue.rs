@@ -91,16 +91,8 @@ fn closed_file_error(py: Python<'_>, filename: &str) -> PyObject {
     closed(filename).into_value(py).into_any()
 }
 
-/// Adds this file's functions to the module.
-/// The bytes a size string names, in fastst's one size grammar
-/// (`fastst_core::parse_size`); ValueError saying why for anything else.
-#[pyfunction]
-fn parse_size(text: &str) -> PyResult<u64> {
-    fastst_core::parse_size(text).map_err(|e| pyo3::exceptions::PyValueError::new_err(e.reason))
-}
-
+/// Adds this file's functions to `fastst._fastst.catalogue`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(parse_size, m)?)?;
     m.add_function(wrap_pyfunction!(rule_catalogue, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_facts, m)?)?;
     m.add_function(wrap_pyfunction!(conversions, m)?)?;

@@ -22,9 +22,10 @@ use crate::errors::{closed, rule_error, InFile};
 use crate::paths::FsPath;
 use crate::source::PySource;
 use crate::wait::hearing_signals;
+use crate::write::{tensor_rows, Chunk};
 
 /// An open `.safetensors` file (the header is parsed and validated).
-#[pyclass(frozen, module = "fastst._fastst")]
+#[pyclass(frozen, module = "fastst._fastst.read")]
 pub struct RawFile {
     name: String,
     /// Reads wait on a network: even small ones release the GIL (the
@@ -438,4 +439,29 @@ impl RawFile {
             Backend::Pread => "pread",
         })
     }
+}
+
+/// Parses a whole file held in a bytes-like object: returns the offset of
+/// the byte buffer, `(name, dtype, shape, begin, end)` per tensor in file
+/// order (offsets relative to the byte buffer), and the metadata pairs or
+/// None.
+#[pyfunction]
+#[pyo3(signature = (data, display_name, header_cap = fastst_core::DEFAULT_HEADER_CAP))]
+pub fn parse_bytes<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyAny>,
+    display_name: &str,
+    header_cap: u64,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let chunk = Chunk::get(data, "")?;
+    let header = fastst_core::parse_file_bytes(chunk.bytes(), header_cap).in_file(display_name)?;
+    let tensors = tensor_rows(
+        py,
+        header
+            .tensors()
+            .iter()
+            .map(|t| (t.name.as_str(), t.dtype, t.shape.as_slice(), t.begin, t.end)),
+    )?;
+    let metadata = header.metadata().map(|m| m.to_vec());
+    (header.data_start(), PyList::new(py, tensors)?, metadata).into_pyobject(py)
 }

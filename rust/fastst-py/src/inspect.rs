@@ -10,8 +10,9 @@ use fastst_inspect::{self as inspect, Finding, HashOptions, VerifyOptions};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use crate::errors::{display_path, InFile};
+use crate::errors::InFile;
 use crate::paths::FsPath;
+use crate::text::display_path;
 use crate::wait::hearing_signals;
 
 fn finding_dict<'py>(py: Python<'py>, f: &Finding) -> PyResult<Bound<'py, PyDict>> {

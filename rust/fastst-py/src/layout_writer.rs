@@ -30,7 +30,7 @@ enum Writer {
 }
 
 /// A file being written from its layout (see the module's documentation).
-#[pyclass(frozen, module = "fastst._fastst", name = "LayoutWriter")]
+#[pyclass(frozen, module = "fastst._fastst.write", name = "LayoutWriter")]
 pub struct PyLayoutWriter {
     writer: Writer,
     display_name: String,

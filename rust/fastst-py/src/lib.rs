@@ -19,9 +19,17 @@
 //! tensors' buffers. Every core error becomes the Python class of its
 //! rule's family through one conversion (`errors`).
 //!
+//! Python sees one submodule per job, each with its stub in
+//! `python/fastst/_fastst/` (checked against the module by
+//! `tests/contracts/test_stubs.py` and mypy's stubtest):
+//! `fastst._fastst.read` (`file`, `buffer`, `load`, `prefetch`),
+//! `.write` (`write`, `layout_writer`), `.remote`, `.inspect` (`inspect`,
+//! `identify`, `diff`, `stats`), `.catalogue` and `.text`.
+//!
 //! The modules, one job each:
 //!
-//! - `file`: `RawFile`, an open file (names, metadata, tensors, reads).
+//! - `file`: `RawFile`, an open file (names, metadata, tensors, reads),
+//!   and `parse_bytes`, a whole file held in bytes (`deserialize`).
 //! - `source`: `PySource`, a Python file object as a core `Source`.
 //! - `remote`: URLs of object stores and HTTP(S) servers (`fastst-remote`):
 //!   opening (a checkpoint's shards several at once), index files,
@@ -30,7 +38,7 @@
 //! - `load`: `load_into`, many tensors into Python-allocated memory, and
 //!   `fault_probe`, what a cold load asks before choosing its page size.
 //! - `prefetch`: `Prefetcher`, the core's background page reader.
-//! - `write`: `WritePlan` and `parse_bytes` (the writer and `deserialize`).
+//! - `write`: `WritePlan`, the writer.
 //! - `layout_writer`: `LayoutWriter`, the streaming writer (tensors in any
 //!   order, from any thread, committed once all are written).
 //! - `identify`: what a file that is not safetensors is (the core's
@@ -38,6 +46,7 @@
 //! - `catalogue`: the rule catalogue, dtype facts and conversions.
 //! - `errors`: the one conversion of a core error to the Python class of
 //!   its rule's family (`result.in_file(name)?`).
+//! - `text`: how a path, URL or message is shown, and the size grammar.
 //! - `inspect`: `verify_file`, `hash_file`, `inspect_file`, `verify_rules`,
 //!   `read_metadata` (over `fastst-inspect`).
 //! - `paths`: `FsPath`, a path argument (`str`, `bytes`, `os.PathLike`).
@@ -61,45 +70,75 @@ mod prefetch;
 mod remote;
 mod source;
 mod stats;
+mod text;
 mod wait;
 mod write;
 
 use pyo3::prelude::*;
 
-/// The compiled part of fastst.
+/// The compiled part of fastst: `__version__` and one submodule per job,
+/// each importable by its dotted name (`fastst._fastst.read`), each with
+/// its stub (`python/fastst/_fastst/<job>.pyi`).
 #[pymodule]
 fn _fastst(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    submodule(m, "read", read_module)?;
+    submodule(m, "write", write_module)?;
+    submodule(m, "remote", remote::register)?;
+    submodule(m, "inspect", inspect_module)?;
+    submodule(m, "catalogue", catalogue::register)?;
+    submodule(m, "text", text::register)?;
+    Ok(())
+}
+
+/// Adds the submodule `name` that `fill` fills to `parent`, under
+/// `parent`'s dotted name in `sys.modules` too, so that
+/// `import fastst._fastst.read` and `from fastst._fastst.read import X`
+/// work (an extension's submodules are not packages the import system
+/// finds). Its functions and classes name it as their `__module__`.
+fn submodule(
+    parent: &Bound<'_, PyModule>,
+    name: &str,
+    fill: fn(&Bound<'_, PyModule>) -> PyResult<()>,
+) -> PyResult<()> {
+    let py = parent.py();
+    let dotted = format!("{}.{name}", parent.name()?);
+    let module = PyModule::new(py, &dotted)?;
+    fill(&module)?;
+    parent.add(name, &module)?;
+    py.import("sys")?
+        .getattr("modules")?
+        .set_item(dotted, module)
+}
+
+/// `fastst._fastst.read`: open files, tensor buffers, whole loads into
+/// memory Python allocated, read-ahead, and a whole file held in bytes.
+fn read_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_HEADER_CAP", fastst_core::DEFAULT_HEADER_CAP)?;
     m.add_class::<file::RawFile>()?;
     m.add_class::<buffer::TensorBuffer>()?;
-    // whole loads into destinations allocated by Python
+    m.add_function(wrap_pyfunction!(file::parse_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(load::load_into, m)?)?;
     m.add_function(wrap_pyfunction!(load::fault_probe, m)?)?;
-    // writer
+    prefetch::register(m)
+}
+
+/// `fastst._fastst.write`: the writers and the atomic file operations.
+fn write_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("MAX_ALIGN", fastst_core::MAX_ALIGN)?;
     m.add_class::<write::PyWritePlan>()?;
     m.add_class::<layout_writer::PyLayoutWriter>()?;
-    m.add("MAX_ALIGN", fastst_core::MAX_ALIGN)?;
-    m.add_function(wrap_pyfunction!(write::parse_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(write::replace_file, m)?)?;
     m.add_function(wrap_pyfunction!(write::link_file, m)?)?;
-    m.add_function(wrap_pyfunction!(write::data_alignment, m)?)?;
-    // forensics and hashes (the fastst command)
+    m.add_function(wrap_pyfunction!(write::data_alignment, m)?)
+}
+
+/// `fastst._fastst.inspect`: forensics and hashes (the fastst command),
+/// what a file that is not safetensors is, two tensors' values compared,
+/// what each tensor's values look like.
+fn inspect_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     inspect::register(m)?;
-    // the catalogue of rules, dtype facts and conversions
-    catalogue::register(m)?;
-    // the one way a path or URL is shown in messages
-    m.add_function(wrap_pyfunction!(errors::display_name, m)?)?;
-    m.add_function(wrap_pyfunction!(errors::display_text, m)?)?;
-    // what a file that is not safetensors is
     identify::register(m)?;
-    // the values of two tensors compared (fastst diff)
     diff::register(m)?;
-    // what each tensor's values look like (fastst stats)
-    stats::register(m)?;
-    // reading a file's pages ahead of a load (fastst/_read/prefetch.py)
-    prefetch::register(m)?;
-    // objects in object stores and behind HTTP(S)
-    remote::register(m)?;
-    Ok(())
+    stats::register(m)
 }

@@ -17,7 +17,7 @@ use crate::file::RawFile;
 
 /// Reads planned byte ranges of an open file in the background, never more
 /// than `budget` bytes ahead of what the consumer reported as taken.
-#[pyclass(frozen, module = "fastst._fastst", name = "Prefetcher")]
+#[pyclass(frozen, module = "fastst._fastst.read", name = "Prefetcher")]
 pub struct PyPrefetcher {
     inner: Prefetcher,
 }

@@ -35,7 +35,7 @@ fn stats_file<'py>(
     header_cap: u64,
     progress: Option<String>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let name = crate::errors::display_path(&path);
+    let name = crate::text::display_path(&path);
     let options = StatsOptions {
         bins,
         threads,

@@ -1,5 +1,4 @@
-//! `WritePlan`: the Python face of the writer, and `parse_bytes` for
-//! `deserialize`. The layout, header, length checks and the atomic file
+//! `WritePlan`: the Python face of the writer. The layout, header, length checks and the atomic file
 //! are `fastst-core`'s; this module moves bytes from Python buffers to them
 //! with the GIL released.
 
@@ -21,7 +20,7 @@ pub(crate) const RELEASE_GIL_AT: usize = 64 * 1024;
 
 /// The layout of a file to write, built from `(name, dtype, shape)` triples
 /// and the metadata pairs.
-#[pyclass(frozen, module = "fastst._fastst", name = "WritePlan")]
+#[pyclass(frozen, module = "fastst._fastst.write", name = "WritePlan")]
 pub struct PyWritePlan {
     pub(crate) plan: WritePlan,
 }
@@ -254,31 +253,6 @@ pub(crate) fn header_dtype(tensor: &str, dtype: &str, display_name: &str) -> PyR
         };
         to_pyerr(display_name, err)
     })
-}
-
-/// Parses a whole file held in a bytes-like object: returns the offset of
-/// the byte buffer, `(name, dtype, shape, begin, end)` per tensor in file
-/// order (offsets relative to the byte buffer), and the metadata pairs or
-/// None.
-#[pyfunction]
-#[pyo3(signature = (data, display_name, header_cap = fastst_core::DEFAULT_HEADER_CAP))]
-pub fn parse_bytes<'py>(
-    py: Python<'py>,
-    data: &Bound<'py, PyAny>,
-    display_name: &str,
-    header_cap: u64,
-) -> PyResult<Bound<'py, PyTuple>> {
-    let chunk = Chunk::get(data, "")?;
-    let header = fastst_core::parse_file_bytes(chunk.bytes(), header_cap).in_file(display_name)?;
-    let tensors = tensor_rows(
-        py,
-        header
-            .tensors()
-            .iter()
-            .map(|t| (t.name.as_str(), t.dtype, t.shape.as_slice(), t.begin, t.end)),
-    )?;
-    let metadata = header.metadata().map(|m| m.to_vec());
-    (header.data_start(), PyList::new(py, tensors)?, metadata).into_pyobject(py)
 }
 
 /// `(name, dtype, shape, begin, end)` tuples of tensors, in the order given.

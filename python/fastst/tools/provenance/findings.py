@@ -17,10 +17,10 @@ from ... import _fastst
 from ..._errors import MissingExtraError, ProvenanceError  # noqa: F401 (re-exported)
 
 #: ``rule id -> (severity, one-line summary)``: the provenance family of the
-#: core's rule catalogue (``_fastst.rule_catalogue()``), its one home.
+#: core's rule catalogue (``_fastst.catalogue.rule_catalogue()``), its one home.
 RULES: Dict[str, Tuple[str, str]] = {
     r["id"]: (r["severity"], r["summary"])
-    for r in _fastst.rule_catalogue()
+    for r in _fastst.catalogue.rule_catalogue()
     if r["family"] == "ProvenanceError"
 }
 

@@ -118,7 +118,7 @@ def _reader_problem(_fastst: Any, path: str) -> Optional[str]:
     from ..._errors import SafetensorError
 
     try:
-        _fastst.inspect_file(path, table=False)
+        _fastst.inspect.inspect_file(path, table=False)
     except (SafetensorError, OSError, ValueError) as exc:
         return " ".join(str(exc).split())
     return None

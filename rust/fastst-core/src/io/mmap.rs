@@ -1,5 +1,5 @@
-//! Memory mappings of files (with [`sys`](super::sys), the only code of the
-//! crate allowed `unsafe`). fastst maps a file only to hand out tensors
+//! Memory mappings of files (one of the five modules of `io` allowed
+//! `unsafe`). fastst maps a file only to hand out tensors
 //! under the default back end (zero-copy views, and copies of tensors under
 //! 64 KiB) and to read pages ahead of them (`MADV_POPULATE_READ`, which
 //! fails with an error where a touch would raise SIGBUS); its own reads

@@ -1,7 +1,15 @@
 //! Files as fastst opens and reads them: the one file opener every entry
-//! point uses, positioned reads, and (in `mmap`, the only module allowed
-//! `unsafe`) mappings. The prefix and header are read through the file as a
-//! source ([`crate::source::read_header`]); io itself knows no format.
+//! point uses, positioned reads, mappings, direct reads and fresh memory.
+//! The prefix and header are read through the file as a source
+//! ([`crate::source::read_header`]); io itself knows no format.
+//!
+//! The crate's only `unsafe` code is here (the crate root denies it
+//! elsewhere), in five of these modules, each allowing it for its own job:
+//! `mmap` (mappings), `sys` (system calls the standard library does not
+//! wrap), `thp` (huge-page advice and the fault probe's page touches),
+//! `fresh` (memory filled by reads without a zero-fill pass) and `direct`
+//! (one vectored read into a destination and its end blocks). Every block
+//! has a `// SAFETY:` line.
 //!
 //! For tools that read files the way the reader does (fastst-inspect), through
 //! [`crate::internal`]: the opener [`open`], the [`OpenFile`] it returns

@@ -1,8 +1,8 @@
 //! The few things the standard library does not offer safely: a zeroed
 //! allocation that reports failure instead of aborting, clearing
 //! `O_NONBLOCK` and switching `O_DIRECT` on an open file and giving an unnamed (`O_TMPFILE`) file a
-//! name. With [`mmap`](super::mmap), the only code of the crate allowed
-//! `unsafe`; each block is a plain system call on a descriptor we own.
+//! name. One of the five modules of `io` allowed `unsafe` (see
+//! [`io`](super)); each block is a plain system call on a descriptor we own.
 #![allow(unsafe_code)]
 
 use std::fs::File;

@@ -64,6 +64,7 @@ use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::header::TensorInfo;
 use crate::io;
+use crate::parallel;
 use crate::read::MappedFile;
 
 use self::plan::{plan, plan_requests, Part};
@@ -482,8 +483,11 @@ fn run(
     let mut stopped = false;
     // Requests finished from the start of the file, and as last reported.
     let (mut filled, mut told) = (0usize, 0usize);
-    let panicked = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads).map(|_| s.spawn(|| ctx.run())).collect();
+    let work = || {
+        ctx.run();
+        Ok(())
+    };
+    let joined = parallel::fan_out_beside(threads, "a parallel load", work, || {
         let mut mark = 0u64;
         loop {
             let (running, halted) = {
@@ -520,10 +524,6 @@ fn run(
             }
             std::thread::park_timeout(Duration::from_millis(50));
         }
-        handles
-            .into_iter()
-            .map(|h| h.join().is_err())
-            .fold(false, |a, b| a | b)
     });
     let mut shared = shared.into_inner().unwrap_or_else(PoisonError::into_inner);
     if let Some((_, e)) = shared.error.take() {
@@ -537,11 +537,8 @@ fn run(
         }
         return Err(e);
     }
-    if panicked {
-        return Err(Error::WorkerFailed {
-            task: "a parallel load",
-        });
-    }
+    // A worker that panicked (rule `worker-failed`).
+    joined?;
     if stopped {
         return Ok(Outcome::Stopped);
     }

@@ -4,16 +4,15 @@
 //! read with [`OVERLAP`] more), across threads, read with positioned reads
 //! (a file truncated underneath gives an error, never SIGBUS).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::payloads::tensor_finding;
 use crate::payload::{self, Found, OVERLAP};
 use crate::source::Source;
 use crate::values::{count_values, ValueCounts};
 use crate::{Finding, Progress, RuleId};
-use fastst_core::internal::{thread_count, zeroed};
-use fastst_core::{Dtype, Error, Result};
+use fastst_core::internal::{fan_out, thread_count, zeroed};
+use fastst_core::{Dtype, Result};
 
 /// Bytes read and counted at a time (a multiple of every element size).
 const BLOCK: usize = 8 << 20;
@@ -46,129 +45,104 @@ pub(super) fn scan_values(
     // Largest first, so that threads finish together.
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_unstable_by(|&a, &b| items[b].len.cmp(&items[a].len));
-    let next = AtomicUsize::new(0);
     let done = AtomicU64::new(0);
-    let results: Mutex<Vec<(usize, Finding)>> = Mutex::new(Vec::new());
-    let failure: Mutex<Option<Error>> = Mutex::new(None);
-    let fail = |e: Error| {
-        failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert(e);
+    let init = || -> Result<_> {
+        let buf = zeroed((BLOCK + OVERLAP).min(max_len) as u64, "")?;
+        Ok((buf, Vec::new()))
     };
-    let workers = thread_count(threads).min(items.len()).max(1);
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| {
-                let mut local = Vec::new();
-                let mut buf = match zeroed((BLOCK + OVERLAP).min(max_len) as u64, "") {
-                    Ok(b) => b,
-                    Err(e) => return fail(e),
-                };
-                'items: loop {
-                    let k = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&i) = order.get(k) else { break };
-                    let item = &items[i];
-                    let end = item.abs_begin.saturating_add(item.len).min(src.len);
-                    let mut pos = item.abs_begin.min(end);
-                    let mut counts = ValueCounts::default();
-                    let mut files = Found::default();
-                    let mut from = 0;
-                    while pos < end {
-                        // BLOCK bytes counted and scanned, read with up to
-                        // OVERLAP more for a file that starts near the end.
-                        let n = (end - pos).min(BLOCK as u64) as usize;
-                        let w = (end - pos).min(buf.len() as u64) as usize;
-                        let piece = &mut buf[..w];
-                        if let Err(e) = src.read_exact_at(piece, pos) {
-                            fail(e);
-                            break 'items;
-                        }
-                        let shift = (pos - item.abs_begin) as usize;
-                        if shift == 0 {
-                            if let Some(p) = payload::at_start(piece, end - pos)
-                                .or_else(|| payload::text_script(piece))
-                            {
-                                from = p.len.unwrap_or(1);
-                                files.add(
-                                    Found {
-                                        first: Some(p),
-                                        count: 1,
-                                    },
-                                    0,
-                                );
-                            }
-                        }
-                        let (seen, next) = payload::scan(piece, from, n, end - pos);
-                        files.add(seen, shift);
-                        from = next.saturating_sub(n);
-                        pos += n as u64;
-                        if item.values {
-                            let c = count_values(item.dtype, &piece[..n]);
-                            counts.nan += c.nan;
-                            counts.inf += c.inf;
-                            counts.bad_bool += c.bad_bool;
-                        }
-                        let d = done.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-                        if let Some(report) = progress {
-                            report(d, total);
-                        }
-                    }
-                    if let Some(f) = tensor_finding(&item.name, item.abs_begin, item.len, &files) {
-                        local.push((i, f));
-                    }
-                    if counts.nan + counts.inf > 0 {
-                        local.push((
-                            i,
-                            Finding::new(
-                                RuleId::NonFiniteValues,
-                                format!(
-                                    "tensor {:?} ({}): {} NaN and {} infinite value{}",
-                                    item.name,
-                                    item.dtype,
-                                    counts.nan,
-                                    counts.inf,
-                                    if counts.inf == 1 { "" } else { "s" }
-                                ),
-                            )
-                            .tensor(&item.name)
-                            .at(item.abs_begin, item.len)
-                            .count(counts.nan + counts.inf),
-                        ));
-                    }
-                    if counts.bad_bool > 0 {
-                        local.push((
-                            i,
-                            Finding::new(
-                                RuleId::InvalidBool,
-                                format!(
-                                    "tensor {:?} (BOOL): {} {} neither 0 nor 1",
-                                    item.name,
-                                    counts.bad_bool,
-                                    if counts.bad_bool == 1 {
-                                        "byte is"
-                                    } else {
-                                        "bytes are"
-                                    }
-                                ),
-                            )
-                            .tensor(&item.name)
-                            .at(item.abs_begin, item.len)
-                            .count(counts.bad_bool),
-                        ));
-                    }
+    let each = |(buf, local): &mut (Vec<u8>, Vec<(usize, Finding)>), k: usize| -> Result<()> {
+        let i = order[k];
+        let item = &items[i];
+        let end = item.abs_begin.saturating_add(item.len).min(src.len);
+        let mut pos = item.abs_begin.min(end);
+        let mut counts = ValueCounts::default();
+        let mut files = Found::default();
+        let mut from = 0;
+        while pos < end {
+            // BLOCK bytes counted and scanned, read with up to
+            // OVERLAP more for a file that starts near the end.
+            let n = (end - pos).min(BLOCK as u64) as usize;
+            let w = (end - pos).min(buf.len() as u64) as usize;
+            let piece = &mut buf[..w];
+            src.read_exact_at(piece, pos)?;
+            let shift = (pos - item.abs_begin) as usize;
+            if shift == 0 {
+                if let Some(p) =
+                    payload::at_start(piece, end - pos).or_else(|| payload::text_script(piece))
+                {
+                    from = p.len.unwrap_or(1);
+                    files.add(
+                        Found {
+                            first: Some(p),
+                            count: 1,
+                        },
+                        0,
+                    );
                 }
-                results
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .extend(local);
-            });
+            }
+            let (seen, next) = payload::scan(piece, from, n, end - pos);
+            files.add(seen, shift);
+            from = next.saturating_sub(n);
+            pos += n as u64;
+            if item.values {
+                let c = count_values(item.dtype, &piece[..n]);
+                counts.nan += c.nan;
+                counts.inf += c.inf;
+                counts.bad_bool += c.bad_bool;
+            }
+            let d = done.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+            if let Some(report) = progress {
+                report(d, total);
+            }
         }
-    });
-    if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        return Err(e);
-    }
-    let mut found = results.into_inner().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = tensor_finding(&item.name, item.abs_begin, item.len, &files) {
+            local.push((i, f));
+        }
+        if counts.nan + counts.inf > 0 {
+            local.push((
+                i,
+                Finding::new(
+                    RuleId::NonFiniteValues,
+                    format!(
+                        "tensor {:?} ({}): {} NaN and {} infinite value{}",
+                        item.name,
+                        item.dtype,
+                        counts.nan,
+                        counts.inf,
+                        if counts.inf == 1 { "" } else { "s" }
+                    ),
+                )
+                .tensor(&item.name)
+                .at(item.abs_begin, item.len)
+                .count(counts.nan + counts.inf),
+            ));
+        }
+        if counts.bad_bool > 0 {
+            local.push((
+                i,
+                Finding::new(
+                    RuleId::InvalidBool,
+                    format!(
+                        "tensor {:?} (BOOL): {} {} neither 0 nor 1",
+                        item.name,
+                        counts.bad_bool,
+                        if counts.bad_bool == 1 {
+                            "byte is"
+                        } else {
+                            "bytes are"
+                        }
+                    ),
+                )
+                .tensor(&item.name)
+                .at(item.abs_begin, item.len)
+                .count(counts.bad_bool),
+            ));
+        }
+        Ok(())
+    };
+    let workers = thread_count(threads);
+    let states = fan_out(items.len(), workers, "a value scan", init, each)?;
+    let mut found: Vec<(usize, Finding)> = states.into_iter().flat_map(|(_, l)| l).collect();
     found.sort_by_key(|(i, _)| (items[*i].abs_begin, *i));
     Ok(found.into_iter().map(|(_, f)| f).collect())
 }
