@@ -328,3 +328,28 @@ def test_bad_threads_and_budget_are_refused(mixed: Path) -> None:
         for kwargs in ({"threads": 0}, {"budget": 0}):
             with pytest.raises(ValueError):
                 f.prefetch(**kwargs)
+
+
+def test_ctrl_c_during_a_take_leaves_the_tensor_to_take_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import _thread
+
+    path = _big(tmp_path, 2, 4096)
+    release = threading.Event()
+    original = fastst_safe_open._read_entry
+
+    def read(self: Any, entry: Any, device: Any) -> Any:
+        release.wait(JOIN)
+        return original(self, entry, device)
+
+    monkeypatch.setattr(fastst_safe_open, "_read_entry", read)
+    timer = threading.Timer(0.2, _thread.interrupt_main)
+    with fastst.safe_open(path, "np") as f, f.prefetch() as loader:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            loader.take("t01")
+        release.set()
+        assert (loader.take("t01") == 1).all()
+        assert [name for name, _ in loader] == ["t00"]
+    timer.join()

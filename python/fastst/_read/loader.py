@@ -307,6 +307,10 @@ class PrefetchLoader:
                         if self._closed:
                             raise self._closed_error()
                         cond.wait(_TICK)
+                except BaseException:
+                    # closed, or Ctrl-C: not handed out; a later take may ask again
+                    self._taken.discard(name)
+                    raise
                 finally:
                     self._wanted.discard(name)
             return self._deliver(name)
