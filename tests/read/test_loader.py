@@ -354,3 +354,20 @@ def test_ctrl_c_during_a_take_leaves_the_tensor_to_take_later(
         assert (loader.take("t01") == 1).all()
         assert [name for name, _ in loader] == ["t00"]
     timer.join()
+
+
+def test_a_loader_dropped_without_close_gives_its_budget_back(tmp_path: Path) -> None:
+    import gc
+
+    path = _big(tmp_path, 8, 64 << 10)
+    with fastst.safe_open(path, "np") as f:
+        loader = f.prefetch(budget=2 * (64 << 10), threads=2)
+        first = loader.take("t00")
+        workers = loader._workers
+        del loader
+        gc.collect()
+        for worker in workers:
+            worker.join(JOIN)
+            assert not worker.is_alive()
+    assert (first == 0).all()
+    assert _loader._SHARED.held == 0 and _loader._SHARED.readers == 0

@@ -44,6 +44,7 @@ the reads not yet done fail with rule ``closed-file``.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import (
@@ -110,6 +111,14 @@ class _Shared:
         self.cond = threading.Condition()
         self.held = 0
         self.readers = 0
+        #: Bumped by every notify: a reader that saw no admission at one
+        #: value waits only while it is unchanged.
+        self.epoch = 0
+
+    def notify(self) -> None:
+        """Wakes every waiter (the lock held)."""
+        self.epoch += 1
+        self.cond.notify_all()
 
     def budget(self) -> int:
         budget = prefetch_budget()
@@ -186,8 +195,11 @@ class PrefetchLoader:
         self._hungry = 0
         self._closed = False
         count = max(1, min(threads, prefetch_threads(), len(entries)))
+        # The workers hold the loader weakly between reads: a loader dropped
+        # without close() is collected, and closed (its bytes released).
+        me = weakref.ref(self)
         self._workers = [
-            threading.Thread(target=self._work, name="fastst-prefetch", daemon=True)
+            threading.Thread(target=_work, args=(me,), name="fastst-prefetch", daemon=True)
             for _ in range(count if entries else 0)
         ]
         for worker in self._workers:
@@ -207,49 +219,40 @@ class PrefetchLoader:
             return False
         return _SHARED.held + entry.nbytes <= _SHARED.budget()
 
-    def _next(self) -> Optional[Entry]:
+    def _next(self) -> Union[Entry, int, None]:
         """The next entry to read, once admitted (the reader and its bytes
-        counted), or None once closed or nothing is left."""
-        cond = _SHARED.cond
-        with cond:
-            while not self._closed and self._todo:
-                entry = self._todo[0]
-                if self._admits(entry):
-                    self._todo.popleft()
-                    _SHARED.readers += 1
-                    _SHARED.held += entry.nbytes
-                    self._held[entry.name] = entry.nbytes
-                    return entry
-                cond.wait(_TICK)
-            return None
+        counted); when none may start yet, the epoch at which that was seen
+        (the reader waits for a later one, without holding the loader); None
+        once closed or nothing is left."""
+        with _SHARED.cond:
+            if self._closed or not self._todo:
+                return None
+            entry = self._todo[0]
+            if not self._admits(entry):
+                return _SHARED.epoch
+            self._todo.popleft()
+            _SHARED.readers += 1
+            _SHARED.held += entry.nbytes
+            self._held[entry.name] = entry.nbytes
+            return entry
 
-    def _work(self) -> None:
-        while True:
-            entry = self._next()
-            if entry is None:
-                return
-            value: Any = None
-            error: Optional[BaseException] = None
-            try:
-                value = self._read(entry)
-            except BaseException as exc:  # handed to the consumer
-                error = exc
-            with _SHARED.cond:
-                _SHARED.readers -= 1
-                if self._closed:
-                    self._release(entry.name)
-                elif error is not None:
-                    self._release(entry.name)
-                    self._failed[entry.name] = error
-                else:
-                    self._ready[entry.name] = value
-                _SHARED.cond.notify_all()
-            del value, error
+    def _landed(self, entry: Entry, value: Any, error: Optional[BaseException]) -> None:
+        """Records what reading ``entry`` gave."""
+        with _SHARED.cond:
+            _SHARED.readers -= 1
+            if self._closed:
+                self._release(entry.name)
+            elif error is not None:
+                self._release(entry.name)
+                self._failed[entry.name] = error
+            else:
+                self._ready[entry.name] = value
+            _SHARED.notify()
 
     def _release(self, name: str) -> None:
         """Returns ``name``'s bytes to the budget (the lock held)."""
         _SHARED.held -= self._held.pop(name, 0)
-        _SHARED.cond.notify_all()
+        _SHARED.notify()
 
     # handing out -----------------------------------------------------
     def _closed_error(self) -> BaseException:
@@ -301,7 +304,7 @@ class PrefetchLoader:
                     self._todo.remove(entry)
                     self._todo.appendleft(entry)
                 self._wanted.add(name)
-                cond.notify_all()
+                _SHARED.notify()
                 try:
                     while name not in self._ready and name not in self._failed:
                         if self._closed:
@@ -333,7 +336,7 @@ class PrefetchLoader:
                         value = self._deliver(landed)
                         break
                     self._hungry += 1
-                    cond.notify_all()
+                    _SHARED.notify()
                     try:
                         cond.wait(_TICK)
                     finally:
@@ -353,7 +356,7 @@ class PrefetchLoader:
                 self._ready.pop(name)
                 self._release(name)
             self._failed.clear()
-            _SHARED.cond.notify_all()
+            _SHARED.notify()
 
     @property
     def closed(self) -> bool:
@@ -372,3 +375,30 @@ class PrefetchLoader:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._names) - len(self._taken)} left"
         return f"<PrefetchLoader {self._filename}: {len(self._names)} tensors, {state}>"
+
+
+def _work(ref: weakref.ReferenceType[PrefetchLoader]) -> None:
+    """A reader thread of the loader ``ref`` points to, until it is closed,
+    collected or has nothing left to read."""
+    while True:
+        loader = ref()
+        if loader is None:
+            return
+        entry = loader._next()
+        if entry is None:
+            return
+        if isinstance(entry, int):
+            del loader
+            with _SHARED.cond:
+                if _SHARED.epoch == entry:
+                    _SHARED.cond.wait(_TICK)
+            continue
+        assert isinstance(entry, Entry)
+        value: Any = None
+        error: Optional[BaseException] = None
+        try:
+            value = loader._read(entry)
+        except BaseException as exc:  # handed to the consumer
+            error = exc
+        loader._landed(entry, value, error)
+        del loader, value, error
