@@ -18,6 +18,16 @@ Cases: ``cat``, ``np`` (fastst.numpy.load_file), ``np-noprefetch``
 (the same with ``FASTST_PREFETCH=0``), ``pt`` (fastst.torch.load_file),
 ``pt-noprefetch``, ``pt-ref`` (safetensors.torch.load_file), ``np-ref``
 (safetensors.numpy.load_file: copies).
+
+Loader cases (``safe_open.prefetch(plan)``, owned tensors): ``np-plan`` (a
+whole-file plan, every tensor taken as it lands) against ``np-copy``
+(``load_file(copy=True)``: the same bytes into memory of their own);
+``tp-plan`` (rank 1 of 4: the second quarter of the first dimension of
+every 2-D tensor, the other tensors whole, as one plan) against
+``tp-slice`` and ``tp-slice-ref`` (the same parts read by a ``get_slice``
+loop, fastst's and the reference's, copied out). Each also reports the
+bytes its process read from the disk (``/proc/self/io`` ``read_bytes``)
+and, for the ``tp`` cases, the bytes the plan keeps.
 """
 
 from __future__ import annotations
@@ -32,7 +42,38 @@ import sys
 CHILD = r"""
 import json, os, sys, time
 case, path, cold = sys.argv[1], sys.argv[2], sys.argv[3] == "cold"
-if case.startswith("pt"):
+def io_read():
+    with open("/proc/self/io") as fh:
+        return int(next(l for l in fh if l.startswith("read_bytes")).split()[1])
+planned = None
+loader_case = case in ("np-plan", "np-copy", "tp-plan", "tp-slice", "tp-slice-ref")
+if loader_case:
+    import numpy as np
+    safe_open = __import__("safetensors" if case.endswith("-ref") else "fastst").safe_open
+    def quarter(shape):
+        n = shape[0]
+        return slice(n // 4, n // 2) if len(shape) == 2 else None
+    def load(path):
+        global planned
+        if case == "np-copy":
+            import fastst.numpy
+            return fastst.numpy.load_file(path, copy=True)
+        with safe_open(path, "np") as f:
+            if case == "np-plan":
+                with f.prefetch() as loader:
+                    return dict(loader)
+            plan = {n: quarter(f.get_slice(n).get_shape()) for n in f.keys()}
+            if case == "tp-plan":
+                with f.prefetch(plan) as loader:
+                    out = dict(loader)
+            else:
+                out = {n: np.array(f.get_slice(n)[rows if rows is not None else ...])
+                       for n, rows in plan.items()}
+            planned = sum(a.nbytes for a in out.values())
+            return out
+    def touch(ts):
+        return sum(int(a.reshape(-1).view(np.uint8)[::4096].sum()) for a in ts.values())
+elif case.startswith("pt"):
     import torch
     threads = int(os.environ.get("BENCH_TORCH_THREADS", "0"))
     torch.set_num_threads(threads or torch.get_num_threads())
@@ -44,16 +85,20 @@ else:
     mod = __import__("safetensors.numpy" if case == "np-ref" else "fastst.numpy", fromlist=["x"])
     def touch(ts):
         return sum(int(a.reshape(-1).view(np.uint8)[::4096].sum()) for a in ts.values())
+if not loader_case:
+    load = lambda path: mod.load_file(path)
 if cold:
     os.sync()
     fd = os.open(path, os.O_RDONLY)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     os.close(fd)
+before = io_read()
 start = time.perf_counter()
-tensors = mod.load_file(path)
+tensors = load(path)
 total = touch(tensors)
 took = time.perf_counter() - start
-print(json.dumps({"seconds": took, "checksum": total}))
+print(json.dumps({"seconds": took, "checksum": total, "read": io_read() - before,
+                  "planned": planned}))
 """
 
 CAT = r"""
@@ -71,6 +116,9 @@ print('{"seconds": %f}' % (time.perf_counter() - start))
 """
 
 
+READS: dict = {}
+
+
 def run(case: str, path: str, cache: str) -> float:
     env = dict(os.environ)
     if case.endswith("-noprefetch"):
@@ -83,7 +131,10 @@ def run(case: str, path: str, cache: str) -> float:
     else:
         command = [sys.executable, "-c", CHILD, case, path, cache]
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-    return float(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    if "read" in got:
+        READS.setdefault(case, []).append((got["read"], got.get("planned")))
+    return float(got["seconds"])
 
 
 def main() -> None:
@@ -122,6 +173,12 @@ def main() -> None:
             line += f"  share of cat {statistics.median(shares[case]):4.2f} (paired)"
         if case.startswith("pt") and "pt-ref" in times and case != "pt-ref":
             line += f"  vs reference {statistics.median(times['pt-ref']) / med:4.2f}x"
+        if case in READS:
+            read = statistics.median(r for r, _p in READS[case])
+            line += f"  read {read / 2**20:.0f} MiB"
+            kept = [p for _r, p in READS[case] if p]
+            if kept:
+                line += f" for {kept[0] / 2**20:.0f} MiB planned ({read / kept[0]:.2f}x)"
         print(line + "  [" + " ".join(f"{t:.3f}" for t in times[case]) + "]")
 
 

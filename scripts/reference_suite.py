@@ -1,17 +1,27 @@
 #!/usr/bin/env python3
 """Runs the reference package's own Python test suite against fastst.
 
-Fetches the safetensors 0.8.0 source distribution from PyPI (the file
-itself, found through the index's JSON page and checked against its pinned
-SHA-256: nothing is built; cached under ``target/reference-suite/``, never
-committed), takes its ``bindings/python/tests`` folder unchanged, and runs
-every test file twice, one pytest process per file (paddle and tensorflow
-crash each other in one process), several files at a time (``--jobs``, one
-per core by default):
+For each reference release in :data:`SUITES` (0.8.0 and 0.9.0rc1), fetches
+its source distribution from PyPI (the file itself, found through the
+index's JSON page and checked against its pinned SHA-256: nothing is built;
+cached under ``target/reference-suite/``, never committed), takes its
+``bindings/python/tests`` folder unchanged, and runs every test file twice,
+one pytest process per file (paddle and tensorflow crash each other in one
+process), several files at a time (``--jobs``, one per core by default):
 
-- against the reference package as installed (the baseline), and
+- against the reference package of that release (the baseline): 0.8.0 as
+  installed in the environment; 0.9.0rc1 installed at test time with pip
+  into ``target/reference-suite/site-0.9.0rc1`` (its wheel, no
+  dependencies; the environment keeps 0.8.0) and put first on
+  ``PYTHONPATH``;
 - through fastst's drop-in hook (``python -m fastst run -m pytest ...``),
   where ``import safetensors`` is served by fastst.
+
+A test file of a later release that is byte for byte the same as the
+earlier release's (with the same ``data`` folder) runs once, with the
+earlier suite: through fastst it is the same run (``--all`` runs it again
+against the later baseline). Of 0.9.0rc1's files only
+``test_pread_backend.py`` differs from 0.8.0's.
 
 Tests that need a GPU are deselected on a machine without CUDA. Fails (exit
 status 1) if any test that passes for the reference does not pass for
@@ -21,7 +31,7 @@ is reported and not compared. Prints a mark per test (. passed, s skipped,
 F failed) and a line per file, in file order as the files finish (as the
 tests run with ``--jobs 1``).
 
-    python scripts/reference_suite.py [-k EXPR] [--keep] [--jobs N]
+    python scripts/reference_suite.py [-k EXPR] [--version V] [--all] [--keep] [--jobs N]
 """
 
 from __future__ import annotations
@@ -39,11 +49,15 @@ import tempfile
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
-VERSION = "0.8.0"
-#: SHA-256 of safetensors-0.8.0.tar.gz as published on PyPI.
-SDIST_SHA256 = "fabaf3e0f18a6618d9b36560682562157f77c2b71fcffc7b432be2baed9d753d"
+#: Each reference release whose suite runs: its version, the SHA-256 of its
+#: sdist as published on PyPI, and whether its baseline is installed at test
+#: time (else: the package installed in the environment).
+SUITES: List[Tuple[str, str, bool]] = [
+    ("0.8.0", "fabaf3e0f18a6618d9b36560682562157f77c2b71fcffc7b432be2baed9d753d", False),
+    ("0.9.0rc1", "8a70d139a45d71557e116339f5115afe88af2d80b08701c31ce0478d5bfc8d93", True),
+]
 INDEX = "https://pypi.org/simple/safetensors/"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.path.join(ROOT, "target", "reference-suite")
@@ -63,32 +77,32 @@ def _get(url: str, accept: str = "*/*") -> bytes:
     return data
 
 
-def _download_sdist() -> bytes:
+def _download_sdist(version: str, sha256: str) -> bytes:
     """The sdist's bytes, located through the index's JSON page (PEP 691)
-    and refused unless they match SDIST_SHA256."""
-    name = f"safetensors-{VERSION}.tar.gz"
+    and refused unless they match ``sha256``."""
+    name = f"safetensors-{version}.tar.gz"
     page = json.loads(_get(INDEX, "application/vnd.pypi.simple.v1+json"))
     urls = [f["url"] for f in page["files"] if f["filename"] == name]
     if not urls:
         raise SystemExit(f"{name} is not listed at {INDEX}")
     print(f"downloading {name}", flush=True)
     data = _get(urls[0])
-    if hashlib.sha256(data).hexdigest() != SDIST_SHA256:
+    if hashlib.sha256(data).hexdigest() != sha256:
         raise SystemExit(f"{name} from {urls[0]} does not match its pinned SHA-256")
     return data
 
 
-def fetch_sdist() -> str:
-    """Path of the 0.8.0 sdist's ``bindings/python`` folder, downloading and
-    unpacking it on first use."""
-    unpacked = os.path.join(CACHE, f"safetensors-{VERSION}")
+def fetch_sdist(version: str, sha256: str) -> str:
+    """Path of the ``version`` sdist's ``bindings/python`` folder,
+    downloading and unpacking it on first use."""
+    unpacked = os.path.join(CACHE, f"safetensors-{version}")
     tests = os.path.join(unpacked, "bindings", "python")
     if os.path.isdir(os.path.join(tests, "tests")):
         return tests
     os.makedirs(CACHE, exist_ok=True)
-    archive = os.path.join(CACHE, f"safetensors-{VERSION}.tar.gz")
+    archive = os.path.join(CACHE, f"safetensors-{version}.tar.gz")
     if not os.path.exists(archive):
-        data = _download_sdist()
+        data = _download_sdist(version, sha256)
         partial = archive + ".part"
         with open(partial, "wb") as out:
             out.write(data)
@@ -97,7 +111,7 @@ def fetch_sdist() -> str:
         members = [
             m
             for m in tar.getmembers()
-            if m.name.startswith(f"safetensors-{VERSION}/bindings/python/tests/")
+            if m.name.startswith(f"safetensors-{version}/bindings/python/tests/")
             and (m.isfile() or m.isdir())
         ]
         for member in members:
@@ -116,6 +130,22 @@ def fetch_sdist() -> str:
             with open(target, "wb") as out:
                 shutil.copyfileobj(source, out)
     return tests
+
+
+def install_reference(version: str) -> str:
+    """A folder holding the reference package ``version`` (its wheel, no
+    dependencies), installed with pip on first use."""
+    site = os.path.join(CACHE, f"site-{version}")
+    if os.path.isdir(os.path.join(site, "safetensors")):
+        return site
+    partial = site + ".part"
+    shutil.rmtree(partial, ignore_errors=True)
+    print(f"installing safetensors {version} into {site}", flush=True)
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--only-binary"]
+    command += [":all:", "--target", partial, f"safetensors=={version}"]
+    subprocess.run(command, check=True)
+    os.replace(partial, site)
+    return site
 
 
 _RESULT = re.compile(r"^(tests/\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
@@ -137,10 +167,16 @@ _MARK = {"passed": ".", "skipped": "s"}
 
 
 def _pytest(
-    run_dir: str, args: List[str], through_fastst: bool, verbose: bool = True, live: bool = True
+    run_dir: str,
+    args: List[str],
+    through_fastst: bool,
+    verbose: bool = True,
+    live: bool = True,
+    site: Optional[str] = None,
 ) -> Tuple[int, str]:
     """Runs pytest; returns (exit status, output), printing a mark per test
-    result as it comes when ``live``."""
+    result as it comes when ``live``. The baseline sees ``site`` (a folder
+    holding the reference package) first, when given."""
     env = dict(os.environ)
     env.pop("FASTST_AS_SAFETENSORS", None)
     pytest_args = ["-m", "pytest", "-v" if verbose else "-q", "-p", "no:cacheprovider", *args]
@@ -150,6 +186,8 @@ def _pytest(
         command = [sys.executable, *pytest_args]
         # The baseline must see the reference package, not a fastst checkout.
         env.pop("PYTHONPATH", None)
+        if site is not None:
+            env["PYTHONPATH"] = site
     lines: List[str] = []
     with subprocess.Popen(
         command, cwd=run_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
@@ -164,7 +202,12 @@ def _pytest(
 
 
 def run_file(
-    bindings: str, test_file: str, through_fastst: bool, workdir: str, live: bool = True
+    bindings: str,
+    test_file: str,
+    through_fastst: bool,
+    workdir: str,
+    live: bool = True,
+    site: Optional[str] = None,
 ) -> Tuple[Dict[str, str], int, str, float]:
     """Runs one test file in a fresh copy of ``bindings/python/tests``;
     returns (outcomes, exit status, output tail, seconds). When the process
@@ -178,10 +221,12 @@ def run_file(
             if test_id.startswith(test_file + "::"):
                 args.append(f"--deselect=tests/{test_id}")
     started = time.monotonic()
-    returncode, output = _pytest(run_dir, args, through_fastst, live=live)
+    returncode, output = _pytest(run_dir, args, through_fastst, live=live, site=site)
     result = outcomes(output)
     if returncode < 0 or returncode > 5:
-        _, listed = _pytest(run_dir, [*args, "--collect-only"], through_fastst, verbose=False)
+        _, listed = _pytest(
+            run_dir, [*args, "--collect-only"], through_fastst, verbose=False, site=site
+        )
         ids = [
             line.strip()
             for line in listed.splitlines()
@@ -190,7 +235,7 @@ def run_file(
         for test_id in ids:
             if test_id in result:
                 continue
-            alone_rc, alone = _pytest(run_dir, [test_id], through_fastst, live=live)
+            alone_rc, alone = _pytest(run_dir, [test_id], through_fastst, live=live, site=site)
             result[test_id] = outcomes(alone).get(test_id, f"crashed (exit {alone_rc})")
             output += f"\n{test_id}: {result[test_id]} when run alone"
     took = time.monotonic() - started
@@ -208,9 +253,32 @@ def _has_cuda() -> bool:
     return _CUDA
 
 
+def _digest(tests: str, test_file: str) -> str:
+    """SHA-256 of a test file and of every file of the ``data`` folder beside it."""
+    sha = hashlib.sha256()
+    paths = [os.path.join(tests, test_file)]
+    for folder, _dirs, names in sorted(os.walk(os.path.join(tests, "data"))):
+        paths += [os.path.join(folder, n) for n in sorted(names)]
+    for path in paths:
+        sha.update(os.path.relpath(path, tests).encode() + b"\0")
+        with open(path, "rb") as source:
+            sha.update(hashlib.sha256(source.read()).digest())
+    return sha.hexdigest()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-k", dest="only", help="run only test files whose name contains this")
+    parser.add_argument(
+        "--version",
+        choices=[v for v, _sha, _install in SUITES],
+        help="run only this release's suite (default: every one)",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="also run a later release's files that are the same as an earlier one's",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the run folders")
     parser.add_argument(
         "--jobs",
@@ -219,27 +287,49 @@ def main() -> int:
         help="test files run at a time (default: one per core)",
     )
     args = parser.parse_args()
-    bindings = fetch_sdist()
-    files = sorted(f for f in os.listdir(os.path.join(bindings, "tests")) if f.startswith("test_"))
-    if args.only:
-        files = [f for f in files if args.only in f]
+    # (version, bindings folder, baseline site or None, test file)
+    work: List[Tuple[str, str, Optional[str], str]] = []
+    seen: Dict[str, str] = {}  # test file name -> digest of it and the data folder, as queued
+    for version, sha256, install in SUITES:
+        if args.version and version != args.version:
+            continue
+        bindings = fetch_sdist(version, sha256)
+        site = install_reference(version) if install else None
+        files = sorted(
+            f for f in os.listdir(os.path.join(bindings, "tests")) if f.startswith("test_")
+        )
+        for test_file in files:
+            if args.only and args.only not in test_file:
+                continue
+            digest = _digest(os.path.join(bindings, "tests"), test_file)
+            if not args.all and seen.get(test_file) == digest:
+                print(f"{version} {test_file}: the same as an earlier release's, run once")
+                continue
+            seen[test_file] = digest
+            work.append((version, bindings, site, test_file))
     workdir = tempfile.mkdtemp(prefix="fastst-reference-suite-")
     regressions: List[str] = []
-    totals = {"reference": 0, "fastst": 0}
+    totals: Dict[str, Dict[str, int]] = {}
+    started = time.monotonic()
     print(
-        f"safetensors {VERSION} test suite, {len(files)} files, each run by the reference"
-        " and then by fastst (python -m fastst run)",
+        f"safetensors test suites ({', '.join(sorted({w[0] for w in work}))}), {len(work)} files,"
+        " each run by the reference and then by fastst (python -m fastst run)",
         flush=True,
     )
     live = args.jobs <= 1  # marks as the tests run; else per file, as each file finishes
     _has_cuda()  # asked once, before any thread asks
 
-    def both(test_file: str) -> List[Tuple[Dict[str, str], int, str, float]]:
-        """The file run by the reference, then by fastst."""
-        return [run_file(bindings, test_file, way, workdir, live) for way in (False, True)]
+    def one_run(
+        item: Tuple[str, str, Optional[str], str], through_fastst: bool
+    ) -> Tuple[Dict[str, str], int, str, float]:
+        _version, bindings, site, test_file = item
+        return run_file(bindings, test_file, through_fastst, workdir, live, site)
 
-    def one_run(test_file: str, through_fastst: bool) -> Tuple[Dict[str, str], int, str, float]:
-        return run_file(bindings, test_file, through_fastst, workdir, live)
+    def both(
+        item: Tuple[str, str, Optional[str], str],
+    ) -> List[Tuple[Dict[str, str], int, str, float]]:
+        """The file run by the reference, then by fastst."""
+        return [one_run(item, way) for way in (False, True)]
 
     def summary(found: Dict[str, str], passed: int, seconds: float) -> str:
         marks = "" if live else "".join(_MARK.get(o, "F") for o in found.values())
@@ -247,18 +337,20 @@ def main() -> int:
 
     pool = ThreadPoolExecutor(max(1, args.jobs))
     try:
-        pending = [pool.submit(both, f) for f in files] if not live else []
-        for number, test_file in enumerate(files, 1):
-            print(f"[{number}/{len(files)}] {test_file}\n  reference ", end="", flush=True)
+        pending = [pool.submit(both, item) for item in work] if not live else []
+        for number, item in enumerate(work, 1):
+            version, _bindings, _site, test_file = item
+            counts = totals.setdefault(version, {"reference": 0, "fastst": 0})
+            print(f"[{number}/{len(work)}] {version} {test_file}\n  reference ", end="", flush=True)
             runs = pending[number - 1].result() if pending else None
-            ref, ref_rc, ref_tail, ref_s = runs[0] if runs else one_run(test_file, False)
+            ref, ref_rc, ref_tail, ref_s = runs[0] if runs else one_run(item, False)
             ref_pass = sorted(t for t, o in ref.items() if o == "passed")
             print(summary(ref, len(ref_pass), ref_s) + "\n  fastst    ", end="", flush=True)
-            ours, our_rc, our_tail, our_s = runs[1] if runs else one_run(test_file, True)
+            ours, our_rc, our_tail, our_s = runs[1] if runs else one_run(item, True)
             our_pass = {t for t, o in ours.items() if o == "passed"}
             print(summary(ours, len(our_pass), our_s), flush=True)
-            totals["reference"] += len(ref_pass)
-            totals["fastst"] += len(our_pass)
+            counts["reference"] += len(ref_pass)
+            counts["fastst"] += len(our_pass)
             if not ref and ref_rc not in (0, 5):
                 # Nothing to compare with (e.g. a framework the file imports is
                 # not installed): reported, not counted.
@@ -266,10 +358,14 @@ def main() -> int:
                 print(f"  (the reference could not run this file, exit {ref_rc}: {last[0]})")
             lost = [t for t in ref_pass if t not in our_pass]
             for test_id in lost:
-                regressions.append(f"{test_file}: {test_id}: {ours.get(test_id, 'not run')}")
+                regressions.append(
+                    f"{version} {test_file}: {test_id}: {ours.get(test_id, 'not run')}"
+                )
             if lost or (ref and not ours and our_rc not in (0, 5)):
                 if not ours:
-                    regressions.append(f"{test_file}: the fastst run did not run (exit {our_rc})")
+                    regressions.append(
+                        f"{version} {test_file}: the fastst run did not run (exit {our_rc})"
+                    )
                 print(our_tail)
     finally:
         pool.shutdown(cancel_futures=True)
@@ -277,9 +373,13 @@ def main() -> int:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             print(f"run folders kept in {workdir}")
-    print(f"passed: reference {totals['reference']}, fastst {totals['fastst']}")
-    if totals["reference"] == 0:
-        regressions.append("no test passed for the reference: the baseline did not run")
+    for version, counts in totals.items():
+        print(f"{version} passed: reference {counts['reference']}, fastst {counts['fastst']}")
+        if counts["reference"] == 0:
+            regressions.append(
+                f"{version}: no test passed for the reference: the baseline did not run"
+            )
+    print(f"took {time.monotonic() - started:.0f} s")
     if regressions:
         print("tests passing for the reference but not for fastst:")
         for line in regressions:

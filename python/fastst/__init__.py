@@ -28,6 +28,7 @@ from ._errors import (
 )
 from ._fastst import __version__
 from ._read.load import deserialize
+from ._read.loader import PrefetchLoader, PrefetchPlan, TensorMeta
 from ._read.safe_open import SafeSlice, _safe_open_handle, safe_open
 from ._write.metadata import update_metadata
 from ._write.sharded import ShardedWriter, open_sharded_writer
@@ -38,6 +39,9 @@ __all__ = [
     "__version__",
     "safe_open",
     "SafeSlice",
+    "PrefetchLoader",
+    "PrefetchPlan",
+    "TensorMeta",
     "SafetensorError",
     "HeaderFramingError",
     "HeaderJsonError",

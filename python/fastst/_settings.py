@@ -21,7 +21,11 @@ The variables:
 - ``FASTST_PREFETCH``: ``0``/``off``/``false``/``no`` turns the automatic
   read-ahead of loads off (:func:`prefetch_enabled`).
 - ``FASTST_PREFETCH_BUDGET``: a size, the most the read-ahead runs ahead of
-  its consumer (:func:`prefetch_budget`).
+  its consumer, and the bytes all prefetch loaders of the process together
+  hold landed and not yet taken (:func:`prefetch_budget`; 1 GiB for the
+  loaders when unset).
+- ``FASTST_PREFETCH_THREADS``: the most reader threads all prefetch loaders
+  of the process run at once (:func:`prefetch_threads`; 8 when unset).
 - ``FASTST_INDEX_CAP``: a size, the most bytes an index file may hold
   (:func:`index_cap`).
 - ``FASTST_DROPIN_URLS``: ``1``/``true``/``yes``/``on`` lets names holding
@@ -57,6 +61,7 @@ AS_SAFETENSORS_ENV = "FASTST_AS_SAFETENSORS"
 READ_ENV = "FASTST_READ"
 PREFETCH_ENV = "FASTST_PREFETCH"
 PREFETCH_BUDGET_ENV = "FASTST_PREFETCH_BUDGET"
+PREFETCH_THREADS_ENV = "FASTST_PREFETCH_THREADS"
 INDEX_CAP_ENV = "FASTST_INDEX_CAP"
 REMOTE_CONCURRENCY_ENV = "FASTST_REMOTE_CONCURRENCY"
 REMOTE_PART_SIZE_ENV = "FASTST_REMOTE_PART_SIZE"
@@ -114,6 +119,22 @@ def prefetch_enabled() -> bool:
 def prefetch_budget() -> Optional[int]:
     """``FASTST_PREFETCH_BUDGET`` in bytes; None when unset."""
     return _env_size(PREFETCH_BUDGET_ENV)
+
+
+#: Reader threads of every prefetch loader of the process together, when
+#: ``FASTST_PREFETCH_THREADS`` is unset.
+DEFAULT_PREFETCH_THREADS = 8
+
+
+def prefetch_threads() -> int:
+    """The most reader threads all prefetch loaders of the process run at
+    once: ``FASTST_PREFETCH_THREADS`` (a positive integer) when set, else 8."""
+    text = os.environ.get(PREFETCH_THREADS_ENV, "").strip()
+    if not text:
+        return DEFAULT_PREFETCH_THREADS
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{PREFETCH_THREADS_ENV} must be a positive integer, got {text!r}")
+    return int(text)
 
 
 #: True while the drop-in hook serves ``safetensors`` (set by

@@ -271,7 +271,8 @@ def test_reference_top_level_names_are_all_served() -> None:
     names |= {"__version__"}
     missing = {n for n in names if not hasattr(facade, n)}
     assert not missing
-    assert facade.__version__ == reference.__version__
+    # the release whose contract is served: 0.9.0rc1, a superset of the installed 0.8.0
+    assert facade.__version__ == "0.9.0rc1" and reference.__version__ == "0.8.0"
     for module in ("torch", "numpy"):
         ref = __import__(f"safetensors.{module}", fromlist=["_"])
         ours = __import__(f"fastst.{module}", fromlist=["_"])
@@ -283,3 +284,30 @@ def test_reference_top_level_names_are_all_served() -> None:
             and getattr(getattr(ref, n), "__module__", "") != "typing"
         }
         assert not {n for n in public if not hasattr(ours, n)}, module
+
+
+# safetensors 0.9's prefetch ---------------------------------------------------
+
+
+def test_dropin_prefetch_keeps_the_references_contract(sample) -> None:
+    import fastst._dropin.facade as facade
+
+    assert facade.PrefetchLoader is fastst.PrefetchLoader
+    assert facade.TensorMeta is fastst.TensorMeta
+    with dropin_safe_open(sample, "np") as f:
+        with pytest.raises(fastst.SafetensorError, match='framework="pt"') as info:
+            f.prefetch()
+        assert info.value.rule == "bad-device"
+    with dropin_safe_open(sample, "pt") as f:
+        for call in (f.prefetch, lambda: f.prefetch(device="cpu")):
+            with pytest.raises(fastst.SafetensorError, match="cuda devices, not cpu"):
+                call()
+    with dropin_safe_open(sample, "pt", device="cuda:0") as f:
+        # plans are checked before any device work, with the reference's words
+        with pytest.raises(fastst.SafetensorError, match="None or a slice"):
+            f.prefetch({"a": (slice(0, 2),)})  # fastst's index form is not 0.9's
+        with pytest.raises(fastst.TensorNotFoundError, match="does not contain"):
+            f.prefetch({"nope": None})
+    # fastst's own name loads to the CPU
+    with fastst.safe_open(sample, "pt") as f, f.prefetch({"a": slice(2, 4)}) as loader:
+        assert torch.equal(loader.take("a"), torch.from_numpy(A[2:4]))

@@ -241,10 +241,10 @@ def test_declared_slices_refuse_what_get_slice_refuses(
     with fastst.safe_open(path, "np", backend=backend, prefetch=None) as f:
         with pytest.raises(Exception) as sliced:
             f.get_slice("t")[index]
-        with pytest.raises(Exception) as declared:
-            f.prefetch({"t": index})
-        assert type(declared.value) is type(sliced.value)
-        assert str(declared.value) == str(sliced.value)
+    with pytest.raises(Exception) as declared:
+        fastst.safe_open(path, "np", backend=backend, prefetch={"t": index})
+    assert type(declared.value) is type(sliced.value)
+    assert str(declared.value) == str(sliced.value)
 
 
 def test_plan_of_names_slices_and_all(tmp_path: Path) -> None:
@@ -283,8 +283,7 @@ def test_a_declared_slice_reads_only_its_rows(tmp_path: Path) -> None:
     path, arrays = three_tensors(tmp_path)
     evict(path)
     rows = MIB // 4  # the first MiB of b, as a (1M x 1) block of rows
-    with fastst.safe_open(path, "np", prefetch=None) as f:
-        f.prefetch({"b": slice(0, rows)})
+    with fastst.safe_open(path, "np", prefetch={"b": slice(0, rows)}) as f:
         job_of(f).wait_idle(WAIT)
         cached = residency(path)
         b = pages_of(path, "b")
@@ -336,8 +335,8 @@ def test_close_stops_the_reader(tmp_path: Path) -> None:
     status = job.wait_idle(WAIT)
     assert status["stopped"] and status["workers"] == 0
     assert f.prefetch_status() is None
-    with pytest.raises(fastst.SafetensorError):
-        f.prefetch("all")
+    with pytest.raises(fastst.ClosedFileError):
+        f.prefetch()
 
 
 @pytest.mark.parametrize("backend, method", [("mmap", "populate"), ("pread", "read")])
@@ -475,14 +474,13 @@ def test_bad_declarations_are_refused(tmp_path: Path, monkeypatch: pytest.Monkey
     path, _ = three_tensors(tmp_path, mib=1)
     with pytest.raises(ValueError, match="prefetch"):
         fastst.safe_open(path, "np", prefetch="everything")
-    with fastst.safe_open(path, "np") as f:
-        with pytest.raises(ValueError, match="budget"):
-            f.prefetch("all", budget=0)
-        with pytest.raises(fastst.SafetensorError):
-            f.prefetch(["missing"])
-        monkeypatch.setenv("FASTST_PREFETCH_BUDGET", "lots")
-        with pytest.raises(ValueError, match="FASTST_PREFETCH_BUDGET"):
-            f.prefetch("all")
+    with pytest.raises(ValueError, match="budget"):
+        fastst.safe_open(path, "np", prefetch="all", prefetch_budget=0)
+    with pytest.raises(fastst.SafetensorError):
+        fastst.safe_open(path, "np", prefetch=["missing"])
+    monkeypatch.setenv("FASTST_PREFETCH_BUDGET", "lots")
+    with pytest.raises(ValueError, match="FASTST_PREFETCH_BUDGET"):
+        fastst.safe_open(path, "np", prefetch="all")
 
 
 # the one whole-file mapping ---------------------------------------------

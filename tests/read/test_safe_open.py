@@ -70,7 +70,7 @@ def test_missing_tensor_is_safetensor_and_key_error(sample) -> None:
             f.get_tensor("nope")
         assert isinstance(info.value, KeyError)
         assert isinstance(info.value, fastst.SafetensorError)
-        assert str(info.value) == f'{sample}: no tensor named "nope" in the file'
+        assert str(info.value) == f'{sample}: the file does not contain a tensor named "nope"'
         with pytest.raises(fastst.TensorNotFoundError):
             f.get_slice("nope")
 

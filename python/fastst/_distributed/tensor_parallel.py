@@ -1,8 +1,9 @@
 """The tensor-parallel load: each rank reads only its part of each tensor.
 
 The tensor-parallel load: each rank reads only its part of each tensor
-(a row or column split by rank, or an explicit index) through the slice
-reader of ``get_slice``; no tensor data moves between ranks."""
+(a row or column split by rank, or an explicit index), expressed as a
+``safe_open.prefetch`` plan (the byte ranges of ``get_slice``, read once,
+in the background); no tensor data moves between ranks."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 import torch
 import torch.distributed as dist
 
-from .._dtypes import PACKED_BITS
 from .._errors import DistributedLoadError
 from .._frameworks import torch as _fw_torch
 from .._read.safe_open import safe_open
@@ -91,25 +91,8 @@ def _bad_plan(entry: Entry, spec: Spec, why: str) -> DistributedLoadError:
     )
 
 
-def _read_part(handle: safe_open, entry: Entry, index: Any, pinned: bool) -> torch.Tensor:
-    """This rank's part of ``entry``: what ``get_slice`` reads for ``index``
-    (only the byte ranges it selects), in memory of its own, pinned for a
-    CUDA target."""
-    dtype, _shape = _torch_layout(entry)
-    part = handle.get_slice(entry.name)
-    if entry.dtype not in PACKED_BITS:
-        made: List[torch.Tensor] = []
-
-        def empty(nbytes: int) -> Any:
-            made.append(torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned))
-            return made[0].numpy()
-
-        read = part._read_part(index, empty)
-        if read is not None:
-            _out, _dtype, shape, key = read
-            got = made[0].view(dtype).view(shape)
-            return got if all(k == slice(None) for k in key) else got[key]
-    return part[index]
+def _as_tuple(index: Any) -> Tuple[Any, ...]:
+    return index if isinstance(index, tuple) else (index,)
 
 
 def load_tensor_parallel(
@@ -183,11 +166,16 @@ def load_tensor_parallel(
         elif error is not None:
             raise error
         assert handle is not None
-        pinned = target.type == "cuda"
         result: Dict[str, torch.Tensor] = {}
-        for e, index in parts:
-            part = _read_part(handle, e, index, pinned)
-            result[e.name] = part if target.type == "cpu" else part.to(target, non_blocking=True)
+        if parts:
+            # This rank's part as a prefetch plan: each tensor whole (...) or
+            # the index get_slice takes (a bare slice too: a tuple keeps
+            # get_slice's clamping), read once, only the byte ranges kept,
+            # placed on the target as they land.
+            plan = {e.name: index if index is Ellipsis else _as_tuple(index) for e, index in parts}
+            with handle.prefetch(plan, device=target) as loader:
+                landed = dict(loader)
+            result = {e.name: landed[e.name] for e, _index in parts}
     finally:
         if handle is not None:
             handle.close()

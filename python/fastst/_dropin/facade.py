@@ -18,11 +18,12 @@ from typing import Any
 from .._errors import SafetensorError
 from .._fastst import __version__ as __fastst_version__  # noqa: F401
 from .._read.load import deserialize
+from .._read.loader import PrefetchLoader, PrefetchPlan, TensorMeta
 from .._write.tensors import TensorSpec, serialize, serialize_file
 from .slicing import reference_safe_open as safe_open
 
 #: The safetensors release whose Python API fastst reproduces.
-REFERENCE_VERSION = "0.8.0"
+REFERENCE_VERSION = "0.9.0rc1"
 __version__ = REFERENCE_VERSION
 
 
@@ -32,7 +33,10 @@ def _safe_open_handle(f: Any, framework: str, device: Any = "cpu", *, backend: s
 
 
 __all__ = [
+    "PrefetchLoader",
+    "PrefetchPlan",
     "SafetensorError",
+    "TensorMeta",
     "TensorSpec",
     "__version__",
     "deserialize",

@@ -26,9 +26,10 @@ Files are opened with the back end ``FASTST_READ`` picks
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
-from .._errors import rule_error
+from .._errors import closed_file_error, rule_error
+from .._read.loader import PrefetchLoader, plan_error
 from .._read.safe_open import SafeSlice, safe_open
 from .._settings import read_backend
 
@@ -136,6 +137,44 @@ class reference_safe_open(safe_open):  # noqa: N801 - stands for the reference's
         super().__init__(filename, framework, device, backend=read_backend(backend), **options)
 
     _slice = ReferenceSlice
+
+    def prefetch(  # type: ignore[override]
+        self,
+        plan: Optional[Mapping[str, Optional[slice]]] = None,
+        *,
+        device: Any = None,
+        threads: int = 8,
+        budget: Optional[int] = None,
+    ) -> PrefetchLoader:
+        """safetensors 0.9's ``prefetch``: torch tensors on a CUDA device
+        (the reference refuses the CPU, and so does this name; fastst's own
+        ``safe_open.prefetch`` loads to the CPU too), a plan of names to
+        None or a step-1 first-dimension slice."""
+        if self.closed:
+            raise closed_file_error(self._raw.name)
+        if self._framework != "torch":
+            raise rule_error(
+                "bad-device",
+                self._raw.name,
+                f'prefetch loads torch tensors: open the file with framework="pt", '
+                f"not {self._framework!r}",
+            )
+        target = self._device if device is None else self._backend.device(device)
+        if getattr(target, "is_cpu", False):
+            raise rule_error(
+                "bad-device",
+                self._raw.name,
+                "prefetch loads to cuda devices, not cpu "
+                "(fastst.safe_open.prefetch loads to the CPU too)",
+            )
+        for name, rows in (plan or {}).items():
+            if rows is not None and not isinstance(rows, slice):
+                raise plan_error(
+                    self._raw.name,
+                    f"tensor {name!r}: a plan's entry is None or a slice, not {rows!r}",
+                    name,
+                )
+        return super().prefetch(plan, device=device, threads=threads, budget=budget)
 
 
 reference_safe_open.__name__ = reference_safe_open.__qualname__ = "safe_open"

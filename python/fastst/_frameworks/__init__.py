@@ -110,7 +110,9 @@ class Backend:
     ``stand_in(shape)`` is an array of ``shape`` holding no data, to which an
     index is applied to raise what the framework raises for it before
     anything is read (default: a numpy one, for the frameworks fed from
-    numpy).
+    numpy). ``check_dtype(dtype, where)`` raises rule ``framework-dtype`` when
+    the framework cannot hold a header dtype, reading nothing (default: it
+    can hold them all).
     """
 
     name: str
@@ -121,6 +123,7 @@ class Backend:
     empty: Optional[Callable[[str, Shape, Where, Placement], Tuple[Any, np.ndarray]]] = None
     place: Optional[Callable[[Any, Any], Any]] = None
     stand_in: Callable[[Shape], Any] = lambda shape: numpy_stand_in(shape)
+    check_dtype: Callable[[str, Where], None] = lambda _dtype, _where: None
 
 
 def numpy_stand_in(shape: Shape) -> np.ndarray:

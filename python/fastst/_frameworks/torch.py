@@ -277,7 +277,15 @@ def place(made: Any, device: Target) -> Any:
 
 _frameworks.register(
     _frameworks.Backend(
-        "torch", check_device, tensor, index, settle, empty=empty, place=place, stand_in=stand_in
+        "torch",
+        check_device,
+        tensor,
+        index,
+        settle,
+        empty=empty,
+        place=place,
+        stand_in=stand_in,
+        check_dtype=torch_dtype,
     )
 )
 

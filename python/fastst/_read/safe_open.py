@@ -19,10 +19,11 @@ from .._frameworks import Backend, Placement, apply_index
 from .._frameworks import backend as framework_backend
 from .._frameworks import resolve as resolve_framework
 from .._paths import progress_label
-from .._settings import prefetch_enabled, read_backend
+from .._settings import prefetch_enabled, prefetch_threads, read_backend
 from .._sources.opener import open_source
 from .._sources.raw import RawSource
 from .._sources.sharded import ShardedFile
+from . import loader as _loader
 from . import prefetch as _prefetch
 from .index import check_index, read_plan
 from .placement import placement
@@ -134,29 +135,114 @@ class safe_open:  # noqa: N801 - the reference package's name
             self._prefetch.stop()
         self._raw.close()
 
-    # read-ahead ------------------------------------------------------
+    # prefetch ---------------------------------------------------------
     def prefetch(
-        self, what: _prefetch.Declaration = "all", *, budget: Optional[int] = None
-    ) -> None:
-        """Declares what will be read, so that it is read from the disk
-        in the background, ahead of use: ``"all"`` (every tensor), a list
-        of tensor names, or a dict mapping names to the index that will be
-        read (``{"w": (slice(0, 128), ...)}``: only the bytes those rows
-        need). Replaces any earlier declaration. At most ``budget`` bytes
-        (default: half the available memory) are read ahead of what was
-        taken; pages already in memory are skipped. Does nothing for a
-        sharded checkpoint or a file object without a descriptor."""
+        self,
+        plan: _loader.Plan = None,
+        *,
+        device: Any = None,
+        threads: Optional[int] = None,
+        budget: Optional[int] = None,
+    ) -> _loader.PrefetchLoader:
+        """Starts loading the tensors of ``plan`` in the background and
+        returns the :class:`fastst.PrefetchLoader` that hands each out once,
+        by ``take(name)`` or by iterating ``(name, tensor)`` pairs as their
+        bytes land, in memory of their own (as ``get_tensor(copy=True)``),
+        on ``device`` (default: the handle's).
+
+        ``plan``: None (every tensor), a list of names, or a dict mapping
+        names to None (whole), a step-1 ``slice`` of the first dimension, or
+        an index tuple ``get_slice`` takes (only the bytes it selects are
+        read). ``threads`` caps this loader's readers (all loaders of the
+        process together run at most ``FASTST_PREFETCH_THREADS``);
+        ``budget`` caps the bytes it holds read and not taken (all loaders
+        together hold at most ``FASTST_PREFETCH_BUDGET``, 1 GiB by default).
+        A bad plan raises rule ``plan-invalid`` before anything is read.
+        See :mod:`fastst._read.loader` and docs/api.md."""
         if self.closed:
             raise closed_file_error(self._raw.name)
-        if self._prefetch is None:
-            self._prefetch = _prefetch.driver(self._raw, None, None)
-        if self._prefetch is not None:
-            self._prefetch.declare(what, budget)
+        target = self._device if device is None else self._backend.device(device)
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"prefetch threads must be a positive integer, got {threads!r}")
+        if budget is not None and budget <= 0:
+            raise ValueError(f"prefetch budget must be positive, got {budget}")
+        entries = self._plan(plan)
+        return _loader.PrefetchLoader(
+            self._raw.name,
+            entries,
+            lambda entry: self._read_entry(entry, target),
+            threads or prefetch_threads(),
+            budget,
+        )
+
+    def _plan(self, plan: _loader.Plan) -> List[_loader.Entry]:
+        """The entries of ``plan`` in file order, each checked (nothing read)."""
+        order = self.offset_keys()
+        if plan is None:
+            wanted: Dict[str, Any] = dict.fromkeys(order)
+        elif isinstance(plan, (str, bytes)):
+            raise _loader.plan_error(
+                self._raw.name, f"a plan is a dict or a list of tensor names, not {plan!r}"
+            )
+        elif isinstance(plan, Mapping):
+            wanted = dict(plan)
+        else:
+            wanted = dict.fromkeys(plan)
+        if not wanted:
+            raise _loader.plan_error(self._raw.name, "the prefetch plan selects no tensors")
+        for name in wanted:
+            self.get_tensor_meta(name)
+        entries = []
+        for name in (n for n in order if n in wanted):
+            dtype, shape, begin, end = self._raw.info(name)
+            index = self._plan_index(name, tuple(shape), wanted[name])
+            nbytes = end - begin
+            if index is not None:
+                parts = _prefetch.slice_ranges(dtype, shape, nbytes, index, self._where(name))
+                nbytes = sum(n for _o, n in parts)
+            self._backend.check_dtype(dtype, self._where(name))
+            entries.append(_loader.Entry(name, index, nbytes))
+        return entries
+
+    def _plan_index(self, name: str, shape: Tuple[int, ...], value: Any) -> Any:
+        """A plan's value for tensor ``name`` as an index (None: whole)."""
+        if value is None or value is Ellipsis:
+            return None
+        if isinstance(value, slice):
+            return _loader.first_rows(self._raw.name, name, shape, value)
+        if isinstance(value, tuple):
+            return check_index(value)
+        raise _loader.plan_error(
+            self._raw.name,
+            f"tensor {name!r}: a plan's entry is None or a slice (or an index tuple), "
+            f"not {value!r}",
+            name,
+        )
+
+    def _read_entry(self, entry: _loader.Entry, device: Any) -> Any:
+        """One planned tensor in memory of its own on ``device``."""
+        if entry.index is None:
+            return self._load_owned([entry.name], None, None, device)[entry.name]
+        dtype, shape, _begin, _end = self._raw.info(entry.name)
+        tensor = _Tensor(self._raw, entry.name, dtype, tuple(shape), self._backend, device)
+        part = SafeSlice(tensor)._read_part(entry.index)
+        if part is None:
+            # Packed rows ending inside a byte: the whole tensor, then the index.
+            whole = _bytes(_end - _begin)
+            self._raw.read_into(entry.name, whole)
+            part = (whole, dtype, tuple(shape), entry.index)
+        return self._backend.index(*part, device, tensor.where)
+
+    def get_tensor_meta(self, name: str) -> _loader.TensorMeta:
+        """Tensor ``name``'s header entry (dtype, shape, data offsets),
+        reading no data."""
+        dtype, shape, begin, end = self._raw.info(name)
+        return _loader.TensorMeta(dtype, [int(d) for d in shape], (int(begin), int(end)))
 
     def prefetch_status(self) -> Optional[Dict[str, Any]]:
-        """Where the read-ahead stands (bytes planned, issued, done,
-        found resident, consumed; the budget; threads; the method), or None
-        when nothing was declared."""
+        """Where the read-ahead (``safe_open(..., prefetch=...)``) stands
+        (bytes planned, issued, done, found resident, consumed; the budget;
+        threads; the method), or None when nothing was declared."""
         return None if self._prefetch is None else self._prefetch.status()
 
     @property
@@ -217,12 +303,14 @@ class safe_open:  # noqa: N801 - the reference package's name
             return self._backend.tensor(buffer, src, shape, self._device, self._where(name))
         return self._load_owned([name], dtype, None)[name]
 
-    def _hand_out(self, name: str, array: np.ndarray, target: str, shape: Tuple[int, ...]) -> Any:
-        """A filled numpy destination as the framework's tensor."""
+    def _hand_out(
+        self, name: str, array: np.ndarray, target: str, shape: Tuple[int, ...], device: Any
+    ) -> Any:
+        """A filled numpy destination as the framework's tensor on ``device``."""
         if self._framework == "numpy":
             return array
         return self._backend.tensor(
-            array.reshape(-1).view(np.uint8), target, shape, self._device, self._where(name)
+            array.reshape(-1).view(np.uint8), target, shape, device, self._where(name)
         )
 
     def _allocate(self, names: List[str], dtype: Any) -> Tuple[Dict[str, Any], List[Plan]]:
@@ -242,10 +330,13 @@ class safe_open:  # noqa: N801 - the reference package's name
             plans.append(Plan(file, members, outs, targets, size))
         return made, plans
 
-    def _load_owned(self, names: List[str], dtype: Any, progress: Progress) -> Dict[str, Any]:
+    def _load_owned(
+        self, names: List[str], dtype: Any, progress: Progress, device: Any = None
+    ) -> Dict[str, Any]:
         """Tensors ``names`` in memory of their own (converted to ``dtype``
-        when given): every destination allocated first, then one batch load
-        per file (the core's ``load_into``)."""
+        when given), on ``device`` (None: the handle's): every destination
+        allocated first, then one batch load per file (the core's
+        ``load_into``)."""
         raw = self._raw
         callback, bar = resolve(progress, raw.name)
         made, plans = self._allocate(names, dtype)
@@ -271,7 +362,7 @@ class safe_open:  # noqa: N801 - the reference package's name
             base += p.nbytes
         if self._prefetch is not None:
             self._prefetch.consumed(grand)
-        return {name: self._finish(name, made[name]) for name in names}
+        return {name: self._finish(name, made[name], device) for name in names}
 
     def _destination(
         self, file: Any, name: str, dtype: Any, data_start: int
@@ -313,14 +404,16 @@ class safe_open:  # noqa: N801 - the reference package's name
             ) from None
         return result, out, target, src, end - begin
 
-    def _finish(self, name: str, made: Any) -> Any:
-        """A filled destination as what ``get_tensor`` returns."""
+    def _finish(self, name: str, made: Any, device: Any = None) -> Any:
+        """A filled destination as what ``get_tensor`` returns, on
+        ``device`` (None: the handle's)."""
+        device = self._device if device is None else device
         if isinstance(made, tuple):
             array, target, shape, packed = made
             if packed:
                 array = to_numpy(array, target, shape)
-            return self._hand_out(name, array, target, shape)
-        return self._backend.place(made, self._device) if self._backend.place else made
+            return self._hand_out(name, array, target, shape, device)
+        return self._backend.place(made, device) if self._backend.place else made
 
     def get_tensors(
         self, *, copy: bool = False, dtype: Any = None, progress: Progress = None

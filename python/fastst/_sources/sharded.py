@@ -132,7 +132,7 @@ class ShardedFile:
             raise rule_error(
                 "tensor-not-found",
                 self.name,
-                f'no tensor named "{name}" in the checkpoint',
+                f'the checkpoint does not contain a tensor named "{name}"',
                 name,
             )
         return raw

@@ -388,6 +388,10 @@ catalogue! {
         "a call names a device the framework does not have or cannot load to";
     UnknownSpecDtype = "unknown-spec-dtype", Argument, High,
         "a TensorSpec names a dtype the writer does not know";
+    PlanInvalid = "plan-invalid", Argument, High,
+        "a prefetch plan cannot be loaded: an entry that is not None, a slice or an index, a slice step other than 1, rows out of range, a slice of a 0-d tensor, or no tensor at all";
+    LoaderTake = "loader-take", Argument, High,
+        "a prefetch loader is asked for a tensor outside its plan, or one it already handed out";
 
     // --- sharded checkpoints (an index file naming several shards) -------------
     IndexJson = "index-json", ShardIndex, High,

@@ -277,7 +277,7 @@ pub enum Error {
         /// How many there are.
         count: u64,
     },
-    #[error("no tensor named {name:?} in the file")]
+    #[error("the file does not contain a tensor named {name:?}")]
     /// No tensor of the name asked for is in the file.
     TensorNotFound {
         /// The name involved.

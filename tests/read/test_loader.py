@@ -1,0 +1,373 @@
+"""safe_open.prefetch(plan): the loader's plan forms, hand-out rules, bounds and failures."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import fastst
+import numpy as np
+import pytest
+from fastst._read import loader as _loader
+from fastst._read.safe_open import safe_open as fastst_safe_open
+from helpers.raw_files import raw_file
+
+#: Generous bound for a join: a hang fails the test, a slow host does not.
+JOIN = 120.0
+
+# dtype -> bytes of a (6, 8) tensor (F4: 4 bits, F6: 6 bits per value)
+_DTYPES = {"F32": 192, "BF16": 96, "I8": 48, "U16": 96, "F4": 24, "F6_E2M3": 36, "F8_E4M3": 48}
+
+
+def _patterned(nbytes: int, seed: int) -> bytes:
+    return bytes((seed * 31 + i * 7) % 251 for i in range(nbytes))
+
+
+@pytest.fixture
+def mixed(tmp_path: Path) -> Path:
+    tensors = {
+        name.lower(): (name, (6, 8), _patterned(n, i))
+        for i, (name, n) in enumerate(_DTYPES.items())
+    }
+    tensors["scalar"] = ("F32", (), _patterned(4, 99))
+    path = tmp_path / "mixed.safetensors"
+    path.write_bytes(raw_file(tensors))
+    return path
+
+
+def _same(got: Any, want: Any) -> None:
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.tobytes() == want.tobytes()
+
+
+_FORMS = [
+    (None, ...),
+    (slice(1, 4), (slice(1, 4),)),
+    (slice(-2, None), (slice(4, 6),)),
+    (slice(2, 2), (slice(2, 2),)),
+    (slice(None), ...),
+    # fastst's superset: any index get_slice takes (F6 columns 2:6 end inside a byte)
+    ((slice(1, 5), slice(2, 6)), (slice(1, 5), slice(2, 6))),
+    ((..., 3), (..., 3)),
+]
+
+
+@pytest.mark.parametrize("backend", ["mmap", "pread"])
+@pytest.mark.parametrize("value, index", _FORMS)
+def test_every_plan_form_gives_what_get_slice_gives(
+    mixed: Path, backend: str, value: Any, index: Any
+) -> None:
+    names = [n.lower() for n in _DTYPES]
+    with fastst.safe_open(mixed, "np", backend=backend) as f:
+        with f.prefetch({n: value for n in names}) as loader:
+            assert loader.names() == [n for n in f.offset_keys() if n in names]
+            got = dict(loader)
+        assert set(got) == set(names)
+        for name in names:
+            _same(got[name], f.get_slice(name)[index])
+        if value is None:
+            # a list of names is the whole of each
+            with f.prefetch(names) as loader:
+                for name in names:
+                    _same(loader.take(name), f.get_tensor(name))
+
+
+def test_torch_plans_match_get_slice_including_packed_fp4(mixed: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float4_e2m1fn_x2"):
+        pytest.skip("torch without float4_e2m1fn_x2")
+    names = ["f32", "bf16", "f4", "i8"]
+    with fastst.safe_open(mixed, "pt") as f:
+        with f.prefetch({n: slice(1, 5) for n in names}) as loader:
+            for name in names:
+                got, want = loader.take(name), f.get_slice(name)[1:5]
+                assert got.dtype == want.dtype and got.shape == want.shape
+                assert got.view(torch.uint8).tolist() == want.view(torch.uint8).tolist()
+
+
+def test_plan_without_any_entry_reads_the_whole_file(mixed: Path) -> None:
+    with fastst.safe_open(mixed, "np") as f:
+        with f.prefetch() as loader:
+            assert loader.names() == f.offset_keys() and len(loader) == len(f)
+            got = dict(loader)
+        for name in f.keys():
+            _same(got[name], f.get_tensor(name))
+
+
+@pytest.mark.parametrize(
+    "plan, text",
+    [
+        ({"f32": slice(0, 7)}, "out of range"),
+        ({"f32": slice(-7, 2)}, "out of range"),
+        ({"f32": slice(4, 2)}, "out of range"),
+        ({"f32": slice(0, 3, 2)}, "step 1"),
+        ({"f32": slice(0, 3, 0)}, "invalid prefetch plan slice"),
+        ({"scalar": slice(0, 1)}, "0-d"),
+        ({"f32": 3}, "None or a slice"),
+        ({}, "selects no tensors"),
+        ([], "selects no tensors"),
+        ("all", "dict or a list"),
+    ],
+)
+def test_bad_plans_are_refused_before_any_read(mixed: Path, plan: Any, text: str) -> None:
+    with fastst.safe_open(mixed, "np") as f:
+        with pytest.raises(fastst.SafetensorError, match=text) as info:
+            f.prefetch(plan)
+    assert info.value.rule == "plan-invalid"
+    assert info.value.filename == str(mixed)
+
+
+def test_a_missing_tensor_names_the_file_and_tensor(mixed: Path) -> None:
+    with fastst.safe_open(mixed, "np") as f:
+        for call in (lambda: f.prefetch({"nope": None}), lambda: f.get_tensor_meta("nope")):
+            with pytest.raises(fastst.TensorNotFoundError, match="does not contain") as info:
+                call()
+            assert info.value.rule == "tensor-not-found" and info.value.tensor == "nope"
+            assert str(mixed) in str(info.value)
+
+
+def test_get_tensor_meta_is_the_header_entry(mixed: Path) -> None:
+    with fastst.safe_open(mixed, "np") as f:
+        meta = f.get_tensor_meta("bf16")
+        dtype, shape, begin, end = f._raw.info("bf16")
+    assert isinstance(meta, fastst.TensorMeta)
+    assert (meta.dtype, meta.shape, meta.data_offsets) == (dtype, list(shape), (begin, end))
+    assert meta.shape == [6, 8] and end - begin == 96
+
+
+def test_each_tensor_is_handed_out_once(mixed: Path) -> None:
+    with fastst.safe_open(mixed, "np") as f:
+        with f.prefetch({"f32": None, "i8": None}) as loader:
+            loader.take("f32")
+            for name in ("f32", "bf16"):
+                with pytest.raises(fastst.SafetensorError) as info:
+                    loader.take(name)
+                assert info.value.rule == "loader-take" and info.value.tensor == name
+            assert [name for name, _ in loader] == ["i8"]
+            assert list(loader) == []
+        with pytest.raises(fastst.ClosedFileError, match="closed"):
+            loader.take("i8")
+
+
+def test_take_after_close_raises(mixed: Path) -> None:
+    with fastst.safe_open(mixed, "np") as f:
+        loader = f.prefetch()
+        loader.close()
+        with pytest.raises(fastst.ClosedFileError):
+            loader.take("f32")
+        with pytest.raises(fastst.ClosedFileError):
+            list(loader)
+
+
+def _big(tmp_path: Path, count: int, nbytes: int) -> Path:
+    path = tmp_path / "big.safetensors"
+    tensors = {f"t{i:02d}": ("U8", (nbytes,), bytes([i]) * nbytes) for i in range(count)}
+    path.write_bytes(raw_file(tensors))
+    return path
+
+
+def test_close_with_tensors_in_flight_does_not_hang(tmp_path: Path) -> None:
+    path = _big(tmp_path, 16, 1 << 20)
+    with fastst.safe_open(path, "np") as f:
+        loader = f.prefetch(budget=2 << 20, threads=4)
+        assert loader.take("t00")[0] == 0
+        stream = iter(loader)
+        next(stream)
+        loader.close()
+        with pytest.raises(fastst.ClosedFileError):
+            next(stream)
+        for worker in loader._workers:
+            worker.join(JOIN)
+            assert not worker.is_alive()
+    assert not loader._ready and not loader._held
+
+
+def test_tensors_are_owned_writable_and_outlive_the_file(tmp_path: Path) -> None:
+    path = _big(tmp_path, 4, 4096)
+    with fastst.safe_open(path, "np") as f:
+        with f.prefetch() as loader:
+            got = dict(loader)
+        again = f.get_tensor("t01")
+    arrays = list(got.values())
+    for i, array in enumerate(arrays):
+        assert array.flags.writeable
+        assert not any(np.shares_memory(array, other) for other in arrays[i + 1 :])
+        array[:] = 200
+    assert again[0] == 1  # the file and other loads are untouched
+    with fastst.safe_open(path, "np") as f:
+        assert f.get_tensor("t01")[0] == 1
+    assert all((a == 200).all() for a in got.values())
+
+
+def test_torch_tensors_are_owned(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    path = _big(tmp_path, 3, 4096)
+    with fastst.safe_open(path, "pt") as f, f.prefetch(device="cpu") as loader:
+        a = loader.take("t00")
+        b = loader.take("t01")
+    a += 1
+    assert isinstance(a, torch.Tensor) and a.device.type == "cpu"
+    assert a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr()
+    assert int(a[0]) == 1 and int(b[0]) == 1
+    os.remove(path)
+    assert int(a.sum()) == 4096
+
+
+@pytest.mark.parametrize("backend", ["mmap", "pread"])
+def test_a_file_truncated_under_a_running_loader_raises(tmp_path: Path, backend: str) -> None:
+    size = 1 << 20
+    path = _big(tmp_path, 8, size)
+    with fastst.safe_open(path, "np", backend=backend, prefetch=None) as f:
+        with f.prefetch(budget=size, threads=1) as loader:
+            first = loader.take("t00")
+            data_start = f._raw.data_start
+            with open(path, "r+b") as out:
+                out.truncate(data_start + 3 * size)
+            outcomes: Dict[str, str] = {}
+            for name in loader.names()[1:]:
+                try:
+                    got = loader.take(name)
+                except fastst.SafetensorError as exc:
+                    outcomes[name] = exc.rule or "?"
+                else:
+                    # read before the truncation (at most the budget ahead): the right bytes
+                    assert (got == int(name[1:])).all()
+                    outcomes[name] = "ok"
+    assert (first == 0).all()
+    assert all(outcomes[f"t{i:02d}"] == "file-changed" for i in range(4, 8)), outcomes
+
+
+def _held_probe(monkeypatch: pytest.MonkeyPatch) -> List[int]:
+    """Records the bytes all loaders hold (read, being read, not taken)
+    each time a read starts."""
+    seen: List[int] = []
+    original = fastst_safe_open._read_entry
+
+    def read(self: Any, entry: Any, device: Any) -> Any:
+        seen.append(_loader._SHARED.held)
+        return original(self, entry, device)
+
+    monkeypatch.setattr(fastst_safe_open, "_read_entry", read)
+    return seen
+
+
+def _drain_slowly(loader: Any) -> Dict[str, Any]:
+    got = {}
+    for name in loader.names():
+        # let the readers run as far ahead as they are allowed
+        deadline = time.monotonic() + 0.05
+        while time.monotonic() < deadline:
+            time.sleep(0.005)
+        got[name] = loader.take(name)
+    return got
+
+
+def test_the_budget_bounds_bytes_landed_and_not_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    size = 64 << 10
+    path = _big(tmp_path, 16, size)
+    seen = _held_probe(monkeypatch)
+    with fastst.safe_open(path, "np") as f, f.prefetch(budget=3 * size, threads=4) as loader:
+        got = _drain_slowly(loader)
+    assert len(seen) == 16 and max(seen) <= 3 * size, seen
+    assert all((got[f"t{i:02d}"] == i).all() for i in range(16))
+
+
+def test_the_budget_is_shared_by_every_loader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    size = 64 << 10
+    path = _big(tmp_path, 8, size)
+    monkeypatch.setenv("FASTST_PREFETCH_BUDGET", str(4 * size))
+    seen = _held_probe(monkeypatch)
+    with fastst.safe_open(path, "np") as f:
+        with f.prefetch(threads=4) as one, f.prefetch(threads=4) as two:
+            a = _drain_slowly(one)
+            b = _drain_slowly(two)
+    # the two loaders together: the budget, plus the one tensor a waiting
+    # consumer has read beyond it (the other loader's untaken tensors fill it)
+    assert len(seen) == 16 and max(seen) <= 5 * size, seen
+    assert a.keys() == b.keys() and len(a) == 8
+
+
+def test_threads_are_capped_across_loaders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _big(tmp_path, 12, 4096)
+    monkeypatch.setenv("FASTST_PREFETCH_THREADS", "2")
+    lock = threading.Lock()
+    running = [0, 0]  # now, most
+    original = fastst_safe_open._read_entry
+
+    def read(self: Any, entry: Any, device: Any) -> Any:
+        with lock:
+            running[0] += 1
+            running[1] = max(running)
+        try:
+            time.sleep(0.01)  # hold the slot, so that readers overlap if allowed
+            return original(self, entry, device)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(fastst_safe_open, "_read_entry", read)
+    with fastst.safe_open(path, "np") as f:
+        loaders = [f.prefetch(threads=8) for _ in range(3)]
+        results = [dict(loader) for loader in loaders]
+        for loader in loaders:
+            assert len(loader._workers) <= 2
+            loader.close()
+    assert running[1] <= 2
+    assert all(len(r) == 12 for r in results)
+
+
+def test_bad_threads_and_budget_are_refused(mixed: Path) -> None:
+    with fastst.safe_open(mixed, "np") as f:
+        for kwargs in ({"threads": 0}, {"budget": 0}):
+            with pytest.raises(ValueError):
+                f.prefetch(**kwargs)
+
+
+def test_ctrl_c_during_a_take_leaves_the_tensor_to_take_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import _thread
+
+    path = _big(tmp_path, 2, 4096)
+    release = threading.Event()
+    original = fastst_safe_open._read_entry
+
+    def read(self: Any, entry: Any, device: Any) -> Any:
+        release.wait(JOIN)
+        return original(self, entry, device)
+
+    monkeypatch.setattr(fastst_safe_open, "_read_entry", read)
+    timer = threading.Timer(0.2, _thread.interrupt_main)
+    with fastst.safe_open(path, "np") as f, f.prefetch() as loader:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            loader.take("t01")
+        release.set()
+        assert (loader.take("t01") == 1).all()
+        assert [name for name, _ in loader] == ["t00"]
+    timer.join()
+
+
+def test_a_loader_dropped_without_close_gives_its_budget_back(tmp_path: Path) -> None:
+    import gc
+
+    path = _big(tmp_path, 8, 64 << 10)
+    with fastst.safe_open(path, "np") as f:
+        loader = f.prefetch(budget=2 * (64 << 10), threads=2)
+        first = loader.take("t00")
+        workers = loader._workers
+        del loader
+        gc.collect()
+        for worker in workers:
+            worker.join(JOIN)
+            assert not worker.is_alive()
+    assert (first == 0).all()
+    assert _loader._SHARED.held == 0 and _loader._SHARED.readers == 0
