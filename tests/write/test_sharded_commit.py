@@ -57,7 +57,7 @@ SAVER = textwrap.dedent(
 
     sharded.replace_bytes = counted(sharded.replace_bytes)
     sharded.link_file = counted(sharded.link_file)
-    sharded._remove = counted(sharded._remove)
+    sharded.remove_if_present = counted(sharded.remove_if_present)
     fio.FrameworkIO.save_file = counted(fio.FrameworkIO.save_file)
     sharded.TensorWriter.close = counted(sharded.TensorWriter.close)
     sharded.TensorWriter.write = counted(sharded.TensorWriter.write)

@@ -51,6 +51,7 @@ from .._paths import readable
 from .._sources.file import open_file
 from .._sources.folders import shard_problem
 from .._write.atomic import replace_bytes
+from .._write.shared_folder import remove_if_present
 
 __all__ = [
     "INDEX_NAME",
@@ -136,16 +137,16 @@ def _complete(folder: str, stage: str, record: Dict[str, Any]) -> None:
         if os.path.exists(staged):  # else moved by the interrupted pass
             target = os.path.join(folder, final)
             link_file(staged, target, readable(target), False)
-            _remove(staged)
+            remove_if_present(staged)
     family = FAMILIES[record["kind"]]
     keep = set(finals)
     for entry in os.listdir(folder):
         if family.fullmatch(entry) and entry not in keep:
-            _remove(os.path.join(folder, entry))
+            remove_if_present(os.path.join(folder, entry))
     if record["index"] is not None:
         replace_bytes(os.path.join(folder, INDEX_NAME), record["index"].encode("utf-8"))
     _fsync_dir(folder)
-    _remove(os.path.join(stage, _RECORD))
+    remove_if_present(os.path.join(stage, _RECORD))
     _remove_stage(stage)
 
 
@@ -156,16 +157,9 @@ def _remove_stage(stage: str) -> None:
     except FileNotFoundError:
         return
     for entry in entries:
-        _remove(os.path.join(stage, entry))
+        remove_if_present(os.path.join(stage, entry))
     try:
         os.rmdir(stage)
-    except FileNotFoundError:
-        pass
-
-
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
     except FileNotFoundError:
         pass
 

@@ -81,7 +81,7 @@ from .._settings import parse_size
 from .._sources.remote import refuse_local_options
 from . import remote as _remote
 from .atomic import replace_bytes
-from .shared_folder import SaveMark, locked, remove_earlier
+from .shared_folder import SaveMark, locked, remove_earlier, remove_if_present
 from .streaming import (
     Layout,
     TensorWriter,
@@ -154,7 +154,7 @@ class _LocalSave:
     def discard(self) -> None:
         """Removes the staged shards written so far (no index names them), then the mark."""
         for path in self.staged:
-            _remove(path)
+            remove_if_present(path)
         self.mark.release()
 
     def commit(self) -> str:
@@ -337,7 +337,7 @@ def commit_staged(
             replace_bytes(index_path, index_bytes(staged))
         except BaseException:
             for name in staged:
-                _remove(os.path.join(folder, name))
+                remove_if_present(os.path.join(folder, name))
             raise
         # 3. The ecosystem's names, each replaced in one step.
         for at, (name, final) in enumerate(zip(staged, finals, strict=True)):
@@ -347,11 +347,11 @@ def commit_staged(
         replace_bytes(index_path, index_bytes(finals))
         # 5. What no index names any more.
         for name in staged:
-            _remove(os.path.join(folder, name))
+            remove_if_present(os.path.join(folder, name))
         remove_earlier(folder, prefix, set(finals))
         single = os.path.join(folder, f"{prefix}{WEIGHTS_SUFFIX}")
         if os.path.islink(single) or not os.path.isdir(single):
-            _remove(single)
+            remove_if_present(single)
     return index_path
 
 
@@ -704,11 +704,4 @@ def forget(url: str, storage_options: Optional[Mapping[str, Any]]) -> None:
     try:
         _remote.delete(url, storage_options)
     except Exception:
-        pass
-
-
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except FileNotFoundError:
         pass

@@ -102,7 +102,7 @@ class SaveMark:
             os.write(fd, _MAGIC + os.fsencode(prefix))
         except BaseException:
             os.close(fd)
-            _unlink(path)
+            remove_if_present(path)
             raise
         self.token = token
         self.path: Optional[str] = path
@@ -111,7 +111,7 @@ class SaveMark:
     def release(self) -> None:
         """Removes the mark and lets go of its lock (again: nothing)."""
         if self.path is not None:
-            _unlink(self.path)
+            remove_if_present(self.path)
             self.path = None
         if self._fd is not None:
             os.close(self._fd)
@@ -158,7 +158,7 @@ def drop_sharded_layout(path: Union[str, bytes]) -> None:
     with save_errors(readable(os.fsdecode(path))), locked(folder or "."):
         if not os.path.lexists(os.path.join(folder, name)):
             return
-        _unlink(index_path)
+        remove_if_present(index_path)
         remove_earlier(folder or ".", prefix, set())
 
 
@@ -177,20 +177,21 @@ def remove_earlier(folder: str, prefix: str, keep: Set[str]) -> None:
 
     for entry in entries:
         if ours.fullmatch(entry) is not None and entry not in keep:
-            _unlink(os.path.join(folder, entry))
+            remove_if_present(os.path.join(folder, entry))
             continue
         match = UNFINISHED.fullmatch(entry)
         if match is None or match.group(1) is None:
             continue
         verdict = gone(entry[1:17])
         if verdict or (verdict is None and ours.fullmatch(match.group(1)) is not None):
-            _unlink(os.path.join(folder, entry))
+            remove_if_present(os.path.join(folder, entry))
     for entry in entries:
         match = UNFINISHED.fullmatch(entry)
         if match is not None and match.group(1) is None and gone(entry[1:17]):
-            _unlink(os.path.join(folder, entry))
+            remove_if_present(os.path.join(folder, entry))
 
 
-def _unlink(path: str) -> None:
+def remove_if_present(path: str) -> None:
+    """Removes the file ``path``; one already gone is not an error (a clean-up's step)."""
     with contextlib.suppress(FileNotFoundError):
         os.remove(path)
