@@ -209,6 +209,12 @@ class HookError(SafetensorError, RuntimeError):
     the reference package is already imported."""
 
 
+class StorageOptionsError(SafetensorError, ValueError):
+    """``storage_options`` were given for a local path: they configure the
+    store of a URL only (rule ``storage-options-local``). Also a
+    ``ValueError``."""
+
+
 class DropinWarning(UserWarning):
     """``import safetensors`` was served by fastst because the
     ``FASTST_AS_SAFETENSORS`` environment variable is set."""
@@ -245,6 +251,7 @@ __all__ = [
     "closed_file_error",
     "FolderError",
     "HookError",
+    "StorageOptionsError",
     "DropinWarning",
     "InsecureTransportWarning",
 ]

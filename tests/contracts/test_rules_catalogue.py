@@ -31,6 +31,7 @@ FAMILIES = {
     "FolderError",
     "DistributedLoadError",
     "HookError",
+    "StorageOptionsError",
     "SafetensorError",
     "ValueError",
     "MemoryError",

@@ -822,3 +822,22 @@ def test_tiling_overlap_with_the_right_volume() -> None:
     assert info.value.rule == "dcp-chunks"
     grid = [Chunk("f", (i, j), (1, 1)) for i in range(2) for j in range(2)]
     _check(Tensor("w", "F32", (2, 2), grid))  # a 2-d mesh's tiling
+
+
+def test_storage_options_for_a_local_folder_are_refused_naming_it(tmp_path: Path) -> None:
+    # The writer, the reader and consolidation refuse storage_options for a
+    # local folder with the one rule (a ValueError too), before touching it.
+    folder = tmp_path / "ckpt"
+    opts = {"region": "us-east-1"}
+    calls: Dict[str, Callable[[], Any]] = {
+        "writer": lambda: fdcp.StorageWriter(folder, storage_options=opts),
+        "reader": lambda: fdcp.StorageReader(folder, storage_options=opts),
+        "consolidate": lambda: fdcp.consolidate(folder, tmp_path / "out", storage_options=opts),
+    }
+    for what, call in calls.items():
+        with pytest.raises(fastst.StorageOptionsError) as refused:
+            call()
+        assert isinstance(refused.value, ValueError), what
+        assert refused.value.rule == "storage-options-local", what
+        assert str(refused.value).startswith(f"{folder}: storage_options apply to URLs"), what
+    assert list(tmp_path.iterdir()) == []

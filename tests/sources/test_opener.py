@@ -244,3 +244,58 @@ def test_threads_on_a_stream_that_releases_the_gil_never_deadlock(sample) -> Non
         text=True,
     )
     assert done.returncode == 0, done.stderr
+
+
+def _refusals(tmp_path: Path) -> Dict[str, Tuple[Callable[[], Any], str]]:
+    """Every entry point taking ``storage_options``, called with a local
+    target, and the name its refusal must show."""
+    data = tmp_path / "model.safetensors"
+    fastst.numpy.save_file({"x": np.zeros(2, np.float32)}, str(data))
+    out = tmp_path / "out.safetensors"
+    layout = {"x": ("F32", [2])}
+    opts = {"region": "us-east-1"}
+    calls: Dict[str, Tuple[Callable[[], Any], str]] = {
+        "safe_open path": (
+            lambda: fastst.safe_open(str(data), "np", storage_options=opts),
+            str(data),
+        ),
+        "safe_open file object": (
+            lambda: fastst.safe_open(io.BytesIO(data.read_bytes()), "np", storage_options=opts),
+            "<BytesIO>",
+        ),
+        "load_file": (lambda: fastst.numpy.load_file(str(data), storage_options=opts), str(data)),
+        "save_file": (
+            lambda: fastst.numpy.save_file({"x": np.zeros(2)}, str(out), storage_options=opts),
+            str(out),
+        ),
+        "save_sharded": (
+            lambda: fastst.numpy.save_sharded(
+                {"x": np.zeros(2)}, str(tmp_path / "sh"), storage_options=opts
+            ),
+            str(tmp_path / "sh"),
+        ),
+        "open_writer": (lambda: fastst.open_writer(out, layout, storage_options=opts), str(out)),
+        "open_sharded_writer": (
+            lambda: fastst.open_sharded_writer(tmp_path / "w", layout, storage_options=opts),
+            str(tmp_path / "w"),
+        ),
+    }
+    return calls
+
+
+def test_storage_options_for_a_local_target_are_one_rule_naming_the_target(tmp_path) -> None:
+    # One refusal for every entry point: a StorageOptionsError (a
+    # SafetensorError and, as before, a ValueError) naming the path or
+    # file object and rule storage-options-local; nothing is written.
+    calls = _refusals(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for what, (call, name) in calls.items():
+        with pytest.raises(fastst.StorageOptionsError) as refused:
+            call()
+        err = refused.value
+        assert isinstance(err, fastst.SafetensorError) and isinstance(err, ValueError), what
+        assert err.rule == "storage-options-local", what
+        assert err.filename == name, what
+        assert str(err).startswith(f"{name}: storage_options apply to URLs"), what
+        assert "storage-options-local" in str(err), what
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -236,7 +236,7 @@ def test_options_are_checked(remote: Site, local: Path) -> None:
         fastst.safe_open(url, "np", storage_options=_opts(remote, FASTST_REMOTE_CONCURRENCY="0"))
     with pytest.raises(TypeError):
         fastst.safe_open(url, "np", storage_options=[("region", "x")])  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="URLs"):
+    with pytest.raises(fastst.StorageOptionsError, match="URLs"):
         fastst.safe_open(str(local), "np", storage_options={"region": "x"})
     assert remote.proxy.records == []  # nothing was asked of the store
 

@@ -423,9 +423,9 @@ def test_options_and_urls_are_checked_before_anything_is_sent(tmp_path: Path) ->
         fastst.numpy.save_file(x, "s3://b/k.safetensors", storage_options={"no_such_key": "1"})
     with pytest.raises(ValueError, match="names no object"):
         fastst.numpy.save_file(x, "s3://b/prefix/", storage_options={"region": "us-east-1"})
-    with pytest.raises(ValueError, match="storage_options apply to URLs"):
+    with pytest.raises(fastst.StorageOptionsError, match="storage_options apply to URLs"):
         fastst.numpy.save_file(x, str(tmp_path / "x.safetensors"), storage_options={})
-    with pytest.raises(ValueError, match="storage_options apply to URLs"):
+    with pytest.raises(fastst.StorageOptionsError, match="storage_options apply to URLs"):
         fastst.numpy.save_sharded(x, str(tmp_path / "sharded"), storage_options={})
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(TypeError, match="storage_options must be a mapping"):

@@ -145,8 +145,9 @@ def test_bad_arguments_are_refused_before_anything_is_written(tmp_path: Path) ->
     with pytest.raises(fastst.SafetensorError) as info:
         fastst.open_sharded_writer(folder, {"a": ("NOPE", [1])})
     assert info.value.rule == "unsupported-dtype"
-    with pytest.raises(ValueError, match="storage_options apply to URLs"):
+    with pytest.raises(fastst.StorageOptionsError, match="apply to URLs") as refused:
         fastst.open_sharded_writer(folder, LAYOUT, storage_options={})
+    assert refused.value.rule == "storage-options-local" and str(folder) in str(refused.value)
     with pytest.raises(ValueError, match="not a configuration key of S3"):
         fastst.open_sharded_writer("s3://b/run/", LAYOUT, storage_options={"no_such_key": "1"})
     with pytest.raises(ValueError, match="not a configuration key of S3"):

@@ -326,7 +326,7 @@ def _open_input(
     input_dir: str, output_dir: str, storage_options: Optional[Mapping[str, Any]]
 ) -> Tuple[Dict[str, RawFile], Dict[str, Tensor]]:
     if not is_url(input_dir) and not is_url(output_dir):
-        refuse_local_options(storage_options)
+        refuse_local_options(storage_options, input_dir)
     files = dcp_remote.open_checkpoint(input_dir, storage_options, "pread")
     try:
         table = chunk_table(files)

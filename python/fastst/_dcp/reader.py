@@ -104,7 +104,7 @@ class StorageReader(_StorageReader):
         if is_url(path):
             self.path = str(path)
         else:
-            refuse_local_options(self.storage_options)
+            refuse_local_options(self.storage_options, path)
             self.path = os.fsdecode(os.fspath(path))
         #: The folder or prefix as messages show it.
         self.shown = readable(self.path)

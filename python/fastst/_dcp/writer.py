@@ -144,7 +144,7 @@ class StorageWriter(_StorageWriter):
             )
             self.shown = readable(self.folder)
             return
-        refuse_local_options(self.storage_options)
+        refuse_local_options(self.storage_options, path)
         self.path = os.fsdecode(os.fspath(path))
         self.consolidated_output_path = self.path if self.enable_consolidation else None
         self.folder = (

@@ -48,7 +48,7 @@ def open_source(
     once."""
     if _remote.is_url(source):
         return _remote.open_url(source, header_cap, storage_options)
-    _remote.refuse_local_options(storage_options)
+    _remote.refuse_local_options(storage_options, source)
     if is_file_object(source):
         return _open_file_object(source, backend, header_cap)
     path = os_path(source)

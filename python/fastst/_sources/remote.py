@@ -24,6 +24,7 @@ compiled ``fastst-remote`` crate (see ``docs/remote.md``).
 
 from __future__ import annotations
 
+import os
 import posixpath
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -49,12 +50,24 @@ SHARDS_AT_ONCE = 16
 Options = List[Tuple[str, str]]
 
 
-def refuse_local_options(storage_options: Optional[Mapping[str, Any]]) -> None:
-    """The one refusal of ``storage_options`` given for a local path (they
-    configure the store of a URL only): a ``ValueError``; nothing when they
-    are None."""
-    if storage_options is not None:
-        raise ValueError("storage_options apply to URLs (s3://, gs://, az://, https://...) only")
+def refuse_local_options(storage_options: Optional[Mapping[str, Any]], target: object) -> None:
+    """The one refusal of ``storage_options`` given for ``target``, a local
+    path or a file object (they configure the store of a URL only): a
+    :class:`fastst.StorageOptionsError` (also a ``ValueError``) naming
+    ``target`` and rule ``storage-options-local``; nothing when they are
+    None."""
+    if storage_options is None:
+        return
+    if isinstance(target, (str, bytes, os.PathLike)):
+        name = readable(os.fsdecode(os.fspath(target)))
+    else:
+        name = f"<{type(target).__name__}>"
+    raise rule_error(
+        "storage-options-local",
+        name,
+        "storage_options apply to URLs (s3://, gs://, az://, https://...) only, not to a "
+        "local path or a file object (rule storage-options-local)",
+    )
 
 
 def options(storage_options: Optional[Mapping[str, Any]]) -> Options:

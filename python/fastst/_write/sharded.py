@@ -416,7 +416,7 @@ def write_sharded(
             remote.discard()
             raise
         return remote.commit()
-    refuse_local_options(storage_options)
+    refuse_local_options(storage_options, folder)
     save = _LocalSave(folder, groups, sizes, prefix, index_metadata)
     # 1. The new shards, under names no reader knows yet.
     try:
@@ -483,7 +483,7 @@ class ShardedWriter(WholeOrNothing):
     ) -> None:
         url = _remote.is_url(folder)
         if not url:
-            refuse_local_options(storage_options)
+            refuse_local_options(storage_options, folder)
         limit = _check_plan(max_shard_size, prefix)
         where = readable(str(folder)) if url else readable(os_path(folder))
         entries = layout_entries(where, layout)

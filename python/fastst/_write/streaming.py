@@ -226,7 +226,7 @@ class TensorWriter(WholeOrNothing):
     ) -> None:
         url = _remote.is_url(path)
         if not url:
-            refuse_local_options(storage_options)
+            refuse_local_options(storage_options, path)
         target = str(path) if url else os_path(path)
         where = readable(str(path)) if url else readable(target)
         entries = layout_entries(where, layout)

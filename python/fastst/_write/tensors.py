@@ -439,7 +439,7 @@ def serialize_file(
         layout, sources = plan(readable(url), tensor_dict, metadata, header_cap, align)
         _remote.upload(layout, url, sources, storage_options)
         return
-    refuse_local_options(storage_options)
+    refuse_local_options(storage_options, filename)
     path = os_path(filename)
     name = readable(path)
     layout, sources = plan(name, tensor_dict, metadata, header_cap, align)

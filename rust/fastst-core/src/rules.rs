@@ -109,6 +109,9 @@ pub enum Family {
     /// The drop-in hook cannot serve `safetensors` (the reference is
     /// already imported).
     Hook,
+    /// `storage_options` were given for a local path: they configure the
+    /// store of a URL only (also a `ValueError`).
+    StorageOptions,
     /// An index the reference's slicing refuses, under the `safetensors`
     /// name (the reference raises its root error class for these).
     ReferenceSlice,
@@ -125,7 +128,7 @@ pub enum Family {
 
 impl Family {
     /// Every family, in catalogue order.
-    pub const ALL: [Family; 21] = [
+    pub const ALL: [Family; 22] = [
         Family::HeaderFraming,
         Family::HeaderJson,
         Family::Metadata,
@@ -143,6 +146,7 @@ impl Family {
         Family::DistributedLoad,
         Family::Folder,
         Family::Hook,
+        Family::StorageOptions,
         Family::ReferenceSlice,
         Family::Argument,
         Family::Provenance,
@@ -172,6 +176,7 @@ impl Family {
             Family::DistributedLoad => "DistributedLoadError",
             Family::Folder => "FolderError",
             Family::Hook => "HookError",
+            Family::StorageOptions => "StorageOptionsError",
             Family::ReferenceSlice => "SafetensorError",
             Family::Argument => "SafetensorError",
             Family::Provenance => "ProvenanceError",
@@ -442,6 +447,8 @@ catalogue! {
         "an object key fastst cannot address in its store: an empty segment (//), a . or .. segment, a control character (keys are otherwise taken literally)";
     HookAfterReference = "hook-after-reference", Hook, High,
         "the drop-in hook is turned on after the reference package was imported";
+    StorageOptionsLocal = "storage-options-local", StorageOptions, High,
+        "storage_options are given for a local path (they configure the store of a URL only)";
     SliceOutOfRange = "slice-out-of-range", ReferenceSlice, High,
         "under the `safetensors` name, a slice index the reference refuses (out of range, bad step)";
 
@@ -716,6 +723,7 @@ mod tests {
                 "DistributedLoadError",
                 "FolderError",
                 "HookError",
+                "StorageOptionsError",
                 "SafetensorError",
                 "SafetensorError",
                 "ProvenanceError",
