@@ -1,9 +1,8 @@
 """``python -m fastst``: the ``fastst`` command, or a program run with the drop-in hook on.
 
-``python -m fastst``: the ``fastst`` command; ``python -m fastst run
-(script.py | -m module) [args...]`` (or ``fastst run ...``) runs a program
-with ``import safetensors`` served by fastst, in the processes it starts too
-(see ``fastst._dropin.hook.run``)."""
+``python -m fastst run (script.py | -m module) [args...]`` (or ``fastst run
+...``) runs a program with ``import safetensors`` served by fastst, in the
+processes it starts too (see ``fastst._dropin.hook.run``)."""
 
 import sys
 

@@ -1,9 +1,8 @@
 """Header dtype names <-> numpy dtypes, and the facts about each dtype that Python needs.
 
-Header dtype names <-> numpy dtypes (BF16 and the F8/F6/F4 kinds through
-``ml_dtypes``, which fastst imports itself), and the facts about each dtype
-that Python needs, taken from the core (``_fastst.catalogue.dtype_facts()``) rather
-than repeated here."""
+BF16 and the F8/F6/F4 kinds go through ``ml_dtypes``, which fastst imports
+itself; the facts are taken from the core
+(``_fastst.catalogue.dtype_facts()``) rather than repeated here."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The fastst exception tree, and the one way Python code raises a rule's error.
 
-The tree is rooted at :class:`SafetensorError`; :func:`rule_error` makes a
-rule's error; :class:`Where` and :data:`BYTES_NAME` are how an error names a
-tensor and a file held in memory.
+:class:`SafetensorError` is the root; :func:`rule_error` is that one way;
+:class:`Where` and :data:`BYTES_NAME` are how an error names a tensor and a
+file held in memory.
 
 Every error raised for a bad file names the file, the tensor (where there is
 one) and the rule that failed, and carries them as attributes. Each rule id

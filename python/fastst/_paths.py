@@ -1,8 +1,7 @@
 """Paths as fastst takes them (``str``, ``bytes``, ``os.PathLike``) and their readable form.
 
-Paths as fastst takes them: ``str`` (surrogate-escaped where the name is
-not valid UTF-8, as Python decodes POSIX file names), ``bytes`` and
-``os.PathLike`` alike, and their readable form for messages."""
+``str`` is surrogate-escaped where the name is not valid UTF-8, as Python
+decodes POSIX file names; the readable form is for messages."""
 
 from __future__ import annotations
 

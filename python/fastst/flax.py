@@ -1,8 +1,7 @@
 """JAX/Flax support: ``fastst.flax`` has the functions of ``safetensors.flax``.
 
-JAX/Flax support: ``fastst.flax`` has the functions of ``safetensors.flax``
-(``save``, ``save_file``, ``load``, ``load_file``). Unlike the reference it
-never modifies the dict it is given."""
+Those are ``save``, ``save_file``, ``load`` and ``load_file``. Unlike the
+reference it never modifies the dict it is given."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """MLX support: ``fastst.mlx`` has the functions of ``safetensors.mlx``.
 
-MLX support: ``fastst.mlx`` has the functions of ``safetensors.mlx``
-(``save``, ``save_file``, ``load``, ``load_file``), BF16 included."""
+Those are ``save``, ``save_file``, ``load`` and ``load_file``, BF16 included."""
 
 from __future__ import annotations
 

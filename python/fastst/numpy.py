@@ -1,7 +1,6 @@
 """``fastst.numpy``: save and load numpy arrays, with the functions of ``safetensors.numpy``.
 
-``fastst.numpy``: save and load numpy arrays, with the same functions as
-``safetensors.numpy`` (``save``, ``save_file``, ``load``, ``load_file``).
+Those are ``save``, ``save_file``, ``load`` and ``load_file``.
 
 Beyond the reference: every dtype with a safetensors equivalent works,
 including the ``ml_dtypes`` kinds (bfloat16, float8, float6, float4), and

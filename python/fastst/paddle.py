@@ -1,8 +1,7 @@
 """Paddle support: ``fastst.paddle`` has the functions of ``safetensors.paddle``.
 
-Paddle support: ``fastst.paddle`` has the functions of ``safetensors.paddle``
-(``save``, ``save_file``, ``load``, ``load_file``, with ``device``). CPU
-tensors are loaded and saved without copying their data."""
+Those are ``save``, ``save_file``, ``load`` and ``load_file``, with
+``device``. CPU tensors are loaded and saved without copying their data."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """TensorFlow support: ``fastst.tensorflow`` has the functions of ``safetensors.tensorflow``.
 
-TensorFlow support: ``fastst.tensorflow`` has the functions of
-``safetensors.tensorflow`` (``save``, ``save_file``, ``load``,
-``load_file``). Unlike the reference it never modifies the dict it is given."""
+Those are ``save``, ``save_file``, ``load`` and ``load_file``. Unlike the
+reference it never modifies the dict it is given."""
 
 from __future__ import annotations
 

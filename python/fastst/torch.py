@@ -1,7 +1,6 @@
 """PyTorch support: ``fastst.torch`` has the functions of ``safetensors.torch``.
 
-PyTorch support: ``fastst.torch`` has the functions of ``safetensors.torch``
-with the same signatures, results and errors.
+Same signatures, results and errors as the reference's.
 
 Loading gives CPU tensors that share the file's pages (copy-on-write, so
 they are writable and independent) or lands them on a CUDA device through

@@ -1,7 +1,6 @@
 """The replicated load: every rank ends with the whole checkpoint, each byte read once.
 
-The replicated load: every rank of a process group ends with the whole
-checkpoint, each byte read from storage by exactly one rank.
+Each byte is read from storage by exactly one rank of the process group.
 
 :func:`plan_reads` shares the bytes out; :class:`_Transfer` moves them in
 rounds over two staging buffers (broadcasts under gloo,

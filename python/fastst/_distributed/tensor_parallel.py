@@ -1,8 +1,7 @@
 """The tensor-parallel load: each rank reads only its part of each tensor.
 
-The tensor-parallel load: each rank reads only its part of each tensor
-(a row or column split by rank, or an explicit index), expressed as a
-``safe_open.prefetch`` plan (the byte ranges of ``get_slice``, read once,
+A part is a row or column split by rank, or an explicit index, expressed as
+a ``safe_open.prefetch`` plan (the byte ranges of ``get_slice``, read once,
 in the background); no tensor data moves between ranks."""
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
 """The drop-in switch: the hook serving ``import safetensors``, and the modules it serves.
 
-The drop-in switch: the hook serving ``import safetensors``, its facade modules and the
-reference's private helpers."""
+Those are its facade modules and the reference's private helpers."""

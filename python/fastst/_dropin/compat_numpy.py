@@ -1,8 +1,7 @@
 """The reference's private ``safetensors.numpy`` helpers, for callers that reach for them.
 
-The reference's private ``safetensors.numpy`` helpers and the names its
-module imports, for callers that reach for them. ``fastst.numpy``
-re-exports them; they are not part of fastst's own API."""
+The names its module imports too. ``fastst.numpy`` re-exports them; they
+are not part of fastst's own API."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """The reference's private ``safetensors.torch`` helpers, with the same results.
 
-The reference's private ``safetensors.torch`` helpers that callers import
-(its own tests, diffusers' ``_to_ndarray``...), with the same results.
-``fastst.torch`` re-exports them; they are not part of fastst's own API.
-"""
+Callers import them (its own tests, diffusers' ``_to_ndarray``...).
+``fastst.torch`` re-exports them; they are not part of fastst's own API."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """The module served as ``safetensors`` while the drop-in hook is on, backed by fastst.
 
-The module served as ``safetensors`` while the drop-in hook is on
-(:func:`fastst.install`): the reference package's top-level names, backed by
-fastst. The framework modules (``safetensors.torch``, ``.numpy``, ...) are
-fastst's own (``fastst.torch``, ...). ``safe_open`` here slices with the
-reference's rules and errors (see ``fastst._dropin.slicing``).
+It holds the reference package's top-level names (the hook is
+:func:`fastst.install`). The framework modules (``safetensors.torch``,
+``.numpy``, ...) are fastst's own (``fastst.torch``, ...). ``safe_open`` here
+slices with the reference's rules and errors (see ``fastst._dropin.slicing``).
 
 ``__version__`` is the reference release whose API fastst follows (callers
 compare it with the versions they need); fastst's own version is

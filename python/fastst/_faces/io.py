@@ -1,8 +1,8 @@
 """``FrameworkIO``: the save and load functions of a framework module, made from one function.
 
-The ``save``/``save_file``/``load``/``load_file`` functions of a framework
-module, from the one function turning its tensors into arrays (a
-:data:`fastst._frameworks.ToArrays`)."""
+The one function is a :data:`fastst._frameworks.ToArrays`, turning the
+framework's tensors into arrays; ``save``, ``save_file``, ``load`` and
+``load_file`` are made from it."""
 
 from __future__ import annotations
 

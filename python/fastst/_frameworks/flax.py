@@ -1,8 +1,8 @@
 """JAX/Flax backend: ``jax.Array`` from the zero-copy numpy view.
 
-JAX/Flax backend: ``jax.Array`` from the zero-copy numpy view (jax owns
-its copy; arrays are immutable). BF16, the F8 kinds, F8_E8M0 and F4 map to
-jax's own dtypes; 64-bit kinds follow jax's x64 setting, as jax itself does."""
+jax owns its copy; arrays are immutable. BF16, the F8 kinds, F8_E8M0 and F4
+map to jax's own dtypes; 64-bit kinds follow jax's x64 setting, as jax
+itself does."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """MLX backend: ``mx.array`` built from the zero-copy numpy view.
 
-MLX backend: ``mx.array`` built from the zero-copy numpy view (MLX copies
-into its own memory). BF16 is supported; MLX has no floating-point types
-narrower than 16 bits (the F8/F6/F4 kinds)."""
+MLX copies into its own memory. BF16 is supported; MLX has no
+floating-point types narrower than 16 bits (the F8/F6/F4 kinds)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Paddle backend: tensors sharing the buffer's memory, moved to the requested place.
 
-Paddle backend: tensors sharing the buffer's memory (``frombuffer``, or
-DLPack for the unsigned kinds paddle cannot reshape), moved to the requested
-place when it is not the CPU."""
+``frombuffer``, or DLPack for the unsigned kinds paddle cannot reshape;
+moved only when the place is not the CPU."""
 
 from __future__ import annotations
 

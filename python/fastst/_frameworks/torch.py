@@ -1,7 +1,7 @@
 """torch backend: zero-copy CPU tensors over a file's pages, and CUDA loads.
 
-torch backend: zero-copy CPU tensors over a file's pages, torch's own
-indexing rules for slices, and CUDA loads through pinned staging memory."""
+Slices follow torch's own indexing rules; CUDA loads go through pinned
+staging memory."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
 """Shared-memory bookkeeping of torch tensors, and what ``save_file`` checks and writes of them.
 
-Shared-memory bookkeeping of torch tensors (which tensors share storage,
-which names to drop when saving tied weights), the checks ``save_file``
-applies before writing, and the tensors turned into what the writer takes
-(:func:`to_arrays`, :func:`as_writable`): used by :mod:`fastst.torch`, by the
-streaming writer for torch tensors, and by the reference's private helpers
-in :mod:`fastst._dropin.compat_torch`."""
+Which tensors share storage, which names to drop when saving tied weights;
+the tensors are turned into arrays by :func:`to_arrays` and
+:func:`as_writable`. Used by :mod:`fastst.torch`, by the streaming writer
+for torch tensors, and by the reference's private helpers in
+:mod:`fastst._dropin.compat_torch`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Basic indexes of ``get_slice``: which are accepted, and what part of a tensor one reads.
 
-Basic indexes (ints, slices, ``...``, ``None``) of ``get_slice``: which are accepted, and
-what part of a tensor one reads."""
+An index is built of ints, slices, ``...`` and ``None``."""
 
 from __future__ import annotations
 

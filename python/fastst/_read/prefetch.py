@@ -1,8 +1,7 @@
 """Reading a file's pages ahead of a load, as byte ranges for the core's background reader.
 
-Reading a file's pages ahead of a load: what a loader declares it will
-read (the whole file, some tensors, parts of tensors) becomes byte ranges
-for the core's background reader, ``_fastst.read.Prefetcher``.
+What a loader declares it will read (the whole file, some tensors, parts of
+tensors) becomes those ranges; the reader is ``_fastst.read.Prefetcher``.
 
 The reader is bounded: it never reads more than a budget (by default half
 of the memory the kernel reports as available; ``prefetch_budget=`` or

@@ -1,8 +1,7 @@
 """Owned loads in background threads: tensor by tensor, and several files side by side.
 
-Owned loads in background threads: handed out tensor by tensor as
-their reads complete (``safe_open.iter_tensors``), and the loads of
-several files side by side (:func:`load_side_by_side`).
+Tensors are handed out as their reads complete
+(``safe_open.iter_tensors``); :func:`load_side_by_side` loads several files.
 
 Background threads run the core's whole loads (``load_into`` with
 ``stream=True``, the GIL released while bytes move), two files (shards) at

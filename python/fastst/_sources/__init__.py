@@ -1,4 +1,3 @@
 """Sources: everything ``safe_open`` accepts, made into one ``RawSource``.
 
-Everything ``safe_open`` accepts (files, descriptors, file objects, folders, indexes and their
-shards, URLs) made into one ``RawSource``."""
+Files, descriptors, file objects, folders, indexes and their shards, URLs."""

@@ -1,7 +1,6 @@
 """What a file that is not safetensors is: the one recogniser, from its first bytes.
 
-What a file that is not safetensors is: the one recogniser (the core's
-``identify``, from the first bytes) behind the reader's errors and every
+It is the core's ``identify``, behind the reader's errors and every
 subcommand of the ``fastst`` command. Only the first bytes are read, never
 blocking; nothing is parsed beyond fixed fields, nothing is executed."""
 

@@ -1,7 +1,7 @@
 """``RawSource``: the interface every reader of one logical file offers.
 
-``RawSource``: the interface every reader of one logical file offers to
-``safe_open`` and the loaders, whatever the file is read from."""
+``safe_open`` and the loaders read through it, whatever the file is read
+from."""
 
 from __future__ import annotations
 

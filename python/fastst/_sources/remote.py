@@ -1,7 +1,6 @@
 """URLs as sources: objects in object stores and files behind HTTP(S), read with ranged GETs.
 
-URLs as sources: objects in object stores (``s3://``, ``gs://``,
-``az://``...) and files behind HTTP(S), read with ranged GETs by the
+Stores are ``s3://``, ``gs://``, ``az://``...; the reads are done by the
 compiled ``fastst-remote`` crate (see ``docs/remote.md``).
 
 - :func:`is_url` tells a URL from a path (:func:`fastst._paths.is_url`:

@@ -1,7 +1,6 @@
 """Sharded checkpoints opened as one logical file.
 
-Sharded checkpoints: a ``model.safetensors.index.json`` (or the folder
-holding it) opened as one logical file.
+A ``model.safetensors.index.json``, or the folder holding it.
 
 The index is the Hugging Face layout: ``{"metadata": {...}, "weight_map":
 {tensor name: shard file name}}`` with shard files beside the index. Opening

@@ -1,4 +1,3 @@
 """Writing: tensors to bytes and files, sharded checkpoints, metadata edits, atomic replacement.
 
-Writing: tensors to bytes and files, the streaming writer (a layout first, then tensors in any
-order), sharded checkpoints, metadata edits, the one atomic replacement."""
+The streaming writer takes a layout first, then tensors in any order."""

@@ -1,7 +1,6 @@
 """The one atomic replacement of a file by new bytes, through the core's commit.
 
-The one atomic replacement of a file by new bytes (indexes, signatures, SBOMs, HTML reports),
-through the core's commit."""
+Used for indexes, signatures, SBOMs and HTML reports."""
 
 from __future__ import annotations
 

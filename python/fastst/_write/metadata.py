@@ -1,7 +1,6 @@
 """Editing the ``__metadata__`` of a file without touching its tensors.
 
-Editing the ``__metadata__`` of a file without touching its tensors:
-:func:`update_metadata` (and ``fastst meta --set/--unset``).
+:func:`update_metadata`, and ``fastst meta --set/--unset`` through it.
 
 The tensors are copied byte for byte from the old file into a new one
 written by the atomic writer (temporary file, rename), and the copy is

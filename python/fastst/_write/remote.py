@@ -1,16 +1,17 @@
 """Saves a file to a URL of object storage with a multipart upload, whole or not at all.
 
-Saves a file to a URL of object storage (``s3://``, ``gs://``, ``az://``...) with a multipart
-upload by the compiled ``fastst-remote`` crate (see ``docs/remote.md``, "Saving to object
-storage"): the parts go up as the tensors' bytes come, a bounded number of them in flight, so
-that the memory a save takes does not grow with the file; the object appears under its key only
-when the upload completes, and any error aborts the upload (an old object stays as it was).
-The store is configured as for reading: ``storage_options``, else the environment. Also the
-streaming writer's object (:func:`layout_writer`: tensors in any order, each part sent under its
-own number once every byte of it is written), and the small writes of a sharded save to a URL
-prefix (``fastst._write.sharded``): an object in one request (the index, written last),
-deletion, and the shards an index names.
-"""
+Stores are ``s3://``, ``gs://``, ``az://``...; the upload is done by the
+compiled ``fastst-remote`` crate (see ``docs/remote.md``, "Saving to object
+storage"): the parts go up as the tensors' bytes come, a bounded number of
+them in flight, so that the memory a save takes does not grow with the
+file; the object appears under its key only when the upload completes, and
+any error aborts the upload (an old object stays as it was). The store is
+configured as for reading: ``storage_options``, else the environment. Also
+the streaming writer's object (:func:`layout_writer`: tensors in any order,
+each part sent under its own number once every byte of it is written), and
+the small writes of a sharded save to a URL prefix
+(``fastst._write.sharded``): an object in one request (the index, written
+last), deletion, and the shards an index names."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Tensors to ``.safetensors`` bytes and files, and the input side of writing them.
 
-Tensors to ``.safetensors`` bytes and files: ``serialize``, ``serialize_file`` and their input
-side, ``TensorSpec`` (the reference package's), :func:`prepare` (one input) and :func:`plan`
-(a dict of them), and :func:`check_align` (the ``align=`` argument of every writer).
+``serialize`` and ``serialize_file``; their input side is ``TensorSpec``
+(the reference package's), :func:`prepare` (one input) and :func:`plan` (a
+dict of them), and :func:`check_align` (the ``align=`` argument of every
+writer).
 
 The layout, header and file handling are in the compiled core; this module
 turns each input into a dtype, a shape and a stream of little-endian,

@@ -1,8 +1,6 @@
 """Argument types every subcommand shares, which argparse calls on the command-line text.
 
-Argument types every subcommand shares: argparse calls them on the
-command-line text and turns their ``ArgumentTypeError`` into a usage error
-(exit 2)."""
+argparse turns their ``ArgumentTypeError`` into a usage error (exit 2)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Charts in text: sparklines and horizontal bars, in Unicode block characters or ASCII.
 
-Charts in text: sparklines and horizontal bars in Unicode block
-characters (``▁▂▃▄▅▆▇█``), or in ASCII when the output cannot show them
-(``--ascii``, or an output encoding other than UTF-8). Every chart is sized
-to the columns it is given."""
+Unicode uses the block characters ``▁▂▃▄▅▆▇█``; ASCII is used when the
+output cannot show them (``--ascii``, or an output encoding other than
+UTF-8). Every chart is sized to the columns it is given."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """The ``fastst`` command's entry point and its subcommands that inspect, verify, hash and diff.
 
-The ``fastst`` command's entry point (:func:`main`: parse, dispatch, exit
-code as :mod:`.exits` lists them) and the subcommands ``inspect``,
-``verify``, ``hash`` and ``diff``; ``meta`` is in :mod:`.meta`, ``convert``
-in :mod:`.convert`, the provenance commands in :mod:`.provenance`."""
+:func:`main` parses, dispatches and exits with a code :mod:`.exits` lists;
+``meta`` is in :mod:`.meta`, ``convert`` in :mod:`.convert`, the provenance
+commands in :mod:`.provenance`."""
 
 from __future__ import annotations
 

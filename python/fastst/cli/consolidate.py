@@ -1,10 +1,10 @@
 """``fastst consolidate IN OUT``: a DCP-sharded checkpoint to whole tensors in index + shards.
 
-``fastst consolidate IN OUT``: the ranks' ``.safetensors`` files of a
-``torch.distributed.checkpoint`` save in the Hugging Face layout (IN: a folder, or
-the URL prefix of a save to object storage, the store configured by the environment) become
-the consolidated checkpoint inference loads (OUT: ``model-*.safetensors``
-and ``model.safetensors.index.json``), by
+IN holds the ranks' ``.safetensors`` files of a
+``torch.distributed.checkpoint`` save in the Hugging Face layout (a folder,
+or the URL prefix of a save to object storage, the store configured by the
+environment); OUT gets the checkpoint inference loads
+(``model-*.safetensors`` and ``model.safetensors.index.json``), by
 :func:`fastst.torch.dcp.consolidate`, whole or not at all."""
 
 from __future__ import annotations

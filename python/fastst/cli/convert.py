@@ -1,7 +1,6 @@
 """``fastst convert IN OUT``: a PyTorch checkpoint to safetensors, through a restricted unpickler.
 
-``fastst convert IN OUT``: a PyTorch checkpoint to safetensors, loaded only
-with torch's restricted unpickler (see :mod:`fastst.tools.convert`)."""
+Only torch's restricted unpickler loads it (see :mod:`fastst.tools.convert`)."""
 
 from __future__ import annotations
 

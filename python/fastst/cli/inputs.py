@@ -1,7 +1,6 @@
 """The inputs a subcommand reads, and how reading one is expected to fail.
 
-The inputs a subcommand reads (files, checkpoints, folders scanned for
-them) and how reading one is expected to fail."""
+Inputs are files, checkpoints and folders scanned for them."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """``fastst meta``: the metadata of files and checkpoints, shown and edited.
 
-``fastst meta``: the metadata of files and checkpoints as a card and as
-decoded values, and ``--set``/``--unset`` edits (atomic, in place or to
-``--output``)."""
+Shown as a card and as decoded values; ``--set``/``--unset`` edit them
+(atomic, in place or to ``--output``)."""
 
 from __future__ import annotations
 

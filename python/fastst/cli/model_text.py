@@ -1,7 +1,6 @@
 """The text of what a checkpoint holds, laid out for :class:`.render.Out`.
 
-The text of what a checkpoint holds, laid out for :class:`.render.Out`:
-``inspect``'s summary, its layer view or tensor table, and the
+That is ``inspect``'s summary, its layer view or tensor table, and the
 ``config.json`` beside the weights (``meta`` shows that too)."""
 
 from __future__ import annotations

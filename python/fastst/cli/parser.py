@@ -1,7 +1,6 @@
 """The ``fastst`` command's arguments: subcommands, options, usage errors and conflicting flags.
 
-The ``fastst`` command's arguments: subcommands, their options, usage
-errors (exit 2, messages escaped) and flags that conflict."""
+Usage errors exit with 2, their messages escaped."""
 
 from __future__ import annotations
 

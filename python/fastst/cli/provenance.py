@@ -1,7 +1,7 @@
 """Command-line wiring of provenance: signing, SBOMs and checking a model's signature.
 
-Command-line wiring of provenance: ``fastst sign``, ``fastst sbom`` and
-``fastst verify MODEL --signature SIG --public-key KEY``.
+``fastst sign``, ``fastst sbom`` and ``fastst verify MODEL --signature SIG
+--public-key KEY``.
 
 The main ``fastst`` parser calls :func:`add_sign_parser`,
 :func:`add_sbom_parser` and :func:`add_verify_signature_args`; the

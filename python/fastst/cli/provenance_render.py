@@ -1,8 +1,7 @@
 """What the provenance commands print as text.
 
-What the provenance commands print as text: findings as lines, a
-signature check's verdict, signature files left unchecked. (Their SARIF
-logs are built in :mod:`fastst.cli.sarif`.)"""
+Findings as lines, a signature check's verdict, signature files left
+unchecked. (Their SARIF logs are built in :mod:`fastst.cli.sarif`.)"""
 
 from __future__ import annotations
 

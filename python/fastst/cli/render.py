@@ -1,9 +1,8 @@
 """Human-readable output of the ``fastst`` command: where text goes and how it is formatted.
 
-Human-readable output of the ``fastst`` command: where text goes
-(:class:`Out`: escaping, width, colour), terminal detection, number and
-plural formatting (the reports themselves are in :mod:`.report`; ``--json``
-and SARIF output are built elsewhere).
+:class:`Out` does escaping, width and colour; terminal detection, number
+and plural formatting are here too (the reports themselves are in
+:mod:`.report`; ``--json`` and SARIF output are built elsewhere).
 
 Every line goes through :meth:`Out.print`, which escapes what a file controls
 (:func:`fastst._text.escape`): one item per line always holds and no byte

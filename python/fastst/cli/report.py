@@ -1,9 +1,8 @@
 """The text of each subcommand's report, laid out for :class:`.render.Out`.
 
-The text of each subcommand's report (``verify``, ``hash``, ``meta``,
-``diff``, ``convert``; ``inspect``'s is in :mod:`.model_text`), laid out for
-:class:`.render.Out`: its width, its colours, names shortened keeping what
-tells them apart unless ``--wide``."""
+Reports of ``verify``, ``hash``, ``meta``, ``diff`` and ``convert``
+(``inspect``'s is in :mod:`.model_text`), with its width, its colours, names
+shortened keeping what tells them apart unless ``--wide``."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """SARIF logs of ``fastst verify`` reports and signature checks, as SARIF viewers read them.
 
-SARIF 2.1.0 logs, as GitHub code scanning and other SARIF viewers read
-them: of ``fastst verify`` reports (``--format sarif``), of a signature
-check, and of notes (signature files left unchecked, stale temporary files)
-added to either.
+The logs are SARIF 2.1.0, as GitHub code scanning reads them:
+``--format sarif`` of ``verify``, and notes (signature files left unchecked,
+stale temporary files) added to either.
 
 A red flag is a result of kind ``fail`` at its severity's level; a finding
 that the file is malformed is of kind ``review`` (SARIF's "not enough

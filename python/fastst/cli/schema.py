@@ -1,8 +1,7 @@
 """The JSON Schema of every ``--json`` output, generated from :mod:`fastst.tools.results`.
 
-The JSON Schema of every ``--json`` output, generated from the TypedDicts
-of :mod:`fastst.tools.results`; ``output.schema.json`` beside this module is
-what :func:`render` writes, never edited by hand:
+It is made from the TypedDicts there; ``output.schema.json`` beside this
+module is what :func:`render` writes, never edited by hand:
 
     python -m fastst.cli.schema          # rewrite output.schema.json
     python -m fastst.cli.schema --check  # exit 1 if it is out of date

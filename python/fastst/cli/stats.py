@@ -1,8 +1,7 @@
 """``fastst stats``: what each tensor's values look like, as tables and charts.
 
-``fastst stats``: what each tensor's values look like, as a table with a
-sparkline of each histogram, a per-layer profile, and a bar chart when one
-tensor is shown (``--json`` for the numbers)."""
+A table with a sparkline of each histogram, a per-layer profile, and a bar
+chart when one tensor is shown (``--json`` for the numbers)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """The metadata card: the facts a person wants from a file's ``__metadata__``.
 
-The metadata card: the facts a person wants from a file's
-``__metadata__`` (title, trigger words, base model, network, training...),
-following the conventions of the tools that write them. Pure functions of
-the metadata map; :mod:`fastst.tools.inspect` exports :func:`metadata_card` and
+Title, trigger words, base model, network, training..., following the
+conventions of the tools that write them. Pure functions of the metadata
+map; :mod:`fastst.tools.inspect` exports :func:`metadata_card` and
 :func:`decode_metadata`.
 
 Metadata is foreign text: JSON found inside values is parsed with

@@ -1,9 +1,8 @@
 """Sharded checkpoints as wholes, for :mod:`fastst.tools.inspect` and the ``fastst`` command.
 
-Sharded checkpoints (an ``*.index.json`` and its shards, or the folder
-holding it) as wholes, for :mod:`fastst.tools.inspect` and the ``fastst`` command:
-which inputs are checkpoints, their totals, per-shard hashes and one digest,
-and the index verified against its shards (leniently, as findings)."""
+A checkpoint is an ``*.index.json`` and its shards, or the folder holding
+it: which inputs are checkpoints, their totals, per-shard hashes and one
+digest, and the index verified against its shards (leniently, as findings)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """A sharded checkpoint's index verified against its shards, leniently, as findings.
 
-A sharded checkpoint's index verified against its shards, leniently:
-every shard verified (:func:`fastst.tools.inspect.verify_file`) and the
-disagreements between the index and the shards as findings: every problem
-the reader's rule set (:func:`fastst._sources.shard_rules.check_shards`)
-reports, where the reader raises the first, and ``index-total-size``."""
+Every shard is verified (:func:`fastst.tools.inspect.verify_file`); the
+findings are every problem the reader's rule set
+(:func:`fastst._sources.shard_rules.check_shards`) reports, where the reader
+raises the first, and ``index-total-size``."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The model beside the weights: its ``config.json`` read as data and compared with the tensors.
 
-The model beside the weights: the ``config.json`` that transformers and
-diffusers keep next to a checkpoint, read as data and compared with the
-tensors.
+That is the ``config.json`` transformers and diffusers keep next to a
+checkpoint.
 
 The file is as untrusted as the weights: only ``config.json`` in the
 weights' own folder is read, under the containment rule of checkpoint

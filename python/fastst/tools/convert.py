@@ -1,7 +1,6 @@
 """Leaving pickle: PyTorch checkpoints converted to safetensors without running code from them.
 
-Leaving pickle: PyTorch checkpoints (``.bin``, ``.pt``, ``.pth``,
-``.ckpt``) converted to safetensors without running code from them.
+Takes ``.bin``, ``.pt``, ``.pth`` and ``.ckpt`` files.
 
 Before torch sees the checkpoint, it is read as data, never run
 (:mod:`fastst.tools.torch_pickle`: the zip's members, every pickle opcode by

@@ -1,11 +1,10 @@
 """Comparing two files or checkpoints tensor by tensor, as ``fastst diff`` reports it.
 
-Comparing two files or checkpoints tensor by tensor: what ``fastst diff``
-and :func:`fastst.tools.inspect.diff` report. The values are compared by the core
-(``diff_buffers``: bytes first, then element by element where they differ,
-with the change profile, in one pass over both on several threads, without
-the GIL) straight from the mapped files; ``values=False`` compares the
-headers and metadata only."""
+:func:`fastst.tools.inspect.diff` reports the same. The values are compared
+by the core (``diff_buffers``: bytes first, then element by element where
+they differ, with the change profile, in one pass over both on several
+threads, without the GIL) straight from the mapped files; ``values=False``
+compares the headers and metadata only."""
 
 from __future__ import annotations
 

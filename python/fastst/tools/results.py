@@ -1,8 +1,7 @@
 """The shapes of what the wing returns and ``--json`` prints, as ``TypedDict`` classes.
 
-The shapes of what the wing returns and the ``fastst`` command prints with
-``--json``, as :class:`typing.TypedDict` classes: one place that says which
-keys a result has, which may be missing, and what their values are.
+One place says which keys a result has, which may be missing, and what
+their values are.
 
 The command's JSON Schema (``fastst/cli/output.schema.json``) is generated
 from these classes by :mod:`fastst.cli.schema`, so a change here is a change

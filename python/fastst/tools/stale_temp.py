@@ -1,7 +1,6 @@
 """Temporary files an interrupted fastst save left behind, found for ``fastst verify``.
 
-Temporary files an interrupted fastst save left behind, for
-``fastst verify`` to report (rule ``stale-temp-file``)."""
+``fastst verify`` reports them (rule ``stale-temp-file``)."""
 
 from __future__ import annotations
 

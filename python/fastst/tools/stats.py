@@ -1,7 +1,6 @@
 """What each tensor's values look like, as ``fastst stats`` prints them.
 
-What each tensor's values look like: min, max, mean, std, abs-max,
-NaN/Inf/zero counts and a histogram, as ``fastst stats`` prints them.
+Min, max, mean, std, abs-max, NaN/Inf/zero counts and a histogram.
 
 The core computes them (``stats_file``) in one pass over each file's bytes,
 on every core, without the GIL, with positioned reads (a file that shrinks

@@ -1,10 +1,8 @@
 """Folders walked without recursion, to a depth limit, for every folder scan.
 
-Folders walked without recursion, to a depth limit: how every folder
-scan of the tools and the command (inputs, stale temporary files) goes
-through a tree, so that a hostile tree nested thousands of levels deep
-costs a finding or a one-line error (rule ``folder-too-deep``), not a
-crash."""
+The tools and the command (inputs, stale temporary files) go through a
+tree this way, so that a hostile tree nested thousands of levels deep costs
+a finding or a one-line error (rule ``folder-too-deep``), not a crash."""
 
 from __future__ import annotations
 

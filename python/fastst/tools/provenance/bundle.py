@@ -1,9 +1,9 @@
 """The Sigstore bundle of a model signature: written, read back strictly, found in folders.
 
-The Sigstore bundle of a model signature: DSSE pre-authentication
-encoding, writing a bundle (through ``sigstore-models``) and its
-certificate material, reading one back (strictly: every malformed part is a
-``signature-malformed`` finding), and noticing bundle files in a folder."""
+DSSE pre-authentication encoding, the bundle written through
+``sigstore-models`` with its certificate material, read back strictly
+(every malformed part is a ``signature-malformed`` finding), and bundle
+files noticed in a folder."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Listing and hashing a model's files in parallel, and the signing format's path rules.
 
-Listing a model's files and hashing them in parallel, and the one home
-of the path rules of the format (:func:`ignore_parts`,
-:func:`resource_key`), which follow ``model_signing`` exactly.
+The path rules (:func:`ignore_parts`, :func:`resource_key`) live here once
+and follow ``model_signing`` exactly.
 
 The OpenSSF model signing format (``files`` serialization) records the
 digest of every whole file, so one file is one sequential stream; fastst

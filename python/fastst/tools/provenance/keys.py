@@ -1,8 +1,7 @@
 """Keys and certificates for model signatures, read through ``cryptography``.
 
-Keys and certificates for model signatures: reading PEM private keys,
-public keys and X.509 certificates (through ``cryptography``), the hash
-paired with an elliptic curve, and the key hint bundles carry."""
+PEM private keys, public keys and X.509 certificates, the hash paired with
+an elliptic curve, and the key hint bundles carry."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The model a signature covers: its root, its name, its pieces and the checks of its files.
 
-The model a signature covers: its root (a file, a folder, or an index
-file's folder), its name, the pieces hashed for a serialization, the default
-signature path, and the safetensors-aware checks of its files."""
+The root is a file, a folder, or an index file's folder; the pieces are
+hashed for a serialization; the default signature path is here too; the
+checks are safetensors-aware."""
 
 from __future__ import annotations
 

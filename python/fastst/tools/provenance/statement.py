@@ -1,8 +1,7 @@
 """The in-toto statement of a model signature: built, parsed strictly, and compared.
 
-The in-toto statement of a model signature: building it from the
-model's digests, parsing a signed one (strictly; every problem is a
-finding), and comparing what it lists with the model's files."""
+It is built from the model's digests; a signed one is parsed strictly (every
+problem is a finding), and what it lists compared with the model's files."""
 
 from __future__ import annotations
 

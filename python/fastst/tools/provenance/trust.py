@@ -1,10 +1,8 @@
 """Whether a bundle is authentic: its DSSE signature checked against a key, chain or trust root.
 
-Whether a bundle is authentic: its DSSE signature checked against a
-public key, against a certificate chain (``pyOpenSSL``, as
-``model_signing`` does), or against a Sigstore trust root offline
-(``sigstore``). Each returns the signed payload type and payload, or raises
-the finding that ends the check."""
+A chain is checked with ``pyOpenSSL``, as ``model_signing`` does; a
+Sigstore trust root offline with ``sigstore``. Each returns the signed
+payload type and payload, or raises the finding that ends the check."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Verifying a model against its signature, every problem a finding.
 
-Verifying a model against its signature: the bundle's authenticity
-(:mod:`fastst.tools.provenance.trust`), its statement
-(:mod:`fastst.tools.provenance.statement`), then every file of the model hashed
-and compared, with safetensors-aware checks; every problem is a finding."""
+The bundle's authenticity (:mod:`fastst.tools.provenance.trust`), its
+statement (:mod:`fastst.tools.provenance.statement`), then every file of
+the model hashed and compared, with safetensors-aware checks."""
 
 from __future__ import annotations
 
