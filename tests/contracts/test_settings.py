@@ -44,7 +44,10 @@ def test_size_grammar(text: object, expected: int) -> None:
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["", "lots", "-1M", "nanG", "infGB", "5XB", "1e400", "5 G B", "G"])
+@pytest.mark.parametrize(
+    "bad",
+    ["", "lots", "-1M", "nanG", "infGB", "5XB", "1e400", "5 G B", "G", "9" * 38 + "TiB"],
+)
 def test_bad_size_strings_are_value_errors_naming_the_setting(bad: str) -> None:
     with pytest.raises(ValueError, match="max_shard_size"):
         parse_size(bad, "max_shard_size")

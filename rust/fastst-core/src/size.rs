@@ -74,7 +74,8 @@ pub fn parse_size(text: &str) -> Result<u64, SizeGrammarError> {
     match number.split_once('.') {
         None => {
             let n: u128 = number.parse().map_err(|_| too_large())?;
-            u64::try_from(n * u128::from(scale)).map_err(|_| too_large())
+            let bytes = n.checked_mul(u128::from(scale)).ok_or_else(too_large)?;
+            u64::try_from(bytes).map_err(|_| too_large())
         }
         Some((int, frac)) => {
             // Exact: (int + frac / 10^len) * scale, rounded down.
@@ -137,6 +138,9 @@ mod tests {
             "5 G B",
             "18446744073709551616",
             "17179869184G",
+            // Beyond u128 once scaled: an error, not an overflow panic.
+            "340282366920938463463374607431768211455T",
+            "99999999999999999999999999999999999999TiB",
         ] {
             assert!(parse_size(bad).is_err(), "{bad}");
         }
