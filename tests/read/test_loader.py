@@ -243,15 +243,15 @@ def test_a_file_truncated_under_a_running_loader_raises(tmp_path: Path, backend:
 
 def _held_probe(monkeypatch: pytest.MonkeyPatch) -> List[int]:
     """Records the bytes all loaders hold (read, being read, not taken)
-    each time a read starts."""
+    each time a read starts, once per tensor it reads."""
     seen: List[int] = []
-    original = fastst_safe_open._read_entry
+    original = fastst_safe_open._read_entries
 
-    def read(self: Any, entry: Any, device: Any) -> Any:
-        seen.append(_loader._SHARED.held)
-        return original(self, entry, device)
+    def read(self: Any, batch: Any, device: Any) -> Any:
+        seen.extend([_loader._SHARED.held] * len(batch))
+        return original(self, batch, device)
 
-    monkeypatch.setattr(fastst_safe_open, "_read_entry", read)
+    monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
     return seen
 
 
@@ -300,7 +300,7 @@ def test_threads_are_capped_across_loaders(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("FASTST_PREFETCH_THREADS", "2")
     lock = threading.Lock()
     running = [0, 0]  # now, most
-    original = fastst_safe_open._read_entry
+    original = fastst_safe_open._read_entries
 
     def read(self: Any, entry: Any, device: Any) -> Any:
         with lock:
@@ -313,7 +313,7 @@ def test_threads_are_capped_across_loaders(tmp_path: Path, monkeypatch: pytest.M
             with lock:
                 running[0] -= 1
 
-    monkeypatch.setattr(fastst_safe_open, "_read_entry", read)
+    monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
     with fastst.safe_open(path, "np") as f:
         loaders = [f.prefetch(threads=8) for _ in range(3)]
         results = [dict(loader) for loader in loaders]
@@ -338,13 +338,13 @@ def test_ctrl_c_during_a_take_leaves_the_tensor_to_take_later(
 
     path = _big(tmp_path, 2, 4096)
     release = threading.Event()
-    original = fastst_safe_open._read_entry
+    original = fastst_safe_open._read_entries
 
     def read(self: Any, entry: Any, device: Any) -> Any:
         release.wait(JOIN)
         return original(self, entry, device)
 
-    monkeypatch.setattr(fastst_safe_open, "_read_entry", read)
+    monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
     timer = threading.Timer(0.2, _thread.interrupt_main)
     with fastst.safe_open(path, "np") as f, f.prefetch() as loader:
         timer.start()

@@ -170,7 +170,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         return _loader.PrefetchLoader(
             self._raw.name,
             entries,
-            lambda entry: self._read_entry(entry, target),
+            lambda batch: self._read_entries(batch, target),
             threads or prefetch_threads(),
             budget,
         )
@@ -219,13 +219,21 @@ class safe_open:  # noqa: N801 - the reference package's name
             name,
         )
 
-    def _read_entry(self, entry: _loader.Entry, device: Any) -> Any:
-        """One planned tensor in memory of its own on ``device``."""
-        if entry.index is None:
-            return self._load_owned([entry.name], None, None, device)[entry.name]
+    def _read_entries(self, batch: List[_loader.Entry], device: Any) -> List[Any]:
+        """A loader's batch in memory of its own on ``device``: whole
+        tensors in one batch load (around the page cache when cold, as
+        :meth:`get_tensors`), or one slice, reading no byte beyond it."""
+        if len(batch) == 1 and batch[0].index is not None:
+            return [self._read_slice(batch[0], device)]
+        names = [e.name for e in batch]
+        made = self._load_owned(names, None, None, device, batch=True)
+        return [made[name] for name in names]
+
+    def _read_slice(self, entry: _loader.Entry, device: Any) -> Any:
+        """One planned slice in memory of its own on ``device``."""
         dtype, shape, _begin, _end = self._raw.info(entry.name)
         tensor = _Tensor(self._raw, entry.name, dtype, tuple(shape), self._backend, device)
-        part = SafeSlice(tensor)._read_part(entry.index)
+        part = SafeSlice(tensor)._read_part(entry.index, around_cache=True)
         if part is None:
             # Packed rows ending inside a byte: the whole tensor, then the index.
             whole = _bytes(_end - _begin)
@@ -331,12 +339,17 @@ class safe_open:  # noqa: N801 - the reference package's name
         return made, plans
 
     def _load_owned(
-        self, names: List[str], dtype: Any, progress: Progress, device: Any = None
+        self,
+        names: List[str],
+        dtype: Any,
+        progress: Progress,
+        device: Any = None,
+        batch: bool = False,
     ) -> Dict[str, Any]:
         """Tensors ``names`` in memory of their own (converted to ``dtype``
         when given), on ``device`` (None: the handle's): every destination
         allocated first, then one batch load per file (the core's
-        ``load_into``)."""
+        ``load_into``; ``batch``: even for one tensor, as a loader reads)."""
         raw = self._raw
         callback, bar = resolve(progress, raw.name)
         made, plans = self._allocate(names, dtype)
@@ -346,7 +359,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         if side_by_side:
             load_side_by_side(plans)
         for p in [] if side_by_side else plans:
-            if len(p.names) == 1 and callback is None and not bar:
+            if len(p.names) == 1 and callback is None and not bar and not batch:
                 # One tensor: read (or converted while read) straight into
                 # its destination, several threads when large.
                 if p.targets[0] is None:
@@ -557,14 +570,20 @@ class SafeSlice:
         return t.backend.index(buffer, dtype, shape, index, t.device, t.where)
 
     def _read_part(
-        self, index: Any, empty: Callable[[int], np.ndarray] = _bytes
+        self,
+        index: Any,
+        empty: Callable[[int], np.ndarray] = _bytes,
+        around_cache: bool = False,
     ) -> Optional[Tuple[np.ndarray, str, Tuple[int, ...], Any]]:
         """Reads only the byte ranges the index selects (the pread back
         end: remote objects, file objects; tensor-parallel loads) into
         ``empty(nbytes)``, a writable uint8 array: ``(it, dtype, its shape,
         the index that takes the result out of it)``, or None when the whole
         tensor must be read (an index only the framework plans). An index the
-        framework refuses raises its error before any read."""
+        framework refuses raises its error before any read. ``around_cache``
+        (a prefetch plan's slices): a local file mostly not cached is read
+        around the page cache, so that the kernel's read-ahead brings in no
+        byte beyond the selection."""
         t = self._tensor
         self._refuse(index)
         bits = PACKED_BITS.get(t.dtype, 0)
@@ -576,7 +595,9 @@ class SafeSlice:
         for n in shape:
             nbits *= n
         out = empty(nbits // 8)
-        if shape == t.shape:
+        if around_cache:
+            t.raw.read_slice_into(t.name, dims, out, around_cache=True)
+        elif shape == t.shape:
             # All of it: the whole-tensor read, several threads or GETs at once.
             t.raw.read_into(t.name, out)
         else:

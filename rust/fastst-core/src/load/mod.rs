@@ -295,13 +295,36 @@ fn mostly_uncached(file: &MappedFile, dests: &[Destination<'_>]) -> bool {
     ) else {
         return false;
     };
-    let start = file.header().data_start() + lo;
+    range_uncached(file, lo..hi)
+}
+
+/// Whether fewer than half of the pages of `range` (offsets in the data
+/// section) of a local file are in the page cache; `false` when the kernel
+/// cannot tell or the source is not a local file.
+fn range_uncached(file: &MappedFile, range: std::ops::Range<u64>) -> bool {
+    let start = file.header().data_start() + range.start;
     match file
         .local()
-        .and_then(|raw| io::cached_pages(raw, start, hi - lo))
+        .and_then(|raw| io::cached_pages(raw, start, range.end.saturating_sub(range.start)))
     {
         Some((cached, pages)) => cached.saturating_mul(2) < pages,
         None => false,
+    }
+}
+
+/// The cold/warm choice of every read of a local file that may go around
+/// the page cache (whole loads, and the slices of a prefetch plan): a
+/// direct descriptor when fewer than half of the pages of `range` (offsets
+/// in the data section) are cached and the file system takes direct reads;
+/// `None` (read through the page cache) otherwise. Each direct read still
+/// falls back to the page cache where any of its own pages are cached.
+pub(crate) fn around_cache(
+    file: &MappedFile,
+    range: std::ops::Range<u64>,
+) -> Option<io::DirectFile> {
+    match file.local() {
+        Some(raw) if range_uncached(file, range) => io::open_direct(raw),
+        _ => None,
     }
 }
 

@@ -1316,3 +1316,41 @@ fn loads_from_a_network_source_span_tensors_and_end_on_its_parts() {
         assert!(requests.iter().any(|r| r.1 > hint.piece) != stream);
     }
 }
+
+/// A plan's slice of a file that is not cached is read around the page
+/// cache (no page of the file comes in, so the kernel's read-ahead cannot
+/// bring in the rows around it); of a cached file, through the cache.
+/// Either way the bytes are the selection's, at any offset.
+#[test]
+#[cfg(target_os = "linux")]
+fn cold_slices_read_around_the_cache_and_warm_ones_through_it() {
+    use crate::slice::Dim;
+    let big = 4 << 20;
+    let (f, data) = layout(&[("a", Dtype::U8, big)]);
+    let file = open(&f.0, Backend::Pread);
+    let info = file.header().require("a").unwrap();
+    let len = file.file_len();
+    for (start, count) in [(1 << 20, 1 << 20), (12_345, 700_001), (0, big as u64)] {
+        let dims = [Dim {
+            start,
+            count,
+            step: 1,
+        }];
+        let want = &data[start as usize..(start + count) as usize];
+        if !crate::io::drop_cached(file.raw()) {
+            return; // a file system that keeps everything cached
+        }
+        let mut out = vec![0u8; count as usize];
+        file.read_slice_around_cache(info, &dims, &mut out).unwrap();
+        assert!(out == want, "{start} {count}");
+        let (cached, _pages) = crate::io::cached_pages(file.raw(), 0, len).unwrap();
+        assert_eq!(cached, 0, "a cold slice came in through the page cache");
+        // Warm: the same bytes, through the cache (now filled).
+        let mut warm = vec![0u8; count as usize];
+        file.read_slice_into(info, &dims, &mut warm).unwrap();
+        let mut again = vec![0u8; count as usize];
+        file.read_slice_around_cache(info, &dims, &mut again)
+            .unwrap();
+        assert!(warm == want && again == want, "{start} {count}");
+    }
+}
