@@ -62,7 +62,7 @@ if loader_case:
             if case == "np-plan":
                 with f.prefetch() as loader:
                     return dict(loader)
-            plan = {n: quarter(f.get_slice(n).get_shape()) for n in f.keys()}
+            plan = {n: quarter(f.get_slice(n).get_shape() if case.endswith("-ref") else f.get_tensor_meta(n).shape) for n in f.keys()}
             if case == "tp-plan":
                 with f.prefetch(plan) as loader:
                     out = dict(loader)

@@ -371,3 +371,110 @@ def test_a_loader_dropped_without_close_gives_its_budget_back(tmp_path: Path) ->
             assert not worker.is_alive()
     assert (first == 0).all()
     assert _loader._SHARED.held == 0 and _loader._SHARED.readers == 0
+
+
+def _batches_probe(monkeypatch: pytest.MonkeyPatch) -> List[List[str]]:
+    """Records the names of each batch a loader's reader reads."""
+    batches: List[List[str]] = []
+    original = fastst_safe_open._read_entries
+
+    def read(self: Any, batch: Any, device: Any) -> Any:
+        batches.append([e.name for e in batch])
+        return original(self, batch, device)
+
+    monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
+    return batches
+
+
+@pytest.mark.parametrize("budget", [None, 3 * (64 << 10)])
+def test_whole_tensors_are_read_in_batches_each_once_within_the_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: Any
+) -> None:
+    size = 64 << 10
+    path = _big(tmp_path, 40, size)
+    batches = _batches_probe(monkeypatch)
+    monkeypatch.setattr(_loader, "FIRST_BATCH", 2 * size)
+    monkeypatch.setattr(_loader, "BATCH", 8 * size)
+    with fastst.safe_open(path, "np") as f, f.prefetch(budget=budget, threads=4) as loader:
+        got = _drain_slowly(loader) if budget else dict(loader)
+        names = loader.names()
+    read = [name for batch in batches for name in batch]
+    assert sorted(read) == names, "every tensor read exactly once"
+    assert all((got[f"t{i:02d}"] == i).all() for i in range(40))
+    # the first read is small, the others up to BATCH and within the budget
+    assert len(batches[0]) <= 2
+    if budget:
+        assert max(len(b) for b in batches) <= 3
+    else:
+        assert max(len(b) for b in batches) == 8
+    # a batch is a run of consecutive tensors of the plan
+    for batch in batches:
+        at = names.index(batch[0])
+        assert batch == names[at : at + len(batch)]
+
+
+def test_the_first_read_runs_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _big(tmp_path, 8, 4096)
+    monkeypatch.setattr(_loader, "FIRST_BATCH", 4096)
+    monkeypatch.setattr(_loader, "BATCH", 4096)
+    release = threading.Event()
+    calls: List[List[str]] = []
+    original = fastst_safe_open._read_entries
+
+    def read(self: Any, batch: Any, device: Any) -> Any:
+        calls.append([e.name for e in batch])
+        if len(calls) == 1:
+            release.wait(JOIN)
+        return original(self, batch, device)
+
+    monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
+    with fastst.safe_open(path, "np") as f, f.prefetch(threads=4) as loader:
+        time.sleep(0.3)  # room for the other readers to start, were they allowed
+        assert calls == [["t00"]]
+        release.set()
+        assert [name for name, _ in loader][0] == "t00"
+    assert len(calls) == 8
+
+
+def test_a_plan_ends_the_read_ahead_guessed_from_slices(tmp_path: Path) -> None:
+    path = _big(tmp_path, 4, 64 << 10)
+    with fastst.safe_open(path, "np") as f:
+        shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}
+        # every tensor sliced: "auto" mode reads the whole file ahead
+        assert f.prefetch_status() is not None
+        with f.prefetch({name: slice(0, n[0] // 4) for name, n in shapes.items()}) as loader:
+            assert f.prefetch_status() is None
+            got = dict(loader)
+    assert all(len(a) == (64 << 10) // 4 for a in got.values())
+
+
+def _read_bytes() -> int:
+    with open("/proc/self/io") as fh:
+        return int(next(line for line in fh if line.startswith("read_bytes")).split()[1])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="Linux I/O accounting")
+def test_a_cold_plan_slice_reads_only_its_bytes_from_the_disk(tmp_path: Path) -> None:
+    rows, row = 64, 64 << 10
+    path = tmp_path / "rows.safetensors"
+    path.write_bytes(raw_file({"w": ("U8", (rows, row), _patterned(rows * row, 3))}))
+    with fastst.safe_open(path, "np") as f:
+        want = f.get_slice("w")[0:16].copy()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        before = _read_bytes()
+        with f.prefetch({"w": slice(0, 16)}) as loader:
+            got = loader.take("w")
+        read = _read_bytes() - before
+    _same(got, want)
+    planned = 16 * row
+    if read < planned:
+        pytest.skip("this file system keeps the file cached, or does not count reads")
+    # whole disk blocks at either end at most, not the kernel's read-ahead
+    # (the rows follow the header just read: a buffered read looks
+    # sequential and would bring in the rest of the tensor)
+    assert read <= planned + 8192, read

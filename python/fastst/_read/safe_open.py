@@ -167,6 +167,8 @@ class safe_open:  # noqa: N801 - the reference package's name
         if budget is not None and budget <= 0:
             raise ValueError(f"prefetch budget must be positive, got {budget}")
         entries = self._plan(plan)
+        if self._prefetch is not None:
+            self._prefetch.planned()
         return _loader.PrefetchLoader(
             self._raw.name,
             entries,
