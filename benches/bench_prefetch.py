@@ -120,13 +120,18 @@ if loader_case:
     touch(load(path))
     planned = first = None
 EVICT
+import resource
+def cpu():
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
 before = io_read()
+cpu_before = cpu()
 start = time.perf_counter()
 tensors = load(path)
 total = touch(tensors)
 took = time.perf_counter() - start
 print(json.dumps({"seconds": took, "checksum": total, "read": io_read() - before,
-                  "planned": planned, "first": first}))
+                  "planned": planned, "first": first, "cpu": cpu() - cpu_before}))
 """
 
 #: How a cold case empties the page cache, after its imports: every
@@ -160,6 +165,7 @@ print('{"seconds": %f}' % (time.perf_counter() - start))
 
 READS: dict = {}
 FIRST: dict = {}
+CPU: dict = {}
 EVICT = {"how": "fadvise"}
 
 
@@ -179,6 +185,8 @@ def run(case: str, path: str, cache: str) -> float:
     got = json.loads(out.stdout.strip().splitlines()[-1])
     if "read" in got:
         READS.setdefault(case, []).append((got["read"], got.get("planned")))
+    if got.get("cpu") is not None:
+        CPU.setdefault(case, []).append(got["cpu"])
     if got.get("first") is not None:
         FIRST.setdefault(case, []).append(got["first"])
     return float(got["seconds"])
@@ -246,6 +254,8 @@ def main() -> None:
             line += f"  share of cat {statistics.median(shares[case]):4.2f} (paired)"
         if case.startswith("pt") and "pt-ref" in times and case != "pt-ref":
             line += f"  vs reference {statistics.median(times['pt-ref']) / med:4.2f}x"
+        if case in CPU:
+            line += f"  CPU {statistics.median(CPU[case]):.2f} s"
         if case in READS:
             read = statistics.median(r for r, _p in READS[case])
             line += f"  read {read / 2**20:.0f} MiB"
