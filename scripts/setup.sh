@@ -30,6 +30,22 @@ fi
 say "installing maturin, numpy, ml_dtypes into .venv"
 python -m pip install --quiet --upgrade pip
 python -m pip install --quiet -r requirements-dev.txt
+# The larger sets go in through uv (requirements-setup.txt): the same
+# resolution as pip's, its downloads and unpacking side by side (the
+# frameworks' 5 GB in about a minute where pip takes six). pip installs them
+# when uv cannot be installed or fails.
+if [ "$all" = 1 ]; then
+    python -m pip install --quiet -r requirements-setup.txt || true
+fi
+install_set() {
+    if [ -x .venv/bin/uv ]; then
+        if .venv/bin/uv pip install --python .venv/bin/python --quiet "$@"; then
+            return 0
+        fi
+        say "uv could not install $*: pip installs it"
+    fi
+    python -m pip install --quiet "$@"
+}
 if [ "$all" = 1 ]; then
     # The frameworks take about 9 GB once installed (PyPI's torch brings its
     # CUDA libraries), and pip's wheel cache would keep another 4 GB of
@@ -42,21 +58,21 @@ if [ "$all" = 1 ]; then
     here=$(free_gb .); cache=$(free_gb "$cache_dir")
     say "free space: ${here:-?} GB here, ${cache:-?} GB at pip's cache ($cache_dir)"
     if [ -z "${PIP_NO_CACHE_DIR:-}" ] && [ "${cache:-0}" -lt "${FASTST_MIN_CACHE_GB:-30}" ]; then
-        say "less than ${FASTST_MIN_CACHE_GB:-30} GB free: installing without pip's cache"
-        export PIP_NO_CACHE_DIR=1
+        say "less than ${FASTST_MIN_CACHE_GB:-30} GB free: installing without pip's or uv's cache"
+        export PIP_NO_CACHE_DIR=1 UV_NO_CACHE=1
     fi
     # The release wheel compiles (CPU) while pip downloads (network): the
     # release tools go in first, so that the build never meets a package pip
     # is replacing; its output is shown when both are done.
     say "installing the release tools"
-    python -m pip install --quiet -r requirements-release.txt
+    install_set -r requirements-release.txt
     say "building the release wheel (dist/) meanwhile (log: target/setup-wheel.log)"
     mkdir -p target
     FASTST_RELEASE_TOOLS_INSTALLED=1 bash scripts/build_release.sh --wheel >target/setup-wheel.log 2>&1 &
     wheel_build=$!
     trap 'kill "$wheel_build" 2>/dev/null || true' EXIT
     say "installing the test tools and the frameworks (about 5 GB to download)"
-    python -m pip install --quiet -r requirements-test.txt -r requirements-frameworks.txt
+    install_set -r requirements-test.txt -r requirements-frameworks.txt
     say "waiting for the release wheel"
     status=0
     wait "$wheel_build" || status=$?

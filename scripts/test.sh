@@ -10,19 +10,20 @@
 #
 # Three phases keep a 2-core machine busy without two heavy jobs fighting
 # over it while the Python tests run:
-#   1. the set-up (pip's downloads while the release wheel compiles, its
-#      fat LTO on one core) beside the Rust lane: cargo fmt, clippy, test
-#      and the header fuzzer, in a target folder of their own (target/checks:
-#      no wait on the wheel build's lock);
-#   2. ruff, then pytest alone, on every core (pytest-xdist);
-#   3. stubtest, the install check and the reference suite beside the check
-#      of the sdist (a wheel built from it, from the Rust tests' dependencies).
+#   1. the set-up (the downloads while the release wheel compiles, its fat
+#      LTO on one core), then ruff, stubtest and the install check (mostly
+#      pip's downloads), beside the Rust lane: cargo fmt, clippy, test and
+#      the header fuzzer, in a target folder of their own (target/checks: no
+#      wait on the wheel build's lock);
+#   2. pytest alone, on every core (pytest-xdist);
+#   3. the reference suite beside the check of the sdist (a wheel built from
+#      it, from the Rust tests' dependencies).
 # A lane beside the main one writes to target/test-<lane>.log, printed when
 # it ends; every part prints a header with the time elapsed since the start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 section() { printf '\n== %s  [%d:%02d elapsed]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
-echo "fastst test suite: from a fresh clone, about 15-20 minutes on 2 cores (the set-up"
+echo "fastst test suite: from a fresh clone, about 15 minutes on 2 cores (the set-up"
 echo "downloads about 5 GB from PyPI; cargo-fuzz's first install adds a minute or two)."
 mkdir -p target
 
@@ -61,7 +62,7 @@ rust_lane() {
     section "cargo fmt"; cargo fmt --all -- --check
     section "cargo clippy"; checks cargo clippy --all-targets --release --quiet -- -D warnings
     section "cargo test"; checks cargo test --release --quiet
-    # The header fuzz target for a bounded time (FUZZ_SECONDS, default 60),
+    # The header fuzz target for a bounded time (FUZZ_SECONDS, 30 here),
     # when cargo-fuzz is installed or installs from the crate registry within
     # 5 minutes; otherwise said and skipped (FASTST_SKIP_FUZZ=1 skips it).
     if [ "${FASTST_SKIP_FUZZ:-0}" = 1 ]; then
@@ -72,7 +73,7 @@ rust_lane() {
         section "installing cargo-fuzz from crates.io (once; a minute or two)"
     fi
     if command -v cargo-fuzz >/dev/null || timeout 300 cargo install cargo-fuzz --locked --quiet; then
-        section "fuzz (${FUZZ_SECONDS:-60} s)"; bash scripts/fuzz.sh
+        section "fuzz (${FUZZ_SECONDS:-30} s)"; FUZZ_SECONDS=${FUZZ_SECONDS:-30} bash scripts/fuzz.sh
     else
         section "fuzz skipped: cargo-fuzz could not be installed"
     fi
@@ -87,6 +88,9 @@ section "set-up (scripts/setup.sh --all)"
 bash scripts/setup.sh --all
 . .venv/bin/activate
 section "ruff"; ruff check python tests benches scripts; ruff format --check python tests benches
+section "stubtest"
+python -m mypy.stubtest fastst --mypy-config-file pyproject.toml --allowlist scripts/stubtest_allowlist.txt
+section "install check"; bash scripts/install_check.sh
 finish_lane rust
 
 # 2. --------------------------------------------------------------------------
@@ -102,9 +106,6 @@ python -m pytest -q -p no:cacheprovider --durations=25 \
 # 3. --------------------------------------------------------------------------
 # The release wheel is the one the set-up built and installed (built once).
 start_lane release-artefacts sdist_lane
-section "stubtest"
-python -m mypy.stubtest fastst --mypy-config-file pyproject.toml --allowlist scripts/stubtest_allowlist.txt
-section "install check"; bash scripts/install_check.sh
 section "reference suite"; python scripts/reference_suite.py
 finish_lane release-artefacts
 section "all tests passed"

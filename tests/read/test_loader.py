@@ -335,6 +335,7 @@ def test_ctrl_c_during_a_take_leaves_the_tensor_to_take_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import _thread
+    import signal
 
     path = _big(tmp_path, 2, 4096)
     release = threading.Event()
@@ -345,15 +346,23 @@ def test_ctrl_c_during_a_take_leaves_the_tensor_to_take_later(
         return original(self, entry, device)
 
     monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
+    # interrupt_main does nothing while SIGINT is ignored, as it may be in a
+    # test worker: Python's own handler for the test's length.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.2, _thread.interrupt_main)
-    with fastst.safe_open(path, "np") as f, f.prefetch() as loader:
-        timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            loader.take("t01")
+    try:
+        with fastst.safe_open(path, "np") as f, f.prefetch() as loader:
+            timer.start()
+            with pytest.raises(KeyboardInterrupt):
+                loader.take("t01")
+            release.set()
+            assert (loader.take("t01") == 1).all()
+            assert [name for name, _ in loader] == ["t00"]
+    finally:
         release.set()
-        assert (loader.take("t01") == 1).all()
-        assert [name for name, _ in loader] == ["t00"]
-    timer.join()
+        timer.cancel()
+        timer.join()
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_a_loader_dropped_without_close_gives_its_budget_back(tmp_path: Path) -> None:
