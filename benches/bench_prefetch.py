@@ -105,7 +105,7 @@ else:
         return sum(int(a.reshape(-1).view(np.uint8)[::4096].sum()) for a in ts.values())
 if not loader_case:
     load = lambda path: mod.load_file(path)
-if loader_case:
+if loader_case and os.environ.get("BENCH_WARM_UP", "1") == "1":
     # The case runs once before the timed load (cold: FILE's pages evicted
     # first, then every page dropped): the frameworks' first-call set-up
     # is not timed, and library code first run in the timed load (the cold
@@ -212,6 +212,12 @@ def main() -> None:
     parser.add_argument("--cases", default="cat,np,np-noprefetch,pt,pt-noprefetch,pt-ref")
     parser.add_argument("--hot", action="store_true", help="hot rounds instead of cold")
     parser.add_argument(
+        "--no-warm-up",
+        action="store_true",
+        help="loader cases: no untimed first run (a fresh process's memory; library"
+        " code first run in the timed load is read from the disk and counted)",
+    )
+    parser.add_argument(
         "--evict",
         choices=sorted(EVICTIONS),
         default="drop" if os.geteuid() == 0 else "fadvise",
@@ -219,6 +225,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     EVICT["how"] = args.evict
+    if args.no_warm_up:
+        os.environ["BENCH_WARM_UP"] = "0"
     cases = args.cases.split(",")
     cache = "hot" if args.hot else "cold"
     times: dict = {c: [] for c in cases}
