@@ -247,9 +247,9 @@ def _held_probe(monkeypatch: pytest.MonkeyPatch) -> List[int]:
     seen: List[int] = []
     original = fastst_safe_open._read_entries
 
-    def read(self: Any, batch: Any, device: Any) -> Any:
+    def read(self: Any, batch: Any, device: Any, whole: int) -> Any:
         seen.extend([_loader._SHARED.held] * len(batch))
-        return original(self, batch, device)
+        return original(self, batch, device, whole)
 
     monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
     return seen
@@ -302,13 +302,13 @@ def test_threads_are_capped_across_loaders(tmp_path: Path, monkeypatch: pytest.M
     running = [0, 0]  # now, most
     original = fastst_safe_open._read_entries
 
-    def read(self: Any, entry: Any, device: Any) -> Any:
+    def read(self: Any, entry: Any, device: Any, whole: int) -> Any:
         with lock:
             running[0] += 1
             running[1] = max(running)
         try:
             time.sleep(0.01)  # hold the slot, so that readers overlap if allowed
-            return original(self, entry, device)
+            return original(self, entry, device, whole)
         finally:
             with lock:
                 running[0] -= 1
@@ -341,9 +341,9 @@ def test_ctrl_c_during_a_take_leaves_the_tensor_to_take_later(
     release = threading.Event()
     original = fastst_safe_open._read_entries
 
-    def read(self: Any, entry: Any, device: Any) -> Any:
+    def read(self: Any, entry: Any, device: Any, whole: int) -> Any:
         release.wait(JOIN)
-        return original(self, entry, device)
+        return original(self, entry, device, whole)
 
     monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
     # interrupt_main does nothing while SIGINT is ignored, as it may be in a
@@ -387,9 +387,9 @@ def _batches_probe(monkeypatch: pytest.MonkeyPatch) -> List[List[str]]:
     batches: List[List[str]] = []
     original = fastst_safe_open._read_entries
 
-    def read(self: Any, batch: Any, device: Any) -> Any:
+    def read(self: Any, batch: Any, device: Any, whole: int) -> Any:
         batches.append([e.name for e in batch])
-        return original(self, batch, device)
+        return original(self, batch, device, whole)
 
     monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
     return batches
@@ -430,11 +430,11 @@ def test_the_first_read_runs_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     calls: List[List[str]] = []
     original = fastst_safe_open._read_entries
 
-    def read(self: Any, batch: Any, device: Any) -> Any:
+    def read(self: Any, batch: Any, device: Any, whole: int) -> Any:
         calls.append([e.name for e in batch])
         if len(calls) == 1:
             release.wait(JOIN)
-        return original(self, batch, device)
+        return original(self, batch, device, whole)
 
     monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
     with fastst.safe_open(path, "np") as f, f.prefetch(threads=4) as loader:
@@ -487,3 +487,30 @@ def test_a_cold_plan_slice_reads_only_its_bytes_from_the_disk(tmp_path: Path) ->
     # (the rows follow the header just read: a buffered read looks
     # sequential and would bring in the rest of the tensor)
     assert read <= planned + 8192, read
+
+
+def test_batches_make_the_huge_page_choice_for_the_whole_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastst._read import safe_open as safe_open_module
+
+    size = 64 << 10
+    path = _big(tmp_path, 12, size)
+    jobs: List[int] = []
+    original = safe_open_module.load_into
+
+    def load_into(*args: Any, job: int = 0, **kwargs: Any) -> Any:
+        jobs.append(job)
+        return original(*args, job=job, **kwargs)
+
+    monkeypatch.setattr(safe_open_module, "load_into", load_into)
+    monkeypatch.setattr(_loader, "FIRST_BATCH", size)
+    plan: Dict[str, Any] = {f"t{i:02d}": None for i in range(12)}
+    plan["t05"] = slice(0, 16)  # a slice: read alone, not part of the job
+    with fastst.safe_open(path, "np") as f, f.prefetch(plan) as loader:
+        got = dict(loader)
+    assert len(got) == 12 and jobs and set(jobs) == {11 * size}
+    with fastst.safe_open(path, "np") as f:
+        jobs.clear()
+        f.get_tensors(copy=True)
+    assert jobs == [0]  # a load of its own

@@ -86,6 +86,7 @@ def load_into(
     huge_pages: Optional[bool] = None,
     stream: bool = False,
     in_order: bool = False,
+    job: int = 0,
 ) -> None: ...
 def fault_probe() -> Optional[Tuple[Optional[float], float, bool]]: ...
 

@@ -169,10 +169,11 @@ class safe_open:  # noqa: N801 - the reference package's name
         entries = self._plan(plan)
         if self._prefetch is not None:
             self._prefetch.planned()
+        whole = sum(e.nbytes for e in entries if e.index is None)
         return _loader.PrefetchLoader(
             self._raw.name,
             entries,
-            lambda batch: self._read_entries(batch, target),
+            lambda batch: self._read_entries(batch, target, whole),
             threads or prefetch_threads(),
             budget,
         )
@@ -221,14 +222,16 @@ class safe_open:  # noqa: N801 - the reference package's name
             name,
         )
 
-    def _read_entries(self, batch: List[_loader.Entry], device: Any) -> List[Any]:
+    def _read_entries(self, batch: List[_loader.Entry], device: Any, whole: int) -> List[Any]:
         """A loader's batch in memory of its own on ``device``: whole
         tensors in one batch load (around the page cache when cold, as
-        :meth:`get_tensors`), or one slice, reading no byte beyond it."""
+        :meth:`get_tensors`; part of the ``whole`` bytes of the plan's
+        whole tensors, for the huge-page choice), or one slice, reading no
+        byte beyond it."""
         if len(batch) == 1 and batch[0].index is not None:
             return [self._read_slice(batch[0], device)]
         names = [e.name for e in batch]
-        made = self._load_owned(names, None, None, device, batch=True)
+        made = self._load_owned(names, None, None, device, job=whole)
         return [made[name] for name in names]
 
     def _read_slice(self, entry: _loader.Entry, device: Any) -> Any:
@@ -346,12 +349,14 @@ class safe_open:  # noqa: N801 - the reference package's name
         dtype: Any,
         progress: Progress,
         device: Any = None,
-        batch: bool = False,
+        job: Optional[int] = None,
     ) -> Dict[str, Any]:
         """Tensors ``names`` in memory of their own (converted to ``dtype``
         when given), on ``device`` (None: the handle's): every destination
         allocated first, then one batch load per file (the core's
-        ``load_into``; ``batch``: even for one tensor, as a loader reads)."""
+        ``load_into``). ``job``: a loader's batch, part of a plan of that
+        many bytes of whole tensors (one batch load even for one tensor;
+        the huge-page choice made for the plan)."""
         raw = self._raw
         callback, bar = resolve(progress, raw.name)
         made, plans = self._allocate(names, dtype)
@@ -361,7 +366,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         if side_by_side:
             load_side_by_side(plans)
         for p in [] if side_by_side else plans:
-            if len(p.names) == 1 and callback is None and not bar and not batch:
+            if len(p.names) == 1 and callback is None and not bar and job is None:
                 # One tensor: read (or converted while read) straight into
                 # its destination, several threads when large.
                 if p.targets[0] is None:
@@ -373,7 +378,7 @@ class safe_open:  # noqa: N801 - the reference package's name
             if callback is not None and len(plans) > 1:
                 report = _offset_report(callback, base, grand)
             label = progress_label(p.file.name, bar)
-            load_into(p.file, p.names, p.outs, p.targets, report, label)
+            load_into(p.file, p.names, p.outs, p.targets, report, label, job=job or 0)
             base += p.nbytes
         if self._prefetch is not None:
             self._prefetch.consumed(grand)

@@ -34,7 +34,7 @@ use crate::wait::hearing_signals;
 /// object of a store hear Ctrl-C while they wait (`crate::wait`); the
 /// callbacks run on this thread all the same.
 #[pyfunction]
-#[pyo3(signature = (raw, names, outs, targets, progress = None, bar = None, threads = 0, piece = 0, report_every = 0, direct = None, huge_pages = None, stream = false, in_order = false))]
+#[pyo3(signature = (raw, names, outs, targets, progress = None, bar = None, threads = 0, piece = 0, report_every = 0, direct = None, huge_pages = None, stream = false, in_order = false, job = 0))]
 #[allow(clippy::too_many_arguments)]
 pub fn load_into(
     py: Python<'_>,
@@ -51,6 +51,7 @@ pub fn load_into(
     huge_pages: Option<bool>,
     stream: bool,
     in_order: bool,
+    job: u64,
 ) -> PyResult<()> {
     let raw = raw.get();
     if names.len() != outs.len() || names.len() != targets.len() {
@@ -81,6 +82,7 @@ pub fn load_into(
             Some(false) => HugePages::Avoid,
         },
         in_order,
+        job,
     };
     let file_ref = &*file;
     let mut pending: Option<PyErr> = None;
