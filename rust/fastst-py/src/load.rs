@@ -30,7 +30,9 @@ use crate::wait::hearing_signals;
 /// are filled (every tensor ending at or before `filled` in the data
 /// section), and once more before a read error is raised. `in_order` (with
 /// `stream`, read around the page cache): requests are handed out close
-/// behind the first one not read (the files of a sharded checkpoint). The reads of an
+/// behind the first one not read (the files of a sharded checkpoint). `job`: the
+/// bytes of the whole job this load is part of (a prefetch plan's batches; 0: none),
+/// for the huge-page choice (`LoadOptions::job`). The reads of an
 /// object of a store hear Ctrl-C while they wait (`crate::wait`); the
 /// callbacks run on this thread all the same.
 #[pyfunction]
