@@ -16,8 +16,9 @@
 #      the header fuzzer, in a target folder of their own (target/checks: no
 #      wait on the wheel build's lock);
 #   2. pytest alone, on every core (pytest-xdist);
-#   3. the reference suite beside the check of the sdist (a wheel built from
-#      it, from the Rust tests' dependencies).
+#   3. the reference package's own suite, on every core.
+# The wheel the tests install is the release one, built from the sdist (which
+# proves the sdist complete): scripts/build_release.sh.
 # A lane beside the main one writes to target/test-<lane>.log, printed when
 # it ends; every part prints a header with the time elapsed since the start.
 set -euo pipefail
@@ -53,7 +54,7 @@ trap 'for pid in "${lanes[@]}"; do pkill -P "$pid" 2>/dev/null; kill "$pid" 2>/d
 # The Rust tests run optimised (opt-level 1, with overflow checks) but without
 # the release profile's fat LTO and single codegen unit: those change how the
 # wheel is compiled, not what the code does, and the wheel pytest tests keeps
-# them. The sdist's check starts from the dependencies compiled here.
+# them.
 checks() {
     CARGO_TARGET_DIR=target/checks CARGO_PROFILE_RELEASE_LTO=off \
         CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=1 "$@"
@@ -78,9 +79,6 @@ rust_lane() {
         section "fuzz skipped: cargo-fuzz could not be installed"
     fi
 }
-sdist_lane() {
-    checks env FASTST_SDIST_SEED=target/checks bash scripts/build_release.sh --sdist
-}
 
 # 1. --------------------------------------------------------------------------
 start_lane rust rust_lane
@@ -100,12 +98,9 @@ finish_lane rust
 # the S3 store) are made once. (xdist_group marks would not do: pytest-xdist
 # 3.8 adds them to node ids in a way pytest 9.2 no longer sees.)
 section "pytest"
-python -m pytest -q -p no:cacheprovider --durations=25 \
+python -m pytest -q -p no:cacheprovider --durations=25 --junitxml=target/pytest.xml \
     -n "${FASTST_TEST_JOBS:-logical}" --dist loadscope tests
 
 # 3. --------------------------------------------------------------------------
-# The release wheel is the one the set-up built and installed (built once).
-start_lane release-artefacts sdist_lane
 section "reference suite"; python scripts/reference_suite.py
-finish_lane release-artefacts
 section "all tests passed"
