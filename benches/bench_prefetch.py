@@ -46,32 +46,50 @@ def io_read():
     with open("/proc/self/io") as fh:
         return int(next(l for l in fh if l.startswith("read_bytes")).split()[1])
 planned = None
-loader_case = case in ("np-plan", "np-copy", "tp-plan", "tp-slice", "tp-slice-ref")
+first = None
+LOADER_CASES = ("np-plan", "np-copy", "np-iter", "tp-plan", "tp-slice", "tp-slice-ref")
+loader_case = case in LOADER_CASES
 if loader_case:
     import numpy as np
     safe_open = __import__("safetensors" if case.endswith("-ref") else "fastst").safe_open
     def quarter(shape):
         n = shape[0]
         return slice(n // 4, n // 2) if len(shape) == 2 else None
+    def shape_of(f, name):
+        # 0.9's get_tensor_meta reads no data; the reference 0.8 lacks it
+        if case.endswith("-ref"):
+            return f.get_slice(name).get_shape()
+        return f.get_tensor_meta(name).shape
+    # The tensor-parallel cases in torch: the reference's numpy has no BF16.
+    fw = "pt" if case.startswith("tp") else "np"
     def load(path):
-        global planned
-        if case == "np-copy":
-            import fastst.numpy
-            return fastst.numpy.load_file(path, copy=True)
-        with safe_open(path, "np") as f:
-            if case == "np-plan":
-                with f.prefetch() as loader:
-                    return dict(loader)
-            plan = {n: quarter(f.get_slice(n).get_shape()) for n in f.keys()}
+        global planned, first
+        with safe_open(path, fw) as f:
+            if case == "np-copy":
+                return f.get_tensors(copy=True)
+            if case in ("np-plan", "np-iter"):
+                out = {}
+                with f.prefetch() if case == "np-plan" else nullcontext(f) as src:
+                    pairs = src if case == "np-plan" else src.iter_tensors()
+                    for name, a in pairs:
+                        if first is None:
+                            first = time.perf_counter() - start
+                        out[name] = a
+                return out
+            plan = {n: quarter(shape_of(f, n)) for n in f.keys()}
             if case == "tp-plan":
                 with f.prefetch(plan) as loader:
                     out = dict(loader)
             else:
-                out = {n: np.array(f.get_slice(n)[rows if rows is not None else ...])
+                out = {n: f.get_slice(n)[rows if rows is not None else ...]
                        for n, rows in plan.items()}
-            planned = sum(a.nbytes for a in out.values())
+            planned = sum(a.numel() * a.element_size() for a in out.values())
             return out
+    from contextlib import nullcontext
     def touch(ts):
+        if fw == "pt":
+            import torch
+            return sum(int(t.reshape(-1).view(torch.uint8)[::4096].sum()) for t in ts.values())
         return sum(int(a.reshape(-1).view(np.uint8)[::4096].sum()) for a in ts.values())
 elif case.startswith("pt"):
     import torch
@@ -87,28 +105,57 @@ else:
         return sum(int(a.reshape(-1).view(np.uint8)[::4096].sum()) for a in ts.values())
 if not loader_case:
     load = lambda path: mod.load_file(path)
-if cold:
-    os.sync()
-    fd = os.open(path, os.O_RDONLY)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    os.close(fd)
+if loader_case and os.environ.get("BENCH_WARM_UP", "1") == "1":
+    # The case runs once before the timed load (cold: FILE's pages evicted
+    # first, then every page dropped): the frameworks' first-call set-up
+    # is not timed, and library code first run in the timed load (the cold
+    # paths' too) would be read from the disk (drop_caches keeps only the
+    # pages a process has mapped) and counted in its bytes.
+    if cold:
+        os.sync()
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    start = time.perf_counter()
+    touch(load(path))
+    planned = first = None
+EVICT
+import resource
+def cpu():
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
 before = io_read()
+cpu_before = cpu()
 start = time.perf_counter()
 tensors = load(path)
 total = touch(tensors)
 took = time.perf_counter() - start
 print(json.dumps({"seconds": took, "checksum": total, "read": io_read() - before,
-                  "planned": planned}))
+                  "planned": planned, "first": first, "cpu": cpu() - cpu_before}))
 """
 
-CAT = r"""
-import os, subprocess, sys, time
-path, cold = sys.argv[1], sys.argv[2] == "cold"
+#: How a cold case empties the page cache, after its imports: every
+#: cached page of the machine (``drop``, root only), or FILE's alone.
+EVICTIONS = {
+    "drop": """
+if cold:
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as fh:
+        fh.write("3")
+""",
+    "fadvise": """
 if cold:
     os.sync()
     fd = os.open(path, os.O_RDONLY)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     os.close(fd)
+""",
+}
+
+CAT = r"""
+import os, subprocess, sys, time
+path, cold = sys.argv[1], sys.argv[2] == "cold"
+EVICT
 start = time.perf_counter()
 with open(os.devnull, "wb") as null:
     subprocess.run(["cat", path], stdout=null, check=True)
@@ -117,6 +164,9 @@ print('{"seconds": %f}' % (time.perf_counter() - start))
 
 
 READS: dict = {}
+FIRST: dict = {}
+CPU: dict = {}
+EVICT = {"how": "fadvise"}
 
 
 def run(case: str, path: str, cache: str) -> float:
@@ -127,14 +177,32 @@ def run(case: str, path: str, cache: str) -> float:
     if case.endswith("-ref"):
         env.pop("PYTHONPATH", None)  # the reference package, not a checkout
     if case == "cat":
-        command = [sys.executable, "-c", CAT, path, cache]
+        command = [sys.executable, "-c", CAT.replace("EVICT", EVICTIONS[EVICT["how"]]), path, cache]
     else:
-        command = [sys.executable, "-c", CHILD, case, path, cache]
+        child = CHILD.replace("EVICT", EVICTIONS[EVICT["how"]])
+        command = [sys.executable, "-c", child, case, path, cache]
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     if "read" in got:
         READS.setdefault(case, []).append((got["read"], got.get("planned")))
+    if got.get("cpu") is not None:
+        CPU.setdefault(case, []).append(got["cpu"])
+    if got.get("first") is not None:
+        FIRST.setdefault(case, []).append(got["first"])
     return float(got["seconds"])
+
+
+def load_average() -> str:
+    with open("/proc/loadavg") as fh:
+        return " ".join(fh.read().split()[:3])
+
+
+#: Pairs compared round by round when both cases run: (case, baseline).
+PAIRS = [
+    ("np-plan", "np-copy"),
+    ("tp-plan", "tp-slice-ref"),
+    ("tp-plan", "tp-slice"),
+]
 
 
 def main() -> None:
@@ -143,11 +211,27 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cases", default="cat,np,np-noprefetch,pt,pt-noprefetch,pt-ref")
     parser.add_argument("--hot", action="store_true", help="hot rounds instead of cold")
+    parser.add_argument(
+        "--no-warm-up",
+        action="store_true",
+        help="loader cases: no untimed first run (a fresh process's memory; library"
+        " code first run in the timed load is read from the disk and counted)",
+    )
+    parser.add_argument(
+        "--evict",
+        choices=sorted(EVICTIONS),
+        default="drop" if os.geteuid() == 0 else "fadvise",
+        help="cold: drop every cached page (root), or FILE's alone",
+    )
     args = parser.parse_args()
+    EVICT["how"] = args.evict
+    if args.no_warm_up:
+        os.environ["BENCH_WARM_UP"] = "0"
     cases = args.cases.split(",")
     cache = "hot" if args.hot else "cold"
     times: dict = {c: [] for c in cases}
     shares: dict = {c: [] for c in cases}
+    loads = [load_average()]
     for r in range(args.rounds):
         order = cases if r % 2 == 0 else cases[::-1]
         for case in order:
@@ -164,22 +248,45 @@ def main() -> None:
             shares[case].append(limit / took)
             if "cat" in times:
                 times["cat"].append(limit)
+        loads.append(load_average())
     size = os.path.getsize(args.file)
-    print(f"{args.file}: {size / 1e9:.2f} GB, {cache}, {args.rounds} rounds (medians)")
+    print(
+        f"{args.file}: {size / 1e9:.2f} GB, {cache} ({args.evict}), {args.rounds} rounds"
+        f" (medians, [every round]); load average per round: {' | '.join(loads)}"
+    )
     for case in cases:
         med = statistics.median(times[case])
-        line = f"  {case:15} {med:7.3f} s  {size / med / 1e9:5.2f} GB/s"
+        line = f"  {case:15} {med:7.3f} s  worst {max(times[case]):6.3f} s"
+        line += f"  {size / med / 1e9:5.2f} GB/s"
         if case != "cat":
             line += f"  share of cat {statistics.median(shares[case]):4.2f} (paired)"
         if case.startswith("pt") and "pt-ref" in times and case != "pt-ref":
             line += f"  vs reference {statistics.median(times['pt-ref']) / med:4.2f}x"
+        if case in CPU:
+            line += f"  CPU {statistics.median(CPU[case]):.2f} s"
         if case in READS:
             read = statistics.median(r for r, _p in READS[case])
             line += f"  read {read / 2**20:.0f} MiB"
             kept = [p for _r, p in READS[case] if p]
             if kept:
-                line += f" for {kept[0] / 2**20:.0f} MiB planned ({read / kept[0]:.2f}x)"
+                line += f" for {kept[0] / 2**20:.0f} MiB planned ({read / kept[0]:.3f}x)"
+        if case in FIRST:
+            line += f"  first tensor {statistics.median(FIRST[case]):.3f} s"
+            line += f" (worst {max(FIRST[case]):.3f})"
         print(line + "  [" + " ".join(f"{t:.3f}" for t in times[case]) + "]")
+    for case, base in PAIRS:
+        if case in times and base in times:
+            paired = [b / c for c, b in zip(times[case], times[base], strict=True)]
+            print(
+                f"  {base} / {case}: {statistics.median(paired):.3f} median of paired rounds,"
+                f" {min(paired):.3f} worst round"
+            )
+    if "np-plan" in FIRST and "np-iter" in FIRST:
+        paired = [b / c for c, b in zip(FIRST["np-plan"], FIRST["np-iter"], strict=True)]
+        print(
+            f"  first tensor, np-iter / np-plan: {statistics.median(paired):.3f} median of"
+            f" paired rounds, {min(paired):.3f} worst round"
+        )
 
 
 if __name__ == "__main__":

@@ -243,15 +243,15 @@ def test_a_file_truncated_under_a_running_loader_raises(tmp_path: Path, backend:
 
 def _held_probe(monkeypatch: pytest.MonkeyPatch) -> List[int]:
     """Records the bytes all loaders hold (read, being read, not taken)
-    each time a read starts."""
+    each time a read starts, once per tensor it reads."""
     seen: List[int] = []
-    original = fastst_safe_open._read_entry
+    original = fastst_safe_open._read_entries
 
-    def read(self: Any, entry: Any, device: Any) -> Any:
-        seen.append(_loader._SHARED.held)
-        return original(self, entry, device)
+    def read(self: Any, batch: Any, device: Any, whole: int) -> Any:
+        seen.extend([_loader._SHARED.held] * len(batch))
+        return original(self, batch, device, whole)
 
-    monkeypatch.setattr(fastst_safe_open, "_read_entry", read)
+    monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
     return seen
 
 
@@ -300,20 +300,20 @@ def test_threads_are_capped_across_loaders(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("FASTST_PREFETCH_THREADS", "2")
     lock = threading.Lock()
     running = [0, 0]  # now, most
-    original = fastst_safe_open._read_entry
+    original = fastst_safe_open._read_entries
 
-    def read(self: Any, entry: Any, device: Any) -> Any:
+    def read(self: Any, entry: Any, device: Any, whole: int) -> Any:
         with lock:
             running[0] += 1
             running[1] = max(running)
         try:
             time.sleep(0.01)  # hold the slot, so that readers overlap if allowed
-            return original(self, entry, device)
+            return original(self, entry, device, whole)
         finally:
             with lock:
                 running[0] -= 1
 
-    monkeypatch.setattr(fastst_safe_open, "_read_entry", read)
+    monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
     with fastst.safe_open(path, "np") as f:
         loaders = [f.prefetch(threads=8) for _ in range(3)]
         results = [dict(loader) for loader in loaders]
@@ -339,13 +339,13 @@ def test_ctrl_c_during_a_take_leaves_the_tensor_to_take_later(
 
     path = _big(tmp_path, 2, 4096)
     release = threading.Event()
-    original = fastst_safe_open._read_entry
+    original = fastst_safe_open._read_entries
 
-    def read(self: Any, entry: Any, device: Any) -> Any:
+    def read(self: Any, entry: Any, device: Any, whole: int) -> Any:
         release.wait(JOIN)
-        return original(self, entry, device)
+        return original(self, entry, device, whole)
 
-    monkeypatch.setattr(fastst_safe_open, "_read_entry", read)
+    monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
     # interrupt_main does nothing while SIGINT is ignored, as it may be in a
     # test worker: Python's own handler for the test's length.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -380,3 +380,137 @@ def test_a_loader_dropped_without_close_gives_its_budget_back(tmp_path: Path) ->
             assert not worker.is_alive()
     assert (first == 0).all()
     assert _loader._SHARED.held == 0 and _loader._SHARED.readers == 0
+
+
+def _batches_probe(monkeypatch: pytest.MonkeyPatch) -> List[List[str]]:
+    """Records the names of each batch a loader's reader reads."""
+    batches: List[List[str]] = []
+    original = fastst_safe_open._read_entries
+
+    def read(self: Any, batch: Any, device: Any, whole: int) -> Any:
+        batches.append([e.name for e in batch])
+        return original(self, batch, device, whole)
+
+    monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
+    return batches
+
+
+@pytest.mark.parametrize("budget", [None, 3 * (64 << 10)])
+def test_whole_tensors_are_read_in_batches_each_once_within_the_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: Any
+) -> None:
+    size = 64 << 10
+    path = _big(tmp_path, 40, size)
+    batches = _batches_probe(monkeypatch)
+    monkeypatch.setattr(_loader, "FIRST_BATCH", 2 * size)
+    monkeypatch.setattr(_loader, "BATCH", 8 * size)
+    with fastst.safe_open(path, "np") as f, f.prefetch(budget=budget, threads=4) as loader:
+        got = _drain_slowly(loader) if budget else dict(loader)
+        names = loader.names()
+    read = [name for batch in batches for name in batch]
+    assert sorted(read) == names, "every tensor read exactly once"
+    assert all((got[f"t{i:02d}"] == i).all() for i in range(40))
+    # the first read is small, the others up to BATCH and within the budget
+    assert len(batches[0]) <= 2
+    if budget:
+        assert max(len(b) for b in batches) <= 3
+    else:
+        assert max(len(b) for b in batches) == 8
+    # a batch is a run of consecutive tensors of the plan
+    for batch in batches:
+        at = names.index(batch[0])
+        assert batch == names[at : at + len(batch)]
+
+
+def test_the_first_read_runs_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _big(tmp_path, 8, 4096)
+    monkeypatch.setattr(_loader, "FIRST_BATCH", 4096)
+    monkeypatch.setattr(_loader, "BATCH", 4096)
+    release = threading.Event()
+    calls: List[List[str]] = []
+    original = fastst_safe_open._read_entries
+
+    def read(self: Any, batch: Any, device: Any, whole: int) -> Any:
+        calls.append([e.name for e in batch])
+        if len(calls) == 1:
+            release.wait(JOIN)
+        return original(self, batch, device, whole)
+
+    monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
+    with fastst.safe_open(path, "np") as f, f.prefetch(threads=4) as loader:
+        time.sleep(0.3)  # room for the other readers to start, were they allowed
+        assert calls == [["t00"]]
+        release.set()
+        assert [name for name, _ in loader][0] == "t00"
+    assert len(calls) == 8
+
+
+def test_a_plan_ends_the_read_ahead_guessed_from_slices(tmp_path: Path) -> None:
+    path = _big(tmp_path, 4, 64 << 10)
+    with fastst.safe_open(path, "np") as f:
+        shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}
+        # every tensor sliced: "auto" mode reads the whole file ahead
+        assert f.prefetch_status() is not None
+        with f.prefetch({name: slice(0, n[0] // 4) for name, n in shapes.items()}) as loader:
+            assert f.prefetch_status() is None
+            got = dict(loader)
+    assert all(len(a) == (64 << 10) // 4 for a in got.values())
+
+
+def _read_bytes() -> int:
+    with open("/proc/self/io") as fh:
+        return int(next(line for line in fh if line.startswith("read_bytes")).split()[1])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="Linux I/O accounting")
+def test_a_cold_plan_slice_reads_only_its_bytes_from_the_disk(tmp_path: Path) -> None:
+    rows, row = 64, 64 << 10
+    path = tmp_path / "rows.safetensors"
+    path.write_bytes(raw_file({"w": ("U8", (rows, row), _patterned(rows * row, 3))}))
+    with fastst.safe_open(path, "np") as f:
+        want = f.get_slice("w")[0:16].copy()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        before = _read_bytes()
+        with f.prefetch({"w": slice(0, 16)}) as loader:
+            got = loader.take("w")
+        read = _read_bytes() - before
+    _same(got, want)
+    planned = 16 * row
+    if read < planned:
+        pytest.skip("this file system keeps the file cached, or does not count reads")
+    # whole disk blocks at either end at most, not the kernel's read-ahead
+    # (the rows follow the header just read: a buffered read looks
+    # sequential and would bring in the rest of the tensor)
+    assert read <= planned + 8192, read
+
+
+def test_batches_make_the_huge_page_choice_for_the_whole_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastst._read import safe_open as safe_open_module
+
+    size = 64 << 10
+    path = _big(tmp_path, 12, size)
+    jobs: List[int] = []
+    original = safe_open_module.load_into
+
+    def load_into(*args: Any, job: int = 0, **kwargs: Any) -> Any:
+        jobs.append(job)
+        return original(*args, job=job, **kwargs)
+
+    monkeypatch.setattr(safe_open_module, "load_into", load_into)
+    monkeypatch.setattr(_loader, "FIRST_BATCH", size)
+    plan: Dict[str, Any] = {f"t{i:02d}": None for i in range(12)}
+    plan["t05"] = slice(0, 16)  # a slice: read alone, not part of the job
+    with fastst.safe_open(path, "np") as f, f.prefetch(plan) as loader:
+        got = dict(loader)
+    assert len(got) == 12 and jobs and set(jobs) == {11 * size}
+    with fastst.safe_open(path, "np") as f:
+        jobs.clear()
+        f.get_tensors(copy=True)
+    assert jobs == [0]  # a load of its own

@@ -78,6 +78,14 @@ DEFAULT_BUDGET = 1 << 30
 #: How long a wait lasts before it looks again (Ctrl-C is heard between).
 _TICK = 0.25
 
+#: A reader takes consecutive whole tensors of the plan together, up to
+#: this many bytes (one batch load: few large requests, read around the
+#: page cache when cold), and hands each out when the batch has landed...
+BATCH = 64 << 20
+#: ... except the loader's first read, up to this many bytes, which runs
+#: alone: the first tensor comes out as soon as a whole load's would.
+FIRST_BATCH = 8 << 20
+
 
 @dataclass(frozen=True)
 class TensorMeta:
@@ -177,12 +185,16 @@ class PrefetchLoader:
         self,
         filename: str,
         entries: List[Entry],
-        read: Callable[[Entry], Any],
+        read: Callable[[List[Entry]], List[Any]],
         threads: int,
         budget: Optional[int],
     ) -> None:
         self._filename = filename
         self._entries: Dict[str, Entry] = {e.name: e for e in entries}
+        self._place = {e.name: i for i, e in enumerate(entries)}
+        #: True until the first read starts, then while it is in flight.
+        self._leading = True
+        self._started = False
         self._names = [e.name for e in entries]
         self._read = read
         self._budget = budget
@@ -214,39 +226,71 @@ class PrefetchLoader:
             return True
         if self._hungry and not self._ready:
             return True
-        mine = sum(self._held.values())
-        if self._budget is not None and mine + entry.nbytes > self._budget:
-            return False
-        return _SHARED.held + entry.nbytes <= _SHARED.budget()
+        return self._fits(sum(self._held.values()), entry.nbytes)
 
-    def _next(self) -> Union[Entry, int, None]:
-        """The next entry to read, once admitted (the reader and its bytes
-        counted); when none may start yet, the epoch at which that was seen
-        (the reader waits for a later one, without holding the loader); None
+    def _fits(self, mine: int, nbytes: int) -> bool:
+        """Whether ``nbytes`` more fit this loader's budget (``mine`` held)
+        and the process's (the lock held)."""
+        if self._budget is not None and mine + nbytes > self._budget:
+            return False
+        return _SHARED.held + nbytes <= _SHARED.budget()
+
+    def _next(self) -> Union[List[Entry], int, None]:
+        """The next entries to read, as one batch, once admitted (the
+        reader and their bytes counted): the first in line, and the whole
+        tensors that follow it in the plan while they fit :data:`BATCH`
+        (:data:`FIRST_BATCH` for the loader's first read) and the budgets;
+        when none may start yet, the epoch at which that was seen (the
+        reader waits for a later one, without holding the loader); None
         once closed or nothing is left."""
         with _SHARED.cond:
             if self._closed or not self._todo:
                 return None
             entry = self._todo[0]
+            if self._started and self._leading and entry.name not in self._wanted:
+                return _SHARED.epoch
             if not self._admits(entry):
                 return _SHARED.epoch
             self._todo.popleft()
+            batch = [entry]
+            total = entry.nbytes
+            cap = BATCH if self._started else FIRST_BATCH
+            mine = sum(self._held.values())
+            while (
+                entry.index is None
+                and entry.name not in self._wanted
+                and self._todo
+                and self._todo[0].index is None
+                and self._place[self._todo[0].name] == self._place[batch[-1].name] + 1
+                and total + self._todo[0].nbytes <= cap
+                and self._fits(mine, total + self._todo[0].nbytes)
+            ):
+                more = self._todo.popleft()
+                batch.append(more)
+                total += more.nbytes
+            self._started = True
             _SHARED.readers += 1
-            _SHARED.held += entry.nbytes
-            self._held[entry.name] = entry.nbytes
-            return entry
+            _SHARED.held += total
+            for e in batch:
+                self._held[e.name] = e.nbytes
+            return batch
 
-    def _landed(self, entry: Entry, value: Any, error: Optional[BaseException]) -> None:
-        """Records what reading ``entry`` gave."""
+    def _landed(
+        self, batch: List[Entry], values: List[Any], errors: List[Optional[BaseException]]
+    ) -> None:
+        """Records what reading ``batch`` gave, per entry (the reader is
+        free again)."""
         with _SHARED.cond:
             _SHARED.readers -= 1
-            if self._closed:
-                self._release(entry.name)
-            elif error is not None:
-                self._release(entry.name)
-                self._failed[entry.name] = error
-            else:
-                self._ready[entry.name] = value
+            self._leading = False
+            for entry, value, error in zip(batch, values, errors, strict=True):
+                if self._closed:
+                    self._release(entry.name)
+                elif error is not None:
+                    self._release(entry.name)
+                    self._failed[entry.name] = error
+                else:
+                    self._ready[entry.name] = value
             _SHARED.notify()
 
     def _release(self, name: str) -> None:
@@ -393,12 +437,27 @@ def _work(ref: weakref.ReferenceType[PrefetchLoader]) -> None:
                 if _SHARED.epoch == entry:
                     _SHARED.cond.wait(_TICK)
             continue
-        assert isinstance(entry, Entry)
-        value: Any = None
-        error: Optional[BaseException] = None
-        try:
-            value = loader._read(entry)
-        except BaseException as exc:  # handed to the consumer
-            error = exc
-        loader._landed(entry, value, error)
-        del loader, value, error
+        assert isinstance(entry, list)
+        values, errors = _read_batch(loader, entry)
+        loader._landed(entry, values, errors)
+        del loader, values, errors
+
+
+def _read_batch(
+    loader: PrefetchLoader, batch: List[Entry]
+) -> Tuple[List[Any], List[Optional[BaseException]]]:
+    """What reading ``batch`` gives, per entry: its tensor or its failure.
+    A batch that fails is read again one entry at a time, so that each
+    failure is its own tensor's (those read before it are handed out)."""
+    try:
+        return list(loader._read(batch)), [None] * len(batch)
+    except BaseException as exc:  # handed to the consumer
+        if len(batch) == 1:
+            return [None], [exc]
+    values: List[Any] = []
+    errors: List[Optional[BaseException]] = []
+    for one in batch:
+        value, error = _read_batch(loader, [one])
+        values += value
+        errors += error
+    return values, errors

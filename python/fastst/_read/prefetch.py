@@ -121,6 +121,8 @@ class Driver:
         self._detached = False
         self._auto = isinstance(mode, str) and mode == "auto" and prefetch_enabled()
         self._sliced: Set[str] = set()
+        #: Whether the running read-ahead is "auto" mode's guess.
+        self._guessed = False
         if mode not in (None, False) and not (isinstance(mode, str) and mode == "auto"):
             self.declare(mode)
 
@@ -138,6 +140,7 @@ class Driver:
             raise ValueError(f"prefetch budget must be positive, got {budget}")
         self._job = _fastst_read.Prefetcher(self._raw, ranges, budget)
         self._detached = False
+        self._guessed = False
 
     def sliced(self, name: str) -> None:
         """The caller asked for a slice of ``name`` (``"auto"`` mode)."""
@@ -146,6 +149,17 @@ class Driver:
         self._sliced.add(name)
         if len(self._sliced) == len(self._raw):
             self.declare("all")
+            self._guessed = True
+
+    def planned(self) -> None:
+        """A loader's plan now says what is read: ``"auto"`` mode ends, and
+        the whole-file read-ahead it guessed (every tensor sliced, as when
+        a plan is built from ``get_slice`` shapes) stops, so that a plan's
+        slices do not bring in the rows they leave out."""
+        self._auto = False
+        if self._guessed:
+            self.stop()
+            self._guessed = False
 
     def consumed(self, nbytes: int) -> None:
         """The caller copied ``nbytes`` planned bytes out."""

@@ -167,10 +167,13 @@ class safe_open:  # noqa: N801 - the reference package's name
         if budget is not None and budget <= 0:
             raise ValueError(f"prefetch budget must be positive, got {budget}")
         entries = self._plan(plan)
+        if self._prefetch is not None:
+            self._prefetch.planned()
+        whole = sum(e.nbytes for e in entries if e.index is None)
         return _loader.PrefetchLoader(
             self._raw.name,
             entries,
-            lambda entry: self._read_entry(entry, target),
+            lambda batch: self._read_entries(batch, target, whole),
             threads or prefetch_threads(),
             budget,
         )
@@ -219,13 +222,23 @@ class safe_open:  # noqa: N801 - the reference package's name
             name,
         )
 
-    def _read_entry(self, entry: _loader.Entry, device: Any) -> Any:
-        """One planned tensor in memory of its own on ``device``."""
-        if entry.index is None:
-            return self._load_owned([entry.name], None, None, device)[entry.name]
+    def _read_entries(self, batch: List[_loader.Entry], device: Any, whole: int) -> List[Any]:
+        """A loader's batch in memory of its own on ``device``: whole
+        tensors in one batch load (around the page cache when cold, as
+        :meth:`get_tensors`; part of the ``whole`` bytes of the plan's
+        whole tensors, for the huge-page choice), or one slice, reading no
+        byte beyond it."""
+        if len(batch) == 1 and batch[0].index is not None:
+            return [self._read_slice(batch[0], device)]
+        names = [e.name for e in batch]
+        made = self._load_owned(names, None, None, device, job=whole)
+        return [made[name] for name in names]
+
+    def _read_slice(self, entry: _loader.Entry, device: Any) -> Any:
+        """One planned slice in memory of its own on ``device``."""
         dtype, shape, _begin, _end = self._raw.info(entry.name)
         tensor = _Tensor(self._raw, entry.name, dtype, tuple(shape), self._backend, device)
-        part = SafeSlice(tensor)._read_part(entry.index)
+        part = SafeSlice(tensor)._read_part(entry.index, around_cache=True)
         if part is None:
             # Packed rows ending inside a byte: the whole tensor, then the index.
             whole = _bytes(_end - _begin)
@@ -331,12 +344,19 @@ class safe_open:  # noqa: N801 - the reference package's name
         return made, plans
 
     def _load_owned(
-        self, names: List[str], dtype: Any, progress: Progress, device: Any = None
+        self,
+        names: List[str],
+        dtype: Any,
+        progress: Progress,
+        device: Any = None,
+        job: Optional[int] = None,
     ) -> Dict[str, Any]:
         """Tensors ``names`` in memory of their own (converted to ``dtype``
         when given), on ``device`` (None: the handle's): every destination
         allocated first, then one batch load per file (the core's
-        ``load_into``)."""
+        ``load_into``). ``job``: a loader's batch, part of a plan of that
+        many bytes of whole tensors (one batch load even for one tensor;
+        the huge-page choice made for the plan)."""
         raw = self._raw
         callback, bar = resolve(progress, raw.name)
         made, plans = self._allocate(names, dtype)
@@ -346,7 +366,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         if side_by_side:
             load_side_by_side(plans)
         for p in [] if side_by_side else plans:
-            if len(p.names) == 1 and callback is None and not bar:
+            if len(p.names) == 1 and callback is None and not bar and job is None:
                 # One tensor: read (or converted while read) straight into
                 # its destination, several threads when large.
                 if p.targets[0] is None:
@@ -358,7 +378,7 @@ class safe_open:  # noqa: N801 - the reference package's name
             if callback is not None and len(plans) > 1:
                 report = _offset_report(callback, base, grand)
             label = progress_label(p.file.name, bar)
-            load_into(p.file, p.names, p.outs, p.targets, report, label)
+            load_into(p.file, p.names, p.outs, p.targets, report, label, job=job or 0)
             base += p.nbytes
         if self._prefetch is not None:
             self._prefetch.consumed(grand)
@@ -557,14 +577,20 @@ class SafeSlice:
         return t.backend.index(buffer, dtype, shape, index, t.device, t.where)
 
     def _read_part(
-        self, index: Any, empty: Callable[[int], np.ndarray] = _bytes
+        self,
+        index: Any,
+        empty: Callable[[int], np.ndarray] = _bytes,
+        around_cache: bool = False,
     ) -> Optional[Tuple[np.ndarray, str, Tuple[int, ...], Any]]:
         """Reads only the byte ranges the index selects (the pread back
         end: remote objects, file objects; tensor-parallel loads) into
         ``empty(nbytes)``, a writable uint8 array: ``(it, dtype, its shape,
         the index that takes the result out of it)``, or None when the whole
         tensor must be read (an index only the framework plans). An index the
-        framework refuses raises its error before any read."""
+        framework refuses raises its error before any read. ``around_cache``
+        (a prefetch plan's slices): a local file mostly not cached is read
+        around the page cache, so that the kernel's read-ahead brings in no
+        byte beyond the selection."""
         t = self._tensor
         self._refuse(index)
         bits = PACKED_BITS.get(t.dtype, 0)
@@ -576,7 +602,9 @@ class SafeSlice:
         for n in shape:
             nbits *= n
         out = empty(nbits // 8)
-        if shape == t.shape:
+        if around_cache:
+            t.raw.read_slice_into(t.name, dims, out, around_cache=True)
+        elif shape == t.shape:
             # All of it: the whole-tensor read, several threads or GETs at once.
             t.raw.read_into(t.name, out)
         else:

@@ -182,8 +182,10 @@ class ShardedFile:
     def read_range_into(self, name: str, offset: int, out: Any) -> None:
         self.file_of(name).read_range_into(name, offset, out)
 
-    def read_slice_into(self, name: str, dims: List[Tuple[int, int, int]], out: Any) -> None:
-        self.file_of(name).read_slice_into(name, dims, out)
+    def read_slice_into(
+        self, name: str, dims: List[Tuple[int, int, int]], out: Any, around_cache: bool = False
+    ) -> None:
+        self.file_of(name).read_slice_into(name, dims, out, around_cache)
 
     def convert_into(self, name: str, out: Any, to: str) -> None:
         self.file_of(name).convert_into(name, out, to)

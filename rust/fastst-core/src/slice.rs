@@ -22,7 +22,6 @@ use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::io;
 use crate::read::MappedFile;
-use crate::source::Source;
 use crate::table::TensorInfo;
 use crate::validate::entry;
 
@@ -296,6 +295,33 @@ impl MappedFile {
     /// selection (rule `destination-size`); a file changed since it was
     /// opened is rule `file-changed`.
     pub fn read_slice_into(&self, info: &TensorInfo, dims: &[Dim], dst: &mut [u8]) -> Result<()> {
+        self.slice_into(info, dims, dst, false)
+    }
+
+    /// [`MappedFile::read_slice_into`] reading no byte of a local file
+    /// beyond the ranges it reads (a prefetch plan's slices, where the
+    /// kernel's read-ahead would bring in the rows other ranks keep): when
+    /// most of the selection's pages are not cached (the choice of whole
+    /// loads, `load::around_cache`), the ranges are read around the page
+    /// cache (`O_DIRECT`, whole blocks); a range whose pages are partly
+    /// cached, or on a file system refusing direct reads, through the
+    /// cache. Other sources read as [`MappedFile::read_slice_into`].
+    pub fn read_slice_around_cache(
+        &self,
+        info: &TensorInfo,
+        dims: &[Dim],
+        dst: &mut [u8],
+    ) -> Result<()> {
+        self.slice_into(info, dims, dst, true)
+    }
+
+    fn slice_into(
+        &self,
+        info: &TensorInfo,
+        dims: &[Dim],
+        dst: &mut [u8],
+        around: bool,
+    ) -> Result<()> {
         let runs = Runs::new(info, dims)?;
         if runs.bytes() != dst.len() as u64 {
             return Err(Error::DestinationSize {
@@ -306,13 +332,34 @@ impl MappedFile {
             });
         }
         self.check_unchanged()?;
+        let direct = match runs.span() {
+            Some(span) if around => {
+                crate::load::around_cache(self, info.begin + span.start..info.begin + span.end)
+            }
+            _ => None,
+        };
         let start = self.header().data_start() + info.begin;
-        gather(self.source(), start, runs, dst, &info.name)
+        gather(self, direct.as_ref(), start, runs, dst, &info.name)
     }
 }
 
-/// Reads `runs` (offsets from `base`) of `src` into `dst`, end to end.
-fn gather(src: &dyn Source, base: u64, runs: Runs, mut dst: &mut [u8], tensor: &str) -> Result<()> {
+/// Reads `runs` (offsets from `base`) of `file` into `dst`, end to end;
+/// through `direct` when given (a range through the source where its
+/// direct read falls back).
+fn gather(
+    file: &MappedFile,
+    direct: Option<&io::DirectFile>,
+    base: u64,
+    runs: Runs,
+    mut dst: &mut [u8],
+    tensor: &str,
+) -> Result<()> {
+    let src = file.source();
+    // The partial blocks at either end of a direct read.
+    let mut edges = match direct {
+        Some(_) => Some(io::ReadBuffer::new(2 * io::DIRECT_ALIGN as usize, tensor)?),
+        None => None,
+    };
     let gap = src.coalesce_gap();
     let mut runs = runs.peekable();
     let mut listed: Vec<Range<u64>> = Vec::new();
@@ -362,8 +409,21 @@ fn gather(src: &dyn Source, base: u64, runs: Runs, mut dst: &mut [u8], tensor: &
                 copies.push((g, out));
             }
         }
-        src.read_many(&mut reads)
-            .map_err(|e| crate::read::reading(tensor, e))?;
+        match (direct, edges.as_mut()) {
+            (Some(direct), Some(edges)) => {
+                for (offset, buf) in reads.iter_mut() {
+                    match direct.read_into(*offset, buf, edges.as_mut_slice()) {
+                        Some(done) => {
+                            done.map_err(|e| crate::read::reading(tensor, file.read_failed(e)))?
+                        }
+                        None => file.read_at(*offset, buf, tensor)?,
+                    }
+                }
+            }
+            _ => src
+                .read_many(&mut reads)
+                .map_err(|e| crate::read::reading(tensor, e))?,
+        }
         drop(reads);
         let mut from = &scratch[..];
         for (g, out) in copies {
@@ -387,6 +447,7 @@ mod tests {
     use super::*;
     use crate::read::OpenOptions;
     use crate::source::tests::Memory;
+    use crate::source::Source;
     use crate::{Dtype, RuleId};
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Arc, Mutex};

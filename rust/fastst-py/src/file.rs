@@ -368,12 +368,17 @@ impl RawFile {
     /// `(start, count, step)` per dimension, into `out` (a writable
     /// C-contiguous byte buffer of exactly their length), in C order: only
     /// the byte ranges they need are read, nearby ones as one.
+    /// `around_cache`: a local file mostly not cached is read around the
+    /// page cache, so that no byte beyond those ranges is read (a prefetch
+    /// plan's slices; `MappedFile::read_slice_around_cache`).
+    #[pyo3(signature = (name, dims, out, around_cache = false))]
     fn read_slice_into(
         &self,
         py: Python<'_>,
         name: &str,
         dims: Vec<(u64, u64, u64)>,
         out: PyBuffer<u8>,
+        around_cache: bool,
     ) -> PyResult<()> {
         let file = self.file()?;
         let t = self.lookup(&file, name)?;
@@ -383,7 +388,14 @@ impl RawFile {
             .collect();
         let dst = writable(&out)?;
         let file = &*file;
-        self.reading(py, move || file.read_slice_into(t, &dims, dst.into_slice()))
+        self.reading(py, move || {
+            let dst = dst.into_slice();
+            if around_cache {
+                file.read_slice_around_cache(t, &dims, dst)
+            } else {
+                file.read_slice_into(t, &dims, dst)
+            }
+        })
     }
 
     /// Converts tensor `name` to dtype `to` (a header name) into `out`, a

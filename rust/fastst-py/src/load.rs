@@ -30,11 +30,13 @@ use crate::wait::hearing_signals;
 /// are filled (every tensor ending at or before `filled` in the data
 /// section), and once more before a read error is raised. `in_order` (with
 /// `stream`, read around the page cache): requests are handed out close
-/// behind the first one not read (the files of a sharded checkpoint). The reads of an
+/// behind the first one not read (the files of a sharded checkpoint). `job`: the
+/// bytes of the whole job this load is part of (a prefetch plan's batches; 0: none),
+/// for the huge-page choice (`LoadOptions::job`). The reads of an
 /// object of a store hear Ctrl-C while they wait (`crate::wait`); the
 /// callbacks run on this thread all the same.
 #[pyfunction]
-#[pyo3(signature = (raw, names, outs, targets, progress = None, bar = None, threads = 0, piece = 0, report_every = 0, direct = None, huge_pages = None, stream = false, in_order = false))]
+#[pyo3(signature = (raw, names, outs, targets, progress = None, bar = None, threads = 0, piece = 0, report_every = 0, direct = None, huge_pages = None, stream = false, in_order = false, job = 0))]
 #[allow(clippy::too_many_arguments)]
 pub fn load_into(
     py: Python<'_>,
@@ -51,6 +53,7 @@ pub fn load_into(
     huge_pages: Option<bool>,
     stream: bool,
     in_order: bool,
+    job: u64,
 ) -> PyResult<()> {
     let raw = raw.get();
     if names.len() != outs.len() || names.len() != targets.len() {
@@ -81,6 +84,7 @@ pub fn load_into(
             Some(false) => HugePages::Avoid,
         },
         in_order,
+        job,
     };
     let file_ref = &*file;
     let mut pending: Option<PyErr> = None;

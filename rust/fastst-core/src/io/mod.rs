@@ -31,7 +31,7 @@ pub(crate) use sys::link_unnamed;
 pub(crate) use sys::{advise_random, drop_cached, tests::cache_state_of};
 pub(crate) use sys::{advise_sequential, advise_sequential_from, advise_willneed};
 pub(crate) use sys::{reopen_direct_for_writing, set_direct, sync_range, SyncRange};
-pub(crate) use thp::{fault_in_writable, recently_dear, Trial};
+pub(crate) use thp::{fault_in_writable, job_trial, recently_dear, Trial};
 pub use thp::{probe_faults, FaultProbe};
 
 use std::fs::{File, Metadata};

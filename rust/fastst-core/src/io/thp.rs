@@ -31,7 +31,7 @@
 #![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
@@ -95,6 +95,30 @@ fn dear_within(at: u64, now: u64) -> bool {
 /// Whether a trial of this process ended on dear huge pages lately.
 pub(crate) fn recently_dear() -> bool {
     dear_within(DEAR_AT.load(Ordering::Relaxed), now_mark())
+}
+
+/// The verdict of the last probe made for a job of several loads (a
+/// prefetch plan's batches), when it was made, and the trial it started:
+/// the job's later loads go on with it instead of probing again.
+type JobVerdict = (u64, Option<Arc<Trial>>);
+
+static JOB_PROBE: Mutex<Option<JobVerdict>> = Mutex::new(None);
+
+/// The trial for one load of a job of several (a prefetch plan's batches,
+/// each too small to be worth a probe of its own): the verdict of a probe
+/// made less than [`REMEMBERED`] before (its trial shared: one window
+/// across the batches, one end), else a new probe's, kept for the next.
+pub(crate) fn job_trial() -> Option<Arc<Trial>> {
+    let mut last = JOB_PROBE.lock().unwrap_or_else(PoisonError::into_inner);
+    let now = now_mark();
+    if let Some((at, trial)) = last.as_ref() {
+        if now.saturating_sub(*at) < REMEMBERED.as_nanos() as u64 {
+            return trial.clone().filter(|t| t.on());
+        }
+    }
+    let trial = probe_faults().and_then(Trial::after).map(Arc::new);
+    *last = Some((now, trial.clone()));
+    trial
 }
 
 /// Huge pages for a load's destinations while they stay cheaper than 4 KiB

@@ -57,7 +57,7 @@
 
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::dtype::Dtype;
@@ -104,6 +104,10 @@ pub struct LoadOptions {
     /// first one not read (the files of a sharded checkpoint, loaded one
     /// after the other): see the module's documentation.
     pub in_order: bool,
+    /// The bytes of the whole job this load is one part of (a prefetch
+    /// plan read in batches; 0: the load alone): [`HugePages::Auto`]
+    /// decides for that size, the job's loads sharing one probe and trial.
+    pub job: u64,
 }
 
 /// Whether the destinations of a load may be backed by transparent huge
@@ -170,6 +174,7 @@ impl Default for LoadOptions {
             direct: true,
             huge_pages: HugePages::Auto,
             in_order: false,
+            job: 0,
         }
     }
 }
@@ -274,15 +279,20 @@ fn advise_destinations(dests: &mut [Destination<'_>], how: HugePages) {
     }
 }
 
-/// What [`HugePages::Auto`] chooses for a load of `total` bytes, `direct`
-/// when it reads around the page cache: a trial of huge pages only where
-/// the probe finds them clearly cheaper ([`io::Trial`]) and no trial of
-/// the last few seconds found them dear, else none (4 KiB pages).
-fn huge_page_trial(total: u64, direct: bool) -> Option<io::Trial> {
-    if !direct || total < PROBED || io::recently_dear() {
+/// What [`HugePages::Auto`] chooses for a load of `total` bytes, part of
+/// a job of `job` bytes (0: none), `direct` when it reads around the page
+/// cache: a trial of huge pages only where the probe finds them clearly
+/// cheaper ([`io::Trial`]) and no trial of the last few seconds found them
+/// dear, else none (4 KiB pages). The loads of a job share one probe and
+/// one trial ([`io::job_trial`]).
+fn huge_page_trial(total: u64, job: u64, direct: bool) -> Option<Arc<io::Trial>> {
+    if !direct || total.max(job) < PROBED || io::recently_dear() {
         return None;
     }
-    io::probe_faults().and_then(io::Trial::after)
+    if job > total {
+        return io::job_trial();
+    }
+    io::probe_faults().and_then(io::Trial::after).map(Arc::new)
 }
 
 /// Whether fewer than half of the pages of the file's data that `dests`
@@ -295,13 +305,36 @@ fn mostly_uncached(file: &MappedFile, dests: &[Destination<'_>]) -> bool {
     ) else {
         return false;
     };
-    let start = file.header().data_start() + lo;
+    range_uncached(file, lo..hi)
+}
+
+/// Whether fewer than half of the pages of `range` (offsets in the data
+/// section) of a local file are in the page cache; `false` when the kernel
+/// cannot tell or the source is not a local file.
+fn range_uncached(file: &MappedFile, range: std::ops::Range<u64>) -> bool {
+    let start = file.header().data_start() + range.start;
     match file
         .local()
-        .and_then(|raw| io::cached_pages(raw, start, hi - lo))
+        .and_then(|raw| io::cached_pages(raw, start, range.end.saturating_sub(range.start)))
     {
         Some((cached, pages)) => cached.saturating_mul(2) < pages,
         None => false,
+    }
+}
+
+/// The cold/warm choice of every read of a local file that may go around
+/// the page cache (whole loads, and the slices of a prefetch plan): a
+/// direct descriptor when fewer than half of the pages of `range` (offsets
+/// in the data section) are cached and the file system takes direct reads;
+/// `None` (read through the page cache) otherwise. Each direct read still
+/// falls back to the page cache where any of its own pages are cached.
+pub(crate) fn around_cache(
+    file: &MappedFile,
+    range: std::ops::Range<u64>,
+) -> Option<io::DirectFile> {
+    match file.local() {
+        Some(raw) if range_uncached(file, range) => io::open_direct(raw),
+        _ => None,
     }
 }
 
@@ -406,7 +439,7 @@ fn run(
     // Every destination starts on 4 KiB pages; a trial advises huge pages
     // destination by destination as their first requests are handed out.
     let trial = match options.huge_pages {
-        HugePages::Auto => huge_page_trial(total, direct.is_some()),
+        HugePages::Auto => huge_page_trial(total, options.job, direct.is_some()),
         _ => None,
     };
     advise_destinations(&mut dests, options.huge_pages);
@@ -473,7 +506,7 @@ fn run(
         reader: Reader {
             file,
             direct: direct.as_ref(),
-            trial: trial.as_ref(),
+            trial: trial.as_deref(),
         },
         shared: &shared,
         wake_workers: &wake_workers,

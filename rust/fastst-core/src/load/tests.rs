@@ -144,6 +144,7 @@ fn batch_loads_are_exact_for_every_split_and_thread_count() {
                         HugePages::Auto
                     },
                     in_order: false,
+                    job: 0,
                 };
                 assert_eq!(
                     load_into(&file, dests, options, None).unwrap(),
@@ -281,9 +282,11 @@ fn huge_page_advice_follows_the_choice() {
 /// `PROBED` bytes; the others take 4 KiB pages.
 #[test]
 fn only_large_cold_loads_may_take_huge_pages() {
-    assert!(super::huge_page_trial(super::PROBED - 1, true).is_none());
-    assert!(super::huge_page_trial(u64::MAX, false).is_none());
-    assert!(super::huge_page_trial(0, true).is_none());
+    assert!(super::huge_page_trial(super::PROBED - 1, 0, true).is_none());
+    assert!(super::huge_page_trial(u64::MAX, 0, false).is_none());
+    assert!(super::huge_page_trial(0, 0, true).is_none());
+    assert!(super::huge_page_trial(1 << 20, super::PROBED - 1, true).is_none());
+    assert!(super::huge_page_trial(1 << 20, u64::MAX, false).is_none());
 }
 
 /// A file of tensors `(name, dtype, bytes)` laid out back to back.
@@ -786,6 +789,7 @@ fn reports_of_a_3_mib_load(report_every: u64) -> Vec<(u64, u64)> {
         direct: false,
         huge_pages: HugePages::Keep,
         in_order: false,
+        job: 0,
     };
     let outcome = load_all(&file, options, Some(&mut report)).unwrap();
     assert_eq!(outcome, Outcome::Done);
@@ -846,6 +850,7 @@ fn a_reporter_stops_the_load_within_two_intervals() {
         direct: false,
         huge_pages: HugePages::Keep,
         in_order: false,
+        job: 0,
     };
     let outcome = load_all(&file, options, Some(&mut report)).unwrap();
     assert_eq!(outcome, Outcome::Stopped);
@@ -908,6 +913,7 @@ fn a_file_truncated_during_a_load_is_reported() {
             direct,
             huge_pages: HugePages::Keep,
             in_order: false,
+            job: 0,
         };
         let err = load_all(&file, options, Some(&mut report)).unwrap_err();
         assert_eq!(err.rule(), "file-changed", "{err}");
@@ -1141,6 +1147,7 @@ fn streamed(truncate_at_first: bool) -> (Result<Outcome>, Vec<LoadProgress>) {
         direct: false,
         huge_pages: HugePages::Keep,
         in_order: false,
+        job: 0,
     };
     let mut calls = Vec::new();
     let path = f.0.clone();
@@ -1314,5 +1321,60 @@ fn loads_from_a_network_source_span_tensors_and_end_on_its_parts() {
         assert_eq!(at, start + total);
         assert!(requests.iter().any(|r| r.2 > 1));
         assert!(requests.iter().any(|r| r.1 > hint.piece) != stream);
+    }
+}
+
+/// A plan's slice of a file that is not cached is read around the page
+/// cache (no page of the file comes in, so the kernel's read-ahead cannot
+/// bring in the rows around it); of a cached file, through the cache.
+/// Either way the bytes are the selection's, at any offset.
+#[test]
+#[cfg(target_os = "linux")]
+fn cold_slices_read_around_the_cache_and_warm_ones_through_it() {
+    use crate::slice::Dim;
+    let big = 4 << 20;
+    let (f, data) = layout(&[("a", Dtype::U8, big)]);
+    let file = open(&f.0, Backend::Pread);
+    let info = file.header().require("a").unwrap();
+    let len = file.file_len();
+    for (start, count) in [(1 << 20, 1 << 20), (12_345, 700_001), (0, big as u64)] {
+        let dims = [Dim {
+            start,
+            count,
+            step: 1,
+        }];
+        let want = &data[start as usize..(start + count) as usize];
+        if !crate::io::drop_cached(file.raw()) {
+            return; // a file system that keeps everything cached
+        }
+        let mut out = vec![0u8; count as usize];
+        file.read_slice_around_cache(info, &dims, &mut out).unwrap();
+        assert!(out == want, "{start} {count}");
+        let (cached, _pages) = crate::io::cached_pages(file.raw(), 0, len).unwrap();
+        assert_eq!(cached, 0, "a cold slice came in through the page cache");
+        // Warm: the same bytes, through the cache (now filled).
+        let mut warm = vec![0u8; count as usize];
+        file.read_slice_into(info, &dims, &mut warm).unwrap();
+        let mut again = vec![0u8; count as usize];
+        file.read_slice_around_cache(info, &dims, &mut again)
+            .unwrap();
+        assert!(warm == want && again == want, "{start} {count}");
+    }
+}
+
+/// The loads of a job (a prefetch plan's batches) share one probe and one
+/// trial: the second gets the first's trial, not a probe of its own.
+#[test]
+#[cfg(target_os = "linux")]
+fn the_loads_of_a_job_share_one_trial() {
+    let first = super::huge_page_trial(1 << 20, u64::MAX, true);
+    let second = super::huge_page_trial(1 << 20, u64::MAX, true);
+    match (first, second) {
+        (Some(a), Some(b)) => assert!(Arc::ptr_eq(&a, &b)),
+        // No trial (huge pages not cheaper here, or dear lately): none for
+        // the job's next load either, without a new probe.
+        (None, b) => assert!(b.is_none()),
+        // The shared trial ended (dear) in between.
+        (Some(a), None) => assert!(!a.on()),
     }
 }
