@@ -167,13 +167,41 @@ class safe_open:  # noqa: N801 - the reference package's name
         if budget is not None and budget <= 0:
             raise ValueError(f"prefetch budget must be positive, got {budget}")
         entries = self._plan(plan)
+        # The loader reads through a handle of its own on the same open
+        # file: it outlives this one, and releases the file at its close.
+        own = self._shared()
+        threads = threads or prefetch_threads()
+        if isinstance(own._raw, ShardedFile):
+            groups = _batches(own._raw, [e.name for e in entries])
+            by_name = {e.name: e for e in entries}
+            return _loader.sharded(
+                own._raw.name,
+                [
+                    ([by_name[n] for n in names], lambda entry: own._read_entry(entry, target))
+                    for _shard, names in groups
+                ],
+                threads,
+                budget,
+                own.close,
+            )
         return _loader.PrefetchLoader(
-            self._raw.name,
+            own._raw.name,
             entries,
-            lambda entry: self._read_entry(entry, target),
-            threads or prefetch_threads(),
+            lambda entry: own._read_entry(entry, target),
+            threads,
             budget,
+            closing=own.close,
         )
+
+    def _shared(self) -> safe_open:
+        """A second handle on this one's open file (its framework, device
+        and slice rules; no read-ahead), closed on its own: the file stays
+        open until both are closed."""
+        own = cast(safe_open, object.__new__(type(self)))
+        own.__dict__.update(self.__dict__)
+        own._raw = self._raw.share()
+        own._prefetch = None
+        return own
 
     def _plan(self, plan: _loader.Plan) -> List[_loader.Entry]:
         """The entries of ``plan`` in file order, each checked (nothing read)."""
