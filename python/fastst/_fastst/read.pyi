@@ -88,7 +88,7 @@ def load_into(
 ) -> None: ...
 def fault_probe() -> Optional[Tuple[Optional[float], float, bool]]: ...
 
-# --- reading a file's pages ahead of a load (fastst/_read/prefetch.py) ---------
+# --- reading a file's pages ahead of a load (fastst/_read/read_ahead.py) ---------
 
 @final
 class Prefetcher:

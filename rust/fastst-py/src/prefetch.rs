@@ -1,5 +1,5 @@
 //! `Prefetcher`: the core's background reader of a file's pages, driven by
-//! `fastst/_read/prefetch.py` (which plans the byte ranges from tensor names and
+//! `fastst/_read/read_ahead.py` (which plans the byte ranges from tensor names and
 //! slices).
 //!
 //! The byte ranges of a slice come from the core's reader of slices
