@@ -202,7 +202,7 @@ class PrefetchLoader:
         self._filename = filename
         self._parts = parts
         self._part_of: Dict[str, PrefetchLoader] = {
-            name: part for part in parts for name in part._names
+            name: part for part in parts for name in part.names()
         }
         self._closing = closing
         self._entries: Dict[str, Entry] = {e.name: e for e in entries}

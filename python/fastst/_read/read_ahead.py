@@ -2,7 +2,7 @@
 
 Reading a file's pages ahead of a load: what a loader declares it will
 read (the whole file, some tensors, parts of tensors) becomes byte ranges
-for the core's background reader, ``_fastst.read.Prefetcher``.
+for the core's background reader, ``_fastst.read.ReadAhead``.
 
 The reader is bounded: it never reads more than a budget (by default half
 of the memory the kernel reports as available; ``read_ahead_budget=`` or
@@ -111,7 +111,7 @@ def plan(raw: _fastst_read.RawFile, what: Declaration) -> List[Tuple[int, int]]:
 
 class Driver:
     """The read-ahead of one open file: what was declared, the running
-    ``_fastst.read.Prefetcher``, and ``"auto"`` mode (the whole file once the
+    ``_fastst.read.ReadAhead``, and ``"auto"`` mode (the whole file once the
     caller has asked for a slice of every tensor, as ``transformers`` does
     before loading a checkpoint)."""
 
@@ -137,7 +137,7 @@ class Driver:
             budget = read_ahead_budget()
         if budget is not None and budget <= 0:
             raise ValueError(f"read-ahead budget must be positive, got {budget}")
-        self._job = _fastst_read.Prefetcher(self._raw, ranges, budget)
+        self._job = _fastst_read.ReadAhead(self._raw, ranges, budget)
         self._detached = False
 
     def sliced(self, name: str) -> None:
