@@ -8,7 +8,7 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Set
+from typing import Any, Callable, Dict, List, Set
 
 import fastst
 import numpy as np
@@ -108,21 +108,32 @@ def test_a_missing_tensor_names_the_index_and_the_tensor(mixed_shards: Path) -> 
     assert str(mixed_shards) in str(info.value)
 
 
+def _on_read(monkeypatch: pytest.MonkeyPatch, before: Callable[[List[str]], None]) -> None:
+    """Calls ``before(names)`` as each read of a loader starts, with the
+    names of the tensors it reads (one entry, or a batch of them)."""
+    attr = "_read_entries" if hasattr(fastst_safe_open, "_read_entries") else "_read_entry"
+    original = getattr(fastst_safe_open, attr)
+
+    def read(self: Any, what: Any, *args: Any) -> Any:
+        before([e.name for e in what] if isinstance(what, list) else [what.name])
+        return original(self, what, *args)
+
+    monkeypatch.setattr(fastst_safe_open, attr, read)
+
+
 def test_shards_are_read_side_by_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     index = _u8_shards(tmp_path, 2, 4, 4096)
     started = {0: threading.Event(), 1: threading.Event()}
     saw_other: Dict[int, bool] = {}
-    original = fastst_safe_open._read_entry
 
-    def read(self: Any, entry: Any, *args: Any) -> Any:
-        shard = int(entry.name[1])
+    def before(names: List[str]) -> None:
+        shard = int(names[0][1])
         if shard not in saw_other:
             # the first read of each shard waits for one of the other shard
             started[shard].set()
             saw_other[shard] = started[1 - shard].wait(JOIN / 4)
-        return original(self, entry, *args)
 
-    monkeypatch.setattr(fastst_safe_open, "_read_entry", read)
+    _on_read(monkeypatch, before)
     with fastst.safe_open(index, "np") as f, f.prefetch(threads=2) as loader:
         got = dict(loader)
     assert saw_other == {0: True, 1: True}
@@ -228,4 +239,6 @@ def test_closing_the_handle_keeps_the_file_of_a_loader_only(tmp_path: Path) -> N
     with fastst.safe_open(path, "np") as f:
         loader = f.prefetch()
         loader.close()
+    for worker in _workers(loader):
+        worker.join(JOIN)  # a read in flight ends with its tensor
     assert _held_open(path) == set()
