@@ -158,6 +158,10 @@ class safe_open:  # noqa: N801 - the reference package's name
         ``budget`` caps the bytes it holds read and not taken (all loaders
         together hold at most ``FASTST_PREFETCH_BUDGET``, 1 GiB by default).
         A bad plan raises rule ``plan-invalid`` before anything is read.
+        The loader holds the file open itself: it reads on after this handle
+        is closed, and releases the file at its own close. A sharded
+        checkpoint gets one loader made of a loader per shard (read side by
+        side; ``budget`` counts them all, ``threads`` is split between them).
         See :mod:`fastst._read.loader` and docs/api.md."""
         if self.closed:
             raise closed_file_error(self._raw.name)
