@@ -94,10 +94,10 @@ def warm(folder: str) -> None:
                     pass
 
 
-def run(folder: str, through_fastst: bool, prefetch: bool = True) -> dict:
+def run(folder: str, through_fastst: bool, read_ahead: bool = True) -> dict:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    if not prefetch:
-        env["FASTST_PREFETCH"] = "0"
+    if not read_ahead:
+        env["FASTST_READ_AHEAD"] = "0"
     env.pop("FASTST_AS_SAFETENSORS", None)
     script = os.path.join(tempfile.gettempdir(), "fastst_bench_load.py")
     with open(script, "w") as fh:
@@ -118,12 +118,14 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
-        "--no-prefetch-too",
+        "--no-read-ahead-too",
         action="store_true",
-        help="also time fastst with its read-ahead off (FASTST_PREFETCH=0)",
+        help="also time fastst with its read-ahead off (FASTST_READ_AHEAD=0)",
     )
     args = parser.parse_args()
-    variants = ["reference", "fastst"] + (["fastst-noprefetch"] if args.no_prefetch_too else [])
+    variants = ["reference", "fastst"] + (
+        ["fastst-no-read-ahead"] if args.no_read_ahead_too else []
+    )
     build(args.folder)
     size = sum(
         os.path.getsize(os.path.join(args.folder, n))
@@ -143,7 +145,7 @@ def main() -> None:
                     disk.append(read_cold(args.folder))
                     evict(args.folder)
                 ours = who.startswith("fastst")
-                got = run(args.folder, ours, prefetch=who != "fastst-noprefetch")
+                got = run(args.folder, ours, read_ahead=who != "fastst-no-read-ahead")
                 assert got["fastst"] == ours
                 results.setdefault((cache, who), []).append(got)
     checksums = {r["checksum"] for runs in results.values() for r in runs}
@@ -155,8 +157,8 @@ def main() -> None:
             f"{cache:4}: reference {ref:6.3f} s  fastst {ours:6.3f} s  "
             f"speed-up {ref / ours:4.2f}x  ({args.rounds} rounds, medians)"
         )
-        if args.no_prefetch_too:
-            off = statistics.median(r["seconds"] for r in results[(cache, "fastst-noprefetch")])
+        if args.no_read_ahead_too:
+            off = statistics.median(r["seconds"] for r in results[(cache, "fastst-no-read-ahead")])
             print(f"      fastst without read-ahead {off:6.3f} s  speed-up {ref / off:4.2f}x")
     ref_cold = statistics.median(r["seconds"] for r in results[("cold", "reference")])
     hot = statistics.median(r["seconds"] for r in results[("hot", "fastst")])

@@ -15,7 +15,7 @@ median of the paired shares of the disk limit, and the ratio to the
 reference; ``--hot`` runs every case with the file cached instead.
 
 Cases: ``cat``, ``np`` (fastst.numpy.load_file), ``np-noprefetch``
-(the same with ``FASTST_PREFETCH=0``), ``pt`` (fastst.torch.load_file),
+(the same with ``FASTST_READ_AHEAD=0``), ``pt`` (fastst.torch.load_file),
 ``pt-noprefetch``, ``pt-ref`` (safetensors.torch.load_file), ``np-ref``
 (safetensors.numpy.load_file: copies).
 
@@ -172,7 +172,7 @@ EVICT = {"how": "fadvise"}
 def run(case: str, path: str, cache: str) -> float:
     env = dict(os.environ)
     if case.endswith("-noprefetch"):
-        env["FASTST_PREFETCH"] = "0"
+        env["FASTST_READ_AHEAD"] = "0"
         case = case[: -len("-noprefetch")]
     if case.endswith("-ref"):
         env.pop("PYTHONPATH", None)  # the reference package, not a checkout

@@ -24,7 +24,7 @@ import fastst.torch as ft
 import safetensors.torch as ref
 import torch
 
-LIBS = {"fastst": ft, "fastst-noprefetch": ft, "reference": ref}
+LIBS = {"fastst": ft, "fastst-no-read-ahead": ft, "reference": ref}
 COLUMNS = ["load+touch wall", "load+touch cpu", "+free wall", "+free cpu"]
 
 
@@ -41,7 +41,7 @@ def main() -> None:
         order = list(LIBS) if r % 2 == 0 else list(LIBS)[::-1]
         for who in order:
             gc.collect()
-            os.environ["FASTST_PREFETCH"] = "0" if who == "fastst-noprefetch" else "1"
+            os.environ["FASTST_READ_AHEAD"] = "0" if who == "fastst-no-read-ahead" else "1"
             f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             w0, c0 = time.perf_counter(), time.thread_time()
             tensors = LIBS[who].load_file(path)
@@ -63,7 +63,7 @@ def main() -> None:
     def median(who: str, i: int) -> float:
         return statistics.median(row[i] for row in res[who])
 
-    for who in ("fastst", "fastst-noprefetch"):
+    for who in ("fastst", "fastst-no-read-ahead"):
         ratios = ", ".join(
             f"{name} {median('reference', i) / median(who, i):.3f}"
             for i, name in enumerate(COLUMNS)

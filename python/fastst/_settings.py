@@ -1,8 +1,8 @@
 """Every ``FASTST_*`` environment variable the Python package reads, and the one size grammar.
 
 Sizes (``max_shard_size=``, ``fastst convert --max-shard-size``,
-``FASTST_INDEX_CAP``, ``FASTST_PREFETCH_BUDGET``, ``FASTST_REMOTE_PART_SIZE``)
-are read by one grammar, the core's (``parse_size`` in
+``FASTST_INDEX_CAP``, ``FASTST_PREFETCH_BUDGET``, ``FASTST_READ_AHEAD_BUDGET``,
+``FASTST_REMOTE_PART_SIZE``) are read by one grammar, the core's (``parse_size`` in
 ``rust/fastst-core/src/size.rs``, reached through :func:`parse_size`), so one
 string means the same number of bytes everywhere: a plain number is bytes;
 ``KB``/``MB``/``GB``/``TB`` are powers of 1000 (as Hugging Face's
@@ -18,12 +18,14 @@ The variables:
   start-up (read by the ``.pth`` file, :mod:`_fastst_switch`).
 - ``FASTST_READ``: ``mmap`` (default) or ``pread``, how loads through the
   drop-in switch read files (:func:`read_backend`).
-- ``FASTST_PREFETCH``: ``0``/``off``/``false``/``no`` turns the automatic
-  read-ahead of loads off (:func:`prefetch_enabled`).
-- ``FASTST_PREFETCH_BUDGET``: a size, the most the read-ahead runs ahead of
-  its consumer, and the bytes all prefetch loaders of the process together
-  hold landed and not yet taken (:func:`prefetch_budget`; 1 GiB for the
-  loaders when unset).
+- ``FASTST_READ_AHEAD``: ``0``/``off``/``false``/``no`` turns the automatic
+  read-ahead of loads off (:func:`read_ahead_enabled`).
+- ``FASTST_READ_AHEAD_BUDGET``: a size, the most the read-ahead runs ahead
+  of its consumer (:func:`read_ahead_budget`; half the memory available
+  when unset).
+- ``FASTST_PREFETCH_BUDGET``: a size, the bytes all prefetch loaders of the
+  process together hold landed and not yet taken (:func:`prefetch_budget`;
+  1 GiB when unset).
 - ``FASTST_PREFETCH_THREADS``: the most reader threads all prefetch loaders
   of the process run at once (:func:`prefetch_threads`; 8 when unset).
 - ``FASTST_INDEX_CAP``: a size, the most bytes an index file may hold
@@ -59,7 +61,8 @@ from ._fastst import text as _fastst_text
 
 AS_SAFETENSORS_ENV = "FASTST_AS_SAFETENSORS"
 READ_ENV = "FASTST_READ"
-PREFETCH_ENV = "FASTST_PREFETCH"
+READ_AHEAD_ENV = "FASTST_READ_AHEAD"
+READ_AHEAD_BUDGET_ENV = "FASTST_READ_AHEAD_BUDGET"
 PREFETCH_BUDGET_ENV = "FASTST_PREFETCH_BUDGET"
 PREFETCH_THREADS_ENV = "FASTST_PREFETCH_THREADS"
 INDEX_CAP_ENV = "FASTST_INDEX_CAP"
@@ -110,10 +113,15 @@ def index_cap() -> int:
     return DEFAULT_INDEX_CAP if cap is None else cap
 
 
-def prefetch_enabled() -> bool:
-    """False when ``FASTST_PREFETCH`` turns the automatic read-ahead off."""
-    value = os.environ.get(PREFETCH_ENV, "1").strip().lower()
+def read_ahead_enabled() -> bool:
+    """False when ``FASTST_READ_AHEAD`` turns the automatic read-ahead off."""
+    value = os.environ.get(READ_AHEAD_ENV, "1").strip().lower()
     return value not in ("0", "off", "false", "no")
+
+
+def read_ahead_budget() -> Optional[int]:
+    """``FASTST_READ_AHEAD_BUDGET`` in bytes; None when unset."""
+    return _env_size(READ_AHEAD_BUDGET_ENV)
 
 
 def prefetch_budget() -> Optional[int]:

@@ -98,6 +98,11 @@ def test_env_sizes_name_their_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _settings.prefetch_budget() == 2 * MIB
     monkeypatch.delenv("FASTST_PREFETCH_BUDGET")
     assert _settings.prefetch_budget() is None
+    monkeypatch.setenv("FASTST_READ_AHEAD_BUDGET", "3M")
+    assert _settings.read_ahead_budget() == 3 * MIB and _settings.prefetch_budget() is None
+    monkeypatch.setenv("FASTST_READ_AHEAD_BUDGET", "lots")
+    with pytest.raises(ValueError, match="FASTST_READ_AHEAD_BUDGET"):
+        _settings.read_ahead_budget()
     monkeypatch.delenv("FASTST_INDEX_CAP")
     assert _settings.index_cap() == _settings.DEFAULT_INDEX_CAP
 

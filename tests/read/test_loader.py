@@ -221,7 +221,7 @@ def test_torch_tensors_are_owned(tmp_path: Path) -> None:
 def test_a_file_truncated_under_a_running_loader_raises(tmp_path: Path, backend: str) -> None:
     size = 1 << 20
     path = _big(tmp_path, 8, size)
-    with fastst.safe_open(path, "np", backend=backend, prefetch=None) as f:
+    with fastst.safe_open(path, "np", backend=backend, read_ahead=None) as f:
         with f.prefetch(budget=size, threads=1) as loader:
             first = loader.take("t00")
             data_start = f._raw.data_start

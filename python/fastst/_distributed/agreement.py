@@ -67,7 +67,7 @@ def open_table(path: PathLike) -> Tuple[safe_open, List[Entry], Optional[Dict[st
     """Opens the checkpoint with positioned reads (only the headers are read
     now, and nothing is read ahead: each rank reads only its share) and lists
     its tensors in load order (the order of ``load_file``)."""
-    handle = safe_open(resolve_path(path), framework="pt", backend="pread", prefetch=None)
+    handle = safe_open(resolve_path(path), framework="pt", backend="pread", read_ahead=None)
     try:
         raw: Any = source_of(handle)  # a ShardedFile has shard_of, a RawFile not
         sharded = hasattr(raw, "shard_of")

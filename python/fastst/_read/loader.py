@@ -37,8 +37,17 @@ and consumers wake, reads in flight finish their current tensor and are
 dropped, tensors not taken are released; tensors handed out stay valid. A
 failed read (a file truncated underneath: rule ``file-changed``) is raised
 by the ``take`` of that tensor, or by the iteration when it reaches it.
-The loader reads through its ``safe_open`` handle: closing the handle makes
-the reads not yet done fail with rule ``closed-file``.
+
+A loader holds its file open itself (a share of the handle's, as
+safetensors 0.9's loader holds its own reference to the file): closing the
+``safe_open`` handle leaves it reading, and the file is released once the
+handle and the loader are both closed (or collected).
+
+A sharded checkpoint (an index, or a folder holding one) gives one loader
+made of a loader per shard (:func:`sharded`): each shard's tensors are read
+by readers of their own, side by side; the loader's ``budget=`` bounds the
+bytes of all its shards together, ``threads=`` is split between the shards
+(one reader each at least), and the process bounds hold as for any loader.
 """
 
 from __future__ import annotations
@@ -188,8 +197,22 @@ class PrefetchLoader:
         read: Callable[[List[Entry]], List[Any]],
         threads: int,
         budget: Optional[int],
+        *,
+        held: Optional[Dict[str, int]] = None,
+        parts: Tuple[PrefetchLoader, ...] = (),
+        closing: Optional[Callable[[], None]] = None,
     ) -> None:
+        """``held``: the bytes held per name, shared by the loaders of one
+        checkpoint's shards (their ``budget`` counts them all); ``parts``:
+        those loaders, when this one hands out theirs (``entries`` then
+        lists them all, and no reader of its own starts); ``closing``
+        releases what the loader holds open, at its close."""
         self._filename = filename
+        self._parts = parts
+        self._part_of: Dict[str, PrefetchLoader] = {
+            name: part for part in parts for name in part.names()
+        }
+        self._closing = closing
         self._entries: Dict[str, Entry] = {e.name: e for e in entries}
         self._place = {e.name: i for i, e in enumerate(entries)}
         #: True until the first read starts, then while it is in flight.
@@ -198,10 +221,10 @@ class PrefetchLoader:
         self._names = [e.name for e in entries]
         self._read = read
         self._budget = budget
-        self._todo: Deque[Entry] = deque(entries)
+        self._todo: Deque[Entry] = deque([] if parts else entries)
         self._ready: OrderedDict[str, Any] = OrderedDict()
         self._failed: Dict[str, BaseException] = {}
-        self._held: Dict[str, int] = {}
+        self._held: Dict[str, int] = {} if held is None else held
         self._taken: Set[str] = set()
         self._wanted: Set[str] = set()
         self._hungry = 0
@@ -212,7 +235,7 @@ class PrefetchLoader:
         me = weakref.ref(self)
         self._workers = [
             threading.Thread(target=_work, args=(me,), name="fastst-prefetch", daemon=True)
-            for _ in range(count if entries else 0)
+            for _ in range(count if self._todo else 0)
         ]
         for worker in self._workers:
             worker.start()
@@ -334,6 +357,12 @@ class PrefetchLoader:
                     f"tensor {name!r} is not in the prefetch plan",
                     name,
                 )
+            part = self._part_of.get(name)
+        if part is not None:
+            return part.take(name)
+        with cond:
+            if self._closed:
+                raise self._closed_error()
             if name in self._taken:
                 raise rule_error(
                     "loader-take",
@@ -367,32 +396,47 @@ class PrefetchLoader:
         taken are skipped. Raises rule ``closed-file`` once the loader is
         closed with tensors left."""
         cond = _SHARED.cond
+        queues = list(self._parts) or [self]
+        turn = 0
         while True:
             with cond:
                 while True:
-                    if len(self._taken) == len(self._names):
+                    if self._left() == 0:
                         return
                     if self._closed:
                         raise self._closed_error()
-                    landed = next(iter(self._failed), None) or next(iter(self._ready), None)
-                    if landed is not None:
-                        self._taken.add(landed)
-                        value = self._deliver(landed)
+                    # The shards in turn, so that none waits behind another.
+                    found = _landed_in(queues[turn:] + queues[:turn])
+                    if found is not None:
+                        queue, landed = found
+                        turn = (queues.index(queue) + 1) % len(queues)
+                        queue._taken.add(landed)
+                        value = queue._deliver(landed)
                         break
-                    self._hungry += 1
+                    for queue in queues:
+                        queue._hungry += 1
                     _SHARED.notify()
                     try:
                         cond.wait(_TICK)
                     finally:
-                        self._hungry -= 1
+                        for queue in queues:
+                            queue._hungry -= 1
             yield landed, value
             del value
+
+    def _left(self) -> int:
+        """How many tensors are still to hand out (the lock held)."""
+        if self._parts:
+            return sum(part._left() for part in self._parts)
+        return len(self._names) - len(self._taken)
 
     # closing ---------------------------------------------------------
     def close(self) -> None:
         """Stops the loader: no read starts any more, waiting consumers
         raise, tensors not taken are released (reads in flight end with
         their tensor); tensors handed out stay valid."""
+        for part in self._parts:
+            part.close()
         with _SHARED.cond:
             self._closed = True
             self._todo.clear()
@@ -401,6 +445,9 @@ class PrefetchLoader:
                 self._release(name)
             self._failed.clear()
             _SHARED.notify()
+        closing, self._closing = self._closing, None
+        if closing is not None:
+            closing()
 
     @property
     def closed(self) -> bool:
@@ -417,8 +464,41 @@ class PrefetchLoader:
             self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{len(self._names) - len(self._taken)} left"
+        state = "closed" if self._closed else f"{self._left()} left"
         return f"<PrefetchLoader {self._filename}: {len(self._names)} tensors, {state}>"
+
+
+def _landed_in(queues: List[PrefetchLoader]) -> Optional[Tuple[PrefetchLoader, str]]:
+    """The first of ``queues`` with a tensor landed (or failed), and its
+    name; None when none has one (the lock held)."""
+    for queue in queues:
+        landed = next(iter(queue._failed), None) or next(iter(queue._ready), None)
+        if landed is not None:
+            return queue, landed
+    return None
+
+
+def sharded(
+    filename: str,
+    shards: List[Tuple[List[Entry], Callable[[List[Entry]], List[Any]]]],
+    threads: int,
+    budget: Optional[int],
+    closing: Optional[Callable[[], None]] = None,
+) -> PrefetchLoader:
+    """The loader of a sharded checkpoint ``filename`` (its index): one
+    loader per shard (its entries, and how they are read), reading side by
+    side, their ``budget`` counting the bytes of all of them; ``threads``
+    split between them, one reader per shard at least."""
+    held: Dict[str, int] = {}
+    share, extra = divmod(threads, len(shards))
+    parts = tuple(
+        PrefetchLoader(filename, entries, read, max(1, share + (i < extra)), budget, held=held)
+        for i, (entries, read) in enumerate(shards)
+    )
+    entries = [e for part in parts for e in part._entries.values()]
+    return PrefetchLoader(
+        filename, entries, lambda batch: [], threads, budget, parts=parts, closing=closing
+    )
 
 
 def _work(ref: weakref.ReferenceType[PrefetchLoader]) -> None:

@@ -19,12 +19,12 @@ from .._frameworks import Backend, Placement, apply_index
 from .._frameworks import backend as framework_backend
 from .._frameworks import resolve as resolve_framework
 from .._paths import progress_label
-from .._settings import prefetch_enabled, prefetch_threads, read_backend
+from .._settings import prefetch_threads, read_ahead_enabled, read_backend
 from .._sources.opener import open_source
 from .._sources.raw import RawSource
 from .._sources.sharded import ShardedFile
 from . import loader as _loader
-from . import prefetch as _prefetch
+from . import read_ahead as _read_ahead
 from .index import check_index, read_plan
 from .placement import placement
 from .progress import Progress, resolve
@@ -106,17 +106,17 @@ class safe_open:  # noqa: N801 - the reference package's name
         *,
         backend: str = "mmap",
         header_cap: int = DEFAULT_HEADER_CAP,
-        prefetch: Any = "auto",
-        prefetch_budget: Optional[int] = None,
+        read_ahead: Any = "auto",
+        read_ahead_budget: Optional[int] = None,
         storage_options: Optional[Mapping[str, str]] = None,
     ) -> None:
         self._framework = resolve_framework(framework)
         self._backend = framework_backend(self._framework)
         self._device = self._backend.device(device)
-        self._prefetch: Optional[_prefetch.Driver] = None
+        self._read_ahead: Optional[_read_ahead.Driver] = None
         self._raw = open_source(filename, backend, header_cap, storage_options)
         try:
-            self._prefetch = _prefetch.driver(self._raw, prefetch, prefetch_budget)
+            self._read_ahead = _read_ahead.driver(self._raw, read_ahead, read_ahead_budget)
         except BaseException:
             self._raw.close()
             raise
@@ -131,8 +131,8 @@ class safe_open:  # noqa: N801 - the reference package's name
     def close(self) -> None:
         """Releases the file (and stops its read-ahead). Arrays obtained
         before stay valid."""
-        if self._prefetch is not None:
-            self._prefetch.stop()
+        if self._read_ahead is not None:
+            self._read_ahead.stop()
         self._raw.close()
 
     # prefetch ---------------------------------------------------------
@@ -158,6 +158,10 @@ class safe_open:  # noqa: N801 - the reference package's name
         ``budget`` caps the bytes it holds read and not taken (all loaders
         together hold at most ``FASTST_PREFETCH_BUDGET``, 1 GiB by default).
         A bad plan raises rule ``plan-invalid`` before anything is read.
+        The loader holds the file open itself: it reads on after this handle
+        is closed, and releases the file at its own close. A sharded
+        checkpoint gets one loader made of a loader per shard (read side by
+        side; ``budget`` counts them all, ``threads`` is split between them).
         See :mod:`fastst._read.loader` and docs/api.md."""
         if self.closed:
             raise closed_file_error(self._raw.name)
@@ -167,16 +171,45 @@ class safe_open:  # noqa: N801 - the reference package's name
         if budget is not None and budget <= 0:
             raise ValueError(f"prefetch budget must be positive, got {budget}")
         entries = self._plan(plan)
-        if self._prefetch is not None:
-            self._prefetch.planned()
+        if self._read_ahead is not None:
+            self._read_ahead.planned()
         whole = sum(e.nbytes for e in entries if e.index is None)
+        # The loader reads through a handle of its own on the same open
+        # file: it outlives this one, and releases the file at its close.
+        own = self._shared()
+        threads = threads or prefetch_threads()
+
+        def read(batch: List[_loader.Entry]) -> List[Any]:
+            return own._read_entries(batch, target, whole)
+
+        if isinstance(own._raw, ShardedFile):
+            groups = _batches(own._raw, [e.name for e in entries])
+            by_name = {e.name: e for e in entries}
+            return _loader.sharded(
+                own._raw.name,
+                [([by_name[n] for n in names], read) for _shard, names in groups],
+                threads,
+                budget,
+                own.close,
+            )
         return _loader.PrefetchLoader(
-            self._raw.name,
+            own._raw.name,
             entries,
-            lambda batch: self._read_entries(batch, target, whole),
-            threads or prefetch_threads(),
+            read,
+            threads,
             budget,
+            closing=own.close,
         )
+
+    def _shared(self) -> safe_open:
+        """A second handle on this one's open file (its framework, device
+        and slice rules; no read-ahead), closed on its own: the file stays
+        open until both are closed."""
+        own = cast(safe_open, object.__new__(type(self)))
+        own.__dict__.update(self.__dict__)
+        own._raw = self._raw.share()
+        own._read_ahead = None
+        return own
 
     def _plan(self, plan: _loader.Plan) -> List[_loader.Entry]:
         """The entries of ``plan`` in file order, each checked (nothing read)."""
@@ -201,7 +234,7 @@ class safe_open:  # noqa: N801 - the reference package's name
             index = self._plan_index(name, tuple(shape), wanted[name])
             nbytes = end - begin
             if index is not None:
-                parts = _prefetch.slice_ranges(dtype, shape, nbytes, index, self._where(name))
+                parts = _read_ahead.slice_ranges(dtype, shape, nbytes, index, self._where(name))
                 nbytes = sum(n for _o, n in parts)
             self._backend.check_dtype(dtype, self._where(name))
             entries.append(_loader.Entry(name, index, nbytes))
@@ -252,11 +285,11 @@ class safe_open:  # noqa: N801 - the reference package's name
         dtype, shape, begin, end = self._raw.info(name)
         return _loader.TensorMeta(dtype, [int(d) for d in shape], (int(begin), int(end)))
 
-    def prefetch_status(self) -> Optional[Dict[str, Any]]:
-        """Where the read-ahead (``safe_open(..., prefetch=...)``) stands
+    def read_ahead_status(self) -> Optional[Dict[str, Any]]:
+        """Where the read-ahead (``safe_open(..., read_ahead=...)``) stands
         (bytes planned, issued, done, found resident, consumed; the budget;
         threads; the method), or None when nothing was declared."""
-        return None if self._prefetch is None else self._prefetch.status()
+        return None if self._read_ahead is None else self._read_ahead.status()
 
     @property
     def closed(self) -> bool:
@@ -380,8 +413,8 @@ class safe_open:  # noqa: N801 - the reference package's name
             label = progress_label(p.file.name, bar)
             load_into(p.file, p.names, p.outs, p.targets, report, label, job=job or 0)
             base += p.nbytes
-        if self._prefetch is not None:
-            self._prefetch.consumed(grand)
+        if self._read_ahead is not None:
+            self._read_ahead.consumed(grand)
         return {name: self._finish(name, made[name], device) for name in names}
 
     def _destination(
@@ -484,8 +517,8 @@ class safe_open:  # noqa: N801 - the reference package's name
             return ((name, self.get_tensor(name)) for name in names)
         callback, bar = resolve(progress, self._raw.name)
         made, plans = self._allocate(names, dtype)
-        if self._prefetch is not None:
-            self._prefetch.consumed(sum(p.nbytes for p in plans))
+        if self._read_ahead is not None:
+            self._read_ahead.consumed(sum(p.nbytes for p in plans))
         return stream(self._raw, plans, callback, bar, lambda n: self._finish(n, made.pop(n)))
 
     def _settle(self) -> None:
@@ -496,8 +529,8 @@ class safe_open:  # noqa: N801 - the reference package's name
     def get_slice(self, name: str) -> SafeSlice:
         """A lazy handle on tensor ``name``: index it to read part of it."""
         dtype, shape, _begin, _end = self._raw.info(name)
-        if self._prefetch is not None:
-            self._prefetch.sliced(name)
+        if self._read_ahead is not None:
+            self._read_ahead.sliced(name)
         return self._slice(_Tensor(self._raw, name, dtype, shape, self._backend, self._device))
 
 
@@ -645,15 +678,15 @@ def load_path(
         framework,
         device=device,
         backend=backend,
-        prefetch=None,
+        read_ahead=None,
         storage_options=storage_options,
     ) as f:
-        if views and f._prefetch is not None and prefetch_enabled():
-            f._prefetch.declare("all")
+        if views and f._read_ahead is not None and read_ahead_enabled():
+            f._read_ahead.declare("all")
         tensors = f.get_tensors(copy=copy, dtype=dtype, progress=progress)
         f._settle()
-        if f._prefetch is not None:
-            f._prefetch.detach()
+        if f._read_ahead is not None:
+            f._read_ahead.detach()
     return tensors
 
 

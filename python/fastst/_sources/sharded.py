@@ -102,6 +102,7 @@ class ShardedFile:
         except BaseException:
             self.close()
             raise
+        self._shard_names = weight_map
         self._where: Dict[str, RawFile] = {t: self._shards[s] for t, s in weight_map.items()}
         self._closed = False
 
@@ -114,6 +115,16 @@ class ShardedFile:
         for raw in getattr(self, "_shards", {}).values():
             raw.close()
         self._closed = True
+
+    def share(self) -> ShardedFile:
+        """A second handle on the same open shards, closed on its own
+        (``RawFile.share``)."""
+        self._check()
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other._shards = {shard: raw.share() for shard, raw in self._shards.items()}
+        other._where = {name: other._shards[s] for name, s in self._shard_names.items()}
+        return other
 
     def cancel_reads(self) -> None:
         for raw in self._shards.values():

@@ -5,6 +5,7 @@
 //! ([`crate::wait`]), and stop when the file is closed or
 //! `cancel_reads()` is called.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use fastst_core::{
@@ -34,7 +35,20 @@ pub struct RawFile {
     /// Stops the reads in flight of an object of a store.
     cancel: Option<fastst_remote::Cancel>,
     inner: Mutex<Option<Arc<MappedFile>>>,
+    /// How many `RawFile`s hold this file open ([`RawFile::share`]): the
+    /// reads in flight stop when the last of them is closed.
+    open: Arc<AtomicUsize>,
     sorted_keys: GILOnceCell<Py<PyList>>,
+}
+
+impl Drop for RawFile {
+    /// A handle collected open no longer holds the file open for its shares.
+    fn drop(&mut self) {
+        let open = self.inner.get_mut().map_or(true, |inner| inner.is_some());
+        if open {
+            self.open.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 impl RawFile {
@@ -82,11 +96,10 @@ impl RawFile {
         display_name: String,
         cancel: fastst_remote::Cancel,
     ) -> RawFile {
-        RawFile {
-            remote: true,
-            cancel: Some(cancel),
-            ..RawFile::holding(file, display_name)
-        }
+        let mut raw = RawFile::holding(file, display_name);
+        raw.remote = true;
+        raw.cancel = Some(cancel);
+        raw
     }
 
     fn holding(file: MappedFile, name: String) -> RawFile {
@@ -95,6 +108,7 @@ impl RawFile {
             remote: false,
             cancel: None,
             inner: Mutex::new(Some(Arc::new(file))),
+            open: Arc::new(AtomicUsize::new(1)),
             sorted_keys: GILOnceCell::new(),
         }
     }
@@ -258,13 +272,34 @@ impl RawFile {
     }
 
     /// Releases the file; buffers obtained before stay valid. The reads
-    /// of an object of a store still in flight stop.
+    /// of an object of a store still in flight stop, unless a share of the
+    /// file ([`RawFile::share`]) still holds it open.
     fn close(&self) {
-        self.inner
+        let held = self
+            .inner
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        self.cancel_reads();
+        if held.is_some() && self.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.cancel_reads();
+        }
+    }
+
+    /// A second handle on the same open file (the same descriptor,
+    /// mapping or object, the same header), closed on its own: the file
+    /// is released once every handle on it is closed (or collected).
+    /// For a reader that outlives its opener (a prefetch loader).
+    fn share(&self) -> PyResult<RawFile> {
+        let file = self.file()?;
+        self.open.fetch_add(1, Ordering::AcqRel);
+        Ok(RawFile {
+            name: self.name.clone(),
+            remote: self.remote,
+            cancel: self.cancel.clone(),
+            inner: Mutex::new(Some(file)),
+            open: Arc::clone(&self.open),
+            sorted_keys: GILOnceCell::new(),
+        })
     }
 
     /// Tensor names, sorted.

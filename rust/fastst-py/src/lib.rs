@@ -14,7 +14,7 @@
 //! `buffer::TensorBuffer`, which owns the tensor's bytes (a private mapping
 //! or a copy) and exports them through the buffer protocol, so numpy and
 //! the frameworks wrap them without a copy. Whole loads into memory Python
-//! allocated go through `load`, read-ahead through `prefetch`. Writing: a
+//! allocated go through `load`, read-ahead through `read_ahead`. Writing: a
 //! `write::PyWritePlan` takes names, dtypes, shapes and metadata, then the
 //! tensors' buffers. Every core error becomes the Python class of its
 //! rule's family through one conversion (`errors`).
@@ -22,7 +22,7 @@
 //! Python sees one submodule per job, each with its stub in
 //! `python/fastst/_fastst/` (checked against the module by
 //! `tests/contracts/test_stubs.py` and mypy's stubtest):
-//! `fastst._fastst.read` (`file`, `buffer`, `load`, `prefetch`),
+//! `fastst._fastst.read` (`file`, `buffer`, `load`, `read_ahead`),
 //! `.write` (`write`, `layout_writer`), `.remote`, `.inspect` (`inspect`,
 //! `identify`, `diff`, `stats`), `.catalogue` and `.text`.
 //!
@@ -37,7 +37,7 @@
 //! - `buffer`: `TensorBuffer`, one tensor's bytes for the buffer protocol.
 //! - `load`: `load_into`, many tensors into Python-allocated memory, and
 //!   `fault_probe`, what a cold load asks before choosing its page size.
-//! - `prefetch`: `Prefetcher`, the core's background page reader.
+//! - `read_ahead`: `ReadAhead`, the core's background page reader.
 //! - `write`: `WritePlan`, the writer.
 //! - `layout_writer`: `LayoutWriter`, the streaming writer (tensors in any
 //!   order, from any thread, committed once all are written).
@@ -66,7 +66,7 @@ mod inspect;
 mod layout_writer;
 mod load;
 mod paths;
-mod prefetch;
+mod read_ahead;
 mod remote;
 mod source;
 mod stats;
@@ -120,7 +120,7 @@ fn read_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(file::parse_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(load::load_into, m)?)?;
     m.add_function(wrap_pyfunction!(load::fault_probe, m)?)?;
-    prefetch::register(m)
+    read_ahead::register(m)
 }
 
 /// `fastst._fastst.write`: the writers and the atomic file operations.

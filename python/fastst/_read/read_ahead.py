@@ -1,11 +1,11 @@
 """Reading a file's pages ahead of a load, as byte ranges for the core's background reader.
 
 What a loader declares it will read (the whole file, some tensors, parts of
-tensors) becomes those ranges; the reader is ``_fastst.read.Prefetcher``.
+tensors) becomes those ranges; the reader is ``_fastst.read.ReadAhead``.
 
 The reader is bounded: it never reads more than a budget (by default half
-of the memory the kernel reports as available; ``prefetch_budget=`` or
-``FASTST_PREFETCH_BUDGET``) ahead of what the consumer has taken. Copies
+of the memory the kernel reports as available; ``read_ahead_budget=`` or
+``FASTST_READ_AHEAD_BUDGET``) ahead of what the consumer has taken. Copies
 (``copy=True``, ``dtype=``) count as taken once made; zero-copy views are
 touched later, when the caller uses them, so for them the budget bounds the
 whole read-ahead. It skips pages already in memory (and starts no thread
@@ -17,9 +17,9 @@ Pages are mapped where the tensors will be handed out
 (``MADV_POPULATE_READ`` on the whole-file mapping) with the mmap back end,
 and read with positioned reads otherwise.
 
-Environment: ``FASTST_PREFETCH=0`` turns off the automatic read-ahead
+Environment: ``FASTST_READ_AHEAD=0`` turns off the automatic read-ahead
 (``load_file``, and ``safe_open``'s ``"auto"``); explicit declarations
-still work. ``FASTST_PREFETCH_BUDGET`` (a size, :func:`fastst._settings.parse_size`)
+still work. ``FASTST_READ_AHEAD_BUDGET`` (a size, :func:`fastst._settings.parse_size`)
 sets the budget.
 """
 
@@ -33,7 +33,7 @@ from .._dtypes import PACKED_BITS
 from .._errors import Where
 from .._fastst import read as _fastst_read
 from .._frameworks import apply_index, numpy_stand_in
-from .._settings import prefetch_budget, prefetch_enabled
+from .._settings import read_ahead_budget, read_ahead_enabled
 from .._sources.raw import RawSource
 from .index import check_index, read_plan
 
@@ -91,7 +91,7 @@ def plan(raw: _fastst_read.RawFile, what: Declaration) -> List[Tuple[int, int]]:
         return [(start, (1 << 63) - 1 - start)]
     if isinstance(what, (str, bytes)) or what is False or what is None:
         raise ValueError(
-            f'prefetch takes "all", a list of tensor names or a dict name -> index; got {what!r}'
+            f'read_ahead takes "all", a list of tensor names or a dict name -> index; got {what!r}'
         )
     ranges: List[Tuple[int, int]] = []
     if isinstance(what, Mapping):
@@ -110,7 +110,7 @@ def plan(raw: _fastst_read.RawFile, what: Declaration) -> List[Tuple[int, int]]:
 
 class Driver:
     """The read-ahead of one open file: what was declared, the running
-    ``_fastst.read.Prefetcher``, and ``"auto"`` mode (the whole file once the
+    ``_fastst.read.ReadAhead``, and ``"auto"`` mode (the whole file once the
     caller has asked for a slice of every tensor, as ``transformers`` does
     before loading a checkpoint)."""
 
@@ -119,7 +119,7 @@ class Driver:
         self._budget = budget
         self._job: Optional[Any] = None
         self._detached = False
-        self._auto = isinstance(mode, str) and mode == "auto" and prefetch_enabled()
+        self._auto = isinstance(mode, str) and mode == "auto" and read_ahead_enabled()
         self._sliced: Set[str] = set()
         #: Whether the running read-ahead is "auto" mode's guess.
         self._guessed = False
@@ -135,10 +135,10 @@ class Driver:
         if budget is None:
             budget = self._budget
         if budget is None:
-            budget = prefetch_budget()
+            budget = read_ahead_budget()
         if budget is not None and budget <= 0:
-            raise ValueError(f"prefetch budget must be positive, got {budget}")
-        self._job = _fastst_read.Prefetcher(self._raw, ranges, budget)
+            raise ValueError(f"read-ahead budget must be positive, got {budget}")
+        self._job = _fastst_read.ReadAhead(self._raw, ranges, budget)
         self._detached = False
         self._guessed = False
 

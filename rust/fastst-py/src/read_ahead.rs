@@ -1,6 +1,6 @@
-//! `Prefetcher`: the core's background reader of a file's pages, driven by
-//! `fastst/_read/prefetch.py` (which plans the byte ranges from tensor names and
-//! slices).
+//! `ReadAhead`: the core's background reader of a file's pages
+//! (`fastst_core::Prefetcher`), driven by `fastst/_read/read_ahead.py` (which
+//! plans the byte ranges from tensor names and slices).
 //!
 //! The byte ranges of a slice come from the core's reader of slices
 //! (`slice_ranges`): the read-ahead plans the very bytes a slice reads.
@@ -17,8 +17,8 @@ use crate::file::RawFile;
 
 /// Reads planned byte ranges of an open file in the background, never more
 /// than `budget` bytes ahead of what the consumer reported as taken.
-#[pyclass(frozen, module = "fastst._fastst.read", name = "Prefetcher")]
-pub struct PyPrefetcher {
+#[pyclass(frozen, module = "fastst._fastst.read", name = "ReadAhead")]
+pub struct PyReadAhead {
     inner: Prefetcher,
 }
 
@@ -43,7 +43,7 @@ fn status_dict<'py>(
 }
 
 #[pymethods]
-impl PyPrefetcher {
+impl PyReadAhead {
     /// Starts reading `ranges` (absolute `(offset, length)` pairs, in that
     /// order) of the open file `file` in the background, at most `budget`
     /// bytes ahead of the consumer (default: half the available memory).
@@ -55,14 +55,14 @@ impl PyPrefetcher {
         file: &RawFile,
         ranges: Vec<(u64, u64)>,
         budget: Option<u64>,
-    ) -> PyResult<PyPrefetcher> {
+    ) -> PyResult<PyReadAhead> {
         let file = file.file()?;
         let options = PrefetchOptions {
             budget: budget.unwrap_or_else(PrefetchOptions::default_budget),
             ..PrefetchOptions::default()
         };
         let inner = py.allow_threads(|| Prefetcher::start(file, &ranges, options));
-        Ok(PyPrefetcher { inner })
+        Ok(PyReadAhead { inner })
     }
 
     /// The consumer took `nbytes` more of the planned bytes.
@@ -87,7 +87,7 @@ impl PyPrefetcher {
         self.inner.method().name()
     }
 
-    /// Where the prefetcher stands, as a dict.
+    /// Where the read-ahead stands, as a dict.
     fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         status_dict(py, &self.inner.status(), self.inner.method())
     }
@@ -102,10 +102,10 @@ impl PyPrefetcher {
     }
 }
 
-/// Half of the memory the kernel reports as available: the prefetcher's
+/// Half of the memory the kernel reports as available: the read-ahead's
 /// budget when none is given.
 #[pyfunction]
-fn default_prefetch_budget() -> u64 {
+fn default_read_ahead_budget() -> u64 {
     PrefetchOptions::default_budget()
 }
 
@@ -138,10 +138,10 @@ fn slice_ranges(
         .collect())
 }
 
-/// Adds the prefetcher to the module.
+/// Adds the read-ahead to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyPrefetcher>()?;
-    m.add_function(wrap_pyfunction!(default_prefetch_budget, m)?)?;
+    m.add_class::<PyReadAhead>()?;
+    m.add_function(wrap_pyfunction!(default_read_ahead_budget, m)?)?;
     m.add_function(wrap_pyfunction!(slice_ranges, m)?)?;
     Ok(())
 }

@@ -24,7 +24,7 @@ import fastst.numpy
 import numpy as np
 import pytest
 from fastst._dtypes import NUMPY_DTYPES, PACKED_BITS
-from fastst._read import prefetch as _prefetch
+from fastst._read import read_ahead as _read_ahead
 from helpers.raw_files import raw_file
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -85,15 +85,15 @@ def three_tensors(tmp_path: Path, mib: int = 4) -> Tuple[Path, Dict[str, np.ndar
 
 def pages_of(path: Path, name: str) -> slice:
     """The pages lying wholly inside tensor ``name``."""
-    with fastst.safe_open(path, "np", prefetch=None) as f:
+    with fastst.safe_open(path, "np", read_ahead=None) as f:
         start = f._raw.data_start
         _dtype, _shape, begin, end = f._raw.info(name)
     return slice(-(-(start + begin) // PAGE), (start + end) // PAGE)
 
 
 def job_of(f: fastst.safe_open) -> Any:
-    assert f._prefetch is not None and f._prefetch._job is not None
-    return f._prefetch._job
+    assert f._read_ahead is not None and f._read_ahead._job is not None
+    return f._read_ahead._job
 
 
 # planning ---------------------------------------------------------------
@@ -151,7 +151,7 @@ def _assert_joined(ranges: List[Tuple[int, int]]) -> None:
     ],
 )
 def test_slice_ranges_cover_exactly_the_bytes_the_index_reads(shape, index) -> None:
-    got = _prefetch.slice_ranges("F32", shape, 4 * int(np.prod(shape)), index)
+    got = _read_ahead.slice_ranges("F32", shape, 4 * int(np.prod(shape)), index)
     assert _covered(got) == _touched_bytes(shape, 4, index)
     _assert_joined(got)
 
@@ -185,7 +185,7 @@ def test_the_cores_ranges_are_the_selected_bytes(case: Tuple[Any, Any], dtype: s
         itemsize = NUMPY_DTYPES[dtype].itemsize
         want = _touched_bytes(shape, itemsize, index)
         nbytes = int(np.prod(shape)) * itemsize
-    got = _prefetch.slice_ranges(dtype, shape, nbytes, index)
+    got = _read_ahead.slice_ranges(dtype, shape, nbytes, index)
     assert _covered(got) == want
     if not bits or shape[-1] * bits % 8 == 0:
         _assert_joined(got)
@@ -193,25 +193,25 @@ def test_the_cores_ranges_are_the_selected_bytes(case: Tuple[Any, Any], dtype: s
 
 def test_slice_ranges_stay_few_for_a_scattered_index(monkeypatch: pytest.MonkeyPatch) -> None:
     shape = (300, 300, 2)
-    got = _prefetch.slice_ranges("F32", shape, 4 * 300 * 300 * 2, (slice(None), slice(None), 0))
+    got = _read_ahead.slice_ranges("F32", shape, 4 * 300 * 300 * 2, (slice(None), slice(None), 0))
     # 90,000 scattered pieces are read as the one span covering them.
     assert got == [(0, 4 * (300 * 300 * 2 - 1))]
     # The cap counts ranges: at it, each is listed; above it, the span.
     index = (slice(1, 5), slice(2, 4), 1)
-    monkeypatch.setattr(_prefetch, "_MAX_RANGES", 8)
-    listed = _prefetch.slice_ranges("F32", shape, 4 * 300 * 300 * 2, index)
+    monkeypatch.setattr(_read_ahead, "_MAX_RANGES", 8)
+    listed = _read_ahead.slice_ranges("F32", shape, 4 * 300 * 300 * 2, index)
     assert len(listed) == 8 and _covered(listed) == _touched_bytes(shape, 4, index)
-    monkeypatch.setattr(_prefetch, "_MAX_RANGES", 7)
-    (span,) = _prefetch.slice_ranges("F32", shape, 4 * 300 * 300 * 2, index)
+    monkeypatch.setattr(_read_ahead, "_MAX_RANGES", 7)
+    (span,) = _read_ahead.slice_ranges("F32", shape, 4 * 300 * 300 * 2, index)
     assert span == (listed[0][0], listed[-1][0] + listed[-1][1] - listed[0][0])
 
 
 def test_packed_rows_are_read_whole() -> None:
     # F4, two per byte: rows of 6 are 3 bytes; rows of 3 end inside a byte.
-    assert _prefetch.slice_ranges("F4", (4, 6), 12, (slice(1, None, 2), 2)) == [(3, 3), (9, 3)]
-    assert _prefetch.slice_ranges("F4", (4, 6), 12, (..., slice(0, 0))) == []
-    assert _prefetch.slice_ranges("F4", (4, 3), 6, (1, 1)) == [(0, 6)]
-    assert _prefetch.slice_ranges("F6_E3M2", (2, 4), 6, (1,)) == [(3, 3)]
+    assert _read_ahead.slice_ranges("F4", (4, 6), 12, (slice(1, None, 2), 2)) == [(3, 3), (9, 3)]
+    assert _read_ahead.slice_ranges("F4", (4, 6), 12, (..., slice(0, 0))) == []
+    assert _read_ahead.slice_ranges("F4", (4, 3), 6, (1, 1)) == [(0, 6)]
+    assert _read_ahead.slice_ranges("F6_E3M2", (2, 4), 6, (1,)) == [(3, 3)]
 
 
 # What get_slice refuses (its error, word for word) and the index it is
@@ -238,30 +238,30 @@ def test_declared_slices_refuse_what_get_slice_refuses(
 ) -> None:
     path = tmp_path / "t.safetensors"
     path.write_bytes(raw_file({"t": ("F32", (5, 4), bytes(80))}))
-    with fastst.safe_open(path, "np", backend=backend, prefetch=None) as f:
+    with fastst.safe_open(path, "np", backend=backend, read_ahead=None) as f:
         with pytest.raises(Exception) as sliced:
             f.get_slice("t")[index]
     with pytest.raises(Exception) as declared:
-        fastst.safe_open(path, "np", backend=backend, prefetch={"t": index})
+        fastst.safe_open(path, "np", backend=backend, read_ahead={"t": index})
     assert type(declared.value) is type(sliced.value)
     assert str(declared.value) == str(sliced.value)
 
 
 def test_plan_of_names_slices_and_all(tmp_path: Path) -> None:
     path, arrays = three_tensors(tmp_path, mib=1)
-    with fastst.safe_open(path, "np", prefetch=None) as f:
+    with fastst.safe_open(path, "np", read_ahead=None) as f:
         start = f._raw.data_start
         size = 1 * MIB
-        assert _prefetch.plan(f._raw, ["c", "a"]) == [(start + 2 * size, size), (start, size)]
-        rows = _prefetch.plan(f._raw, {"b": slice(10, 20)})
+        assert _read_ahead.plan(f._raw, ["c", "a"]) == [(start + 2 * size, size), (start, size)]
+        rows = _read_ahead.plan(f._raw, {"b": slice(10, 20)})
         assert rows == [(start + size + 40, 40)]
-        (whole,) = _prefetch.plan(f._raw, "all")
+        (whole,) = _read_ahead.plan(f._raw, "all")
         assert whole[0] == start and whole[0] + whole[1] >= path.stat().st_size
         with pytest.raises(fastst.SafetensorError, match="nope"):
-            _prefetch.plan(f._raw, ["nope"])
+            _read_ahead.plan(f._raw, ["nope"])
         for bad in ("some", False, None, b"all"):
             with pytest.raises(ValueError):
-                _prefetch.plan(f._raw, bad)
+                _read_ahead.plan(f._raw, bad)
 
 
 # what is read -----------------------------------------------------------
@@ -270,7 +270,7 @@ def test_plan_of_names_slices_and_all(tmp_path: Path) -> None:
 def test_declared_tensors_become_resident_and_the_others_do_not(tmp_path: Path) -> None:
     path, _ = three_tensors(tmp_path)
     evict(path)
-    with fastst.safe_open(path, "np", prefetch=["a", "c"]) as f:
+    with fastst.safe_open(path, "np", read_ahead=["a", "c"]) as f:
         status = job_of(f).wait_idle(WAIT)
         assert status["done"] == status["planned"] == 8 * MIB and not status["failed"]
         cached = residency(path)
@@ -283,7 +283,7 @@ def test_a_declared_slice_reads_only_its_rows(tmp_path: Path) -> None:
     path, arrays = three_tensors(tmp_path)
     evict(path)
     rows = MIB // 4  # the first MiB of b, as a (1M x 1) block of rows
-    with fastst.safe_open(path, "np", prefetch={"b": slice(0, rows)}) as f:
+    with fastst.safe_open(path, "np", read_ahead={"b": slice(0, rows)}) as f:
         job_of(f).wait_idle(WAIT)
         cached = residency(path)
         b = pages_of(path, "b")
@@ -302,7 +302,7 @@ def test_the_budget_bounds_what_is_read_ahead_of_the_consumer(tmp_path: Path) ->
     path, arrays = three_tensors(tmp_path)
     evict(path)
     budget = 1 * MIB
-    with fastst.safe_open(path, "np", prefetch="all", prefetch_budget=budget) as f:
+    with fastst.safe_open(path, "np", read_ahead="all", read_ahead_budget=budget) as f:
         job = job_of(f)
         status = job.wait_idle(WAIT)
         assert 0 < status["issued"] <= budget and status["budget"] == budget
@@ -320,7 +320,7 @@ def test_the_budget_bounds_what_is_read_ahead_of_the_consumer(tmp_path: Path) ->
 def test_pages_already_cached_start_no_reader(tmp_path: Path) -> None:
     path, _ = three_tensors(tmp_path, mib=1)
     path.read_bytes()
-    with fastst.safe_open(path, "np", prefetch="all") as f:
+    with fastst.safe_open(path, "np", read_ahead="all") as f:
         status = job_of(f).status()
         assert status["workers"] == 0 and status["resident"] == status["planned"] > 0
 
@@ -328,13 +328,13 @@ def test_pages_already_cached_start_no_reader(tmp_path: Path) -> None:
 def test_close_stops_the_reader(tmp_path: Path) -> None:
     path, _ = three_tensors(tmp_path)
     evict(path)
-    f = fastst.safe_open(path, "np", prefetch="all", prefetch_budget=MIB)
+    f = fastst.safe_open(path, "np", read_ahead="all", read_ahead_budget=MIB)
     job = job_of(f)
     job.wait_idle(WAIT)
     f.close()
     status = job.wait_idle(WAIT)
     assert status["stopped"] and status["workers"] == 0
-    assert f.prefetch_status() is None
+    assert f.read_ahead_status() is None
     with pytest.raises(fastst.ClosedFileError):
         f.prefetch()
 
@@ -345,7 +345,9 @@ def test_a_file_truncated_underneath_stops_the_reader_without_a_crash(
 ) -> None:
     path, _ = three_tensors(tmp_path)
     evict(path)
-    with fastst.safe_open(path, "np", backend=backend, prefetch="all", prefetch_budget=MIB) as f:
+    with fastst.safe_open(
+        path, "np", backend=backend, read_ahead="all", read_ahead_budget=MIB
+    ) as f:
         job = job_of(f)
         assert job.method == method
         job.wait_idle(WAIT)
@@ -366,7 +368,7 @@ def test_tmpfs_is_served_without_error(tmp_path: Path) -> None:
     path = shm / f"fastst-prefetch-{os.getpid()}.safetensors"
     path.write_bytes(src.read_bytes())
     try:
-        with fastst.safe_open(path, "np", prefetch="all") as f:
+        with fastst.safe_open(path, "np", read_ahead="all") as f:
             status = job_of(f).wait_idle(WAIT)
             assert status["workers"] == 0 and not status["failed"]
             for name, want in arrays.items():
@@ -378,12 +380,12 @@ def test_tmpfs_is_served_without_error(tmp_path: Path) -> None:
 # what is loaded ---------------------------------------------------------
 
 
-def test_loads_are_bit_identical_with_and_without_prefetch(
+def test_loads_are_bit_identical_with_and_without_read_ahead(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, arrays = three_tensors(tmp_path)
     for setting in ("1", "0"):
-        monkeypatch.setenv("FASTST_PREFETCH", setting)
+        monkeypatch.setenv("FASTST_READ_AHEAD", setting)
         evict(path)
         loaded = fastst.numpy.load_file(path)
         assert list(loaded) == ["a", "b", "c"]
@@ -391,7 +393,7 @@ def test_loads_are_bit_identical_with_and_without_prefetch(
             assert loaded[name].tobytes() == want.tobytes()
         del loaded  # mapped pages cannot be evicted
     evict(path)
-    with fastst.safe_open(path, "np", prefetch={"c": (slice(5, 9),), "a": ...}) as f:
+    with fastst.safe_open(path, "np", read_ahead={"c": (slice(5, 9),), "a": ...}) as f:
         job_of(f).wait_idle(WAIT)
         assert np.array_equal(f.get_slice("c")[5:9], arrays["c"][5:9])
         assert np.array_equal(f.get_tensor("a"), arrays["a"])
@@ -403,13 +405,13 @@ def test_load_file_reads_ahead_and_keeps_reading_after_it_returns(
     path, arrays = three_tensors(tmp_path)
     evict(path)
     jobs: List[Any] = []
-    detach = _prefetch.Driver.detach
+    detach = _read_ahead.Driver.detach
 
-    def spy(self: _prefetch.Driver) -> None:
+    def spy(self: _read_ahead.Driver) -> None:
         jobs.append(self._job)
         detach(self)
 
-    monkeypatch.setattr(_prefetch.Driver, "detach", spy)
+    monkeypatch.setattr(_read_ahead.Driver, "detach", spy)
     loaded = fastst.numpy.load_file(path)
     (job,) = jobs
     # The file is closed by now; the reader goes on to the end of the plan.
@@ -438,10 +440,10 @@ def test_load_file_reads_no_more_than_its_budget_ahead(
 ) -> None:
     path, _ = three_tensors(tmp_path)
     evict(path)
-    monkeypatch.setenv("FASTST_PREFETCH_BUDGET", "2M")
+    monkeypatch.setenv("FASTST_READ_AHEAD_BUDGET", "2M")
     jobs: List[Any] = []
-    detach = _prefetch.Driver.detach
-    monkeypatch.setattr(_prefetch.Driver, "detach", lambda d: (jobs.append(d._job), detach(d)))
+    detach = _read_ahead.Driver.detach
+    monkeypatch.setattr(_read_ahead.Driver, "detach", lambda d: (jobs.append(d._job), detach(d)))
     loaded = fastst.numpy.load_file(path)
     status = jobs[0].wait_idle(WAIT)
     # Views count as taken only when touched, which the reader cannot see:
@@ -459,28 +461,38 @@ def test_auto_mode_starts_once_every_tensor_was_sliced(
         f.get_slice("a")
         f.get_slice("b")
         f.get_slice("a")
-        assert f.prefetch_status() is None
+        assert f.read_ahead_status() is None
         f.get_slice("c")
-        status = f.prefetch_status()
+        status = f.read_ahead_status()
         assert status is not None and status["planned"] == 3 * MIB
-    monkeypatch.setenv("FASTST_PREFETCH", "0")
+    monkeypatch.setenv("FASTST_READ_AHEAD", "0")
     with fastst.safe_open(path, "np") as f:
         for name in f.keys():
             f.get_slice(name)
-        assert f.prefetch_status() is None
+        assert f.read_ahead_status() is None
 
 
 def test_bad_declarations_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path, _ = three_tensors(tmp_path, mib=1)
-    with pytest.raises(ValueError, match="prefetch"):
-        fastst.safe_open(path, "np", prefetch="everything")
+    with pytest.raises(ValueError, match="read_ahead"):
+        fastst.safe_open(path, "np", read_ahead="everything")
     with pytest.raises(ValueError, match="budget"):
-        fastst.safe_open(path, "np", prefetch="all", prefetch_budget=0)
+        fastst.safe_open(path, "np", read_ahead="all", read_ahead_budget=0)
     with pytest.raises(fastst.SafetensorError):
-        fastst.safe_open(path, "np", prefetch=["missing"])
+        fastst.safe_open(path, "np", read_ahead=["missing"])
+    # one name per idea: the loader's names are not the read-ahead's
+    for old in ({"prefetch": "all"}, {"prefetch_budget": MIB}):
+        with pytest.raises(TypeError):
+            fastst.safe_open(path, "np", **old)
+    with fastst.safe_open(path, "np") as f:
+        assert not hasattr(f, "prefetch_status")
+    # one knob, one meaning: the loaders' budget is not the read-ahead's
     monkeypatch.setenv("FASTST_PREFETCH_BUDGET", "lots")
-    with pytest.raises(ValueError, match="FASTST_PREFETCH_BUDGET"):
-        fastst.safe_open(path, "np", prefetch="all")
+    with fastst.safe_open(path, "np", read_ahead="all") as f:
+        assert f.read_ahead_status() is not None
+    monkeypatch.setenv("FASTST_READ_AHEAD_BUDGET", "lots")
+    with pytest.raises(ValueError, match="FASTST_READ_AHEAD_BUDGET"):
+        fastst.safe_open(path, "np", read_ahead="all")
 
 
 # the one whole-file mapping ---------------------------------------------
