@@ -450,9 +450,9 @@ def test_a_plan_ends_the_read_ahead_guessed_from_slices(tmp_path: Path) -> None:
     with fastst.safe_open(path, "np") as f:
         shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}
         # every tensor sliced: "auto" mode reads the whole file ahead
-        assert f.prefetch_status() is not None
+        assert f.read_ahead_status() is not None
         with f.prefetch({name: slice(0, n[0] // 4) for name, n in shapes.items()}) as loader:
-            assert f.prefetch_status() is None
+            assert f.read_ahead_status() is None
             got = dict(loader)
     assert all(len(a) == (64 << 10) // 4 for a in got.values())
 
