@@ -24,7 +24,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 section() { printf '\n== %s  [%d:%02d elapsed]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
-echo "fastst test suite: from a fresh clone, about 15 minutes on 2 cores (the set-up"
+echo "fastst test suite: from a fresh clone, about 15-20 minutes on 2 cores (the set-up"
 echo "downloads about 5 GB from PyPI; cargo-fuzz's first install adds a minute or two)."
 mkdir -p target
 
