@@ -544,3 +544,57 @@ def test_threads_importing_at_once_right_after_the_switch_all_get_the_module(
         result = python(env, "-W", "ignore", "-c", FIRST_IMPORT_RACE, "safetensors.torch")
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+_RACE = """\
+import faulthandler, sys, threading
+faulthandler.dump_traceback_later(30, exit=True)  # a deadlock ends the process
+import torch  # already imported, as in a torch.distributed program
+names = ["safetensors.torch", "safetensors.numpy", "safetensors",
+         "fastst", "fastst.torch", "fastst.numpy"]
+barrier = threading.Barrier(10)
+errors = []
+
+def work(i):
+    import importlib
+    name = names[i % len(names)]
+    try:
+        barrier.wait()
+        module = importlib.import_module(name)
+        if name.startswith("safetensors."):
+            assert module is sys.modules[name]
+            assert callable(module.save_file) and callable(module.load_file)
+            assert module.__name__.startswith("fastst."), module
+    except BaseException as exc:
+        errors.append(f"{name}: {exc!r}")
+
+threads = [threading.Thread(target=work, args=(i,)) for i in range(10)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("ERR", errors) if errors else print("OK")
+"""
+
+
+@pytest.mark.slow
+def test_threads_importing_safetensors_and_fastst_at_once_do_not_deadlock(tmp_path):
+    """With ``FASTST_AS_SAFETENSORS=1``, threads importing ``safetensors.*``
+    while others import ``fastst`` modules each get a whole module (mutant:
+    the start-up finder importing fastst inside ``find_spec``, under the
+    global import lock: a deadlock with the thread holding ``fastst``'s
+    module lock, every round)."""
+    script = tmp_path / "race.py"
+    script.write_text(_RACE)
+    failed = []
+    for _round in range(4):
+        result = subprocess.run(
+            [sys.executable, "-W", "ignore", str(script)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=_env(FASTST_AS_SAFETENSORS="1"),
+        )
+        if result.returncode != 0 or not result.stdout.startswith("OK"):
+            failed.append((result.returncode, result.stdout[-300:], result.stderr[-600:]))
+    assert not failed, failed
