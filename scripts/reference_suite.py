@@ -5,17 +5,19 @@ For each reference release in :data:`SUITES` (0.8.0 and 0.9.0rc1), fetches
 its source distribution from PyPI (the file itself, found through the
 index's JSON page and checked against its pinned SHA-256: nothing is built;
 cached under ``target/reference-suite/``, never committed), takes its
-``bindings/python/tests`` folder unchanged, and runs every test file twice,
-one pytest process per file (paddle and tensorflow crash each other in one
+``bindings/python/tests`` folder unchanged, and runs every test file, one
+pytest process per file (paddle and tensorflow crash each other in one
 process), several files at a time (``--jobs``, one per core by default):
 
-- against the reference package of that release (the baseline): 0.8.0 as
-  installed in the environment; 0.9.0rc1 installed at test time with pip
-  into ``target/reference-suite/site-0.9.0rc1`` (its wheel, no
-  dependencies; the environment keeps 0.8.0) and put first on
-  ``PYTHONPATH``;
 - through fastst's drop-in hook (``python -m fastst run -m pytest ...``),
-  where ``import safetensors`` is served by fastst.
+  where ``import safetensors`` is served by fastst;
+- then, where fastst did not pass every test of the file, against the
+  reference package of that release (the baseline), to tell a regression
+  from a test the reference does not pass either here (a framework that is
+  not installed): 0.8.0 as installed in the environment; 0.9.0rc1 installed
+  at test time with pip into ``target/reference-suite/site-0.9.0rc1`` (its
+  wheel, no dependencies; the environment keeps 0.8.0) and put first on
+  ``PYTHONPATH``. ``--baseline`` runs it for every file.
 
 A test file of a later release that is byte for byte the same as the
 earlier release's (with the same ``data`` folder) runs once, with the
@@ -25,13 +27,14 @@ against the later baseline). Of 0.9.0rc1's files only
 
 Tests that need a GPU are deselected on a machine without CUDA. Fails (exit
 status 1) if any test that passes for the reference does not pass for
-fastst, or if no test passes for the reference (the baseline did not run);
-a file the reference cannot run at all (a framework it imports is missing)
-is reported and not compared. Prints a mark per test (. passed, s skipped,
-F failed) and a line per file, in file order as the files finish (as the
-tests run with ``--jobs 1``).
+fastst, if no test of a release passes for fastst, or if the baseline ran
+and passed no test (it did not run); a file the reference cannot run at all
+(a framework it imports is missing) is reported and not compared. Prints a
+mark per test (. passed, s skipped, F failed) and a line per file, in file
+order as the files finish (as the tests run with ``--jobs 1``).
 
-    python scripts/reference_suite.py [-k EXPR] [--version V] [--all] [--keep] [--jobs N]
+    python scripts/reference_suite.py [-k EXPR] [--version V] [--all] [--baseline] [--keep]
+        [--jobs N]
 """
 
 from __future__ import annotations
@@ -279,6 +282,11 @@ def main() -> int:
         action="store_true",
         help="also run a later release's files that are the same as an earlier one's",
     )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="run the reference on every file, not only where fastst does not pass them all",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the run folders")
     parser.add_argument(
         "--jobs",
@@ -309,27 +317,33 @@ def main() -> int:
             work.append((version, bindings, site, test_file))
     workdir = tempfile.mkdtemp(prefix="fastst-reference-suite-")
     regressions: List[str] = []
+    # version -> tests passed by fastst, by the reference (where it ran), files it ran
     totals: Dict[str, Dict[str, int]] = {}
     started = time.monotonic()
     print(
         f"safetensors test suites ({', '.join(sorted({w[0] for w in work}))}), {len(work)} files,"
-        " each run by the reference and then by fastst (python -m fastst run)",
+        " each run by fastst (python -m fastst run), then by the reference where fastst"
+        " does not pass it whole",
         flush=True,
     )
     live = args.jobs <= 1  # marks as the tests run; else per file, as each file finishes
     _has_cuda()  # asked once, before any thread asks
+    Run = Tuple[Dict[str, str], int, str, float]
 
-    def one_run(
-        item: Tuple[str, str, Optional[str], str], through_fastst: bool
-    ) -> Tuple[Dict[str, str], int, str, float]:
+    def one_run(item: Tuple[str, str, Optional[str], str], through_fastst: bool) -> Run:
         _version, bindings, site, test_file = item
         return run_file(bindings, test_file, through_fastst, workdir, live, site)
 
-    def both(
-        item: Tuple[str, str, Optional[str], str],
-    ) -> List[Tuple[Dict[str, str], int, str, float]]:
-        """The file run by the reference, then by fastst."""
-        return [one_run(item, way) for way in (False, True)]
+    def whole(run: Run) -> bool:
+        """Whether a run passed every test of its file (and ran some)."""
+        found, returncode = run[0], run[1]
+        return returncode == 0 and bool(found) and set(found.values()) == {"passed"}
+
+    def both(item: Tuple[str, str, Optional[str], str]) -> Tuple[Run, Optional[Run]]:
+        """The file run by fastst, then by the reference unless fastst
+        passed it whole."""
+        ours = one_run(item, True)
+        return ours, None if whole(ours) and not args.baseline else one_run(item, False)
 
     def summary(found: Dict[str, str], passed: int, seconds: float) -> str:
         marks = "" if live else "".join(_MARK.get(o, "F") for o in found.values())
@@ -340,17 +354,30 @@ def main() -> int:
         pending = [pool.submit(both, item) for item in work] if not live else []
         for number, item in enumerate(work, 1):
             version, _bindings, _site, test_file = item
-            counts = totals.setdefault(version, {"reference": 0, "fastst": 0})
-            print(f"[{number}/{len(work)}] {version} {test_file}\n  reference ", end="", flush=True)
+            counts = totals.setdefault(version, {"fastst": 0, "reference": 0, "baselines": 0})
+            print(f"[{number}/{len(work)}] {version} {test_file}\n  fastst    ", end="", flush=True)
             runs = pending[number - 1].result() if pending else None
-            ref, ref_rc, ref_tail, ref_s = runs[0] if runs else one_run(item, False)
-            ref_pass = sorted(t for t, o in ref.items() if o == "passed")
-            print(summary(ref, len(ref_pass), ref_s) + "\n  fastst    ", end="", flush=True)
-            ours, our_rc, our_tail, our_s = runs[1] if runs else one_run(item, True)
+            ours, our_rc, our_tail, our_s = runs[0] if runs else one_run(item, True)
             our_pass = {t for t, o in ours.items() if o == "passed"}
             print(summary(ours, len(our_pass), our_s), flush=True)
-            counts["reference"] += len(ref_pass)
             counts["fastst"] += len(our_pass)
+            if runs:
+                baseline = runs[1]
+            elif whole((ours, our_rc, our_tail, our_s)) and not args.baseline:
+                baseline = None
+            else:
+                print("  reference ", end="", flush=True)
+                baseline = one_run(item, False)
+            if baseline is None:
+                print("  reference not run: fastst passed every test of the file")
+                continue
+            ref, ref_rc, ref_tail, ref_s = baseline
+            ref_pass = sorted(t for t, o in ref.items() if o == "passed")
+            if not live:
+                print("  reference ", end="")
+            print(summary(ref, len(ref_pass), ref_s), flush=True)
+            counts["reference"] += len(ref_pass)
+            counts["baselines"] += 1 if ref else 0
             if not ref and ref_rc not in (0, 5):
                 # Nothing to compare with (e.g. a framework the file imports is
                 # not installed): reported, not counted.
@@ -374,8 +401,13 @@ def main() -> int:
         else:
             print(f"run folders kept in {workdir}")
     for version, counts in totals.items():
-        print(f"{version} passed: reference {counts['reference']}, fastst {counts['fastst']}")
-        if counts["reference"] == 0:
+        print(
+            f"{version} passed: fastst {counts['fastst']}; the reference, on the"
+            f" {counts['baselines']} files it ran tests of, {counts['reference']}"
+        )
+        if counts["fastst"] == 0:
+            regressions.append(f"{version}: no test passed for fastst: the suite did not run")
+        if counts["baselines"] and counts["reference"] == 0:
             regressions.append(
                 f"{version}: no test passed for the reference: the baseline did not run"
             )

@@ -11,8 +11,8 @@
 # Three phases keep a 2-core machine busy without two heavy jobs fighting
 # over it while the Python tests run:
 #   1. the set-up (the downloads while the release wheel compiles, its fat
-#      LTO on one core), then ruff, stubtest and the install check (mostly
-#      pip's downloads), beside the Rust lane: cargo fmt, clippy, test and
+#      LTO on one core), then ruff and stubtest beside the install check
+#      (mostly pip's downloads), all beside the Rust lane: cargo fmt, clippy, test and
 #      the header fuzzer, in a target folder of their own (target/checks: no
 #      wait on the wheel build's lock);
 #   2. pytest alone, on every core (pytest-xdist);
@@ -85,10 +85,12 @@ start_lane rust rust_lane
 section "set-up (scripts/setup.sh --all)"
 bash scripts/setup.sh --all
 . .venv/bin/activate
+install_check() { bash scripts/install_check.sh; }
+start_lane install-check install_check
 section "ruff"; ruff check python tests benches scripts; ruff format --check python tests benches
 section "stubtest"
 python -m mypy.stubtest fastst --mypy-config-file pyproject.toml --allowlist scripts/stubtest_allowlist.txt
-section "install check"; bash scripts/install_check.sh
+finish_lane install-check
 finish_lane rust
 
 # 2. --------------------------------------------------------------------------
