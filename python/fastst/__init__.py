@@ -31,6 +31,7 @@ from ._fastst import __version__
 from ._read.load import deserialize
 from ._read.loader import PrefetchLoader, PrefetchPlan, TensorMeta
 from ._read.safe_open import SafeSlice, _safe_open_handle, safe_open
+from ._sources.ranges import TensorRange
 from ._write.metadata import update_metadata
 from ._write.sharded import ShardedWriter, open_sharded_writer
 from ._write.streaming import TensorWriter, open_writer
@@ -58,6 +59,7 @@ __all__ = [
     "serialize_file",
     "open_writer",
     "TensorWriter",
+    "TensorRange",
     "open_sharded_writer",
     "ShardedWriter",
     "deserialize",

@@ -1,37 +1,37 @@
 """Consolidation: a DCP-sharded Hugging Face checkpoint becomes whole tensors in index + shards.
 
 :func:`consolidate` reads the headers of the checkpoint's rank files
-(:func:`fastst._dcp.files.chunk_table`), plans the output
-files (``model-00001-of-0000N.safetensors``, grouped by
-``fqn_to_index_mapping``, by ``max_shard_size``, or all in one) and writes
-each whole tensor with the streaming writer from its chunks: rows one
-chunk of a local file holds whole are given to the writer as ranges of
-that file, which it reads straight into the aligned buffer of its direct
-writes (each byte copied once, by the read); other rows (chunks that split
-rows, or an object of a store) are read :data:`BLOCK` bytes of rows at a
-time into a buffer, gathered from each chunk's part of them through a
-second one. Several tensors are written at once, each by one thread: one
-thread per :data:`THREAD_BYTES` of output, at most :data:`THREADS`, no more
-than tensors (or ``thread_count``), and each output file is flushed and
-closed as soon as its last tensor is written. Memory is bounded by the
-threads: each
-holds the writer's aligned buffer of direct writes (4 MiB; an upload reads
-a range 8 MiB at a time) and, for rows not read in place only, two
-buffers of :data:`BLOCK` bytes, or of one row where a row is larger (a
-tensor of 64 MiB rows split by columns takes two such rows per thread),
-never more than the tensor. Every chunk byte is read once. The output is
-committed as a sharded save commits (staged shards, then the index,
-:func:`fastst._write.sharded.commit_staged`), so it appears whole or not
-at all; its tensors, metadata (none) and index equal what torch's
+(:func:`fastst._dcp.files.chunk_table`), plans the output files
+(``model-00001-of-0000N.safetensors``, grouped by ``fqn_to_index_mapping``, by
+``max_shard_size``, or all in one) and writes each whole tensor with the
+streaming writer from its chunks: rows one chunk holds whole are given to the
+writer as ranges of that chunk's file (:class:`fastst.TensorRange`, through
+:meth:`fastst.TensorWriter.write_parts`), which it reads, for a local file,
+straight into the aligned buffer of its direct writes (each byte copied once,
+by the read), and for an object of a store through a buffer of its own; other
+rows (chunks that split rows) are read :data:`BLOCK` bytes of rows at a time
+into a buffer, gathered from each chunk's part of them through a second one.
+Several tensors are written at once, each by one thread: one thread per
+:data:`THREAD_BYTES` of output, at most :data:`THREADS`, no more than tensors
+(or ``thread_count``), and each output file is flushed and closed as soon as
+its last tensor is written. Memory is bounded by the threads: each holds the
+writer's aligned buffer of direct writes (4 MiB; a range of an object of a
+store, or one written to an upload, is read 8 MiB at a time) and, for rows
+split between chunks only, two buffers of :data:`BLOCK` bytes, or of one row
+where a row is larger (a tensor of 64 MiB rows split by columns takes two such
+rows per thread), never more than the tensor. Every chunk byte is read once.
+The output is committed as a sharded save commits (staged shards, then the
+index, :func:`fastst._write.sharded.commit_staged`), so it appears whole or
+not at all; its tensors, metadata (none) and index equal what torch's
 ``consolidate_safetensors_files`` makes of the same input.
-:func:`consolidate_on_every_rank` splits the output files among the ranks
-of a process group, as torch's ``consolidate_safetensors_files_on_every_rank``
-does, and commits once all ranks wrote theirs. The input may be a URL
-prefix a DCP save to object storage wrote (its files those its commit
-objects name, :mod:`fastst._dcp.remote`), read with ranged
-reads. The output may be a URL prefix too: its files then carry a part of
-this consolidation's own (``model-<part>-00001-of-0000N.safetensors``), each
-uploaded as the streaming writer uploads, and the index is written last
+:func:`consolidate_on_every_rank` splits the output files among the ranks of a
+process group, as torch's ``consolidate_safetensors_files_on_every_rank``
+does, and commits once all ranks wrote theirs. The input may be a URL prefix a
+DCP save to object storage wrote (its files those its commit objects name,
+:mod:`fastst._dcp.remote`), read with ranged reads. The output may be a URL
+prefix too: its files then carry a part of this consolidation's own
+(``model-<part>-00001-of-0000N.safetensors``), each uploaded as the streaming
+writer uploads, and the index is written last
 (:class:`fastst._write.sharded.UrlCommit`, as a sharded save to a prefix
 commits).
 """
@@ -51,6 +51,7 @@ from .._fastst.read import RawFile
 from .._layout import output_name, own_shard, staged_name
 from .._paths import readable
 from .._settings import parse_size
+from .._sources.ranges import TensorRange
 from .._sources.remote import refuse_local_options
 from .._write.remote import is_url
 from .._write.sharded import UrlCommit, commit_staged, index_of, plan_shards
@@ -167,19 +168,19 @@ class Part:
         self.shape = shape
         self.offsets = offsets
         self.row = math.prod(shape[1:])
-        # A local file's rows go to the writer as ranges, read in place by it.
-        self.in_place = isinstance(raw, RawFile) and not raw.remote
+        # An open file's rows go to the writer as ranges of it: it reads a local file's in
+        # place, an object's through its own buffer (TensorWriter.write_parts).
+        self.ranged = isinstance(raw, RawFile)
 
     def read_rows(self, first: int, out: np.ndarray) -> None:
         """Reads the chunk's rows from ``first`` (of its own) into ``out``,
         as many as it holds bytes for."""
         self.raw.read_range_into(self.name, first * self.row, out.reshape(-1))
 
-    def rows(self, first: int, count: int) -> Tuple[Any, str, int, int]:
-        """``count`` of the chunk's rows from ``first`` (of its own) as the
-        range the writer reads in place (:meth:`fastst.TensorWriter.write_parts`'s
-        native face): ``(file, tensor, offset, length)``."""
-        return (self.raw, self.name, first * self.row, count * self.row)
+    def rows(self, first: int, count: int) -> TensorRange:
+        """``count`` of the chunk's rows from ``first`` (of its own) as a
+        range of its file, a part of :meth:`fastst.TensorWriter.write_parts`."""
+        return TensorRange(self.raw, self.name, first * self.row, count * self.row)
 
 
 def parts(t: Tensor, files: Dict[str, Any]) -> List[Part]:
@@ -197,12 +198,13 @@ def parts(t: Tensor, files: Dict[str, Any]) -> List[Part]:
 
 def pieces(t: Tensor, chunks: List[Part]) -> Iterator[Any]:
     """The bytes of the whole tensor ``t``, in order, from its ``chunks``
-    (which tile it): rows one chunk of a local file holds whole as ranges
-    of it, which the writer reads straight into its own aligned buffer (no
+    (which tile it), as :meth:`fastst.TensorWriter.write_parts` takes them:
+    rows one chunk of an open file holds whole as ranges of it (a local
+    file's read by the writer straight into its own aligned buffer, no
     buffer here); others :data:`BLOCK` bytes of rows at a time (one row
     where a row is larger), read into a buffer reused for each, straight
-    (an object of a store's) or gathered from each chunk's part of those
-    rows through a second buffer of the same size."""
+    or gathered from each chunk's part of those rows through a second
+    buffer of the same size."""
     full = _byte_shape(t, t.shape, t.name)
     if not t.shape:
         if chunks:
@@ -223,7 +225,7 @@ def pieces(t: Tensor, chunks: List[Part]) -> Iterator[Any]:
     for a, b in zip(cuts, cuts[1:], strict=False):
         band = [c for c in chunks if c.offsets[0] <= a < c.offsets[0] + c.shape[0]]
         whole = len(band) == 1 and band[0].shape[1:] == row_shape
-        if whole and band[0].in_place:
+        if whole and band[0].ranged:
             yield band[0].rows(a - band[0].offsets[0], b - a)
             continue
         for x in range(a, b, step):
@@ -294,10 +296,7 @@ def _write_outputs(
 
         def write(job: Tuple[TensorWriter, Tensor]) -> None:
             w, t = job
-            # The native writer takes the ranges of open files that pieces() gives besides
-            # buffers, and reads them in place (write_parts takes buffers only).
-            dtype, shape = w._entries[t.name]
-            w._native.write(t.name, dtype, list(shape), pieces(t, parts(t, files)))
+            w.write_parts(t.name, pieces(t, parts(t, files)))
             with lock:
                 left[id(w)] -= 1
                 last = left[id(w)] == 0

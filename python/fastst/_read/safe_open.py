@@ -21,6 +21,7 @@ from .._frameworks import resolve as resolve_framework
 from .._paths import progress_label
 from .._settings import prefetch_threads, read_ahead_enabled, read_backend
 from .._sources.opener import open_source
+from .._sources.ranges import TensorRange
 from .._sources.raw import RawSource
 from .._sources.sharded import ShardedFile
 from . import loader as _loader
@@ -532,6 +533,17 @@ class safe_open:  # noqa: N801 - the reference package's name
         if self._read_ahead is not None:
             self._read_ahead.sliced(name)
         return self._slice(_Tensor(self._raw, name, dtype, shape, self._backend, self._device))
+
+    def tensor_bytes(self, name: str, offset: int = 0, length: Optional[int] = None) -> TensorRange:
+        """``length`` bytes (None: to its end) of tensor ``name``'s data from
+        ``offset`` bytes into it, as a part for
+        :meth:`fastst.TensorWriter.write_parts`, which reads them from this
+        file in place (no buffer in Python). Nothing is read here. Checked at
+        once and again when written (the handle must still be open then):
+        rule ``closed-file``, ``tensor-not-found``, or
+        ``range-outside-tensor`` (:class:`fastst.SerializeError`) for a
+        range not within the tensor."""
+        return TensorRange.of(self._raw, name, offset, length)
 
 
 def _bytes(nbytes: int) -> np.ndarray:

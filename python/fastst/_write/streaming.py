@@ -53,6 +53,7 @@ from .._fastst.read import DEFAULT_HEADER_CAP
 from .._fastst.write import LayoutWriter, WritePlan
 from .._frameworks import writable
 from .._paths import os_path, readable
+from .._sources.ranges import TensorRange
 from .._sources.remote import refuse_local_options
 from . import remote as _remote
 from .shared_folder import drop_sharded_layout
@@ -296,11 +297,21 @@ class TensorWriter(WholeOrNothing):
     def write_parts(self, name: str, parts: Iterable[Any]) -> None:
         """Writes tensor ``name`` of the layout from its bytes as the file
         holds them, given in order by ``parts``: C-contiguous buffers (numpy
-        arrays, memoryviews, ``bytes``...) whose lengths add up to the
-        tensor's size, so that a tensor gathered from pieces is written
-        without being assembled in memory. The rules and errors are those of
-        :meth:`write` (an exception from ``parts`` leaves the tensor
-        unwritten)."""
+        arrays, memoryviews, ``bytes``...) and ranges of tensors of open
+        files (:class:`fastst.TensorRange`, made by
+        :meth:`fastst.safe_open.tensor_bytes`), in any mix, whose lengths
+        add up to the tensor's size, so that a tensor gathered from pieces
+        is written without being assembled in memory. A range of a local
+        file is read by the writer straight into the place its bytes go
+        (no buffer in Python; each byte copied once); one of an object of a
+        store through a buffer of a few megabytes. The rules and errors are
+        those of :meth:`write` (an exception from ``parts`` leaves the
+        tensor unwritten); a range is checked when its turn comes: its
+        file closed raises :class:`fastst.ClosedFileError` (rule
+        ``closed-file``), a tensor the file lacks
+        :class:`fastst.TensorNotFoundError`, a range not within its tensor
+        :class:`fastst.SerializeError` (rule ``range-outside-tensor``),
+        each naming that file and tensor."""
         if not isinstance(name, str):
             raise TypeError(f"{self._where}: tensor names must be str, got {type(name).__name__}")
         if name not in self._names:
@@ -315,12 +326,16 @@ class TensorWriter(WholeOrNothing):
 
         def as_bytes(items: Iterable[Any]) -> Iterator[Any]:
             for at, part in enumerate(items):
+                if isinstance(part, TensorRange):
+                    yield from part.parts()
+                    continue
                 try:
                     yield byte_view(part)
                 except TypeError:
                     raise TypeError(
                         f"{where}: tensor {name!r}: part {at} given to write_parts is a "
-                        f"{type(part).__name__}, not a buffer (bytes, memoryview, array)"
+                        f"{type(part).__name__}, not a buffer (bytes, memoryview, array) "
+                        "or a TensorRange"
                     ) from None
 
         self._native.write(name, dtype, list(shape), as_bytes(parts))

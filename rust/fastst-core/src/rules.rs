@@ -381,6 +381,8 @@ catalogue! {
         "a tensor given to a streaming writer has another dtype or shape than its layout entry";
     TensorsMissing = "tensors-missing", Serialize, High,
         "a streaming writer is closed before every tensor of its layout was written (nothing is saved)";
+    RangeOutsideTensor = "range-outside-tensor", Serialize, High,
+        "a range of a file's tensor given to a streaming writer does not lie within that tensor";
 
     // --- frameworks -----------------------------------------------------------
     FrameworkDtype = "framework-dtype", UnsupportedDtype, High,
