@@ -649,9 +649,9 @@ def test_rows_read_in_place_name_the_input_that_failed(
     finally:
         for raw in files.values():
             raw.close()
-    assert [(type(p[0]).__name__, p[1], p[2], p[3]) for p in got] == [
-        ("RawFile", "b", 0, 64 * 64 * 4)
-    ]
+    assert [
+        (type(p).__name__, type(p.file).__name__, p.tensor, p.offset, p.length) for p in got
+    ] == [("TensorRange", "RawFile", "b", 0, 64 * 64 * 4)]
     real = C.parts
 
     def cut_short(t: Any, files: Dict[str, Any]) -> Any:
@@ -665,6 +665,37 @@ def test_rows_read_in_place_name_the_input_that_failed(
     (rank_file,) = [p for p in os.listdir(src) if p.endswith(".safetensors")]
     assert rank_file in str(info.value)
     assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
+
+
+def test_consolidation_writes_through_write_parts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Consolidation gives each tensor to the writer's public ``write_parts``: rows a chunk of a
+    local file holds whole as a range of that file (which the writer reads in place, no buffer
+    of the consolidation's), rows split between chunks gathered into a buffer, in one tensor."""
+    full = torch.arange(6 * 4, dtype=torch.float32).reshape(6, 4)
+    _chunk_file(tmp_path / "a.safetensors", {"w": full[:2].clone()}, {"w": [0, 0]})
+    _chunk_file(tmp_path / "b.safetensors", {"w": full[2:, :1].clone()}, {"w": [2, 0]})
+    _chunk_file(tmp_path / "c.safetensors", {"w": full[2:, 1:].clone()}, {"w": [2, 1]})
+    seen: List[Any] = []
+    real = fastst.TensorWriter.write_parts
+
+    def spy(self: fastst.TensorWriter, name: str, parts: Any) -> None:
+        def watched() -> Any:
+            for p in parts:
+                if isinstance(p, fastst.TensorRange):
+                    seen.append((name, os.path.basename(p.file.name), p.offset, p.length))
+                else:
+                    seen.append((name, type(p).__name__, len(memoryview(p).cast("B"))))
+                yield p
+
+        real(self, name, watched())
+
+    monkeypatch.setattr(fastst.TensorWriter, "write_parts", spy)
+    fdcp.consolidate(tmp_path, tmp_path / "out")
+    assert seen == [("w", "a.safetensors", 0, 32), ("w", "ndarray", 64)]
+    with fastst.safe_open(str(tmp_path / "out" / "model-00001-of-00001.safetensors"), "pt") as f:
+        assert torch.equal(f.get_tensor("w"), full)
 
 
 def test_consolidate_max_shard_size_and_failure_keeps_old(tmp_path: Path) -> None:
