@@ -145,6 +145,12 @@ class _Shared:
 _SHARED = _Shared()
 
 
+def readers(threads: int, entries: int) -> int:
+    """The reader threads of a loader of ``entries`` tensors asked for
+    ``threads``: at most ``FASTST_PREFETCH_THREADS``, one per tensor."""
+    return max(1, min(threads, prefetch_threads(), entries))
+
+
 def plan_error(filename: str, message: str, tensor: Optional[str] = None) -> BaseException:
     return rule_error("plan-invalid", filename, message, tensor)
 
@@ -229,7 +235,7 @@ class PrefetchLoader:
         self._wanted: Set[str] = set()
         self._hungry = 0
         self._closed = False
-        count = max(1, min(threads, prefetch_threads(), len(entries)))
+        count = readers(threads, len(entries))
         # The workers hold the loader weakly between reads: a loader dropped
         # without close() is collected, and closed (its bytes released).
         me = weakref.ref(self)
