@@ -247,9 +247,9 @@ def _held_probe(monkeypatch: pytest.MonkeyPatch) -> List[int]:
     seen: List[int] = []
     original = fastst_safe_open._read_entries
 
-    def read(self: Any, batch: Any, device: Any, *job: Any) -> Any:
+    def read(self: Any, batch: Any, device: Any, whole: int) -> Any:
         seen.extend([_loader._SHARED.held] * len(batch))
-        return original(self, batch, device, *job)
+        return original(self, batch, device, whole)
 
     monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
     return seen
@@ -302,13 +302,13 @@ def test_threads_are_capped_across_loaders(tmp_path: Path, monkeypatch: pytest.M
     running = [0, 0]  # now, most
     original = fastst_safe_open._read_entries
 
-    def read(self: Any, entry: Any, device: Any, *job: Any) -> Any:
+    def read(self: Any, entry: Any, device: Any, whole: int) -> Any:
         with lock:
             running[0] += 1
             running[1] = max(running)
         try:
             time.sleep(0.01)  # hold the slot, so that readers overlap if allowed
-            return original(self, entry, device, *job)
+            return original(self, entry, device, whole)
         finally:
             with lock:
                 running[0] -= 1
@@ -341,9 +341,9 @@ def test_ctrl_c_during_a_take_leaves_the_tensor_to_take_later(
     release = threading.Event()
     original = fastst_safe_open._read_entries
 
-    def read(self: Any, entry: Any, device: Any, *job: Any) -> Any:
+    def read(self: Any, entry: Any, device: Any, whole: int) -> Any:
         release.wait(JOIN)
-        return original(self, entry, device, *job)
+        return original(self, entry, device, whole)
 
     monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
     # interrupt_main does nothing while SIGINT is ignored, as it may be in a
@@ -387,9 +387,9 @@ def _batches_probe(monkeypatch: pytest.MonkeyPatch) -> List[List[str]]:
     batches: List[List[str]] = []
     original = fastst_safe_open._read_entries
 
-    def read(self: Any, batch: Any, device: Any, *job: Any) -> Any:
+    def read(self: Any, batch: Any, device: Any, whole: int) -> Any:
         batches.append([e.name for e in batch])
-        return original(self, batch, device, *job)
+        return original(self, batch, device, whole)
 
     monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
     return batches
@@ -430,11 +430,11 @@ def test_the_first_read_runs_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     calls: List[List[str]] = []
     original = fastst_safe_open._read_entries
 
-    def read(self: Any, batch: Any, device: Any, *job: Any) -> Any:
+    def read(self: Any, batch: Any, device: Any, whole: int) -> Any:
         calls.append([e.name for e in batch])
         if len(calls) == 1:
             release.wait(JOIN)
-        return original(self, batch, device, *job)
+        return original(self, batch, device, whole)
 
     monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
     with fastst.safe_open(path, "np") as f, f.prefetch(threads=4) as loader:
@@ -489,24 +489,19 @@ def test_a_cold_plan_slice_reads_only_its_bytes_from_the_disk(tmp_path: Path) ->
     assert read <= planned + 8192, read
 
 
-def test_batches_make_the_huge_page_choice_and_share_threads_for_the_whole_plan(
+def test_batches_make_the_huge_page_choice_for_the_whole_plan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each batch load of a plan's whole tensors is told the bytes of the
-    whole job (one huge-page choice) and how many batch loads run side by
-    side (the loader's readers: they share one load's threads)."""
     from fastst._read import safe_open as safe_open_module
 
     size = 64 << 10
     path = _big(tmp_path, 12, size)
     jobs: List[int] = []
-    shares: List[int] = []
     original = safe_open_module.load_into
 
-    def load_into(*args: Any, job: int = 0, share: int = 0, **kwargs: Any) -> Any:
+    def load_into(*args: Any, job: int = 0, **kwargs: Any) -> Any:
         jobs.append(job)
-        shares.append(share)
-        return original(*args, job=job, share=share, **kwargs)
+        return original(*args, job=job, **kwargs)
 
     monkeypatch.setattr(safe_open_module, "load_into", load_into)
     monkeypatch.setattr(_loader, "FIRST_BATCH", size)
@@ -515,13 +510,7 @@ def test_batches_make_the_huge_page_choice_and_share_threads_for_the_whole_plan(
     with fastst.safe_open(path, "np") as f, f.prefetch(plan) as loader:
         got = dict(loader)
     assert len(got) == 12 and jobs and set(jobs) == {11 * size}
-    assert set(shares) == {8}  # FASTST_PREFETCH_THREADS's 8 readers
-    shares.clear()
     with fastst.safe_open(path, "np") as f:
-        with f.prefetch(["t00", "t01", "t02"], threads=2) as loader:
-            assert len(dict(loader)) == 3
-        assert shares and set(shares) == {2}
         jobs.clear()
-        shares.clear()
         f.get_tensors(copy=True)
-    assert jobs == [0] and shares == [0]  # a load of its own
+    assert jobs == [0]  # a load of its own

@@ -88,7 +88,6 @@ def load_into(
     stream: bool = False,
     in_order: bool = False,
     job: int = 0,
-    share: int = 0,
 ) -> None: ...
 def fault_probe() -> Optional[Tuple[Optional[float], float, bool]]: ...
 

@@ -155,12 +155,6 @@ class _Shared:
 _SHARED = _Shared()
 
 
-def readers(threads: int, entries: int) -> int:
-    """The reader threads of a loader of ``entries`` tensors asked for
-    ``threads``: at most ``FASTST_PREFETCH_THREADS``, one per tensor."""
-    return max(1, min(threads, prefetch_threads(), entries))
-
-
 def _malloc_trim() -> Optional[Callable[[int], int]]:
     """The C library's ``malloc_trim`` (glibc), or None."""
     try:
@@ -259,7 +253,7 @@ class PrefetchLoader:
         self._wanted: Set[str] = set()
         self._hungry = 0
         self._closed = False
-        count = readers(threads, len(entries))
+        count = max(1, min(threads, prefetch_threads(), len(entries)))
         # The workers hold the loader weakly between reads: a loader dropped
         # without close() is collected, and closed (its bytes released).
         me = weakref.ref(self)

@@ -178,14 +178,9 @@ class safe_open:  # noqa: N801 - the reference package's name
         # file: it outlives this one, and releases the file at its close.
         own = self._shared()
         threads = threads or prefetch_threads()
-        # The batches of whole tensors run side by side, one per reader:
-        # they share one load's threads (the Rust fan-out of each is cut
-        # to its share), so that the plan keeps as many reads in flight as
-        # get_tensors(copy=True) does, not that many times more.
-        share = _loader.readers(threads, len(entries))
 
         def read(batch: List[_loader.Entry]) -> List[Any]:
-            return own._read_entries(batch, target, whole, share)
+            return own._read_entries(batch, target, whole)
 
         if isinstance(own._raw, ShardedFile):
             groups = _batches(own._raw, [e.name for e in entries])
@@ -260,19 +255,16 @@ class safe_open:  # noqa: N801 - the reference package's name
             name,
         )
 
-    def _read_entries(
-        self, batch: List[_loader.Entry], device: Any, whole: int, share: int
-    ) -> List[Any]:
+    def _read_entries(self, batch: List[_loader.Entry], device: Any, whole: int) -> List[Any]:
         """A loader's batch in memory of its own on ``device``: whole
         tensors in one batch load (around the page cache when cold, as
         :meth:`get_tensors`; part of the ``whole`` bytes of the plan's
-        whole tensors, for the huge-page choice; one of ``share`` loads
-        side by side, for its threads), or one slice, reading no byte
-        beyond it."""
+        whole tensors, for the huge-page choice), or one slice, reading no
+        byte beyond it."""
         if len(batch) == 1 and batch[0].index is not None:
             return [self._read_slice(batch[0], device)]
         names = [e.name for e in batch]
-        made = self._load_owned(names, None, None, device, job=whole, share=share)
+        made = self._load_owned(names, None, None, device, job=whole)
         return [made[name] for name in names]
 
     def _read_slice(self, entry: _loader.Entry, device: Any) -> Any:
@@ -391,15 +383,13 @@ class safe_open:  # noqa: N801 - the reference package's name
         progress: Progress,
         device: Any = None,
         job: Optional[int] = None,
-        share: int = 0,
     ) -> Dict[str, Any]:
         """Tensors ``names`` in memory of their own (converted to ``dtype``
         when given), on ``device`` (None: the handle's): every destination
         allocated first, then one batch load per file (the core's
         ``load_into``). ``job``: a loader's batch, part of a plan of that
         many bytes of whole tensors (one batch load even for one tensor;
-        the huge-page choice made for the plan); ``share``: how many such
-        loads run side by side (the core's ``LoadOptions::share``)."""
+        the huge-page choice made for the plan)."""
         raw = self._raw
         callback, bar = resolve(progress, raw.name)
         made, plans = self._allocate(names, dtype)
@@ -421,7 +411,7 @@ class safe_open:  # noqa: N801 - the reference package's name
             if callback is not None and len(plans) > 1:
                 report = _offset_report(callback, base, grand)
             label = progress_label(p.file.name, bar)
-            load_into(p.file, p.names, p.outs, p.targets, report, label, job=job or 0, share=share)
+            load_into(p.file, p.names, p.outs, p.targets, report, label, job=job or 0)
             base += p.nbytes
         if self._read_ahead is not None:
             self._read_ahead.consumed(grand)

@@ -32,12 +32,11 @@ use crate::wait::hearing_signals;
 /// `stream`, read around the page cache): requests are handed out close
 /// behind the first one not read (the files of a sharded checkpoint). `job`: the
 /// bytes of the whole job this load is part of (a prefetch plan's batches; 0: none),
-/// for the huge-page choice (`LoadOptions::job`); `share`: how many such loads run side
-/// by side, sharing the default thread count (`LoadOptions::share`). The reads of an
+/// for the huge-page choice (`LoadOptions::job`). The reads of an
 /// object of a store hear Ctrl-C while they wait (`crate::wait`); the
 /// callbacks run on this thread all the same.
 #[pyfunction]
-#[pyo3(signature = (raw, names, outs, targets, progress = None, bar = None, threads = 0, piece = 0, report_every = 0, direct = None, huge_pages = None, stream = false, in_order = false, job = 0, share = 0))]
+#[pyo3(signature = (raw, names, outs, targets, progress = None, bar = None, threads = 0, piece = 0, report_every = 0, direct = None, huge_pages = None, stream = false, in_order = false, job = 0))]
 #[allow(clippy::too_many_arguments)]
 pub fn load_into(
     py: Python<'_>,
@@ -55,7 +54,6 @@ pub fn load_into(
     stream: bool,
     in_order: bool,
     job: u64,
-    share: usize,
 ) -> PyResult<()> {
     let raw = raw.get();
     if names.len() != outs.len() || names.len() != targets.len() {
@@ -87,7 +85,6 @@ pub fn load_into(
         },
         in_order,
         job,
-        share,
     };
     let file_ref = &*file;
     let mut pending: Option<PyErr> = None;

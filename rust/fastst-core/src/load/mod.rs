@@ -108,14 +108,6 @@ pub struct LoadOptions {
     /// plan read in batches; 0: the load alone): [`HugePages::Auto`]
     /// decides for that size, the job's loads sharing one probe and trial.
     pub job: u64,
-    /// How many loads of the same job run side by side (a prefetch plan's
-    /// readers; 0 or 1: this load alone): the default thread count
-    /// ([`LoadOptions::DEFAULT_THREADS`], [`LoadOptions::COLD_THREADS`] or
-    /// the source's) is shared between them, so that the job keeps about as
-    /// many reads in flight as one load of its bytes would, not that many
-    /// times more (copies from the page cache are bound to the cores).
-    /// Ignored when `threads` is set.
-    pub share: usize,
 }
 
 /// Whether the destinations of a load may be backed by transparent huge
@@ -183,7 +175,6 @@ impl Default for LoadOptions {
             huge_pages: HugePages::Auto,
             in_order: false,
             job: 0,
-            share: 0,
         }
     }
 }
@@ -302,25 +293,6 @@ fn huge_page_trial(total: u64, job: u64, direct: bool) -> Option<Arc<io::Trial>>
         return io::job_trial();
     }
     io::probe_faults().and_then(io::Trial::after).map(Arc::new)
-}
-
-/// The reading threads of a load of `parts` requests: the ones asked for,
-/// else the default for its path (`direct`: around the page cache;
-/// `hint`: the source's own, for reads through the cache), shared with
-/// the loads it runs beside ([`LoadOptions::share`]); one per request at
-/// most, one at least.
-fn load_threads(options: LoadOptions, direct: bool, hint: usize, parts: usize) -> usize {
-    let default = if direct {
-        LoadOptions::COLD_THREADS
-    } else {
-        hint
-    };
-    match options.threads {
-        0 => default.div_ceil(options.share.max(1)),
-        n => n,
-    }
-    .min(parts)
-    .max(1)
 }
 
 /// Whether fewer than half of the pages of the file's data that `dests`
@@ -478,7 +450,13 @@ fn run(
         Some(h) => plan_requests(dests, piece, h.piece, buffered, data_start),
         _ => plan(dests, piece, buffered, data_start),
     };
-    let threads = load_threads(options, direct.is_some(), hint_threads, parts.len());
+    let threads = match (options.threads, &direct) {
+        (0, Some(_)) => LoadOptions::COLD_THREADS,
+        (0, None) => hint_threads,
+        (n, _) => n,
+    }
+    .min(parts.len())
+    .max(1);
     if let (Some(first), Some(raw)) = (parts.first(), file.local()) {
         io::advise_sequential_from(raw, file.header().data_start() + first.begin);
     }

@@ -145,7 +145,6 @@ fn batch_loads_are_exact_for_every_split_and_thread_count() {
                     },
                     in_order: false,
                     job: 0,
-                    share: 0,
                 };
                 assert_eq!(
                     load_into(&file, dests, options, None).unwrap(),
@@ -791,7 +790,6 @@ fn reports_of_a_3_mib_load(report_every: u64) -> Vec<(u64, u64)> {
         huge_pages: HugePages::Keep,
         in_order: false,
         job: 0,
-        share: 0,
     };
     let outcome = load_all(&file, options, Some(&mut report)).unwrap();
     assert_eq!(outcome, Outcome::Done);
@@ -853,7 +851,6 @@ fn a_reporter_stops_the_load_within_two_intervals() {
         huge_pages: HugePages::Keep,
         in_order: false,
         job: 0,
-        share: 0,
     };
     let outcome = load_all(&file, options, Some(&mut report)).unwrap();
     assert_eq!(outcome, Outcome::Stopped);
@@ -917,7 +914,6 @@ fn a_file_truncated_during_a_load_is_reported() {
             huge_pages: HugePages::Keep,
             in_order: false,
             job: 0,
-            share: 0,
         };
         let err = load_all(&file, options, Some(&mut report)).unwrap_err();
         assert_eq!(err.rule(), "file-changed", "{err}");
@@ -1152,7 +1148,6 @@ fn streamed(truncate_at_first: bool) -> (Result<Outcome>, Vec<LoadProgress>) {
         huge_pages: HugePages::Keep,
         in_order: false,
         job: 0,
-        share: 0,
     };
     let mut calls = Vec::new();
     let path = f.0.clone();
@@ -1382,27 +1377,4 @@ fn the_loads_of_a_job_share_one_trial() {
         // The shared trial ended (dear) in between.
         (Some(a), None) => assert!(!a.on()),
     }
-}
-
-/// Loads side by side share the default thread count (a prefetch plan's
-/// batches keep about one load's reads in flight), never below one thread
-/// each; threads asked for are kept, and no load has more threads than
-/// requests.
-#[test]
-fn loads_side_by_side_share_the_default_threads() {
-    let with = |threads, share| LoadOptions {
-        threads,
-        share,
-        ..LoadOptions::default()
-    };
-    let cold = LoadOptions::COLD_THREADS;
-    let warm = LoadOptions::DEFAULT_THREADS;
-    assert_eq!(load_threads(with(0, 0), true, warm, 1000), cold);
-    assert_eq!(load_threads(with(0, 1), false, warm, 1000), warm);
-    assert_eq!(load_threads(with(0, 8), true, warm, 1000), cold.div_ceil(8));
-    assert_eq!(load_threads(with(0, 8), false, warm, 1000), 1);
-    assert_eq!(load_threads(with(0, 3), false, 32, 1000), 11);
-    assert_eq!(load_threads(with(5, 8), true, warm, 1000), 5);
-    assert_eq!(load_threads(with(0, 0), true, warm, 3), 3);
-    assert_eq!(load_threads(with(0, 0), true, warm, 0), 1);
 }
