@@ -28,6 +28,24 @@ every 2-D tensor, the other tensors whole, as one plan) against
 loop, fastst's and the reference's, copied out). Each also reports the
 bytes its process read from the disk (``/proc/self/io`` ``read_bytes``)
 and, for the ``tp`` cases, the bytes the plan keeps.
+
+Peers of the whole-file plan (torch tensors of their own in CPU memory,
+every page touched; each is left out with a line saying so when it is not
+importable): ``runai`` (Run:ai's ``runai-model-streamer``,
+``SafetensorsStreamer().stream_file(FILE)``, every tensor taken from
+``get_tensors()`` as it arrives, at its defaults) and ``fastsafetensors``
+(``fastsafe_open([FILE], "pt", device="cpu", nogds=True)``, every tensor
+by ``get_tensor``: its CPU path, preads into one host buffer). Neither can
+read only a tensor-parallel rank's rows of a file (Run:ai streams whole
+tensors; fastsafetensors' ``get_sharded`` reads whole files on some rank
+and scatters over a process group): they have no ``tp`` case. Install them
+for the bench only (``requirements-bench.txt``) and put them on
+``PYTHONPATH``.
+
+``--builds NAME=PYTHONPATH,...`` (other builds of fastst: a checkout's
+``python/`` folder with its extension built) adds every fastst loader case
+once more per build as ``CASE@NAME``, run with that build first on the
+path: both sides of a change in the same interleaved rounds.
 """
 
 from __future__ import annotations
@@ -39,6 +57,10 @@ import statistics
 import subprocess
 import sys
 
+#: Peers of the whole-file plan; the cases of the loader's child.
+PEERS = ("runai", "fastsafetensors")
+LOADER_CASES = ("np-plan", "np-copy", "np-iter", "tp-plan", "tp-slice", "tp-slice-ref") + PEERS
+
 CHILD = r"""
 import json, os, sys, time
 case, path, cold = sys.argv[1], sys.argv[2], sys.argv[3] == "cold"
@@ -47,11 +69,12 @@ def io_read():
         return int(next(l for l in fh if l.startswith("read_bytes")).split()[1])
 planned = None
 first = None
-LOADER_CASES = ("np-plan", "np-copy", "np-iter", "tp-plan", "tp-slice", "tp-slice-ref")
+PEERS, LOADER_CASES = CASE_KINDS
 loader_case = case in LOADER_CASES
 if loader_case:
     import numpy as np
-    safe_open = __import__("safetensors" if case.endswith("-ref") else "fastst").safe_open
+    if case not in PEERS:
+        safe_open = __import__("safetensors" if case.endswith("-ref") else "fastst").safe_open
     def quarter(shape):
         n = shape[0]
         return slice(n // 4, n // 2) if len(shape) == 2 else None
@@ -61,9 +84,28 @@ if loader_case:
             return f.get_slice(name).get_shape()
         return f.get_tensor_meta(name).shape
     # The tensor-parallel cases in torch: the reference's numpy has no BF16.
-    fw = "pt" if case.startswith("tp") else "np"
+    fw = "pt" if case.startswith("tp") or case in PEERS else "np"
     def load(path):
         global planned, first
+        if case == "runai":
+            from runai_model_streamer import SafetensorsStreamer
+            out = {}
+            with SafetensorsStreamer() as streamer:
+                streamer.stream_file(path)
+                for name, t in streamer.get_tensors():
+                    if first is None:
+                        first = time.perf_counter() - start
+                    out[name] = t
+            return out
+        if case == "fastsafetensors":
+            from fastsafetensors import fastsafe_open
+            f = fastsafe_open([path], "pt", device="cpu", nogds=True)
+            out = {}
+            for name in f.keys():
+                out[name] = f.get_tensor(name)
+                if first is None:
+                    first = time.perf_counter() - start
+            return out
         with safe_open(path, fw) as f:
             if case == "np-copy":
                 return f.get_tensors(copy=True)
@@ -169,8 +211,16 @@ CPU: dict = {}
 EVICT = {"how": "fadvise"}
 
 
-def run(case: str, path: str, cache: str) -> float:
+#: ``--builds``: build name -> the PYTHONPATH that puts it first.
+BUILDS: dict = {}
+
+
+def run(label: str, path: str, cache: str) -> float:
+    """Runs case ``label`` (``CASE`` or ``CASE@BUILD``) once; its seconds."""
     env = dict(os.environ)
+    case, _at, build = label.partition("@")
+    if build:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (BUILDS[build], env.get("PYTHONPATH")) if p)
     if case.endswith("-noprefetch"):
         env["FASTST_READ_AHEAD"] = "0"
         case = case[: -len("-noprefetch")]
@@ -180,16 +230,31 @@ def run(case: str, path: str, cache: str) -> float:
         command = [sys.executable, "-c", CAT.replace("EVICT", EVICTIONS[EVICT["how"]]), path, cache]
     else:
         child = CHILD.replace("EVICT", EVICTIONS[EVICT["how"]])
+        child = child.replace("CASE_KINDS", repr((PEERS, LOADER_CASES)))
         command = [sys.executable, "-c", child, case, path, cache]
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     if "read" in got:
-        READS.setdefault(case, []).append((got["read"], got.get("planned")))
+        READS.setdefault(label, []).append((got["read"], got.get("planned")))
     if got.get("cpu") is not None:
-        CPU.setdefault(case, []).append(got["cpu"])
+        CPU.setdefault(label, []).append(got["cpu"])
     if got.get("first") is not None:
-        FIRST.setdefault(case, []).append(got["first"])
+        FIRST.setdefault(label, []).append(got["first"])
     return float(got["seconds"])
+
+
+#: The module each peer needs.
+NEEDS = {"runai": "runai_model_streamer", "fastsafetensors": "fastsafetensors"}
+
+
+def _importable(peer: str) -> bool:
+    """Whether ``peer``'s module imports here (else a line says it is left out)."""
+    import importlib.util
+
+    if importlib.util.find_spec(NEEDS[peer]) is None:
+        print(f"{peer}: {NEEDS[peer]} is not installed, left out")
+        return False
+    return True
 
 
 def load_average() -> str:
@@ -223,11 +288,26 @@ def main() -> None:
         default="drop" if os.geteuid() == 0 else "fadvise",
         help="cold: drop every cached page (root), or FILE's alone",
     )
+    parser.add_argument(
+        "--builds",
+        default="",
+        help="NAME=PYTHONPATH,...: every fastst loader case once more per build, as CASE@NAME",
+    )
     args = parser.parse_args()
     EVICT["how"] = args.evict
+    for spec in filter(None, args.builds.split(",")):
+        name, _eq, where = spec.partition("=")
+        BUILDS[name] = where
     if args.no_warm_up:
         os.environ["BENCH_WARM_UP"] = "0"
     cases = args.cases.split(",")
+    cases = [c for c in cases if c not in PEERS or _importable(c)]
+    cases += [
+        f"{c}@{b}"
+        for b in BUILDS
+        for c in list(cases)
+        if c in LOADER_CASES and c not in PEERS and not c.endswith("-ref")
+    ]
     cache = "hot" if args.hot else "cold"
     times: dict = {c: [] for c in cases}
     shares: dict = {c: [] for c in cases}
@@ -274,7 +354,10 @@ def main() -> None:
             line += f"  first tensor {statistics.median(FIRST[case]):.3f} s"
             line += f" (worst {max(FIRST[case]):.3f})"
         print(line + "  [" + " ".join(f"{t:.3f}" for t in times[case]) + "]")
-    for case, base in PAIRS:
+    pairs = PAIRS + [(f"{c}@{b}", f"{base}@{b}") for b in BUILDS for c, base in PAIRS]
+    pairs += [(f"{c}@{b}", c) for b in BUILDS for c in cases if "@" not in c]
+    pairs += [("np-plan", peer) for peer in PEERS]
+    for case, base in pairs:
         if case in times and base in times:
             paired = [b / c for c, b in zip(times[case], times[base], strict=True)]
             print(

@@ -439,6 +439,11 @@ pub fn write_atomic<E>(
         // writer, so that the final flush finds little left to do.
         let file = atomic.file()?;
         let sink = if durable {
+            // The file has its final length from the start, as the streaming
+            // writer's has: the direct writes then fill it in place instead of
+            // extending it, one size update each.
+            file.set_len(plan.total_len())
+                .map_err(|e| Error::io("setting the new file's length", e))?;
             FileSink::durable(file, DIRECT_CHUNK, DIRECT_BUFFERS)
         } else {
             FileSink::new(file, false)

@@ -16,7 +16,7 @@
 //! A durable writer writes around the page cache where the file system
 //! allows it, as durable saves do (see [`super::writeback`]): the whole
 //! aligned blocks inside a tensor go through a page-aligned buffer of
-//! [`BLOCK_BUFFER`] bytes per tensor being written to a second, `O_DIRECT`
+//! [`DIRECT_CHUNK`] bytes (the durable sink's write size) per tensor being written to a second, `O_DIRECT`
 //! descriptor of the file; the few bytes at a tensor's edges, which share a
 //! block with the header or a neighbour, go through the page cache. No block
 //! is written both ways, and the commit's `fsync` flushes both.
@@ -32,13 +32,10 @@ use memmap2::MmapMut;
 use super::atomic::AtomicFile;
 use super::ledger::Ledger;
 use super::plan::{PlannedTensor, WritePlan};
+use super::writeback::DIRECT_CHUNK;
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::io::{reopen_direct_for_writing, sync_range, write_all_at, SyncRange, DIRECT_ALIGN};
-
-/// Bytes of the aligned buffer through which a tensor's whole blocks are
-/// written directly (one per tensor being written, pooled between them).
-pub const BLOCK_BUFFER: usize = 4 << 20;
 
 /// A file being written from its layout (see the module's documentation).
 ///
@@ -343,7 +340,7 @@ impl TensorWrite<'_> {
     /// read from another file (`fill` a positioned read) are copied once,
     /// by the read; the few bytes at the tensor's edges, and every byte of
     /// a writer without direct writes, go through a buffer of at most
-    /// [`BLOCK_BUFFER`] bytes and [`TensorWrite::write`]. An error of
+    /// [`DIRECT_CHUNK`] bytes and [`TensorWrite::write`]. An error of
     /// `fill` is returned as it is (the tensor is then pending again once
     /// this is dropped, as after any failed write).
     pub fn write_with(
@@ -373,8 +370,8 @@ impl TensorWrite<'_> {
                 left -= took as u64;
             } else {
                 let edge = if pos < a { a.min(end) } else { end };
-                let take = (edge - pos).min(left).min(BLOCK_BUFFER as u64);
-                let take = usize::try_from(take).unwrap_or(BLOCK_BUFFER);
+                let take = (edge - pos).min(left).min(DIRECT_CHUNK as u64);
+                let take = usize::try_from(take).unwrap_or(DIRECT_CHUNK);
                 scratch.resize(take, 0);
                 fill(&mut scratch)?;
                 self.write(&scratch)?;
@@ -403,7 +400,7 @@ impl TensorWrite<'_> {
                 let pooled = self.writer.pool().pop();
                 match pooled {
                     Some(buffer) => buffer,
-                    None => MmapMut::map_anon(BLOCK_BUFFER).map_err(Filled::Io)?,
+                    None => MmapMut::map_anon(DIRECT_CHUNK).map_err(Filled::Io)?,
                 }
             }
         };
@@ -544,7 +541,7 @@ mod tests {
     fn durable_writes_of_unaligned_tensors_give_the_serialized_bytes() {
         let dir = temp_dir("direct");
         let path = dir.join("m.safetensors");
-        let sizes = [3usize, 5000, 4096, 3 * (BLOCK_BUFFER + 12_345), 70_000, 1];
+        let sizes = [3usize, 5000, 4096, 3 * (DIRECT_CHUNK + 12_345), 70_000, 1];
         let tensors: Vec<NewTensor> = sizes
             .iter()
             .enumerate()
@@ -581,9 +578,9 @@ mod tests {
             use crate::io::cache_state_of;
             let file = File::open(&path).expect("open");
             // The big tensor's whole blocks, after its first edge block.
-            let start = expected.len() as u64 - 70_001 - 3 * (BLOCK_BUFFER as u64 + 12_345);
+            let start = expected.len() as u64 - 70_001 - 3 * (DIRECT_CHUNK as u64 + 12_345);
             let from = start.div_ceil(4096) * 4096 + 4096;
-            if let Some((cached, _, _)) = cache_state_of(&file, from, 2 * BLOCK_BUFFER as u64) {
+            if let Some((cached, _, _)) = cache_state_of(&file, from, 2 * DIRECT_CHUNK as u64) {
                 assert_eq!(cached, 0, "written around the page cache");
             }
         }
@@ -597,7 +594,7 @@ mod tests {
     #[test]
     fn bytes_filled_in_place_give_the_serialized_bytes() {
         let dir = temp_dir("fill");
-        let sizes = [5000usize, 2 * BLOCK_BUFFER + 4321, 3];
+        let sizes = [5000usize, 2 * DIRECT_CHUNK + 4321, 3];
         let data: Vec<Vec<u8>> = sizes
             .iter()
             .enumerate()
