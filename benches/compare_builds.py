@@ -77,6 +77,18 @@ t0 = time.perf_counter()
 _fastst.inspect.verify_file(path)
 t = time.perf_counter() - t0
 """,
+    "hash of each tensor, 1 thread": """
+from fastst import _fastst
+t0 = time.perf_counter()
+_fastst.inspect.hash_file(path, tensors=True, threads=1)
+t = time.perf_counter() - t0
+""",
+    "stats of each tensor, 1 thread": """
+from fastst import _fastst
+t0 = time.perf_counter()
+_fastst.inspect.stats_file(path, threads=1)
+t = time.perf_counter() - t0
+""",
 }
 
 RUNNER = """

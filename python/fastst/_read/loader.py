@@ -27,8 +27,14 @@ Two process-wide bounds, shared by every loader (:data:`_SHARED`):
   ``budget=``. Readers wait while the budget is full (backpressure). So that
   no consumer waits forever, a tensor is also read when nothing is held, or
   when a consumer of its loader is waiting for it (``take``) or for any of
-  its tensors (iteration) and its loader holds nothing ready: then one
-  tensor beyond the budget is in memory at most per waiting consumer.
+  its tensors (iteration) and its loader holds nothing, read or in flight:
+  then one read beyond the budget is in memory at most per waiting
+  consumer. Readers allocate the tensors' memory on their own threads; a
+  reader gives the allocator's free memory back to the system
+  (``malloc_trim``, where the C library has it) before each read once
+  tensors were handed out since the last time: freed tensors would
+  otherwise stay resident in the allocator's per-thread pools, and a
+  loader's memory grow past its budget by a batch per reader.
 - readers: at most ``FASTST_PREFETCH_THREADS`` (8 by default) reads run at
   once in the process, whatever ``threads=`` each loader asks for.
 
@@ -52,6 +58,7 @@ bytes of all its shards together, ``threads=`` is split between the shards
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import weakref
 from collections import OrderedDict, deque
@@ -69,6 +76,7 @@ from typing import (
     Set,
     Tuple,
     Union,
+    cast,
 )
 
 from .._errors import closed_file_error, rule_error
@@ -128,6 +136,8 @@ class _Shared:
         self.cond = threading.Condition()
         self.held = 0
         self.readers = 0
+        #: Tensors handed out since a reader last gave free memory back.
+        self.handed = 0
         #: Bumped by every notify: a reader that saw no admission at one
         #: value waits only while it is unchanged.
         self.epoch = 0
@@ -143,6 +153,20 @@ class _Shared:
 
 
 _SHARED = _Shared()
+
+
+def _malloc_trim() -> Optional[Callable[[int], int]]:
+    """The C library's ``malloc_trim`` (glibc), or None."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return cast(Callable[[int], int], trim)
+
+
+_TRIM = _malloc_trim()
 
 
 def plan_error(filename: str, message: str, tensor: Optional[str] = None) -> BaseException:
@@ -247,7 +271,9 @@ class PrefetchLoader:
             return False
         if entry.name in self._wanted or _SHARED.held == 0:
             return True
-        if self._hungry and not self._ready:
+        if self._hungry and not self._held:
+            # A consumer waits with nothing of this loader's in flight or
+            # landed (the process's budget held by other loaders).
             return True
         return self._fits(sum(self._held.values()), entry.nbytes)
 
@@ -332,6 +358,7 @@ class PrefetchLoader:
             raise self._failed.pop(name)
         value = self._ready.pop(name)
         self._release(name)
+        _SHARED.handed += 1
         return value
 
     def names(self) -> List[str]:
@@ -518,6 +545,10 @@ def _work(ref: weakref.ReferenceType[PrefetchLoader]) -> None:
                     _SHARED.cond.wait(_TICK)
             continue
         assert isinstance(entry, list)
+        with _SHARED.cond:
+            trim, _SHARED.handed = _SHARED.handed > 0, 0
+        if trim and _TRIM is not None:
+            _TRIM(0)
         values, errors = _read_batch(loader, entry)
         loader._landed(entry, values, errors)
         del loader, values, errors

@@ -773,7 +773,13 @@ mod tests {
             let d = f64::from(f);
             assert_eq!(f64_to_f16(d), f32_to_f16(f), "{:#010x}", f.to_bits());
             assert_eq!(f64_to_bf16(d), f32_to_bf16(f), "{:#010x}", f.to_bits());
-            assert_eq!((d as f32).to_bits(), f.to_bits());
+            // A signalling NaN comes back quiet where the hardware does the
+            // round trip (unoptimised builds); every other value exactly.
+            if f.is_nan() {
+                assert!((d as f32).is_nan());
+            } else {
+                assert_eq!((d as f32).to_bits(), f.to_bits());
+            }
         }
         let all: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
         for (kind, widen, narrow) in [

@@ -65,6 +65,7 @@ mod redact;
 mod runtime;
 mod stores;
 pub mod upload;
+mod urls;
 mod wait;
 
 use std::sync::Arc;
@@ -78,10 +79,11 @@ pub use client::certificates_unchecked;
 pub use error::ANSWER_SHOWN;
 pub use fetch::{parts, Part};
 pub use layout_upload::{LayoutUpload, TensorUpload};
-pub use options::{is_url, literal_key, ConfigError, Tuning};
+pub use options::{ConfigError, Tuning};
 pub use redact::{display, in_text};
 pub use runtime::runtime;
 pub use upload::Upload;
+pub use urls::{is_url, literal_key};
 pub use wait::Cancel;
 
 use wait::wait;

@@ -9,7 +9,7 @@
 //!   `safe_open`): from the first `scheme://` on, it is a URL, shown without
 //!   its user part, query and fragment. A cloud store's URL (`s3://`,
 //!   `gs://`, `az://`...) has neither: its key is taken literally
-//!   ([`crate::options::literal_key`]) and shown whole, without the user
+//!   ([`crate::urls::literal_key`]) and shown whole, without the user
 //!   part. A URL that parses is shown as the
 //!   URL parser reads it; one that does not (a bad port, a broken IPv6 host)
 //!   loses everything up to the last `@` and everything from the first `?`
@@ -45,7 +45,7 @@ fn scheme_start(text: &str, sep: usize) -> Option<usize> {
 
 /// The URL `url` (starting with `scheme://`) as shown.
 fn one(url: &str) -> String {
-    if let Some((root, _)) = crate::options::literal_key(url) {
+    if let Some((root, _)) = crate::urls::literal_key(url) {
         // A cloud store's key is taken literally (`#`, `?` and `%` are
         // characters of it, no query or fragment): shown whole, after the
         // root without its user part. Where a user part may go on past the
