@@ -8,7 +8,6 @@ cannot be installed in a process that has imported the reference."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,11 +17,8 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-# Both run in the subprocesses only: looked up, not imported (diffusers brings
-# tensorflow, which every pytest-xdist worker would pay for at collection).
-for _package in ("transformers", "diffusers"):
-    if importlib.util.find_spec(_package) is None:
-        pytest.skip(f"could not import {_package!r}", allow_module_level=True)
+pytest.importorskip("transformers")
+pytest.importorskip("diffusers")
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "helpers", "dropin_loaders.py")
 

@@ -5,15 +5,30 @@ only fastst can, byte-identical saves, and the caller's dict left alone."""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
+# paddle must be imported before tensorflow: importing it after tensorflow
+# crashes the interpreter (paddlepaddle 3.3 / tensorflow-cpu 2.21).
+import paddle  # isort: skip  # noqa: I001
+
 import fastst
+import fastst.flax
+import fastst.mlx
+import fastst.paddle
+import fastst.tensorflow
+import jax
+import jax.numpy as jnp
 import ml_dtypes
+import mlx.core as mx
 import numpy as np
 import pytest
 import safetensors
+import safetensors.flax as ref_flax
+import safetensors.mlx as ref_mlx
+import safetensors.paddle as ref_paddle
+import safetensors.tensorflow as ref_tf
+import tensorflow as tf
 from helpers.raw_files import raw_file
 from helpers.st_compare import same_file_bytes
 
@@ -46,49 +61,20 @@ def _mlx_bytes(t: Any) -> bytes:
     return np.asarray(t).tobytes()
 
 
-FRAMEWORKS = ["flax", "tensorflow", "paddle", "mlx"]
 #: framework -> (tensor type, bytes of a tensor, dtype name of a tensor)
-KINDS: Dict[str, Tuple[type, Callable[[Any], bytes], Callable[[Any], str]]] = {}
-#: framework -> the reference's module, and fastst's (safetensors.flax, fastst.flax, ...)
-REFERENCE: Dict[str, Any] = {}
-OURS: Dict[str, Any] = {}
-# The frameworks, imported by _frameworks below.
-paddle: Any = None
-jax: Any = None
-jnp: Any = None
-mx: Any = None
-tf: Any = None
-ref_paddle: Any = None
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _frameworks() -> None:
-    """Imports the frameworks when the module's first test runs, not at
-    collection (tensorflow, paddle and jax take seconds that every pytest-xdist
-    worker would pay, whether or not it runs this module). paddle comes before
-    importing it after tensorflow crashes the interpreter (paddlepaddle 3.3 /
-    tensorflow-cpu 2.21); fastst.paddle / safetensors.paddle import it too."""
-    global paddle, jax, jnp, mx, tf, ref_paddle
-    import jax
-    import jax.numpy as jnp
-    import mlx.core as mx
-    import paddle
-    import tensorflow as tf
-
-    for name in FRAMEWORKS:
-        OURS[name] = importlib.import_module(f"fastst.{name}")
-        REFERENCE[name] = importlib.import_module(f"safetensors.{name}")
-    ref_paddle = REFERENCE["paddle"]
-    KINDS.update(
-        {
-            "flax": (jax.Array, lambda t: np.asarray(t).tobytes(), lambda t: str(t.dtype)),
-            "tensorflow": (tf.Tensor, lambda t: t.numpy().tobytes(), lambda t: t.dtype.name),
-            "paddle": (paddle.Tensor, _paddle_bytes, lambda t: str(t.dtype)),
-            "mlx": (mx.array, _mlx_bytes, lambda t: str(t.dtype)),
-        }
-    )
-
-
+KINDS: Dict[str, Tuple[type, Callable[[Any], bytes], Callable[[Any], str]]] = {
+    "flax": (jax.Array, lambda t: np.asarray(t).tobytes(), lambda t: str(t.dtype)),
+    "tensorflow": (tf.Tensor, lambda t: t.numpy().tobytes(), lambda t: t.dtype.name),
+    "paddle": (paddle.Tensor, _paddle_bytes, lambda t: str(t.dtype)),
+    "mlx": (mx.array, _mlx_bytes, lambda t: str(t.dtype)),
+}
+REFERENCE = {"flax": ref_flax, "tensorflow": ref_tf, "paddle": ref_paddle, "mlx": ref_mlx}
+OURS = {
+    "flax": fastst.flax,
+    "tensorflow": fastst.tensorflow,
+    "paddle": fastst.paddle,
+    "mlx": fastst.mlx,
+}
 SHAPES = [(2, 4), (), (0, 2)]
 
 
@@ -136,7 +122,7 @@ def _numpy_oracle(path: Path, name: str) -> np.ndarray:
         return f.get_tensor(name)
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("framework", list(KINDS))
 def test_every_dtype_against_reference(every_dtype: Path, framework: str) -> None:
     kind, to_bytes, dtype_of = KINDS[framework]
     compared = 0
@@ -165,7 +151,7 @@ def test_every_dtype_against_reference(every_dtype: Path, framework: str) -> Non
     assert compared >= 30
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("framework", list(KINDS))
 def test_load_file_and_load_match_reference(tmp_path: Path, framework: str) -> None:
     rng = np.random.default_rng(5)
     tensors = {
@@ -235,7 +221,7 @@ def _inputs(framework: str) -> Dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("framework", list(KINDS))
 def test_save_is_byte_identical_and_leaves_the_dict_alone(tmp_path: Path, framework: str) -> None:
     tensors = _inputs(framework)
     before = dict(tensors)
@@ -350,7 +336,7 @@ def test_cpu_only_frameworks_refuse_devices(tmp_path: Path, framework: str) -> N
 INDICES = [(slice(None),), 1, -1, (slice(0, 1), slice(1, 3)), (Ellipsis, 2), (None, 0)]
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("framework", list(KINDS))
 def test_slices_match_reference(tmp_path: Path, framework: str) -> None:
     values = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     path = _write(tmp_path, raw_file({"x": ("F32", values.shape, values.tobytes())}))
@@ -385,19 +371,18 @@ def _paddle_make() -> Dict[str, Any]:
 
 
 FRAMEWORK_MODULES = {
-    "flax": ("flax", lambda: {"w": jnp.arange(6, dtype=jnp.bfloat16).reshape(2, 3)},
+    "flax": (fastst.flax, lambda: {"w": jnp.arange(6, dtype=jnp.bfloat16).reshape(2, 3)},
              lambda t: np.asarray(t.astype(jnp.float32))),
-    "tensorflow": ("tensorflow", _tf_make, lambda t: tf.cast(t, tf.float32).numpy()),
-    "paddle": ("paddle", _paddle_make, lambda t: t.astype("float32").numpy()),
-    "mlx": ("mlx", lambda: {"w": mx.arange(6, dtype=mx.bfloat16).reshape(2, 3)},
+    "tensorflow": (fastst.tensorflow, _tf_make, lambda t: tf.cast(t, tf.float32).numpy()),
+    "paddle": (fastst.paddle, _paddle_make, lambda t: t.astype("float32").numpy()),
+    "mlx": (fastst.mlx, lambda: {"w": mx.arange(6, dtype=mx.bfloat16).reshape(2, 3)},
             lambda t: np.array(t.astype(mx.float32))),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(FRAMEWORK_MODULES))
 def test_every_framework_module_takes_the_uniform_options(name: str, tmp_path: Path) -> None:
-    framework, make, as_f32 = FRAMEWORK_MODULES[name]
-    module = OURS[framework]
+    module, make, as_f32 = FRAMEWORK_MODULES[name]
     path = tmp_path / "m.safetensors"
     module.save_file(make(), path, durable=True)
     expected = np.arange(6, dtype=np.float32).reshape(2, 3)
