@@ -121,11 +121,18 @@ def deep_tree(tmp_path: Path) -> Iterator[Tuple[Path, Path]]:
     """``tmp_path/tree`` holding ``top.safetensors`` and, 1,200 folders down,
     ``deep.safetensors`` and a stale temporary file; removed level by level
     (a recursive removal would fail as the walks did)."""
-    root = deepest = tmp_path / "tree"
+    root = tmp_path / "tree"
     root.mkdir()
-    for _ in range(LEVELS):  # os.makedirs recurses too
-        deepest = deepest / "d"
-        deepest.mkdir()
+    deepest = root.joinpath(*["d"] * LEVELS)
+    # Level by level, each folder made and removed relative to its parent's descriptor
+    # (os.makedirs recurses too; whole paths would cost the kernel 1,200 lookups each).
+    fd = os.open(root, os.O_RDONLY)
+    for _ in range(LEVELS):
+        os.mkdir("d", dir_fd=fd)
+        child = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    os.close(fd)
     for folder in (root, deepest):
         name = "top" if folder == root else "deep"
         fastst.numpy.save_file({"w": np.zeros(2, np.float32)}, folder / f"{name}.safetensors")
@@ -133,9 +140,13 @@ def deep_tree(tmp_path: Path) -> Iterator[Tuple[Path, Path]]:
     yield root, deepest
     for path in deepest.iterdir():
         path.unlink()
-    while deepest != root:
-        os.rmdir(deepest)
-        deepest = deepest.parent
+    fd = os.open(deepest, os.O_RDONLY)
+    for _ in range(LEVELS):
+        parent = os.open("..", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        os.rmdir("d", dir_fd=parent)
+        fd = parent
+    os.close(fd)
 
 
 def test_deep_folders_are_one_error_line(

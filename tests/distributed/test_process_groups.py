@@ -24,7 +24,6 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from fastst import _distributed as D
 from fastst._distributed import replicated, tensor_parallel  # noqa: F401 (D.replicated, D.tensor_parallel)
 from fastst._sources.sharded import find_index
@@ -36,6 +35,7 @@ from fastst.torch import (
     save_file,
     save_sharded,
 )
+from helpers.ranks import start_ranks
 
 pytestmark = [
     pytest.mark.slow,
@@ -372,13 +372,7 @@ def _free_port() -> int:
 
 
 def _spawn(world: int, files: Dict[str, str], full: bool, out: Path) -> List[Dict[str, Any]]:
-    ctx = mp.start_processes(
-        _worker,
-        args=(world, _free_port(), files, full, str(out)),
-        nprocs=world,
-        join=False,
-        start_method="spawn",
-    )
+    ctx = start_ranks(_worker, (world, _free_port(), files, full, str(out)), world)
     deadline = time.monotonic() + TIME_LIMIT
     while not ctx.join(timeout=max(1.0, deadline - time.monotonic())):
         if time.monotonic() > deadline:

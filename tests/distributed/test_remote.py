@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+from helpers.ranks import start_ranks
 from helpers.remote_servers import Proxy, SeaweedS3
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
-mp = pytest.importorskip("torch.multiprocessing")
+pytest.importorskip("torch.multiprocessing")
 
 pytestmark = [
     pytest.mark.slow,
@@ -83,13 +84,7 @@ def test_each_byte_is_fetched_by_one_rank(s3_server: SeaweedS3, tmp_path: Path, 
     try:
         job = {"url": url, "local": str(local), "out": str(tmp_path)}
         env = [s3_server.env(p.url) for p in proxies]
-        ctx = mp.start_processes(
-            _worker,
-            args=(world, _free_port(), env, job),
-            nprocs=world,
-            join=False,
-            start_method="spawn",
-        )
+        ctx = start_ranks(_worker, (world, _free_port(), env, job), world)
         deadline = time.monotonic() + TIME_LIMIT
         while not ctx.join(timeout=max(1.0, deadline - time.monotonic())):
             if time.monotonic() > deadline:

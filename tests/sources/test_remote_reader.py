@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from fastst import SafetensorError, ShardIndexError
 from fastst._sources.remote import shard_url
+from helpers.ranks import start_ranks
 from helpers.remote_servers import Site
 
 # Real servers (SeaweedFS, HTTP, a proxy) started for these tests: outside the inner loop.
@@ -267,15 +268,15 @@ def test_load_distributed_fetches_each_byte_once(
     pytest.importorskip("torch.distributed")
     import socket
 
-    import torch.multiprocessing as mp
-
     site = make_site("http")
     url = site.put("d/model.safetensors", local)
     site.proxy.reset()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
-    mp.start_processes(_rank, args=(2, port, url, str(tmp_path)), nprocs=2, start_method="spawn")
+    group = start_ranks(_rank, (2, port, url, str(tmp_path)), 2)
+    while not group.join():
+        pass
     want = {k: float(v.astype(np.float64).sum()) for k, v in _tensors().items()}
     for rank in range(2):
         got = json.loads((tmp_path / f"rank{rank}.json").read_text())

@@ -8,6 +8,7 @@ import base64
 import datetime as dt
 import json
 import os
+import shutil
 import subprocess
 import sys
 from importlib import resources
@@ -62,10 +63,11 @@ def _keypair(folder: Path, name: str, key: Any) -> Tuple[Path, Path]:
     return priv, pub
 
 
-@pytest.fixture()
-def keys(tmp_path: Path) -> Dict[str, Tuple[Path, Path]]:
-    folder = tmp_path / "keys"
-    folder.mkdir()
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Tuple[Path, Path]]:
+    """Key pairs, made once for the module (an RSA-2048 key alone takes a good
+    part of a second): the tests only read these files."""
+    folder = tmp_path_factory.mktemp("keys")
     return {
         "p256": _keypair(folder, "p256", ec.generate_private_key(ec.SECP256R1())),
         "p384": _keypair(folder, "p384", ec.generate_private_key(ec.SECP384R1())),
@@ -117,12 +119,12 @@ def _cert(
     return b.sign(issuer_key, hashes.SHA256())
 
 
-@pytest.fixture()
-def pki(tmp_path: Path) -> Dict[str, Path]:
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
     """A root CA, an intermediate CA and a code-signing leaf; a second,
-    unrelated root; and a leaf that may not sign."""
-    folder = tmp_path / "pki"
-    folder.mkdir()
+    unrelated root; and a leaf that may not sign (made once for the module:
+    the tests only read these files)."""
+    folder = tmp_path_factory.mktemp("pki")
     root_key = ec.generate_private_key(ec.SECP384R1())
     root = _cert("fastst test root", root_key, None, root_key, ca=True)
     inter_key = ec.generate_private_key(ec.SECP256R1())
@@ -393,20 +395,36 @@ def test_git_paths_and_ignored_paths(model: Path, keys: Dict[str, Tuple[Path, Pa
 # bad input: one clear finding each, never "verified" -----------------------------------------
 
 
-@pytest.fixture()
-def signed_model(model: Path, keys: Dict[str, Tuple[Path, Path]]) -> Tuple[Path, Path, Path]:
-    priv, pub = keys["p256"]
+@pytest.fixture(scope="module")
+def _signed_template(
+    tmp_path_factory: pytest.TempPathFactory, keys: Dict[str, Tuple[Path, Path]]
+) -> Path:
+    """The model signed by the model_signing command with the p256 key, once for
+    the module (each run of the command costs about a second); never edited:
+    ``signed_model`` hands each test a copy."""
+    model = make_model(tmp_path_factory.mktemp("signed") / "tiny-model")
     r = ms(
         "sign",
         "key",
         str(model),
         "--private_key",
-        str(priv),
+        str(keys["p256"][0]),
         "--signature",
         str(model / "model.sig"),
     )
     assert r.returncode == 0, r.stderr
-    return model, model / "model.sig", pub
+    return model
+
+
+@pytest.fixture()
+def signed_model(
+    _signed_template: Path, tmp_path: Path, keys: Dict[str, Tuple[Path, Path]]
+) -> Tuple[Path, Path, Path]:
+    """(model, signature, public key): this test's own copy of the signed model
+    (a folder of the same name, so the signature names it alike)."""
+    model = tmp_path / _signed_template.name
+    shutil.copytree(_signed_template, model, symlinks=True)
+    return model, model / "model.sig", keys["p256"][1]
 
 
 def test_tampered_tensor_bytes(signed_model: Tuple[Path, Path, Path]) -> None:

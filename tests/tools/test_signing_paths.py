@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.util
 import json
 import os
 import pathlib
@@ -24,14 +25,34 @@ from helpers.raw_files import raw_file
 
 pytestmark = pytest.mark.slow
 
-ec = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ec")
-serialization = pytest.importorskip("cryptography.hazmat.primitives.serialization")
-hashes = pytest.importorskip("cryptography.hazmat.primitives.hashes")
-ms_hashing = pytest.importorskip("model_signing.hashing")
-ms_manifest = pytest.importorskip("model_signing.manifest")
-ms_verifying = pytest.importorskip("model_signing.verifying")
-ms_signing = pytest.importorskip("model_signing._signing.signing")
-ms_ec_key = pytest.importorskip("model_signing._signing.sign_ec_key")
+for _package in ("cryptography", "model_signing"):
+    if importlib.util.find_spec(_package) is None:
+        pytest.skip(f"could not import {_package!r}", allow_module_level=True)
+
+# Imported by the fixture below when the module's first test runs, not at
+# collection: model_signing brings sigstore and boto3, which every pytest-xdist
+# worker would pay for, whether or not it runs this module.
+ec: Any = None
+serialization: Any = None
+hashes: Any = None
+ms_hashing: Any = None
+ms_manifest: Any = None
+ms_verifying: Any = None
+ms_signing: Any = None
+ms_ec_key: Any = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _model_signing() -> None:
+    global ec, serialization, hashes, ms_hashing, ms_manifest, ms_verifying, ms_signing, ms_ec_key
+    ec = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ec")
+    serialization = pytest.importorskip("cryptography.hazmat.primitives.serialization")
+    hashes = pytest.importorskip("cryptography.hazmat.primitives.hashes")
+    ms_hashing = pytest.importorskip("model_signing.hashing")
+    ms_manifest = pytest.importorskip("model_signing.manifest")
+    ms_verifying = pytest.importorskip("model_signing.verifying")
+    ms_signing = pytest.importorskip("model_signing._signing.signing")
+    ms_ec_key = pytest.importorskip("model_signing._signing.sign_ec_key")
 
 
 @pytest.fixture()
