@@ -11,13 +11,14 @@ process), several files at a time (``--jobs``, one per core by default):
 
 - through fastst's drop-in hook (``python -m fastst run -m pytest ...``),
   where ``import safetensors`` is served by fastst;
-- then, where fastst did not pass every test of the file, against the
-  reference package of that release (the baseline), to tell a regression
+- then, where fastst did not pass every test of the file, those tests
+  against the reference package of that release (the baseline; the whole
+  file when the fastst run stopped short), to tell a regression
   from a test the reference does not pass either here (a framework that is
   not installed): 0.8.0 as installed in the environment; 0.9.0rc1 installed
   at test time with pip into ``target/reference-suite/site-0.9.0rc1`` (its
   wheel, no dependencies; the environment keeps 0.8.0) and put first on
-  ``PYTHONPATH``. ``--baseline`` runs it for every file.
+  ``PYTHONPATH``. ``--baseline`` runs it on every file, whole.
 
 A test file of a later release that is byte for byte the same as the
 earlier release's (with the same ``data`` folder) runs once, with the
@@ -28,8 +29,9 @@ against the later baseline). Of 0.9.0rc1's files only
 Tests that need a GPU are deselected on a machine without CUDA. Fails (exit
 status 1) if any test that passes for the reference does not pass for
 fastst, if no test of a release passes for fastst, or if the baseline ran
-and passed no test (it did not run); a file the reference cannot run at all
-(a framework it imports is missing) is reported and not compared. Prints a
+and ``import safetensors`` there is not the reference of that release; a
+file the reference cannot run at all (a framework it imports is missing)
+is reported and not compared. Prints a
 mark per test (. passed, s skipped, F failed) and a line per file, in file
 order as the files finish (as the tests run with ``--jobs 1``).
 
@@ -53,6 +55,8 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Tuple
+
+from packaging.version import Version
 
 #: Each reference release whose suite runs: its version, the SHA-256 of its
 #: sdist as published on PyPI, and whether its baseline is installed at test
@@ -169,6 +173,36 @@ def outcomes(output: str) -> Dict[str, str]:
 _MARK = {"passed": ".", "skipped": "s"}
 
 
+def _baseline_env(site: Optional[str]) -> Dict[str, str]:
+    """The environment of the baseline: the reference package, not a fastst
+    checkout (``site``, a folder holding the reference, first when given)."""
+    env = dict(os.environ)
+    env.pop("FASTST_AS_SAFETENSORS", None)
+    env.pop("PYTHONPATH", None)
+    if site is not None:
+        env["PYTHONPATH"] = site
+    return env
+
+
+def baseline_problem(version: str, site: Optional[str]) -> Optional[str]:
+    """Why the baseline of ``version`` would not be the reference package of
+    that release (None when it is): what ``import safetensors`` gives there."""
+    probe = "import safetensors; print(safetensors.__version__); print(safetensors.__file__)"
+    found = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=_baseline_env(site),
+        cwd=tempfile.gettempdir(),
+        capture_output=True,
+        text=True,
+    )
+    lines = found.stdout.split()
+    same = bool(lines) and Version(lines[0]) == Version(version)
+    if found.returncode != 0 or not same or "fastst" in found.stdout:
+        tail = (found.stdout + found.stderr).strip()[-300:]
+        return f"the baseline's safetensors is not the reference {version}: {tail}"
+    return None
+
+
 def _pytest(
     run_dir: str,
     args: List[str],
@@ -180,17 +214,14 @@ def _pytest(
     """Runs pytest; returns (exit status, output), printing a mark per test
     result as it comes when ``live``. The baseline sees ``site`` (a folder
     holding the reference package) first, when given."""
-    env = dict(os.environ)
-    env.pop("FASTST_AS_SAFETENSORS", None)
     pytest_args = ["-m", "pytest", "-v" if verbose else "-q", "-p", "no:cacheprovider", *args]
     if through_fastst:
+        env = dict(os.environ)
+        env.pop("FASTST_AS_SAFETENSORS", None)
         command = [sys.executable, "-m", "fastst", "run", *pytest_args]
     else:
+        env = _baseline_env(site)
         command = [sys.executable, *pytest_args]
-        # The baseline must see the reference package, not a fastst checkout.
-        env.pop("PYTHONPATH", None)
-        if site is not None:
-            env["PYTHONPATH"] = site
     lines: List[str] = []
     with subprocess.Popen(
         command, cwd=run_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
@@ -211,14 +242,16 @@ def run_file(
     workdir: str,
     live: bool = True,
     site: Optional[str] = None,
+    only: Optional[List[str]] = None,
 ) -> Tuple[Dict[str, str], int, str, float]:
-    """Runs one test file in a fresh copy of ``bindings/python/tests``;
-    returns (outcomes, exit status, output tail, seconds). When the process
-    dies (a crash in a framework), the tests it did not get to are run one
-    per process and a test that crashes on its own counts as failed."""
+    """Runs one test file (or only its tests ``only``, by id) in a fresh
+    copy of ``bindings/python/tests``; returns (outcomes, exit status,
+    output tail, seconds). When the process dies (a crash in a framework),
+    the tests it did not get to are run one per process and a test that
+    crashes on its own counts as failed."""
     run_dir = tempfile.mkdtemp(dir=workdir)
     shutil.copytree(os.path.join(bindings, "tests"), os.path.join(run_dir, "tests"))
-    args = [os.path.join("tests", test_file)]
+    args = list(only) if only else [os.path.join("tests", test_file)]
     if not _has_cuda():
         for test_id in GPU_ONLY:
             if test_id.startswith(test_file + "::"):
@@ -330,9 +363,25 @@ def main() -> int:
     _has_cuda()  # asked once, before any thread asks
     Run = Tuple[Dict[str, str], int, str, float]
 
-    def one_run(item: Tuple[str, str, Optional[str], str], through_fastst: bool) -> Run:
+    def one_run(
+        item: Tuple[str, str, Optional[str], str],
+        through_fastst: bool,
+        only: Optional[List[str]] = None,
+    ) -> Run:
         _version, bindings, site, test_file = item
-        return run_file(bindings, test_file, through_fastst, workdir, live, site)
+        return run_file(bindings, test_file, through_fastst, workdir, live, site, only)
+
+    def baseline_of(item: Tuple[str, str, Optional[str], str], ours: Run) -> Optional[Run]:
+        """The reference's run of the tests fastst did not pass (of the
+        whole file with ``--baseline``, or when the fastst run reported no
+        test or stopped short of running them); None when fastst passed
+        them all."""
+        if whole(ours) and not args.baseline:
+            return None
+        found, returncode = ours[0], ours[1]
+        short = not found or returncode not in (0, 1)
+        missed = [t for t, o in found.items() if o != "passed"]
+        return one_run(item, False, None if args.baseline or short else missed)
 
     def whole(run: Run) -> bool:
         """Whether a run passed every test of its file (and ran some)."""
@@ -343,7 +392,7 @@ def main() -> int:
         """The file run by fastst, then by the reference unless fastst
         passed it whole."""
         ours = one_run(item, True)
-        return ours, None if whole(ours) and not args.baseline else one_run(item, False)
+        return ours, baseline_of(item, ours)
 
     def summary(found: Dict[str, str], passed: int, seconds: float) -> str:
         marks = "" if live else "".join(_MARK.get(o, "F") for o in found.values())
@@ -363,11 +412,10 @@ def main() -> int:
             counts["fastst"] += len(our_pass)
             if runs:
                 baseline = runs[1]
-            elif whole((ours, our_rc, our_tail, our_s)) and not args.baseline:
-                baseline = None
             else:
-                print("  reference ", end="", flush=True)
-                baseline = one_run(item, False)
+                if not whole((ours, our_rc, our_tail, our_s)) or args.baseline:
+                    print("  reference ", end="", flush=True)
+                baseline = baseline_of(item, (ours, our_rc, our_tail, our_s))
             if baseline is None:
                 print("  reference not run: fastst passed every test of the file")
                 continue
@@ -401,16 +449,16 @@ def main() -> int:
         else:
             print(f"run folders kept in {workdir}")
     for version, counts in totals.items():
+        site = next(w[2] for w in work if w[0] == version)
+        problem = baseline_problem(version, site) if counts["baselines"] else None
+        if problem:
+            regressions.append(f"{version}: {problem}")
         print(
-            f"{version} passed: fastst {counts['fastst']}; the reference, on the"
-            f" {counts['baselines']} files it ran tests of, {counts['reference']}"
+            f"{version} passed: fastst {counts['fastst']}; the reference ran what fastst"
+            f" did not pass in {counts['baselines']} files and passed {counts['reference']}"
         )
         if counts["fastst"] == 0:
             regressions.append(f"{version}: no test passed for fastst: the suite did not run")
-        if counts["baselines"] and counts["reference"] == 0:
-            regressions.append(
-                f"{version}: no test passed for the reference: the baseline did not run"
-            )
     print(f"took {time.monotonic() - started:.0f} s")
     if regressions:
         print("tests passing for the reference but not for fastst:")
