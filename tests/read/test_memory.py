@@ -211,6 +211,8 @@ def test_a_loader_iterated_slowly_gives_freed_tensors_back(tmp_path, monkeypatch
             fh.write(bytes([i]) * per)
     trims = []
     monkeypatch.setattr(_loader, "_TRIM", lambda pad: trims.append(pad) or 0)
+    # hand-outs of loaders before this one (the count is the process's) do not count
+    monkeypatch.setattr(_loader._SHARED, "handed", 0)
     # a budget of one tensor: every read after the first waits for a take
     with fastst.safe_open(path, "np") as f:
         with f.prefetch(budget=per, threads=2) as loader:
