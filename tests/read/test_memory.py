@@ -128,13 +128,10 @@ def test_views_of_every_tensor_barely_grow_anonymous_memory(tmp_path) -> None:
     assert r["touched"] < 0.05 * r["size"], r
 
 
-@pytest.mark.slow
-def test_a_loader_taken_slowly_holds_its_budget_and_a_read_per_thread(tmp_path) -> None:
-    """Peak memory of a loader <= its budget + one read buffer per thread: a
-    512 MiB plan under a 64 MiB budget, 4 readers, each tensor taken only
-    once the readers have run as far ahead as the budget lets them."""
-    count, per, budget, threads = 64, 8 * MIB, 64 * MIB, 4
-    path = tmp_path / "plan.safetensors"
+def plan_file(folder, count: int, per: int):
+    """A file of ``count`` U8 tensors ``t00``, ``t01``... of ``per`` bytes,
+    tensor ``i`` holding the byte ``i``."""
+    path = folder / "plan.safetensors"
     header = {
         f"t{i:02d}": {"dtype": "U8", "shape": [per], "data_offsets": [i * per, (i + 1) * per]}
         for i in range(count)
@@ -145,6 +142,16 @@ def test_a_loader_taken_slowly_holds_its_budget_and_a_read_per_thread(tmp_path) 
         fh.write(struct.pack("<Q", len(raw)) + raw)
         for i in range(count):
             fh.write(bytes([i]) * per)
+    return path
+
+
+@pytest.mark.slow
+def test_a_loader_taken_slowly_holds_its_budget_and_a_read_per_thread(tmp_path) -> None:
+    """Peak memory of a loader <= its budget + one read buffer per thread: a
+    512 MiB plan under a 64 MiB budget, 4 readers, each tensor taken only
+    once the readers have run as far ahead as the budget lets them."""
+    count, per, budget, threads = 64, 8 * MIB, 64 * MIB, 4
+    path = plan_file(tmp_path, count, per)
     script = textwrap.dedent(
         f"""
         import json, sys, time
@@ -198,17 +205,7 @@ def test_a_loader_iterated_slowly_gives_freed_tensors_back(tmp_path, monkeypatch
     from fastst._read import loader as _loader
 
     count, per = 12, 1 * MIB
-    path = tmp_path / "plan.safetensors"
-    header = {
-        f"t{i:02d}": {"dtype": "U8", "shape": [per], "data_offsets": [i * per, (i + 1) * per]}
-        for i in range(count)
-    }
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(raw)) + raw)
-        for i in range(count):
-            fh.write(bytes([i]) * per)
+    path = plan_file(tmp_path, count, per)
     trims = []
     monkeypatch.setattr(_loader, "_TRIM", lambda pad: trims.append(pad) or 0)
     # hand-outs of loaders before this one (the count is the process's) do not count
