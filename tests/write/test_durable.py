@@ -294,6 +294,42 @@ def test_a_large_replaced_file_is_let_go_of(tmp_path: Path) -> None:
     assert listing(tmp_path) == ["model.safetensors"]
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_a_sharded_save_holds_the_replaced_shards_until_its_last_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Freeing a replaced shard joins the filesystem's running journal
+    # transaction, which the commit's next flush would then wait for (on ext4
+    # mounted with discard, the old blocks' trim: a third of a second per
+    # gigabyte): the old shards are let go of only once the index naming the
+    # new ones is flushed, then no handle on them stays.
+    from fastst._write import sharded
+
+    folder = tmp_path / "ckpt"
+    tensors = {f"t{i}": np.full(1 << 20, i, dtype=np.float32) for i in range(2)}
+    fnp.save_sharded(tensors, folder, max_shard_size="4MiB")
+    old = sorted(p for p in folder.iterdir() if p.name.endswith(".safetensors"))
+    assert len(old) == 2
+    for shard in old:  # large enough to be held (64 MiB), sparse
+        os.truncate(shard, 64 << 20)
+    held_at_flush = []
+    replace = sharded.replace_bytes
+
+    def spied(path: str, data: bytes) -> None:
+        held_at_flush.append([bool(open_handles_to(p)) for p in old])
+        replace(path, data)
+
+    monkeypatch.setattr(sharded, "replace_bytes", spied)
+    fnp.save_sharded({k: v + 1 for k, v in tensors.items()}, folder, max_shard_size="4MiB")
+    # The index written twice: naming the staged shards, then the final names.
+    assert held_at_flush == [[False, False], [True, True]]
+    deadline = time.monotonic() + 10
+    while any(open_handles_to(p) for p in old) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [open_handles_to(p) for p in old] == [[], []]
+    assert (fnp.load_file(folder)["t1"] == 2).all()
+
+
 @pytest.fixture
 def roomy_ext4(tmp_path: Path) -> Iterator[Path]:
     if os.geteuid() != 0 or shutil.which("mount") is None or shutil.which("mkfs.ext4") is None:

@@ -132,11 +132,12 @@ def _complete(folder: str, stage: str, record: Dict[str, Any]) -> None:
     """Step 3, which may be repeated (after an interruption) from anywhere in it."""
     token = record["token"]
     finals: List[str] = record["files"]
+    replaced = []  # held until the folder is flushed (link_file's ReplacedFile)
     for final in finals:
         staged = staged_path(folder, token, final)
         if os.path.exists(staged):  # else moved by the interrupted pass
             target = os.path.join(folder, final)
-            link_file(staged, target, readable(target), False)
+            replaced.append(link_file(staged, target, readable(target), False))
             remove_if_present(staged)
     family = FAMILIES[record["kind"]]
     keep = set(finals)
@@ -146,6 +147,8 @@ def _complete(folder: str, stage: str, record: Dict[str, Any]) -> None:
     if record["index"] is not None:
         replace_bytes(os.path.join(folder, INDEX_NAME), record["index"].encode("utf-8"))
     _fsync_dir(folder)
+    for held in replaced:
+        held.release()
     remove_if_present(os.path.join(stage, _RECORD))
     _remove_stage(stage)
 

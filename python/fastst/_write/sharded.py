@@ -15,7 +15,9 @@ A save over an existing checkpoint commits as one, through this sequence
    of this write removes the staged shards: nothing names them);
 3. each staged shard is linked to its final name
    (``{prefix}-00001-of-0000N.safetensors``), replacing an old shard of
-   that name in one step (:func:`fastst._fastst.write.link_file`);
+   that name in one step (:func:`fastst._fastst.write.link_file`); the
+   old shards are held open until step 4 is flushed, then freed by a
+   background thread, so that the flush does not wait for their blocks;
 4. the index is replaced by one naming the final names;
 5. this save's staged names are removed, and what earlier saves of the
    prefix made that the new index does not name: their shards, the staged
@@ -339,13 +341,19 @@ def commit_staged(
             for name in staged:
                 remove_if_present(os.path.join(folder, name))
             raise
-        # 3. The ecosystem's names, each replaced in one step.
+        # 3. The ecosystem's names, each replaced in one step; the old shards
+        # are held until step 4 is flushed (link_file's ReplacedFile).
+        replaced = []
         for at, (name, final) in enumerate(zip(staged, finals, strict=True)):
             target = os.path.join(folder, final)
-            link_file(os.path.join(folder, name), target, readable(target), at == total - 1)
+            replaced.append(
+                link_file(os.path.join(folder, name), target, readable(target), at == total - 1)
+            )
         # 4. The index names them.
         replace_bytes(index_path, index_bytes(finals))
         # 5. What no index names any more.
+        for held in replaced:
+            held.release()
         for name in staged:
             remove_if_present(os.path.join(folder, name))
         remove_earlier(folder, prefix, set(finals))

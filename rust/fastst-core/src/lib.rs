@@ -168,7 +168,7 @@ pub use table::TensorInfo;
 pub use write::{
     check_alignment, data_alignment, link_replace, replace_with_bytes, serialize, write_atomic,
     write_file, AtomicFile, Blocking, FileSink, LayoutWriter, Ledger, NewTensor, PlannedTensor,
-    TensorStream, TensorWrite, WriteFailure, WritePlan, DEFAULT_ALIGN, MAX_ALIGN,
+    Replaced, TensorStream, TensorWrite, WriteFailure, WritePlan, DEFAULT_ALIGN, MAX_ALIGN,
 };
 
 /// For fastst's sibling crates only (fastst-inspect, fastst-remote,

@@ -130,6 +130,7 @@ fn write_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<layout_writer::PyLayoutWriter>()?;
     m.add_function(wrap_pyfunction!(write::replace_file, m)?)?;
     m.add_function(wrap_pyfunction!(write::link_file, m)?)?;
+    m.add_class::<write::ReplacedFile>()?;
     m.add_function(wrap_pyfunction!(write::data_alignment, m)?)
 }
 

@@ -3,13 +3,14 @@
 //! with the GIL released.
 
 use fastst_core::{
-    link_replace, replace_with_bytes, write_atomic, Dtype, Error, NewTensor, TensorStream,
-    WritePlan,
+    link_replace, replace_with_bytes, write_atomic, Dtype, Error, NewTensor, Replaced,
+    TensorStream, WritePlan,
 };
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyIterator, PyList, PyTuple};
+use std::sync::Mutex;
 
 use crate::errors::{to_pyerr, InFile};
 use crate::paths::FsPath;
@@ -303,7 +304,8 @@ pub fn replace_file(
 /// Gives the complete file `staged` the name `target` too, replacing what is
 /// there in one step (`fastst_core::link_replace`: a hard link renamed over
 /// `target`, or a copy committed atomically where there are no hard links);
-/// `staged` keeps its name. The GIL is released meanwhile.
+/// `staged` keeps its name. The GIL is released meanwhile. Returns the
+/// replaced file, held until `release()` (or until the object is dropped).
 #[pyfunction]
 #[pyo3(signature = (staged, target, display_name, durable = false))]
 pub fn link_file(
@@ -312,7 +314,24 @@ pub fn link_file(
     target: FsPath,
     display_name: &str,
     durable: bool,
-) -> PyResult<()> {
+) -> PyResult<ReplacedFile> {
     py.allow_threads(|| link_replace(&staged, &target, durable))
         .in_file(display_name)
+        .map(|held| ReplacedFile(Mutex::new(Some(held))))
+}
+
+/// The file a `link_file` replaced (`fastst_core::Replaced`): a commit keeps
+/// it until its last flush, then lets it go.
+#[pyclass(frozen, module = "fastst._fastst.write", name = "ReplacedFile")]
+pub struct ReplacedFile(Mutex<Option<Replaced>>);
+
+#[pymethods]
+impl ReplacedFile {
+    /// Lets the replaced file go (its blocks are freed by a background
+    /// thread); later calls do nothing.
+    fn release(&self) {
+        if let Ok(mut held) = self.0.lock() {
+            held.take();
+        }
+    }
 }

@@ -268,6 +268,23 @@ fn hold_replaced(_target: &Path) -> Option<File> {
     None
 }
 
+/// The file a [`link_replace`] replaced, kept open until the commit it is
+/// part of has flushed everything it flushes: dropping it hands the file to
+/// [`release_in_background`]. Freeing a replaced file's blocks joins the
+/// filesystem's running journal transaction (on a filesystem mounted with
+/// `discard`, trimming them too), which the next flush of the same commit
+/// would then wait for; a commit that replaces several files and flushes
+/// after each keeps them all until its last flush.
+#[derive(Debug, Default)]
+#[must_use = "dropping it lets the replaced file go at once"]
+pub struct Replaced(Option<File>);
+
+impl Drop for Replaced {
+    fn drop(&mut self) {
+        release_in_background(self.0.take());
+    }
+}
+
 /// Closes the handle on a replaced file on a short-lived thread, so that
 /// freeing the old file's pages and blocks does not delay the save (in
 /// place if no thread can be started). The new file is committed already:
@@ -484,8 +501,9 @@ pub fn replace_with_bytes(target: &Path, data: &[u8], durable: bool) -> Result<(
 /// (a checkpoint's index may still name it). Where the filesystem has no
 /// hard links, the bytes are copied into an [`AtomicFile`] and committed
 /// instead. `durable` flushes the folder after the rename (a copy is
-/// flushed before it too).
-pub fn link_replace(staged: &Path, target: &Path, durable: bool) -> Result<()> {
+/// flushed before it too). Returns the replaced file, held (see
+/// [`Replaced`]).
+pub fn link_replace(staged: &Path, target: &Path, durable: bool) -> Result<Replaced> {
     let dir = match target.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -499,7 +517,9 @@ pub fn link_replace(staged: &Path, target: &Path, durable: bool) -> Result<()> {
                 break;
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) if no_hard_links(&e) => return copy_replace(staged, target, durable),
+            Err(e) if no_hard_links(&e) => {
+                return copy_replace(staged, target, durable).map(|()| Replaced::default())
+            }
             Err(e) => return Err(Error::io("linking the new file to its name", e)),
         }
     }
@@ -509,8 +529,9 @@ pub fn link_replace(staged: &Path, target: &Path, durable: bool) -> Result<()> {
             io::Error::from(io::ErrorKind::AlreadyExists),
         )
     })?;
-    // As in a commit: a large file replaced is let go of in the background.
-    let replaced = hold_replaced(target);
+    // As in a commit: a large file replaced is let go of in the background,
+    // here once the caller drops it.
+    let replaced = Replaced(hold_replaced(target));
     if let Err(e) = fs::rename(&temp, target) {
         let _ = fs::remove_file(&temp);
         return Err(Error::io("renaming the new name over the target", e));
@@ -520,8 +541,7 @@ pub fn link_replace(staged: &Path, target: &Path, durable: bool) -> Result<()> {
             let _ = d.sync_all();
         }
     }
-    release_in_background(replaced);
-    Ok(())
+    Ok(replaced)
 }
 
 /// Whether a failed `link` means the filesystem has no hard links (rather
@@ -566,7 +586,7 @@ mod tests {
         let target = dir.join("model-00001-of-00001.safetensors");
         fs::write(&staged, b"new").expect("write");
         fs::write(&target, b"old").expect("write");
-        link_replace(&staged, &target, true).expect("link");
+        let _ = link_replace(&staged, &target, true).expect("link");
         assert_eq!(fs::read(&target).expect("read"), b"new");
         assert_eq!(fs::read(&staged).expect("read"), b"new");
         assert_eq!(entries(&dir).len(), 2);
@@ -852,6 +872,38 @@ mod tests {
             hold_replaced(&large).is_none(),
             "a file with another name stays"
         );
+    }
+
+    /// This process's descriptors on `path` or on the deleted file once
+    /// named so.
+    #[cfg(target_os = "linux")]
+    fn handles_on(path: &Path) -> usize {
+        let deleted = format!("{} (deleted)", path.display());
+        fs::read_dir("/proc/self/fd")
+            .expect("/proc")
+            .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+            .filter(|l| l == path || l.as_os_str() == deleted.as_str())
+            .count()
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_linked_over_large_file_is_held_until_the_caller_lets_it_go() {
+        let dir = temp_dir("held");
+        let (staged, target) = (dir.join("staged"), dir.join("target"));
+        fs::write(&staged, b"new").expect("write");
+        File::create(&target)
+            .and_then(|f| f.set_len(RELEASE_IN_BACKGROUND_AT))
+            .expect("sparse");
+        let replaced = link_replace(&staged, &target, true).expect("link");
+        assert_eq!(fs::read(&target).expect("read"), b"new");
+        assert_eq!(handles_on(&target), 1, "the old file is held");
+        drop(replaced);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while handles_on(&target) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(handles_on(&target), 0, "and let go of once dropped");
     }
 
     #[test]

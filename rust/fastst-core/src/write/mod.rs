@@ -37,7 +37,7 @@ use std::io::Write;
 use std::path::Path;
 
 pub use atomic::{
-    link_replace, replace_with_bytes, write_atomic, AtomicFile, Blocking, WriteFailure,
+    link_replace, replace_with_bytes, write_atomic, AtomicFile, Blocking, Replaced, WriteFailure,
 };
 pub use layout_writer::{LayoutWriter, TensorWrite};
 pub use ledger::Ledger;
