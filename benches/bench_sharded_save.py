@@ -17,12 +17,15 @@ runs each case once, rotating the order; ``os.sync()`` before each case):
   that both saves end with the data on the disk.
 
 Every case writes over what it wrote the round before (a first round, not counted, writes
-them): a save replaces a checkpoint, and freeing the old one's blocks is part of its cost (on a
-file system mounted with ``discard`` a large part: the freed blocks are trimmed).
+them): a save replaces a checkpoint, and the old one's blocks are freed (on a file system
+mounted with ``discard``, trimmed too). ``dd`` and huggingface_hub truncate the old files before
+writing, so their flushes wait for it; fastst lets the old shards go once the new checkpoint is
+durable, in the background.
 
-Reported: median and min-max seconds per case, GB/s, the peak resident memory of the child
-(``ru_maxrss``) above the state dict it holds, and the ratios of the medians (the worst round
-too). Run::
+Reported: median and min-max seconds per case, GB/s, the seconds of an ``os.sync()`` run right
+after the save, off the clock (what the save left for the system to finish), the peak resident
+memory of the child (``ru_maxrss``) above the state dict it holds, and the ratios of the
+medians (the worst round too). Run::
 
     python benches/bench_sharded_save.py --rounds 5 --dir /var/tmp/shard-bench
 
@@ -87,7 +90,11 @@ CHILD = textwrap.dedent(
                            check=True)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"s": seconds, "bytes": nbytes, "rss_mb": (peak - base) / 1024}))
+    after = time.perf_counter()
+    os.sync()  # what the save left to the system (the old blocks' release), off the clock
+    synced = time.perf_counter() - after
+    print(json.dumps({"s": seconds, "sync_s": synced, "bytes": nbytes,
+                      "rss_mb": (peak - base) / 1024}))
     """
 )
 
@@ -127,8 +134,8 @@ def main() -> int:
         line = "  ".join(f"{c} {results[c][-1]['s']:.2f}s" for c in CASES)
         print(f"round {r + 1}: {line}  (load {load:.1f})", flush=True)
     print(f"\n{args.gb} GB BF16 in {args.shards} shards, {args.rounds} rounds, interleaved")
-    print("| case | median s (min-max) | GB/s | peak RSS above the tensors, MB |")
-    print("|---|---|---|---|")
+    print("| case | median s (min-max) | GB/s | then `sync`, s | peak RSS above the tensors, MB |")
+    print("|---|---|---|---|---|")
     med = {}
     for case in CASES:
         times = [x["s"] for x in results[case]]
@@ -136,7 +143,8 @@ def main() -> int:
         gbps = results[case][0]["bytes"] / med[case] / 1e9
         rss = statistics.median(x["rss_mb"] for x in results[case])
         spread = f"{min(times):.2f}-{max(times):.2f}"
-        print(f"| {case} | {med[case]:.2f} ({spread}) | {gbps:.2f} | {rss:.0f} |")
+        synced = statistics.median(x.get("sync_s", 0.0) for x in results[case])
+        print(f"| {case} | {med[case]:.2f} ({spread}) | {gbps:.2f} | {synced:.2f} | {rss:.0f} |")
     worst = max(f["s"] / d["s"] for f, d in zip(results["fastst"], results["dd"], strict=True))
     print(
         f"\nfastst vs dd (dd s / fastst s): {med['dd'] / med['fastst']:.2f}x "
