@@ -88,6 +88,7 @@ def link_file(
     staged: object, target: object, display_name: str, durable: bool = False
 ) -> ReplacedFile: ...
 
+@final
 class ReplacedFile:
     def release(self) -> None: ...
 
