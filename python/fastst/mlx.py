@@ -9,6 +9,8 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 
 import numpy as np
 
+import fastst  # noqa: F401  (the package whole first: see fastst._dropin.hook._FacadeLoader.exec_module)
+
 from . import _frameworks
 from ._faces.io import FrameworkIO
 

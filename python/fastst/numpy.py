@@ -15,6 +15,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
+import fastst  # noqa: F401  (the package whole first: see fastst._dropin.hook._FacadeLoader.exec_module)
+
 from ._faces.io import FrameworkIO
 from ._write.sharded import write_sharded, write_sharded_from
 from ._write.streaming import Layout

@@ -17,6 +17,8 @@ import types
 from collections import defaultdict  # noqa: F401 (in the reference module's namespace too)
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+import fastst  # noqa: F401  (the package whole first: see fastst._dropin.hook._FacadeLoader.exec_module)
+
 from . import _frameworks
 from ._faces.io import FrameworkIO
 from ._write.sharded import write_sharded, write_sharded_from

@@ -26,8 +26,10 @@ FLOORS: Tuple[Tuple[str, ...], ...] = (
     ("_dropin",),  # the drop-in switch and the reference's compat names
     ("_distributed",),  # one checkpoint loaded into many processes
     ("_dcp",),  # torch DCP storage
-    # The public modules (the package root, the framework modules).
-    ("fastst", "numpy", "torch", "flax", "tensorflow", "paddle", "mlx"),
+    ("fastst",),  # the package root
+    # The framework modules: each imports the root whole first (see
+    # fastst._dropin.hook._FacadeLoader.exec_module).
+    ("numpy", "torch", "flax", "tensorflow", "paddle", "mlx"),
     ("tools",),  # the tools wing, built on the library
     ("cli",),  # the command
     ("__main__",),  # python -m fastst

@@ -77,6 +77,9 @@ SUBMODULES: Dict[str, str] = {
 #: The module that plays the reference's top-level package.
 FACADE = "fastst._dropin.facade"
 
+#: The package, loaded whole before the facade (see :meth:`_FacadeLoader.exec_module`).
+PACKAGE = "fastst"
+
 #: Environment variable read at start-up by the ``.pth`` file.
 ENV_VAR = _switch.ENV_VAR
 
@@ -146,6 +149,14 @@ class _FacadeLoader(importlib.abc.Loader):
         return None
 
     def exec_module(self, module: ModuleType) -> None:
+        # fastst whole first, as its public modules (fastst.numpy, fastst.torch,
+        # ...) also do. While another thread runs fastst/__init__.py, Python
+        # lets this thread load fastst's submodules without waiting for it;
+        # both then take the same submodules' import locks in different orders,
+        # and one of them fails with _DeadlockError (the other with
+        # KeyError('fastst')). Loading the package first waits for its
+        # __init__ to finish, holding no fastst lock.
+        importlib.import_module(PACKAGE)
         facade = importlib.import_module(FACADE)
         for key in (*facade.__all__, "__all__", "__doc__", "__fastst_version__"):
             setattr(module, key, getattr(facade, key))
