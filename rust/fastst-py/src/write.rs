@@ -317,13 +317,13 @@ pub fn link_file(
 ) -> PyResult<ReplacedFile> {
     py.allow_threads(|| link_replace(&staged, &target, durable))
         .in_file(display_name)
-        .map(|held| ReplacedFile(Mutex::new(Some(held))))
+        .map(|held| ReplacedFile(Mutex::new(held)))
 }
 
 /// The file a `link_file` replaced (`fastst_core::Replaced`): a commit keeps
 /// it until its last flush, then lets it go.
 #[pyclass(frozen, module = "fastst._fastst.write", name = "ReplacedFile")]
-pub struct ReplacedFile(Mutex<Option<Replaced>>);
+pub struct ReplacedFile(Mutex<Replaced>);
 
 #[pymethods]
 impl ReplacedFile {
@@ -331,7 +331,7 @@ impl ReplacedFile {
     /// thread); later calls do nothing.
     fn release(&self) {
         if let Ok(mut held) = self.0.lock() {
-            held.take();
+            drop(std::mem::take(&mut *held));
         }
     }
 }
