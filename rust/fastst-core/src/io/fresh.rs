@@ -54,27 +54,34 @@ pub(crate) fn read_fresh(
 /// ends early is an error).
 #[cfg(unix)]
 fn read_uninit_at(file: &File, buf: &mut [MaybeUninit<u8>], offset: u64) -> Result<()> {
-    use std::os::unix::io::AsRawFd;
     let len = buf.len();
-    let fail =
-        |e: std::io::Error| Error::io(format!("cannot read {len} bytes at offset {offset}"), e);
+    super::in_fault_pieces(buf, |piece, at| {
+        pread_all(file, piece, offset + at as u64)
+            .map_err(|e| Error::io(format!("cannot read {len} bytes at offset {offset}"), e))
+    })
+}
+
+/// Fills `buf` from absolute offset `offset` of `file` with `pread`s.
+#[cfg(unix)]
+fn pread_all(file: &File, buf: &mut [MaybeUninit<u8>], offset: u64) -> std::io::Result<()> {
+    use std::os::unix::io::AsRawFd;
     let mut done = 0;
-    while done < len {
+    while done < buf.len() {
         let at = offset
             .checked_add(done as u64)
             .and_then(|at| libc::off_t::try_from(at).ok())
-            .ok_or_else(|| fail(std::io::ErrorKind::InvalidInput.into()))?;
+            .ok_or(std::io::ErrorKind::InvalidInput)?;
         let rest = &mut buf[done..];
         // SAFETY: `pread` writes at most `rest.len()` bytes at `rest`'s
         // address, memory this function borrows mutably, and reads none of
         // it; the descriptor is open for as long as `file` is borrowed.
         let n = unsafe { libc::pread(file.as_raw_fd(), rest.as_mut_ptr().cast(), rest.len(), at) };
         match n {
-            0 => return Err(fail(std::io::ErrorKind::UnexpectedEof.into())),
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
             n if n < 0 => {
                 let e = std::io::Error::last_os_error();
                 if e.kind() != std::io::ErrorKind::Interrupted {
-                    return Err(fail(e));
+                    return Err(e);
                 }
             }
             n => done += n as usize,
@@ -112,6 +119,10 @@ mod tests {
             assert_eq!((mem.as_ptr() as usize + offset) % 64, at);
             assert!(mem[offset..offset + len] == bytes[start as usize..start as usize + len]);
         }
+        // One block over a fault piece: read in pieces.
+        let len = super::super::FAULT_PIECE + 30_000;
+        let (mem, offset) = read_fresh(&file, 3, len, 5, 64, 1 << 20, 0, "t").unwrap();
+        assert!(mem[offset..offset + len] == bytes[3..3 + len]);
         let err = read_fresh(&file, 299_000, 2000, 0, 64, 512, 1, "t").unwrap_err();
         assert!(matches!(err, Error::Io { .. }), "{err}");
     }

@@ -255,15 +255,50 @@ pub fn zeroed(n: u64, tensor: &str) -> Result<Vec<u8>> {
     sys::try_zeroed(n).ok_or_else(oom)
 }
 
-/// Fills `buf` from absolute offset `offset` of `file`.
+/// Positioned reads of a buffer of at least this many bytes go in pieces
+/// of up to this size (cut at multiples of it in the address space), the
+/// pages of each faulted in with one call ([`fault_in_writable`]) right
+/// before its read. Fresh memory would otherwise be faulted in page by
+/// page inside the kernel's copy, where each fault takes the process's
+/// memory-map lock (a fault in the kernel never takes the lock of its
+/// area alone): an exception per page, and a wait behind every mapping
+/// change of the process's other threads (another loader's reader
+/// allocating or advising its tensors). The figures: benches/README.md.
+pub(crate) const FAULT_PIECE: usize = 256 << 10;
+
+/// Calls `read(piece, at)` for consecutive pieces of `buf` ([`FAULT_PIECE`];
+/// `at`: where the piece starts in `buf`), each faulted in writable first;
+/// a buffer under one piece is read whole, as it is.
+pub(crate) fn in_fault_pieces<T>(
+    buf: &mut [T],
+    mut read: impl FnMut(&mut [T], usize) -> Result<()>,
+) -> Result<()> {
+    let size = std::mem::size_of::<T>().max(1);
+    if std::mem::size_of_val(buf) < FAULT_PIECE {
+        return read(buf, 0);
+    }
+    let (mut rest, mut at) = (buf, 0usize);
+    while !rest.is_empty() {
+        let addr = rest.as_ptr() as usize;
+        let n = ((FAULT_PIECE - addr % FAULT_PIECE) / size).clamp(1, rest.len());
+        let (piece, tail) = rest.split_at_mut(n);
+        fault_in_writable(piece);
+        read(piece, at)?;
+        at += n;
+        rest = tail;
+    }
+    Ok(())
+}
+
+/// Fills `buf` from absolute offset `offset` of `file` (in faulted-in
+/// pieces: [`FAULT_PIECE`]).
 #[cfg(unix)]
 pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> Result<()> {
     use std::os::unix::fs::FileExt;
-    file.read_exact_at(buf, offset).map_err(|e| {
-        Error::io(
-            format!("cannot read {} bytes at offset {offset}", buf.len()),
-            e,
-        )
+    let len = buf.len();
+    in_fault_pieces(buf, |piece, at| {
+        file.read_exact_at(piece, offset + at as u64)
+            .map_err(|e| Error::io(format!("cannot read {len} bytes at offset {offset}"), e))
     })
 }
 
@@ -317,6 +352,67 @@ mod tests {
     use super::*;
     use crate::source::read_header;
     use crate::testfs::{TempDir, TempFile};
+
+    /// A read into a large buffer goes in pieces cut at multiples of
+    /// [`FAULT_PIECE`] in the address space, covering the buffer once, in
+    /// order; a buffer under one piece is one read.
+    #[test]
+    fn fault_pieces_cover_the_buffer_in_order_at_piece_boundaries() {
+        let mut mem = vec![0u8; 3 * FAULT_PIECE + 5000];
+        for (skip, len) in [
+            (0usize, 3 * FAULT_PIECE),
+            (4097, 2 * FAULT_PIECE + 123),
+            (1, FAULT_PIECE),
+            (7, FAULT_PIECE - 1),
+            (3, 0),
+        ] {
+            let buf = &mut mem[skip..skip + len];
+            let base = buf.as_ptr() as usize;
+            let mut seen = Vec::new();
+            in_fault_pieces(buf, |piece, at| {
+                seen.push((at, piece.len(), piece.as_ptr() as usize));
+                Ok(())
+            })
+            .unwrap();
+            if len < FAULT_PIECE {
+                assert_eq!(seen, vec![(0, len, base)]);
+                continue;
+            }
+            let mut next = 0;
+            for (i, &(at, n, addr)) in seen.iter().enumerate() {
+                assert_eq!((at, addr), (next, base + next));
+                assert!(n > 0 && n <= FAULT_PIECE);
+                if i + 1 < seen.len() {
+                    assert_eq!((addr + n) % FAULT_PIECE, 0, "piece {i} of {seen:?}");
+                }
+                next += n;
+            }
+            assert_eq!(next, len);
+        }
+    }
+
+    /// Positioned reads in pieces give the file's bytes, at any alignment
+    /// of the buffer and any offset, and a read past the end still fails.
+    #[test]
+    fn reads_in_fault_pieces_give_the_files_bytes() {
+        let data: Vec<u8> = (0..3 * FAULT_PIECE + 9999)
+            .map(|i| (i * 31 + i / 4096) as u8)
+            .collect();
+        let path = TempFile::with("pieces", &data);
+        let file = File::open(&path).unwrap();
+        let mut mem = vec![0u8; data.len() + 64];
+        for (skip, offset, len) in [
+            (0usize, 0usize, data.len()),
+            (13, 77, 2 * FAULT_PIECE + 5),
+            (4096, 1, FAULT_PIECE + 1),
+        ] {
+            let buf = &mut mem[skip..skip + len];
+            read_exact_at(&file, buf, offset as u64).unwrap();
+            assert!(buf == &data[offset..offset + len]);
+        }
+        let whole = &mut mem[..data.len()];
+        assert!(read_exact_at(&file, whole, 1).is_err());
+    }
 
     /// `cachestat` counts the cached pages of a range as `mincore` does,
     /// for ranges that start and end inside pages.

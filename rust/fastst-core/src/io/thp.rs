@@ -230,13 +230,14 @@ fn populate(mem: &mut [u8]) -> Option<Duration> {
 /// (`MADV_POPULATE_WRITE`, Linux 5.14+), without changing what they hold
 /// (a page not yet in memory reads as zeros either way): the kernel
 /// allocates them in one go rather than one fault at a time. False where
-/// it cannot (then the pages are faulted in as they are written).
-pub(crate) fn fault_in_writable(mem: &mut [u8]) -> bool {
+/// it cannot (then the pages are faulted in as they are written). `mem`
+/// may be uninitialised (`MaybeUninit`): nothing is read or written.
+pub(crate) fn fault_in_writable<T>(mem: &mut [T]) -> bool {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         let page = 4096;
         let addr = mem.as_mut_ptr() as usize;
-        let Some(end) = addr.checked_add(mem.len()) else {
+        let Some(end) = addr.checked_add(std::mem::size_of_val(mem)) else {
             return false;
         };
         let (start, stop) = (addr.div_ceil(page) * page, end / page * page);
