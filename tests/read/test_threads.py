@@ -112,3 +112,84 @@ def test_open_releases_the_gil(write) -> None:
     # nothing; released, it runs about as fast as alone.
     assert elapsed > 0.02, "header too small to measure"
     assert gained > 0.2 * rate * elapsed, (gained, rate, elapsed)
+
+
+def _big_file(write) -> tuple:
+    """A file of three tensors over the 256 KiB read pieces, and its data."""
+    rng = np.random.default_rng(7)
+    tensors = {f"w{i}": rng.standard_normal(150_000 + i).astype(np.float32) for i in range(3)}
+    path = write(raw_file({k: ("F32", v.shape, v.tobytes()) for k, v in tensors.items()}))
+    return path, tensors
+
+
+def test_reads_do_not_wait_long_on_a_thread_holding_the_mapping_gate(write) -> None:
+    # Owned loads map their destinations holding the process's mapping gate,
+    # and reads fault their pieces in, in turn with such changes. A holder
+    # that waits on something else (here an event; in life, the GIL) must
+    # not stop another thread's reads: their pieces wait a little, then read.
+    from fastst._fastst.read import changing_mappings
+
+    path, tensors = _big_file(write)
+    entered, release = threading.Event(), threading.Event()
+    holder = threading.Thread(
+        target=changing_mappings, args=(lambda: (entered.set(), release.wait(60)),)
+    )
+    holder.start()
+    try:
+        assert entered.wait(30)
+        with fastst.safe_open(path, "np") as f:
+            outs = {name: np.empty(v.nbytes, dtype=np.uint8) for name, v in tensors.items()}
+            reader = threading.Thread(
+                target=lambda: [f._raw.read_into(name, out) for name, out in outs.items()]
+            )
+            reader.start()
+            reader.join(30)
+            assert not reader.is_alive(), "a read waited on the mapping gate's holder"
+        for name, value in tensors.items():
+            np.testing.assert_array_equal(outs[name].view(np.float32), value)
+    finally:
+        release.set()
+        holder.join(30)
+
+
+def test_the_mapping_gates_holder_may_load_inside_its_changes(write) -> None:
+    # Reentry: the thread holding the gate allocates and reads (a load run
+    # from inside the changes, as a finalizer or a signal handler may) at once.
+    from fastst._fastst.read import changing_mappings
+
+    path, tensors = _big_file(write)
+    done: dict = {}
+
+    def nested() -> None:
+        done.update(changing_mappings(lambda: fastst.safe_open(path, "np").get_tensors(copy=True)))
+
+    t = threading.Thread(target=nested)
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "a load inside the gate's changes waited on itself"
+    for name, value in tensors.items():
+        np.testing.assert_array_equal(done[name], value)
+
+
+def test_owned_loads_in_many_threads_give_the_files_bytes(write) -> None:
+    path, tensors = _big_file(write)
+    errors: list = []
+
+    def worker() -> None:
+        try:
+            with fastst.safe_open(path, "np") as f:
+                for _ in range(10):
+                    got = f.get_tensors(copy=True)
+                    for name, value in tensors.items():
+                        if not np.array_equal(got[name], value):
+                            errors.append(name)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []

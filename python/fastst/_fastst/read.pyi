@@ -3,10 +3,11 @@
 # Open files, tensor buffers, whole loads into memory Python allocated,
 # read-ahead, and a whole file held in bytes.
 import os
-from typing import Any, Dict, List, Optional, Tuple, Union, final
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union, final
 
 #: A path argument: what ``os.fsencode`` takes.
 _Path = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
+_T = TypeVar("_T")
 
 DEFAULT_HEADER_CAP: int
 
@@ -90,6 +91,7 @@ def load_into(
     job: int = 0,
 ) -> None: ...
 def fault_probe() -> Optional[Tuple[Optional[float], float, bool]]: ...
+def changing_mappings(allocate: Callable[[], _T]) -> _T: ...
 
 # --- reading a file's pages ahead of a load (fastst/_read/read_ahead.py) ---------
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
 from .._errors import Where, closed_file_error, rule_error
-from .._fastst.read import DEFAULT_HEADER_CAP, RawFile, load_into
+from .._fastst.read import DEFAULT_HEADER_CAP, RawFile, changing_mappings, load_into
 from .._frameworks import Backend, Placement, apply_index
 from .._frameworks import backend as framework_backend
 from .._frameworks import resolve as resolve_framework
@@ -393,7 +393,8 @@ class safe_open:  # noqa: N801 - the reference package's name
         the huge-page choice made for the plan)."""
         raw = self._raw
         callback, bar = resolve(progress, raw.name)
-        made, plans = self._allocate(names, dtype)
+        # Mapped in one turn with the reads' fault-ins (other loads' readers).
+        made, plans = changing_mappings(lambda: self._allocate(names, dtype))
         grand = sum(p.nbytes for p in plans)
         base = 0
         side_by_side = len(plans) > 1 and callback is None and not bar

@@ -149,7 +149,7 @@ pub use header::{
     check_prefix, parse_file_bytes, prefix_value, Header, ParseNotes, DEFAULT_HEADER_CAP,
 };
 pub use identify::{identify, Identified, IDENTIFY_LEN};
-pub use io::{probe_faults, FaultProbe};
+pub use io::{enter_changes, probe_faults, Changing, FaultProbe};
 pub use load::{
     load_into, load_streaming, tensor_into, Destination, HugePages, LoadOptions, LoadProgress,
     Outcome, Reporter,

@@ -120,6 +120,7 @@ fn read_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(file::parse_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(load::load_into, m)?)?;
     m.add_function(wrap_pyfunction!(load::fault_probe, m)?)?;
+    m.add_function(wrap_pyfunction!(load::changing_mappings, m)?)?;
     read_ahead::register(m)
 }
 

@@ -181,3 +181,14 @@ fn check_disjoint<T, U>(wanted: &[(T, U, WritableBytes)]) -> PyResult<()> {
     }
     Ok(())
 }
+
+/// Calls `allocate()` holding the process's mapping gate
+/// (`fastst_core::enter_changes`): the destinations a load allocates are
+/// mapped while no read of fastst faults pages in, and the reads wait
+/// once for the whole batch of changes. The GIL is released while the
+/// gate is awaited. Returns what `allocate` returns.
+#[pyfunction]
+pub fn changing_mappings(py: Python<'_>, allocate: &Bound<'_, PyAny>) -> PyResult<PyObject> {
+    let _changing = py.allow_threads(fastst_core::enter_changes);
+    allocate.call0().map(Bound::unbind)
+}

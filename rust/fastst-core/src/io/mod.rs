@@ -18,12 +18,14 @@
 
 mod direct;
 mod fresh;
+mod gate;
 pub(crate) mod mmap;
 mod sys;
 mod thp;
 
 pub(crate) use direct::{open_direct, DirectFile, ReadBuffer, DIRECT_ALIGN};
 pub(crate) use fresh::read_fresh;
+pub use gate::{enter_changes, Changing};
 pub(crate) use mmap::{advise_huge_pages, cached_pages};
 #[cfg(target_os = "linux")]
 pub(crate) use sys::link_unnamed;
@@ -258,7 +260,7 @@ pub fn zeroed(n: u64, tensor: &str) -> Result<Vec<u8>> {
 /// Positioned reads of a buffer of at least this many bytes go in pieces
 /// of up to this size (cut at multiples of it in the address space), the
 /// pages of each faulted in with one call ([`fault_in_writable`]) right
-/// before its read. Fresh memory would otherwise be faulted in page by
+/// before its read, in turn with fastst's own mapping changes (`gate`). Fresh memory would otherwise be faulted in page by
 /// page inside the kernel's copy, where each fault takes the process's
 /// memory-map lock (a fault in the kernel never takes the lock of its
 /// area alone): an exception per page, and a wait behind every mapping
@@ -282,7 +284,9 @@ pub(crate) fn in_fault_pieces<T>(
         let addr = rest.as_ptr() as usize;
         let n = ((FAULT_PIECE - addr % FAULT_PIECE) / size).clamp(1, rest.len());
         let (piece, tail) = rest.split_at_mut(n);
-        fault_in_writable(piece);
+        gate::faulting_in(|| {
+            fault_in_writable(&mut *piece);
+        });
         read(piece, at)?;
         at += n;
         rest = tail;

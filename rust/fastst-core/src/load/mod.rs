@@ -271,9 +271,10 @@ const HUGE_PAGE: usize = 2 << 20;
 /// only governs pages faulted in later). A huge-page trial advises them
 /// again, one by one.
 fn advise_destinations(dests: &mut [Destination<'_>], how: HugePages) {
-    if how == HugePages::Keep {
+    if how == HugePages::Keep || dests.iter().all(|d| d.dst.len() < HUGE_PAGE) {
         return;
     }
+    let _changing = io::enter_changes();
     for d in dests.iter_mut().filter(|d| d.dst.len() >= HUGE_PAGE) {
         io::advise_huge_pages(d.dst, false);
     }
