@@ -22,6 +22,9 @@ Cases: ``cat``, ``np`` (fastst.numpy.load_file), ``np-noprefetch``
 Loader cases (``safe_open.prefetch(plan)``, owned tensors): ``np-plan`` (a
 whole-file plan, every tensor taken as it lands) against ``np-copy``
 (``load_file(copy=True)``: the same bytes into memory of their own);
+``np-plan-allocated`` (the whole-file plan with every destination
+allocated before the loader starts, as ``copy=True`` allocates them: the
+limit of a loader that allocates as it reads, its memory not bounded);
 ``tp-plan`` (rank 1 of 4: the second quarter of the first dimension of
 every 2-D tensor, the other tensors whole, as one plan) against
 ``tp-slice`` and ``tp-slice-ref`` (the same parts read by a ``get_slice``
@@ -59,7 +62,15 @@ import sys
 
 #: Peers of the whole-file plan; the cases of the loader's child.
 PEERS = ("runai", "fastsafetensors")
-LOADER_CASES = ("np-plan", "np-copy", "np-iter", "tp-plan", "tp-slice", "tp-slice-ref") + PEERS
+LOADER_CASES = (
+    "np-plan",
+    "np-plan-allocated",
+    "np-copy",
+    "np-iter",
+    "tp-plan",
+    "tp-slice",
+    "tp-slice-ref",
+) + PEERS
 
 CHILD = r"""
 import json, os, sys, time
@@ -109,10 +120,17 @@ if loader_case:
         with safe_open(path, fw) as f:
             if case == "np-copy":
                 return f.get_tensors(copy=True)
-            if case in ("np-plan", "np-iter"):
+            if case == "np-plan-allocated":
+                # The limit of a loader that allocates as it reads: every
+                # destination allocated first (as copy=True's are), then
+                # the same plan (its budget no longer bounds the memory).
+                made = {n: f._destination(f._raw, n, None, f._raw.data_start) for n in f.keys()}
+                type(f)._destination = lambda self, file, name, dtype, start: made.pop(name)
+            if case in ("np-plan", "np-plan-allocated", "np-iter"):
+                plan_case = case != "np-iter"
                 out = {}
-                with f.prefetch() if case == "np-plan" else nullcontext(f) as src:
-                    pairs = src if case == "np-plan" else src.iter_tensors()
+                with f.prefetch() if plan_case else nullcontext(f) as src:
+                    pairs = src if plan_case else src.iter_tensors()
                     for name, a in pairs:
                         if first is None:
                             first = time.perf_counter() - start
@@ -265,6 +283,8 @@ def load_average() -> str:
 #: Pairs compared round by round when both cases run: (case, baseline).
 PAIRS = [
     ("np-plan", "np-copy"),
+    ("np-plan-allocated", "np-copy"),
+    ("np-plan", "np-plan-allocated"),
     ("tp-plan", "tp-slice-ref"),
     ("tp-plan", "tp-slice"),
 ]

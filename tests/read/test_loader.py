@@ -12,6 +12,7 @@ import fastst
 import numpy as np
 import pytest
 from fastst._read import loader as _loader
+from fastst._read.safe_open import _batch_size
 from fastst._read.safe_open import safe_open as fastst_safe_open
 from helpers.raw_files import raw_file
 
@@ -404,6 +405,7 @@ def test_whole_tensors_are_read_in_batches_each_once_within_the_budget(
     batches = _batches_probe(monkeypatch)
     monkeypatch.setattr(_loader, "FIRST_BATCH", 2 * size)
     monkeypatch.setattr(_loader, "BATCH", 8 * size)
+    monkeypatch.setattr(_loader, "WARM_BATCH", 8 * size)
     with fastst.safe_open(path, "np") as f, f.prefetch(budget=budget, threads=4) as loader:
         got = _drain_slowly(loader) if budget else dict(loader)
         names = loader.names()
@@ -422,10 +424,53 @@ def test_whole_tensors_are_read_in_batches_each_once_within_the_budget(
         assert batch == names[at : at + len(batch)]
 
 
+def test_a_plan_of_cached_pages_reads_in_larger_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The batch size follows what the page cache holds of the plan's whole
+    # tensors when it starts: most of it (a file just written) or not.
+    path = _big(tmp_path, 6, 4096)
+    shares: List[Any] = []
+
+    class Raw:
+        def __init__(self, raw: Any, share: Any) -> None:
+            self.raw, self.share = raw, share
+
+        def info(self, name: str) -> Any:
+            return self.raw.info(name)
+
+        def cached_share(self, begin: int, end: int) -> Any:
+            shares.append((begin, end))
+            return self.share
+
+    with fastst.safe_open(path, "np") as f:
+        entries = f._plan(None)
+        whole = list(entries)
+        sliced = [_loader.Entry(e.name, (slice(0, 1),), 1) for e in entries]
+        pick = _batch_size
+        assert pick(Raw(f._raw, 0.9), whole) == _loader.WARM_BATCH
+        assert pick(Raw(f._raw, 0.5), whole) == _loader.WARM_BATCH
+        assert pick(Raw(f._raw, 0.49), whole) == _loader.BATCH
+        assert pick(Raw(f._raw, None), whole) == _loader.BATCH
+        # the span asked about is that of the whole tensors; slices alone: no question
+        first, last = f._raw.info(whole[0].name), f._raw.info(whole[-1].name)
+        assert shares[0] == (first[2], last[3])
+        assert pick(Raw(f._raw, 0.9), sliced) == _loader.BATCH
+        assert len(shares) == 4
+        # a file just written is cached: its loader takes the larger batches
+        share = f._raw.cached_share(first[2], last[3])
+        with f.prefetch() as loader:
+            assert loader._batch == (
+                _loader.WARM_BATCH if share and share >= 0.5 else _loader.BATCH
+            )
+            dict(loader)
+
+
 def test_the_first_read_runs_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _big(tmp_path, 8, 4096)
     monkeypatch.setattr(_loader, "FIRST_BATCH", 4096)
     monkeypatch.setattr(_loader, "BATCH", 4096)
+    monkeypatch.setattr(_loader, "WARM_BATCH", 4096)
     release = threading.Event()
     calls: List[List[str]] = []
     original = fastst_safe_open._read_entries

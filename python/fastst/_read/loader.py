@@ -99,6 +99,12 @@ _TICK = 0.25
 #: this many bytes (one batch load: few large requests, read around the
 #: page cache when cold), and hands each out when the batch has landed...
 BATCH = 64 << 20
+#: ... up to this many where most of the plan's pages are cached when it
+#: starts (warm, each batch's fixed cost (its allocation's turn with the
+#: reads, its threads) is a larger share of its time; cold, larger batches
+#: took longer: benches/README.md, "Warm whole-file plans and the mapping
+#: gate")...
+WARM_BATCH = 256 << 20
 #: ... except the loader's first read, up to this many bytes, which runs
 #: alone: the first tensor comes out as soon as a whole load's would.
 FIRST_BATCH = 8 << 20
@@ -225,13 +231,17 @@ class PrefetchLoader:
         held: Optional[Dict[str, int]] = None,
         parts: Tuple[PrefetchLoader, ...] = (),
         closing: Optional[Callable[[], None]] = None,
+        batch: int = BATCH,
     ) -> None:
         """``held``: the bytes held per name, shared by the loaders of one
         checkpoint's shards (their ``budget`` counts them all); ``parts``:
         those loaders, when this one hands out theirs (``entries`` then
         lists them all, and no reader of its own starts); ``closing``
-        releases what the loader holds open, at its close."""
+        releases what the loader holds open, at its close; ``batch``: the
+        most bytes of whole tensors one read takes (:data:`BATCH` or
+        :data:`WARM_BATCH`)."""
         self._filename = filename
+        self._batch = batch
         self._parts = parts
         self._part_of: Dict[str, PrefetchLoader] = {
             name: part for part in parts for name in part.names()
@@ -303,7 +313,7 @@ class PrefetchLoader:
             self._todo.popleft()
             batch = [entry]
             total = entry.nbytes
-            cap = BATCH if self._started else FIRST_BATCH
+            cap = self._batch if self._started else FIRST_BATCH
             mine = sum(self._held.values())
             while (
                 entry.index is None
@@ -507,20 +517,28 @@ def _landed_in(queues: List[PrefetchLoader]) -> Optional[Tuple[PrefetchLoader, s
 
 def sharded(
     filename: str,
-    shards: List[Tuple[List[Entry], Callable[[List[Entry]], List[Any]]]],
+    shards: List[Tuple[List[Entry], Callable[[List[Entry]], List[Any]], int]],
     threads: int,
     budget: Optional[int],
     closing: Optional[Callable[[], None]] = None,
 ) -> PrefetchLoader:
     """The loader of a sharded checkpoint ``filename`` (its index): one
-    loader per shard (its entries, and how they are read), reading side by
-    side, their ``budget`` counting the bytes of all of them; ``threads``
-    split between them, one reader per shard at least."""
+    loader per shard (its entries, how they are read and its batch size),
+    reading side by side, their ``budget`` counting the bytes of all of
+    them; ``threads`` split between them, one reader per shard at least."""
     held: Dict[str, int] = {}
     share, extra = divmod(threads, len(shards))
     parts = tuple(
-        PrefetchLoader(filename, entries, read, max(1, share + (i < extra)), budget, held=held)
-        for i, (entries, read) in enumerate(shards)
+        PrefetchLoader(
+            filename,
+            entries,
+            read,
+            max(1, share + (i < extra)),
+            budget,
+            held=held,
+            batch=batch,
+        )
+        for i, (entries, read, batch) in enumerate(shards)
     )
     entries = [e for part in parts for e in part._entries.values()]
     return PrefetchLoader(

@@ -55,6 +55,17 @@ def _aligned_empty(nbytes: int, place: Placement) -> np.ndarray:
     return block[skip : skip + nbytes]
 
 
+def _batch_size(file: RawFile, entries: List[_loader.Entry]) -> int:
+    """The batch size of a loader reading ``entries`` of ``file``:
+    :data:`~fastst._read.loader.WARM_BATCH` when most pages of the span of
+    their whole tensors are cached, else :data:`~fastst._read.loader.BATCH`."""
+    spans = [file.info(e.name)[2:] for e in entries if e.index is None]
+    if not spans:
+        return _loader.BATCH
+    share = file.cached_share(min(b for b, _ in spans), max(e for _, e in spans))
+    return _loader.WARM_BATCH if share is not None and share >= 0.5 else _loader.BATCH
+
+
 def _batches(raw: RawSource, names: List[str]) -> List[Tuple[RawFile, List[str]]]:
     """``names`` grouped by the ``RawFile`` holding them, in order (one
     group for a single file, one per shard for a checkpoint)."""
@@ -186,13 +197,11 @@ class safe_open:  # noqa: N801 - the reference package's name
         if isinstance(own._raw, ShardedFile):
             groups = _batches(own._raw, [e.name for e in entries])
             by_name = {e.name: e for e in entries}
-            return _loader.sharded(
-                own._raw.name,
-                [([by_name[n] for n in names], read) for _shard, names in groups],
-                threads,
-                budget,
-                own.close,
-            )
+            shards = []
+            for shard, names in groups:
+                mine = [by_name[n] for n in names]
+                shards.append((mine, read, _batch_size(shard, mine)))
+            return _loader.sharded(own._raw.name, shards, threads, budget, own.close)
         return _loader.PrefetchLoader(
             own._raw.name,
             entries,
@@ -200,6 +209,7 @@ class safe_open:  # noqa: N801 - the reference package's name
             threads,
             budget,
             closing=own.close,
+            batch=_batch_size(cast(RawFile, own._raw), entries),
         )
 
     def _shared(self) -> safe_open:

@@ -175,6 +175,20 @@ impl MappedFile {
         self.source.local()
     }
 
+    /// The share of the pages of `range` (offsets in the data section) of
+    /// a local file in the page cache, 0 to 1; `None` when the kernel
+    /// cannot tell or the source is not a local file.
+    pub fn cached_share(&self, range: std::ops::Range<u64>) -> Option<f64> {
+        let len = range.end.saturating_sub(range.start);
+        let (cached, pages) =
+            crate::io::cached_pages(self.local()?, self.header().data_start() + range.start, len)?;
+        Some(if pages == 0 {
+            1.0
+        } else {
+            cached as f64 / pages as f64
+        })
+    }
+
     /// The source the file is read from.
     pub(crate) fn source(&self) -> &dyn Source {
         &*self.source

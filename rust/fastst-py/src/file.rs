@@ -458,6 +458,14 @@ impl RawFile {
         Ok(())
     }
 
+    /// The share (0 to 1) of the pages of data-section bytes
+    /// `[begin, end)` in the page cache; None for a source other than a
+    /// local file, or where the kernel cannot tell.
+    fn cached_share(&self, py: Python<'_>, begin: u64, end: u64) -> PyResult<Option<f64>> {
+        let file = self.file()?;
+        Ok(py.allow_threads(|| file.cached_share(begin..end)))
+    }
+
     /// Data offset of the byte buffer in the file (8 + header length).
     #[getter]
     fn data_start(&self) -> PyResult<u64> {

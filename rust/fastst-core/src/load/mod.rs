@@ -313,14 +313,7 @@ fn mostly_uncached(file: &MappedFile, dests: &[Destination<'_>]) -> bool {
 /// section) of a local file are in the page cache; `false` when the kernel
 /// cannot tell or the source is not a local file.
 fn range_uncached(file: &MappedFile, range: std::ops::Range<u64>) -> bool {
-    let start = file.header().data_start() + range.start;
-    match file
-        .local()
-        .and_then(|raw| io::cached_pages(raw, start, range.end.saturating_sub(range.start)))
-    {
-        Some((cached, pages)) => cached.saturating_mul(2) < pages,
-        None => false,
-    }
+    file.cached_share(range).is_some_and(|share| share < 0.5)
 }
 
 /// The cold/warm choice of every read of a local file that may go around
