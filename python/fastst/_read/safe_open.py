@@ -197,7 +197,9 @@ class safe_open:  # noqa: N801 - the reference package's name
         if isinstance(own._raw, ShardedFile):
             groups = _batches(own._raw, [e.name for e in entries])
             by_name = {e.name: e for e in entries}
-            shards = []
+            shards: List[
+                Tuple[List[_loader.Entry], Callable[[List[_loader.Entry]], List[Any]], int]
+            ] = []
             for shard, names in groups:
                 mine = [by_name[n] for n in names]
                 shards.append((mine, read, _batch_size(shard, mine)))
