@@ -56,7 +56,7 @@ pub(crate) fn read_fresh(
 fn read_uninit_at(file: &File, buf: &mut [MaybeUninit<u8>], offset: u64) -> Result<()> {
     let len = buf.len();
     super::in_fault_pieces(buf, |piece, at| {
-        pread_all(file, piece, offset + at as u64)
+        pread_all(file, piece, offset.saturating_add(at as u64))
             .map_err(|e| Error::io(format!("cannot read {len} bytes at offset {offset}"), e))
     })
 }

@@ -260,7 +260,8 @@ pub fn zeroed(n: u64, tensor: &str) -> Result<Vec<u8>> {
 /// Positioned reads of a buffer of at least this many bytes go in pieces
 /// of up to this size (cut at multiples of it in the address space), the
 /// pages of each faulted in with one call ([`fault_in_writable`]) right
-/// before its read, in turn with fastst's own mapping changes (`gate`). Fresh memory would otherwise be faulted in page by
+/// before its read, in turn with fastst's own mapping changes (`gate`).
+/// Fresh memory would otherwise be faulted in page by
 /// page inside the kernel's copy, where each fault takes the process's
 /// memory-map lock (a fault in the kernel never takes the lock of its
 /// area alone): an exception per page, and a wait behind every mapping
@@ -301,7 +302,7 @@ pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> Result<
     use std::os::unix::fs::FileExt;
     let len = buf.len();
     in_fault_pieces(buf, |piece, at| {
-        file.read_exact_at(piece, offset + at as u64)
+        file.read_exact_at(piece, offset.saturating_add(at as u64))
             .map_err(|e| Error::io(format!("cannot read {len} bytes at offset {offset}"), e))
     })
 }
