@@ -84,8 +84,12 @@ def pending() -> bool:
 
 
 def stop() -> None:
-    """Takes every :class:`Finder` off :data:`sys.meta_path`."""
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, Finder)]
+    """Makes every :class:`Finder` inert. They stay on :data:`sys.meta_path`:
+    taking one off while another thread's import walks the list makes that
+    import skip the finder after it (then a module that exists is not found)."""
+    for finder in list(sys.meta_path):
+        if isinstance(finder, Finder):
+            finder.active = False
 
 
 #: True once :func:`start` ran (the ``.pth`` file is installed and active).

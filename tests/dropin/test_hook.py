@@ -233,6 +233,27 @@ VAR = "FASTST_AS_SAFETENSORS"
 FASTST_MODULES = "sorted(m for m in sys.modules if m.split('.')[0] in ('fastst', 'numpy'))"
 
 
+def test_the_start_up_finder_stops_without_leaving_the_finder_list() -> None:
+    """The start-up finder, once done, goes inert and stays on
+    ``sys.meta_path``: another thread's import may be walking that list, and
+    taking an entry off makes it skip the next finder (mutant: the finder
+    removed; then ``ModuleNotFoundError`` for a fastst module that exists,
+    seen in ``test_threads_importing_safetensors_and_fastst_at_once...``)."""
+    import _fastst_boot
+
+    finder = _fastst_boot.Finder()
+    sys.meta_path.insert(0, finder)
+    try:
+        walk = iter(sys.meta_path)
+        assert next(walk) is finder
+        after = list(sys.meta_path[1:])
+        _fastst_boot.stop()
+        assert not finder.active and finder.find_spec("safetensors") is None
+        assert list(walk) == after, "an import walking the finders skipped one"
+    finally:
+        sys.meta_path.remove(finder)
+
+
 def installed_pth() -> Optional[Path]:
     """fastst's .pth file where a wheel install put it, or None (the
     editable install has none)."""
