@@ -10,6 +10,7 @@ _Path = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
 _T = TypeVar("_T")
 
 DEFAULT_HEADER_CAP: int
+MOSTLY_CACHED: float
 
 @final
 class TensorBuffer:

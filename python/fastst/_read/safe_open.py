@@ -14,7 +14,13 @@ import numpy as np
 
 from .._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
 from .._errors import Where, closed_file_error, rule_error
-from .._fastst.read import DEFAULT_HEADER_CAP, RawFile, changing_mappings, load_into
+from .._fastst.read import (
+    DEFAULT_HEADER_CAP,
+    MOSTLY_CACHED,
+    RawFile,
+    changing_mappings,
+    load_into,
+)
 from .._frameworks import Backend, Placement, apply_index
 from .._frameworks import backend as framework_backend
 from .._frameworks import resolve as resolve_framework
@@ -63,7 +69,8 @@ def _batch_size(file: RawFile, entries: List[_loader.Entry]) -> int:
     if not spans:
         return _loader.BATCH
     share = file.cached_share(min(b for b, _ in spans), max(e for _, e in spans))
-    return _loader.WARM_BATCH if share is not None and share >= 0.5 else _loader.BATCH
+    warm = share is not None and share >= MOSTLY_CACHED
+    return _loader.WARM_BATCH if warm else _loader.BATCH
 
 
 def _batches(raw: RawSource, names: List[str]) -> List[Tuple[RawFile, List[str]]]:

@@ -158,7 +158,7 @@ pub use prefetch::{PrefetchMethod, PrefetchOptions, PrefetchStatus, Prefetcher};
 pub use progress::{Progress, StderrLine};
 pub use read::{
     Backend, MappedFile, OpenOptions, OwnedBytes, SharedRegion, TensorData, HANDOUT_ALIGN,
-    PRIVATE_MAP_THRESHOLD,
+    MOSTLY_CACHED, PRIVATE_MAP_THRESHOLD,
 };
 pub use rules::{Family, RuleId, Severity, Verdict};
 pub use size::{parse_size, SizeGrammarError};

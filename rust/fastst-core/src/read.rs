@@ -111,6 +111,10 @@ pub struct MappedFile {
     backend: Backend,
 }
 
+/// The share of a range's pages in the page cache from which reads of it
+/// count as warm ([`MappedFile::cached_share`]).
+pub const MOSTLY_CACHED: f64 = 0.5;
+
 impl MappedFile {
     /// Opens `path`, reads and validates the header. Tensor data is not read.
     pub fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<MappedFile> {
@@ -176,7 +180,8 @@ impl MappedFile {
     }
 
     /// The share of the pages of `range` (offsets in the data section) of
-    /// a local file in the page cache, 0 to 1; `None` when the kernel
+    /// a local file in the page cache, 0 to 1 (from [`MOSTLY_CACHED`] on, the
+    /// range counts as cached: the cold/warm choices of loads and loaders); `None` when the kernel
     /// cannot tell or the source is not a local file.
     pub fn cached_share(&self, range: std::ops::Range<u64>) -> Option<f64> {
         let len = range.end.saturating_sub(range.start);

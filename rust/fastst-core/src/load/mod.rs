@@ -313,7 +313,8 @@ fn mostly_uncached(file: &MappedFile, dests: &[Destination<'_>]) -> bool {
 /// section) of a local file are in the page cache; `false` when the kernel
 /// cannot tell or the source is not a local file.
 fn range_uncached(file: &MappedFile, range: std::ops::Range<u64>) -> bool {
-    file.cached_share(range).is_some_and(|share| share < 0.5)
+    file.cached_share(range)
+        .is_some_and(|share| share < crate::read::MOSTLY_CACHED)
 }
 
 /// The cold/warm choice of every read of a local file that may go around
