@@ -205,6 +205,12 @@ impl MappedFile {
         self.source.load_hint()
     }
 
+    /// Whether the source serves one read at a time
+    /// ([`Source::one_read_at_a_time`]).
+    pub(crate) fn one_read_at_a_time(&self) -> bool {
+        self.source.one_read_at_a_time()
+    }
+
     /// The local file (tests of the fast paths).
     #[cfg(test)]
     #[allow(clippy::expect_used)]

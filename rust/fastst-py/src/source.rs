@@ -159,6 +159,10 @@ impl Source for PySource {
         self.len
     }
 
+    fn one_read_at_a_time(&self) -> bool {
+        true
+    }
+
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let want = buf.len();
         let got = Python::with_gil(|py| {

@@ -355,6 +355,13 @@ struct Shared<'a> {
     /// Requests are handed out at most this many places past `front`
     /// (`usize::MAX`: no bound).
     ahead: usize,
+    /// For a source that serves one read at a time
+    /// ([`Source::one_read_at_a_time`](crate::source::Source::one_read_at_a_time)):
+    /// the place in file order of the request whose read goes next. The
+    /// reads take turns in file order (the first tensors are not held
+    /// behind later reads that reached the source's lock first), and each
+    /// thread converts its request after its turn, beside the next read.
+    read_turn: Option<usize>,
 }
 
 /// Reads (and converts) every destination from `file`.
@@ -464,7 +471,7 @@ fn run(
         };
         let mut buffers = Buffers::default();
         for part in parts {
-            reader.read(part, &mut buffers)?;
+            reader.read(part, &mut buffers, || ())?;
         }
         return Ok(finish(report, total));
     }
@@ -493,6 +500,7 @@ fn run(
         } else {
             usize::MAX
         },
+        read_turn: file.one_read_at_a_time().then_some(0),
     });
     let wake_workers = Condvar::new();
     let done = AtomicU64::new(0);
@@ -624,6 +632,12 @@ impl Shared<'_> {
     /// it is within [`Shared::ahead`] places of the first request not read.
     fn within_reach(&self, at: usize) -> bool {
         at < self.front.saturating_add(self.ahead)
+    }
+
+    /// Whether the request at place `at` may start its read: its turn has
+    /// come, or reads take no turns.
+    fn may_read(&self, at: usize) -> bool {
+        self.read_turn.is_none_or(|turn| turn >= at)
     }
 
     /// Records that the request at place `at` is read; true when that

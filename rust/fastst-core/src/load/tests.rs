@@ -632,6 +632,7 @@ fn a_worker_leaves_when_nothing_is_left_whatever_the_limit() {
             huge_until: 0,
             front: 0,
             ahead: usize::MAX,
+            read_turn: None,
         });
         let (wake_workers, done) = (Condvar::new(), AtomicU64::new(0));
         let caller = std::thread::current();
@@ -703,6 +704,7 @@ fn requests_are_handed_out_within_reach_of_the_first_not_read() {
         huge_until: 0,
         front: 0,
         ahead: 2,
+        read_turn: None,
     });
     let (wake_workers, done) = (Condvar::new(), AtomicU64::new(0));
     let caller = std::thread::current();
@@ -765,6 +767,7 @@ fn a_load_that_failed_or_was_stopped_is_halted() {
         huge_until: 0,
         front: 0,
         ahead: usize::MAX,
+        read_turn: None,
     };
     assert!(!shared(false, None).halted());
     assert!(shared(true, None).halted());
@@ -1095,7 +1098,7 @@ fn cold_copies_into_any_destination_need_no_bounce_buffer() {
         let parts = plan(dests, 1 << 20, 1 << 20, start);
         assert!(parts.len() > 8);
         for part in parts {
-            reader.read(part, &mut buffers).unwrap();
+            reader.read(part, &mut buffers, || ()).unwrap();
         }
         assert!(!buffers.bounced());
         for (info, map) in infos.iter().zip(&maps) {
@@ -1321,6 +1324,103 @@ fn loads_from_a_network_source_span_tensors_and_end_on_its_parts() {
         assert_eq!(at, start + total);
         assert!(requests.iter().any(|r| r.2 > 1));
         assert!(requests.iter().any(|r| r.1 > hint.piece) != stream);
+    }
+}
+
+/// A source that serves one read at a time (a lock around its reads), as
+/// a Python file object is read. Its first read of the data section is
+/// slow to reach the lock, as a thread descheduled between taking its
+/// request and reading would be. `order`: the offsets of the data
+/// section's reads, in the order the lock took them.
+#[derive(Debug)]
+struct OneAtATime {
+    bytes: Vec<u8>,
+    data_start: u64,
+    first: std::sync::atomic::AtomicBool,
+    lock: std::sync::Mutex<()>,
+    order: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+}
+
+impl crate::source::Source for OneAtATime {
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    fn one_read_at_a_time(&self) -> bool {
+        true
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        if offset >= self.data_start && self.first.swap(false, Ordering::AcqRel) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let _serialised = self.lock.lock().unwrap();
+        if offset >= self.data_start {
+            self.order.lock().unwrap().push(offset);
+        }
+        let at = offset as usize;
+        buf.copy_from_slice(&self.bytes[at..at + buf.len()]);
+        Ok(())
+    }
+}
+
+/// A source serving one read at a time is read in file order by all the
+/// load's threads, whichever reaches its lock first, conversions included;
+/// every byte exact.
+#[test]
+fn reads_of_a_source_serving_one_at_a_time_take_turns_in_file_order() {
+    let (f, data, specs) = sample();
+    let bytes = std::fs::read(&f.0).unwrap();
+    for convert in [false, true] {
+        let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let data_start = bytes.len() as u64 - data.len() as u64;
+        let source = OneAtATime {
+            bytes: bytes.clone(),
+            data_start,
+            first: std::sync::atomic::AtomicBool::new(true),
+            lock: std::sync::Mutex::new(()),
+            order: order.clone(),
+        };
+        let file = MappedFile::from_source(source, OpenOptions::default()).unwrap();
+        let infos: Vec<&TensorInfo> = specs
+            .iter()
+            .map(|(n, _, _)| file.header().require(n).unwrap())
+            .collect();
+        let tos: Vec<Dtype> = infos
+            .iter()
+            .map(|t| if convert { target(t.dtype) } else { t.dtype })
+            .collect();
+        let mut outs: Vec<Vec<u8>> = infos
+            .iter()
+            .zip(&tos)
+            .map(|(t, to)| vec![0xA5u8; expected(&data, t, *to).len()])
+            .collect();
+        let dests = infos
+            .iter()
+            .zip(&tos)
+            .zip(outs.iter_mut())
+            .map(|((info, to), dst)| Destination { info, to: *to, dst })
+            .collect();
+        let options = LoadOptions {
+            threads: 4,
+            piece: 64 << 10,
+            ..LoadOptions::default()
+        };
+        let done = load_streaming(&file, dests, options, &mut |_| ControlFlow::Continue(()));
+        assert_eq!(done.unwrap(), Outcome::Done);
+        for ((info, to), out) in infos.iter().zip(&tos).zip(&outs) {
+            assert!(
+                *out == expected(&data, info, *to),
+                "{convert}: {}",
+                info.name
+            );
+        }
+        let order = order.lock().unwrap().clone();
+        assert!(order.len() > 8, "{convert}: {}", order.len());
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "{convert}: {order:?}"
+        );
     }
 }
 

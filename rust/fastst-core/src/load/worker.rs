@@ -53,7 +53,12 @@ impl<'a> Worker<'_, 'a> {
     pub(super) fn run(&self) {
         let mut buffers = Buffers::default();
         while let Some((at, part)) = self.next() {
-            match self.reader.read(part, &mut buffers) {
+            let Some(mut turn) = self.read_turn(at) else {
+                break;
+            };
+            let read = self.reader.read(part, &mut buffers, || turn.pass());
+            drop(turn);
+            match read {
                 Ok(n) => {
                     self.done.fetch_add(n, Ordering::AcqRel);
                     let mut g = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
@@ -78,6 +83,28 @@ impl<'a> Worker<'_, 'a> {
         g.running -= 1;
         drop(g);
         self.caller.unpark();
+    }
+
+    /// Waits until the request at place `at` may start its read
+    /// ([`Shared::read_turn`]); `None` when the load stops first.
+    fn read_turn(&self, at: usize) -> Option<Turn<'_, 'a>> {
+        let mut g = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if g.stop {
+                return None;
+            }
+            if g.may_read(at) {
+                return Some(Turn {
+                    worker: self,
+                    at,
+                    passed: false,
+                });
+            }
+            g = self
+                .wake_workers
+                .wait(g)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
     }
 
     /// The next request in file order, with its place in that order, or
@@ -111,9 +138,49 @@ impl<'a> Worker<'_, 'a> {
     }
 }
 
+/// A request's read turn ([`Shared::read_turn`]), passed to the next
+/// request once its bytes are read, or when it is dropped (the read
+/// failed, or the request needed no conversion).
+pub(super) struct Turn<'w, 'a> {
+    worker: &'w Worker<'w, 'a>,
+    at: usize,
+    passed: bool,
+}
+
+impl Turn<'_, '_> {
+    fn pass(&mut self) {
+        if std::mem::replace(&mut self.passed, true) {
+            return;
+        }
+        let mut g = self
+            .worker
+            .shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(turn) = &mut g.read_turn {
+            *turn = (*turn).max(self.at + 1);
+            drop(g);
+            self.worker.wake_workers.notify_all();
+        }
+    }
+}
+
+impl Drop for Turn<'_, '_> {
+    fn drop(&mut self) {
+        self.pass();
+    }
+}
+
 impl Reader<'_> {
     /// Reads (and converts) one request; returns its source bytes.
-    pub(super) fn read(&self, mut part: Part<'_>, buffers: &mut Buffers) -> Result<u64> {
+    /// `read_done` is called once the request's bytes are read, before
+    /// they are converted or copied out of the thread's buffer.
+    pub(super) fn read(
+        &self,
+        mut part: Part<'_>,
+        buffers: &mut Buffers,
+        read_done: impl FnOnce(),
+    ) -> Result<u64> {
         self.file.check_unchanged()?;
         let start = self.file.header().data_start() + part.begin;
         let len = part.len;
@@ -151,6 +218,7 @@ impl Reader<'_> {
         }
         let buf = buffer(&mut buffers.bounce, len, &part.members[0].info.name)?;
         let src = self.fill(start, len, buf, &part.members[0].info.name)?;
+        read_done();
         let mut at = 0usize;
         for m in &mut part.members {
             let bytes = &src[at..at + m.len];

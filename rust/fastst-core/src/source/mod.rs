@@ -68,6 +68,15 @@ pub trait Source: Send + Sync + Debug {
             .try_for_each(|(offset, buf)| self.read_at(*offset, buf))
     }
 
+    /// Whether the source serves one read at a time (a single position
+    /// under a lock, as a Python file object is read): a whole load then
+    /// reads it with one thread, in file order. More threads would only
+    /// queue at the lock in whatever order they reach it, and the first
+    /// tensors could wait behind later reads.
+    fn one_read_at_a_time(&self) -> bool {
+        false
+    }
+
     /// How a whole load should read this source, when the loader's
     /// defaults (made for local disks) do not fit it: a remote object wants
     /// many requests in flight, each read with [`Source::read_request`].
