@@ -406,7 +406,10 @@ def test_the_shards_of_an_index_share_one_client(shards: Tuple[str, Proxy]) -> N
         assert f.get_tensor("t299").tolist() == [299.0] * 4
     connections = {r.client for r in proxy.records}
     assert len(proxy.records) == 301  # the index, each shard once (the tensor came with it)
-    assert len(connections) <= SHARDS_AT_ONCE + 2, len(connections)
+    # One client's connections, reused: a client per shard would make 300. A connection goes
+    # back to the client's pool once its answer is read, which on a busy host can come after
+    # the next shard's request took a new one (20 seen under load): the bound leaves room.
+    assert len(connections) <= 2 * SHARDS_AT_ONCE, len(connections)
 
 
 _FEW_DESCRIPTORS = """
