@@ -123,6 +123,38 @@ def test_context_manager_and_nesting() -> None:
     )
 
 
+def test_uninstall_leaves_the_finder_list_as_an_import_walks_it() -> None:
+    """``uninstall`` makes the hook's finder inert instead of taking it off
+    ``sys.meta_path`` (mutant: removed; then an import walking the list
+    skips the finder after it, as the start-up finder's test shows), and the
+    next ``install`` answers with it again: cycles do not grow the list."""
+    check(
+        run_python(
+            """
+            import sys, fastst
+            fastst.install()
+            import safetensors
+            before = list(sys.meta_path)
+            walk = iter(sys.meta_path)
+            while next(walk) is not fastst._dropin.hook._finder:
+                pass
+            after = before[before.index(fastst._dropin.hook._finder) + 1:]
+            fastst.uninstall()
+            assert list(walk) == after, "an import walking the finders skipped one"
+            assert not fastst.installed() and "safetensors" not in sys.modules
+            assert fastst._dropin.hook._finder.find_spec("safetensors") is None
+            for _ in range(3):
+                with fastst.install():
+                    import safetensors.numpy
+                    assert safetensors.numpy is fastst.numpy
+                assert not fastst.installed()
+            assert sys.meta_path == before, (sys.meta_path, before)
+            """,
+            hide_reference=True,
+        )
+    )
+
+
 def test_works_without_the_reference_installed() -> None:
     out = check(
         run_python(

@@ -16,10 +16,11 @@ Either every one of those names resolves to fastst or none does: installing
 refuses (:class:`fastst.HookError`, nothing changed) when the reference
 package, or any ``safetensors.*`` module that is not fastst's, is already
 imported, because code holding the reference's classes would then mix the
-two. :func:`uninstall` removes the finder and every ``safetensors`` entry
-it made; an ``import safetensors`` after that gets the reference package
-again (if installed). Objects already imported through the hook stay
-fastst's.
+two. :func:`uninstall` makes the finder inert (it stays on
+:data:`sys.meta_path`, and answers again on the next :func:`install`) and
+removes every ``safetensors`` entry it made; an ``import safetensors``
+after that gets the reference package again (if installed). Objects
+already imported through the hook stay fastst's.
 
 Zero-code switches (no change to the calling program):
 
@@ -174,6 +175,9 @@ class _Finder(importlib.abc.MetaPathFinder):
 
     def __init__(self, announce: bool) -> None:
         self.announce = announce
+        #: False once uninstalled: the finder stays on ``sys.meta_path``
+        #: (for the reason ``_fastst_boot.stop`` gives) and answers nothing.
+        self.active = True
 
     def find_spec(
         self,
@@ -181,6 +185,8 @@ class _Finder(importlib.abc.MetaPathFinder):
         path: Optional[Sequence[str]] = None,
         target: Optional[ModuleType] = None,
     ) -> Optional[importlib.machinery.ModuleSpec]:
+        if not self.active:
+            return None
         if fullname == ALIAS:
             spec = importlib.util.find_spec(FACADE)
             origin = spec.origin if spec is not None else None
@@ -227,7 +233,16 @@ def _boot_pending() -> bool:
 def installed() -> bool:
     """True while the hook is installed (``import safetensors`` gives fastst),
     the start-up finder of ``FASTST_AS_SAFETENSORS`` waiting included."""
-    return (_finder is not None and _finder in sys.meta_path) or _boot_pending()
+    return (_finder is not None and _finder.active and _finder in sys.meta_path) or _boot_pending()
+
+
+def _answers_first(finder: _Finder) -> bool:
+    """Whether ``finder`` is on ``sys.meta_path`` ahead of the path finder
+    (which would find the reference package)."""
+    finders = list(sys.meta_path)
+    at = next((i for i, f in enumerate(finders) if f is finder), None)
+    path = next((i for i, f in enumerate(finders) if f is importlib.machinery.PathFinder), None)
+    return at is not None and (path is None or at < path)
 
 
 def _refusal(foreign: List[str], advice: str) -> BaseException:
@@ -298,9 +313,13 @@ def install(*, announce: bool = False) -> _Installation:
         foreign = _foreign()
         if foreign:
             raise _refusal(foreign, _advice())
-        finder = _Finder(announce)
-        sys.meta_path.insert(0, finder)
-        _finder = finder
+        if _finder is not None and _answers_first(_finder):
+            # The finder an uninstall left inert: answering again, the list unchanged.
+            _finder.announce = announce
+            _finder.active = True
+        else:
+            _finder = _Finder(announce)
+            sys.meta_path.insert(0, _finder)
         set_dropin_active(True)
         # Drop cached "not found" answers for the names now served.
         importlib.invalidate_caches()
@@ -308,17 +327,16 @@ def install(*, announce: bool = False) -> _Installation:
 
 
 def uninstall() -> None:
-    """Removes the hook: the finder and every ``safetensors`` entry of
-    :data:`sys.modules` it made. Does nothing when not installed."""
-    global _finder
+    """Removes the hook: the finder answers nothing more, and every
+    ``safetensors`` entry of :data:`sys.modules` it made is removed. Does
+    nothing when not installed."""
     with _lock:
         boot = _boot()
         if boot is not None:
             boot.stop()
-        finder, _finder = _finder, None
+        if _finder is not None:
+            _finder.active = False  # left on sys.meta_path, as the start-up finder is
         set_dropin_active(False)
-        if finder is not None and finder in sys.meta_path:
-            sys.meta_path.remove(finder)
         for name, module in list(sys.modules.items()):
             if _aliased(name) and module is not None and _ours(module):
                 del sys.modules[name]
