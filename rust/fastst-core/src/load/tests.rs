@@ -87,6 +87,45 @@ fn expected(data: &[u8], info: &TensorInfo, to: Dtype) -> Vec<u8> {
     out
 }
 
+/// The tensors of `specs` in `file`, the dtype each is loaded as (its
+/// conversion's target when `convert`), and a buffer of the right length
+/// for each, filled with 0xA5.
+fn wanted<'f>(
+    file: &'f MappedFile,
+    specs: &[(String, Dtype, u64)],
+    data: &[u8],
+    convert: bool,
+) -> (Vec<&'f TensorInfo>, Vec<Dtype>, Vec<Vec<u8>>) {
+    let infos: Vec<&TensorInfo> = specs
+        .iter()
+        .map(|(n, _, _)| file.header().require(n).unwrap())
+        .collect();
+    let tos: Vec<Dtype> = infos
+        .iter()
+        .map(|t| if convert { target(t.dtype) } else { t.dtype })
+        .collect();
+    let outs = infos
+        .iter()
+        .zip(&tos)
+        .map(|(t, to)| vec![0xA5u8; expected(data, t, *to).len()])
+        .collect();
+    (infos, tos, outs)
+}
+
+/// The destinations of [`wanted`]'s tensors, in its buffers.
+fn destinations<'d>(
+    infos: &[&'d TensorInfo],
+    tos: &[Dtype],
+    outs: &'d mut [Vec<u8>],
+) -> Vec<Destination<'d>> {
+    infos
+        .iter()
+        .zip(tos)
+        .zip(outs.iter_mut())
+        .map(|((info, to), dst)| Destination { info, to: *to, dst })
+        .collect()
+}
+
 /// The dtype a tensor is loaded as: converted where a conversion
 /// exists, copied otherwise.
 fn target(dt: Dtype) -> Dtype {
@@ -114,25 +153,8 @@ fn batch_loads_are_exact_for_every_split_and_thread_count() {
                     #[cfg(target_os = "linux")]
                     crate::io::drop_cached(file.raw());
                 }
-                let infos: Vec<&TensorInfo> = specs
-                    .iter()
-                    .map(|(n, _, _)| file.header().require(n).unwrap())
-                    .collect();
-                let tos: Vec<Dtype> = infos
-                    .iter()
-                    .map(|t| if convert { target(t.dtype) } else { t.dtype })
-                    .collect();
-                let mut outs: Vec<Vec<u8>> = infos
-                    .iter()
-                    .zip(&tos)
-                    .map(|(t, to)| vec![0xA5u8; expected(&data, t, *to).len()])
-                    .collect();
-                let dests = infos
-                    .iter()
-                    .zip(&tos)
-                    .zip(outs.iter_mut())
-                    .map(|((info, to), dst)| Destination { info, to: *to, dst })
-                    .collect();
+                let (infos, tos, mut outs) = wanted(&file, &specs, &data, convert);
+                let dests = destinations(&infos, &tos, &mut outs);
                 let options = LoadOptions {
                     threads,
                     piece,
@@ -1263,25 +1285,8 @@ fn loads_from_a_network_source_span_tensors_and_end_on_its_parts() {
         };
         let file = MappedFile::from_source(source, OpenOptions::default()).unwrap();
         let start = file.header().data_start();
-        let infos: Vec<&TensorInfo> = specs
-            .iter()
-            .map(|(n, _, _)| file.header().require(n).unwrap())
-            .collect();
-        let tos: Vec<Dtype> = infos
-            .iter()
-            .map(|t| if convert { target(t.dtype) } else { t.dtype })
-            .collect();
-        let mut outs: Vec<Vec<u8>> = infos
-            .iter()
-            .zip(&tos)
-            .map(|(t, to)| vec![0xA5u8; expected(&data, t, *to).len()])
-            .collect();
-        let dests = infos
-            .iter()
-            .zip(&tos)
-            .zip(outs.iter_mut())
-            .map(|((info, to), dst)| Destination { info, to: *to, dst })
-            .collect();
+        let (infos, tos, mut outs) = wanted(&file, &specs, &data, convert);
+        let dests = destinations(&infos, &tos, &mut outs);
         let done = if stream {
             load_streaming(&file, dests, LoadOptions::default(), &mut |_| {
                 ControlFlow::Continue(())
@@ -1382,25 +1387,8 @@ fn reads_of_a_source_serving_one_at_a_time_take_turns_in_file_order() {
             order: order.clone(),
         };
         let file = MappedFile::from_source(source, OpenOptions::default()).unwrap();
-        let infos: Vec<&TensorInfo> = specs
-            .iter()
-            .map(|(n, _, _)| file.header().require(n).unwrap())
-            .collect();
-        let tos: Vec<Dtype> = infos
-            .iter()
-            .map(|t| if convert { target(t.dtype) } else { t.dtype })
-            .collect();
-        let mut outs: Vec<Vec<u8>> = infos
-            .iter()
-            .zip(&tos)
-            .map(|(t, to)| vec![0xA5u8; expected(&data, t, *to).len()])
-            .collect();
-        let dests = infos
-            .iter()
-            .zip(&tos)
-            .zip(outs.iter_mut())
-            .map(|((info, to), dst)| Destination { info, to: *to, dst })
-            .collect();
+        let (infos, tos, mut outs) = wanted(&file, &specs, &data, convert);
+        let dests = destinations(&infos, &tos, &mut outs);
         let options = LoadOptions {
             threads: 4,
             piece: 64 << 10,
