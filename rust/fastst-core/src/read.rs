@@ -180,9 +180,10 @@ impl MappedFile {
     }
 
     /// The share of the pages of `range` (offsets in the data section) of
-    /// a local file in the page cache, 0 to 1 (from [`MOSTLY_CACHED`] on, the
-    /// range counts as cached: the cold/warm choices of loads and loaders); `None` when the kernel
-    /// cannot tell or the source is not a local file.
+    /// a local file in the page cache, 0 to 1 (from [`MOSTLY_CACHED`] on,
+    /// the range counts as cached: the cold/warm choices of loads and
+    /// loaders); `None` when the kernel cannot tell or the source is not a
+    /// local file.
     pub fn cached_share(&self, range: std::ops::Range<u64>) -> Option<f64> {
         let len = range.end.saturating_sub(range.start);
         let (cached, pages) =

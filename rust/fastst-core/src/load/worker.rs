@@ -86,8 +86,12 @@ impl<'a> Worker<'_, 'a> {
     }
 
     /// Waits until the request at place `at` may start its read
-    /// ([`Shared::read_turn`]); `None` when the load stops first.
+    /// ([`Shared::read_turn`]); `None` when the load stops first. A source
+    /// whose reads take no turns costs no lock here.
     fn read_turn(&self, at: usize) -> Option<Turn<'_, 'a>> {
+        if !self.reader.file.one_read_at_a_time() {
+            return Some(Turn { worker: None, at });
+        }
         let mut g = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             if g.stop {
@@ -95,9 +99,8 @@ impl<'a> Worker<'_, 'a> {
             }
             if g.may_read(at) {
                 return Some(Turn {
-                    worker: self,
+                    worker: Some(self),
                     at,
-                    passed: false,
                 });
             }
             g = self
@@ -140,27 +143,23 @@ impl<'a> Worker<'_, 'a> {
 
 /// A request's read turn ([`Shared::read_turn`]), passed to the next
 /// request once its bytes are read, or when it is dropped (the read
-/// failed, or the request needed no conversion).
+/// failed, or the request needed no conversion). `worker`: `None` once
+/// passed, and for a source whose reads take no turns.
 pub(super) struct Turn<'w, 'a> {
-    worker: &'w Worker<'w, 'a>,
+    worker: Option<&'w Worker<'w, 'a>>,
     at: usize,
-    passed: bool,
 }
 
 impl Turn<'_, '_> {
     fn pass(&mut self) {
-        if std::mem::replace(&mut self.passed, true) {
+        let Some(worker) = self.worker.take() else {
             return;
-        }
-        let mut g = self
-            .worker
-            .shared
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        };
+        let mut g = worker.shared.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(turn) = &mut g.read_turn {
             *turn = (*turn).max(self.at + 1);
             drop(g);
-            self.worker.wake_workers.notify_all();
+            worker.wake_workers.notify_all();
         }
     }
 }
