@@ -12,7 +12,6 @@ import fastst
 import numpy as np
 import pytest
 from fastst._read import loader as _loader
-from fastst._read.safe_open import _batch_size
 from fastst._read.safe_open import safe_open as fastst_safe_open
 from helpers.raw_files import raw_file
 
@@ -242,18 +241,33 @@ def test_a_file_truncated_under_a_running_loader_raises(tmp_path: Path, backend:
     assert all(outcomes[f"t{i:02d}"] == "file-changed" for i in range(4, 8)), outcomes
 
 
-def _held_probe(monkeypatch: pytest.MonkeyPatch) -> List[int]:
-    """Records the bytes all loaders hold (read, being read, not taken)
-    each time a read starts, once per tensor it reads."""
-    seen: List[int] = []
-    original = fastst_safe_open._read_entries
+class _Probe:
+    """What loaders' reads do: the entries of each read (``runs``), the
+    tensors each hands out (``landed``, in order), and the bytes all
+    loaders hold (admitted, not taken) after each answer of a read's
+    ``land`` (``held``)."""
 
-    def read(self: Any, batch: Any, device: Any, whole: int) -> Any:
-        seen.extend([_loader._SHARED.held] * len(batch))
-        return original(self, batch, device, whole)
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.runs: List[List[str]] = []
+        self.landed: List[str] = []
+        self.held: List[int] = []
+        read, land = fastst_safe_open._read_entries, _loader._Run.land
+        probe = self
 
-    monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
-    return seen
+        def reading(self: Any, run: Any, device: Any, whole: int, to: Any) -> None:
+            probe.runs.append([e.name for e in run])
+            read(self, run, device, whole, to)
+
+        def landing(self: Any, values: List[Any]) -> int:
+            before = self._landed
+            try:
+                return land(self, values)
+            finally:
+                probe.landed += [e.name for e in self._entries[before : self._landed]]
+                probe.held.append(_loader._SHARED.held)
+
+        monkeypatch.setattr(fastst_safe_open, "_read_entries", reading)
+        monkeypatch.setattr(_loader._Run, "land", landing)
 
 
 def _drain_slowly(loader: Any) -> Dict[str, Any]:
@@ -267,32 +281,36 @@ def _drain_slowly(loader: Any) -> Dict[str, Any]:
     return got
 
 
+# Tensors of 1 MiB: not small (runs of small tensors are read with one
+# request, which may end past a load's bound).
+MIB = 1 << 20
+
+
 def test_the_budget_bounds_bytes_landed_and_not_taken(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    size = 64 << 10
-    path = _big(tmp_path, 16, size)
-    seen = _held_probe(monkeypatch)
-    with fastst.safe_open(path, "np") as f, f.prefetch(budget=3 * size, threads=4) as loader:
+    path = _big(tmp_path, 16, MIB)
+    probe = _Probe(monkeypatch)
+    with fastst.safe_open(path, "np") as f, f.prefetch(budget=3 * MIB, threads=4) as loader:
         got = _drain_slowly(loader)
-    assert len(seen) == 16 and max(seen) <= 3 * size, seen
+    assert sorted(probe.landed) == loader.names(), "every tensor read once"
+    assert max(probe.held) <= 3 * MIB, probe.held
     assert all((got[f"t{i:02d}"] == i).all() for i in range(16))
 
 
 def test_the_budget_is_shared_by_every_loader(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    size = 64 << 10
-    path = _big(tmp_path, 8, size)
-    monkeypatch.setenv("FASTST_PREFETCH_BUDGET", str(4 * size))
-    seen = _held_probe(monkeypatch)
+    path = _big(tmp_path, 8, MIB)
+    monkeypatch.setenv("FASTST_PREFETCH_BUDGET", str(4 * MIB))
+    probe = _Probe(monkeypatch)
     with fastst.safe_open(path, "np") as f:
         with f.prefetch(threads=4) as one, f.prefetch(threads=4) as two:
             a = _drain_slowly(one)
             b = _drain_slowly(two)
     # the two loaders together: the budget, plus the one tensor a waiting
     # consumer has read beyond it (the other loader's untaken tensors fill it)
-    assert len(seen) == 16 and max(seen) <= 5 * size, seen
+    assert len(probe.landed) == 16 and max(probe.held) <= 5 * MIB, probe.held
     assert a.keys() == b.keys() and len(a) == 8
 
 
@@ -303,13 +321,13 @@ def test_threads_are_capped_across_loaders(tmp_path: Path, monkeypatch: pytest.M
     running = [0, 0]  # now, most
     original = fastst_safe_open._read_entries
 
-    def read(self: Any, entry: Any, device: Any, whole: int) -> Any:
+    def read(self: Any, run: Any, device: Any, whole: int, land: Any) -> None:
         with lock:
             running[0] += 1
             running[1] = max(running)
         try:
             time.sleep(0.01)  # hold the slot, so that readers overlap if allowed
-            return original(self, entry, device, whole)
+            original(self, run, device, whole, land)
         finally:
             with lock:
                 running[0] -= 1
@@ -342,9 +360,9 @@ def test_ctrl_c_during_a_take_leaves_the_tensor_to_take_later(
     release = threading.Event()
     original = fastst_safe_open._read_entries
 
-    def read(self: Any, entry: Any, device: Any, whole: int) -> Any:
+    def read(self: Any, run: Any, device: Any, whole: int, land: Any) -> None:
         release.wait(JOIN)
-        return original(self, entry, device, whole)
+        original(self, run, device, whole, land)
 
     monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
     # interrupt_main does nothing while SIGINT is ignored, as it may be in a
@@ -383,111 +401,67 @@ def test_a_loader_dropped_without_close_gives_its_budget_back(tmp_path: Path) ->
     assert _loader._SHARED.held == 0 and _loader._SHARED.readers == 0
 
 
-def _batches_probe(monkeypatch: pytest.MonkeyPatch) -> List[List[str]]:
-    """Records the names of each batch a loader's reader reads."""
-    batches: List[List[str]] = []
-    original = fastst_safe_open._read_entries
-
-    def read(self: Any, batch: Any, device: Any, whole: int) -> Any:
-        batches.append([e.name for e in batch])
-        return original(self, batch, device, whole)
-
-    monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
-    return batches
-
-
-@pytest.mark.parametrize("budget", [None, 3 * (64 << 10)])
-def test_whole_tensors_are_read_in_batches_each_once_within_the_budget(
+@pytest.mark.parametrize("budget", [None, 3 * MIB])
+def test_whole_tensors_are_read_as_one_load_each_once_within_the_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: Any
 ) -> None:
-    size = 64 << 10
-    path = _big(tmp_path, 40, size)
-    batches = _batches_probe(monkeypatch)
-    monkeypatch.setattr(_loader, "FIRST_BATCH", 2 * size)
-    monkeypatch.setattr(_loader, "BATCH", 8 * size)
-    monkeypatch.setattr(_loader, "WARM_BATCH", 8 * size)
+    path = _big(tmp_path, 12, MIB)
+    probe = _Probe(monkeypatch)
     with fastst.safe_open(path, "np") as f, f.prefetch(budget=budget, threads=4) as loader:
         got = _drain_slowly(loader) if budget else dict(loader)
         names = loader.names()
-    read = [name for batch in batches for name in batch]
-    assert sorted(read) == names, "every tensor read exactly once"
-    assert all((got[f"t{i:02d}"] == i).all() for i in range(40))
-    # the first read is small, the others up to BATCH and within the budget
-    assert len(batches[0]) <= 2
+    # one streaming load (taken in order, nothing gives way), each tensor
+    # once; under the budget, handed out while the load reads the rest
+    assert probe.runs == [names]
+    assert probe.landed == names
+    assert all((got[f"t{i:02d}"] == i).all() for i in range(12))
     if budget:
-        assert max(len(b) for b in batches) <= 3
-    else:
-        assert max(len(b) for b in batches) == 8
-    # a batch is a run of consecutive tensors of the plan
-    for batch in batches:
-        at = names.index(batch[0])
-        assert batch == names[at : at + len(batch)]
+        assert max(probe.held) <= budget, probe.held
 
 
-def test_a_plan_of_cached_pages_reads_in_larger_batches(
+def _within(work: Any) -> Any:
+    """What ``work()`` returns, run on a thread that must end within
+    :data:`JOIN` (a hang fails the test instead of stalling the run)."""
+    done: List[Any] = []
+    thread = threading.Thread(target=lambda: done.append(work()), daemon=True)
+    thread.start()
+    thread.join(JOIN)
+    assert done, "hung"
+    return done[0]
+
+
+def test_a_take_the_budget_keeps_from_the_load_goes_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The batch size follows what the page cache holds of the plan's whole
-    # tensors when it starts: most of it (a file just written) or not.
-    path = _big(tmp_path, 6, 4096)
-    shares: List[Any] = []
+    # Taken last to first under a budget of two tensors: each take waits
+    # for a tensor the running load has not admitted, and the load gives way.
+    path = _big(tmp_path, 8, MIB)
+    probe = _Probe(monkeypatch)
+    with fastst.safe_open(path, "np", read_ahead=None) as f:
+        with f.prefetch(budget=2 * MIB, threads=2) as loader:
+            names = loader.names()
+            got = _within(lambda: {name: loader.take(name) for name in reversed(names)})
+    assert all((got[f"t{i:02d}"] == i).all() for i in range(8))
+    assert max(probe.held) <= 3 * MIB, probe.held  # the budget and one wanted tensor
+    assert sorted(set(probe.landed)) == names
+    for worker in loader._workers:
+        worker.join(JOIN)
+    assert _loader._SHARED.held == 0 and _loader._SHARED.readers == 0
 
-    class Raw:
-        def __init__(self, raw: Any, share: Any) -> None:
-            self.raw, self.share = raw, share
 
-        def info(self, name: str) -> Any:
-            return self.raw.info(name)
-
-        def cached_share(self, begin: int, end: int) -> Any:
-            shares.append((begin, end))
-            return self.share
-
+def test_a_load_waiting_on_the_budget_is_not_a_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One reader in the process: a loader whose load waits for its consumer
+    # leaves it to another loader.
+    monkeypatch.setenv("FASTST_PREFETCH_THREADS", "1")
+    path = _big(tmp_path, 6, MIB)
     with fastst.safe_open(path, "np") as f:
-        entries = f._plan(None)
-        whole = list(entries)
-        sliced = [_loader.Entry(e.name, (slice(0, 1),), 1) for e in entries]
-        pick = _batch_size
-        assert pick(Raw(f._raw, 0.9), whole) == _loader.WARM_BATCH
-        assert pick(Raw(f._raw, 0.5), whole) == _loader.WARM_BATCH
-        assert pick(Raw(f._raw, 0.49), whole) == _loader.BATCH
-        assert pick(Raw(f._raw, None), whole) == _loader.BATCH
-        # the span asked about is that of the whole tensors; slices alone: no question
-        first, last = f._raw.info(whole[0].name), f._raw.info(whole[-1].name)
-        assert shares[0] == (first[2], last[3])
-        assert pick(Raw(f._raw, 0.9), sliced) == _loader.BATCH
-        assert len(shares) == 4
-        # a file just written is cached: its loader takes the larger batches
-        share = f._raw.cached_share(first[2], last[3])
-        with f.prefetch() as loader:
-            assert loader._batch == (
-                _loader.WARM_BATCH if share and share >= 0.5 else _loader.BATCH
-            )
-            dict(loader)
-
-
-def test_the_first_read_runs_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = _big(tmp_path, 8, 4096)
-    monkeypatch.setattr(_loader, "FIRST_BATCH", 4096)
-    monkeypatch.setattr(_loader, "BATCH", 4096)
-    monkeypatch.setattr(_loader, "WARM_BATCH", 4096)
-    release = threading.Event()
-    calls: List[List[str]] = []
-    original = fastst_safe_open._read_entries
-
-    def read(self: Any, batch: Any, device: Any, whole: int) -> Any:
-        calls.append([e.name for e in batch])
-        if len(calls) == 1:
-            release.wait(JOIN)
-        return original(self, batch, device, whole)
-
-    monkeypatch.setattr(fastst_safe_open, "_read_entries", read)
-    with fastst.safe_open(path, "np") as f, f.prefetch(threads=4) as loader:
-        time.sleep(0.3)  # room for the other readers to start, were they allowed
-        assert calls == [["t00"]]
-        release.set()
-        assert [name for name, _ in loader][0] == "t00"
-    assert len(calls) == 8
+        with f.prefetch(budget=MIB) as one, f.prefetch(budget=MIB) as two:
+            assert (one.take("t00") == 0).all()
+            got = _within(lambda: dict(two))
+            rest = dict(one)
+    assert sorted(got) == two.names() and sorted(rest) == one.names()[1:]
 
 
 def test_a_plan_ends_the_read_ahead_guessed_from_slices(tmp_path: Path) -> None:
@@ -534,7 +508,7 @@ def test_a_cold_plan_slice_reads_only_its_bytes_from_the_disk(tmp_path: Path) ->
     assert read <= planned + 8192, read
 
 
-def test_batches_make_the_huge_page_choice_for_the_whole_plan(
+def test_loads_make_the_huge_page_choice_for_the_whole_plan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from fastst._read import safe_open as safe_open_module
@@ -549,7 +523,6 @@ def test_batches_make_the_huge_page_choice_for_the_whole_plan(
         return original(*args, job=job, **kwargs)
 
     monkeypatch.setattr(safe_open_module, "load_into", load_into)
-    monkeypatch.setattr(_loader, "FIRST_BATCH", size)
     plan: Dict[str, Any] = {f"t{i:02d}": None for i in range(12)}
     plan["t05"] = slice(0, 16)  # a slice: read alone, not part of the job
     with fastst.safe_open(path, "np") as f, f.prefetch(plan) as loader:

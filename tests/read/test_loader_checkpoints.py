@@ -16,7 +16,7 @@ import pytest
 from fastst._read.safe_open import safe_open as fastst_safe_open
 from helpers.raw_files import raw_file
 
-from tests.read.test_loader import _DTYPES, _FORMS, JOIN, _held_probe, _patterned, _same
+from tests.read.test_loader import _DTYPES, _FORMS, JOIN, MIB, _patterned, _Probe, _same
 
 
 def _checkpoint(folder: Path, shards: List[Dict[str, Any]]) -> Path:
@@ -141,9 +141,9 @@ def test_shards_are_read_side_by_side(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_the_budget_holds_across_shards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    size = 64 << 10
+    size = MIB
     index = _u8_shards(tmp_path, 3, 6, size)
-    seen = _held_probe(monkeypatch)
+    probe = _Probe(monkeypatch)
     with fastst.safe_open(index, "np") as f, f.prefetch(budget=3 * size, threads=6) as loader:
         got = {}
         for name in loader.names():
@@ -153,7 +153,7 @@ def test_the_budget_holds_across_shards(tmp_path: Path, monkeypatch: pytest.Monk
     # budget, plus the one tensor the waiting take asks for beyond it (the
     # other shards' tensors, taken later, fill it; a budget per shard would
     # let each shard hold 3 tensors)
-    assert len(seen) == 18 and max(seen) <= 4 * size, seen
+    assert len(probe.landed) == 18 and max(probe.held) <= 4 * size, probe.held
     assert all((got[f"s{s}t{i}"] == 10 * s + i).all() for s in range(3) for i in range(6))
 
 

@@ -17,32 +17,45 @@ memory of their own (the owned loads of ``get_tensor(copy=True)``, or the
 byte ranges of a slice), then places them on the loader's device. Each is
 handed out once, by :meth:`~PrefetchLoader.take` (which waits for it, and
 moves it to the front of the reads) or by iterating ``(name, tensor)`` pairs
-in the order their bytes land.
+in the order their bytes land. A reader takes the whole tensors that follow
+each other in the plan together (up to :data:`RUN` bytes) and reads them as
+one streaming load (the core's ``load_into`` with ``stream=True``, as
+``iter_tensors`` does), each tensor handed out as it is filled; a planned
+slice is read alone.
 
 Two process-wide bounds, shared by every loader (:data:`_SHARED`):
 
-- bytes: a read starts only when the bytes of every loader's tensors read
-  (or being read) and not yet taken, plus its own, fit the process budget
-  (``FASTST_PREFETCH_BUDGET``, 1 GiB by default) and the loader's own
-  ``budget=``. Readers wait while the budget is full (backpressure). So that
-  no consumer waits forever, a tensor is also read when nothing is held, or
-  when a consumer of its loader is waiting for it (``take``) or for any of
-  its tensors (iteration) and its loader holds nothing, read or in flight:
-  then one read beyond the budget is in memory at most per waiting
-  consumer. Readers allocate the tensors' memory on their own threads; a
-  reader gives the allocator's free memory back to the system
-  (``malloc_trim``, where the C library has it) before each read once
-  tensors were handed out since the last time: freed tensors would
-  otherwise stay resident in the allocator's per-thread pools, and a
-  loader's memory grow past its budget by a batch per reader.
+- bytes: a tensor's bytes are read only once it is admitted: when the
+  bytes of every loader's tensors admitted and not yet taken, plus its own,
+  fit the process budget (``FASTST_PREFETCH_BUDGET``, 1 GiB by default) and
+  the loader's own ``budget=``. A load of whole tensors reads up to the
+  last one admitted (the bound its reporter answers, and at most one
+  request past it), admits more as tensors are taken, and waits while the
+  budget is full (backpressure). So that no consumer waits forever, a
+  tensor is also admitted when nothing is held, or when a consumer of its
+  loader is waiting for it (``take``) or for any of its tensors (iteration)
+  and its loader holds nothing: then one tensor beyond the budget is in
+  memory at most per waiting consumer; a load waiting on the budget while
+  a consumer waits for a tensor it has not admitted stops, and what it has
+  not read goes back, behind that tensor. A load lets go of each
+  destination as it is filled, so a tensor taken and dropped is freed
+  while the load goes on. Readers allocate the tensors' memory on their own
+  threads; a reader gives the allocator's free memory back to the system
+  (``malloc_trim``, where the C library has it) before each read, and before
+  a load that waited on the budget goes on, once tensors were handed out
+  since the last time: freed tensors would otherwise stay resident in the
+  allocator's per-thread pools, and a loader's memory grow past its budget.
 - readers: at most ``FASTST_PREFETCH_THREADS`` (8 by default) reads run at
-  once in the process, whatever ``threads=`` each loader asks for.
+  once in the process, whatever ``threads=`` each loader asks for (a load
+  waiting on the budget does not count).
 
 ``close()`` (or leaving the ``with`` block) stops the loader: waiting readers
 and consumers wake, reads in flight finish their current tensor and are
 dropped, tensors not taken are released; tensors handed out stay valid. A
 failed read (a file truncated underneath: rule ``file-changed``) is raised
-by the ``take`` of that tensor, or by the iteration when it reaches it.
+by the ``take`` of the tensor it failed in, or by the iteration when it
+reaches it; the loader then reads the tensors left one at a time, so that
+each failure is its own tensor's.
 
 A loader holds its file open itself (a share of the handle's, as
 safetensors 0.9's loader holds its own reference to the file): closing the
@@ -63,6 +76,7 @@ import threading
 import weakref
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import (
     Any,
     Callable,
@@ -79,7 +93,7 @@ from typing import (
     cast,
 )
 
-from .._errors import closed_file_error, rule_error
+from .._errors import LoadStopped, closed_file_error, rule_error
 from .._settings import prefetch_budget, prefetch_threads
 
 #: safetensors 0.9's plan: tensor name -> None (whole) or a step-1 slice of
@@ -96,18 +110,15 @@ DEFAULT_BUDGET = 1 << 30
 _TICK = 0.25
 
 #: A reader takes consecutive whole tensors of the plan together, up to
-#: this many bytes (one batch load: few large requests, read around the
-#: page cache when cold), and hands each out when the batch has landed...
-BATCH = 64 << 20
-#: ... up to this many where most of the plan's pages are cached when it
-#: starts (warm, each batch's fixed cost (its allocation's turn with the
-#: reads, its threads) is a larger share of its time; cold, larger batches
-#: took longer: benches/README.md, "Warm whole-file plans and the mapping
-#: gate")...
-WARM_BATCH = 256 << 20
-#: ... except the loader's first read, up to this many bytes, which runs
-#: alone: the first tensor comes out as soon as a whole load's would.
-FIRST_BATCH = 8 << 20
+#: this many bytes, as one streaming load: their destinations are allocated
+#: when it starts (address space; each page is touched as it is read).
+RUN = 4 << 30
+
+#: How a loader reads: ``read(entries, land)`` reads one planned slice, or
+#: consecutive whole tensors as one streaming load, calling ``land`` with
+#: the tensors (in order) each time more of them are filled; ``land``
+#: answers how many bytes of the entries, from the first, may be read.
+Read = Callable[[List["Entry"], Callable[[List[Any]], int]], None]
 
 
 @dataclass(frozen=True)
@@ -224,24 +235,20 @@ class PrefetchLoader:
         self,
         filename: str,
         entries: List[Entry],
-        read: Callable[[List[Entry]], List[Any]],
+        read: Read,
         threads: int,
         budget: Optional[int],
         *,
         held: Optional[Dict[str, int]] = None,
         parts: Tuple[PrefetchLoader, ...] = (),
         closing: Optional[Callable[[], None]] = None,
-        batch: int = BATCH,
     ) -> None:
         """``held``: the bytes held per name, shared by the loaders of one
         checkpoint's shards (their ``budget`` counts them all); ``parts``:
         those loaders, when this one hands out theirs (``entries`` then
         lists them all, and no reader of its own starts); ``closing``
-        releases what the loader holds open, at its close; ``batch``: the
-        most bytes of whole tensors one read takes (:data:`BATCH` or
-        :data:`WARM_BATCH`)."""
+        releases what the loader holds open, at its close."""
         self._filename = filename
-        self._batch = batch
         self._parts = parts
         self._part_of: Dict[str, PrefetchLoader] = {
             name: part for part in parts for name in part.names()
@@ -249,9 +256,11 @@ class PrefetchLoader:
         self._closing = closing
         self._entries: Dict[str, Entry] = {e.name: e for e in entries}
         self._place = {e.name: i for i, e in enumerate(entries)}
-        #: True until the first read starts, then while it is in flight.
+        #: Set once a read failed: each later read takes one tensor.
+        self._single = False
+        #: Until the first tensor lands, reads go no further than it: it
+        #: comes out as soon as a load of it alone would.
         self._leading = True
-        self._started = False
         self._names = [e.name for e in entries]
         self._read = read
         self._budget = budget
@@ -263,7 +272,9 @@ class PrefetchLoader:
         self._wanted: Set[str] = set()
         self._hungry = 0
         self._closed = False
-        count = max(1, min(threads, prefetch_threads(), len(entries)))
+        # No more readers than reads: a run of whole tensors is one.
+        reads = sum(i == 0 or not self._joins(entries[i - 1], e) for i, e in enumerate(entries))
+        count = max(1, min(threads, prefetch_threads(), reads))
         # The workers hold the loader weakly between reads: a loader dropped
         # without close() is collected, and closed (its bytes released).
         me = weakref.ref(self)
@@ -275,15 +286,16 @@ class PrefetchLoader:
             worker.start()
 
     # reading ---------------------------------------------------------
-    def _admits(self, entry: Entry) -> bool:
-        """Whether ``entry``'s read may start now (the lock held)."""
-        if _SHARED.readers >= prefetch_threads():
+    def _admits(self, entry: Entry, reading: bool = False) -> bool:
+        """Whether ``entry``'s bytes may be read now (the lock held);
+        ``reading``: by a read already running (its reader counted)."""
+        if not reading and _SHARED.readers >= prefetch_threads():
             return False
         if entry.name in self._wanted or _SHARED.held == 0:
             return True
         if self._hungry and not self._held:
-            # A consumer waits with nothing of this loader's in flight or
-            # landed (the process's budget held by other loaders).
+            # A consumer waits with nothing of this loader's admitted (the
+            # process's budget held by other loaders).
             return True
         return self._fits(sum(self._held.values()), entry.nbytes)
 
@@ -295,62 +307,50 @@ class PrefetchLoader:
         return _SHARED.held + nbytes <= _SHARED.budget()
 
     def _next(self) -> Union[List[Entry], int, None]:
-        """The next entries to read, as one batch, once admitted (the
-        reader and their bytes counted): the first in line, and the whole
-        tensors that follow it in the plan while they fit :data:`BATCH`
-        (:data:`FIRST_BATCH` for the loader's first read) and the budgets;
-        when none may start yet, the epoch at which that was seen (the
-        reader waits for a later one, without holding the loader); None
-        once closed or nothing is left."""
+        """The next entries to read, once the first is admitted (the reader
+        and its bytes counted): a slice alone, or the whole tensors that
+        follow each other in the plan from it, up to :data:`RUN` bytes (the
+        read admits the others as it goes: :class:`_Run`); when none may
+        start yet, the epoch at which that was seen (the reader waits for a
+        later one, without holding the loader); None once closed or nothing
+        is left."""
         with _SHARED.cond:
             if self._closed or not self._todo:
                 return None
             entry = self._todo[0]
-            if self._started and self._leading and entry.name not in self._wanted:
-                return _SHARED.epoch
             if not self._admits(entry):
                 return _SHARED.epoch
             self._todo.popleft()
-            batch = [entry]
+            run = [entry]
             total = entry.nbytes
-            cap = self._batch if self._started else FIRST_BATCH
-            mine = sum(self._held.values())
             while (
-                entry.index is None
+                not self._single
                 and entry.name not in self._wanted
                 and self._todo
-                and self._todo[0].index is None
-                and self._place[self._todo[0].name] == self._place[batch[-1].name] + 1
-                and total + self._todo[0].nbytes <= cap
-                and self._fits(mine, total + self._todo[0].nbytes)
+                and self._joins(run[-1], self._todo[0], total)
             ):
                 more = self._todo.popleft()
-                batch.append(more)
+                run.append(more)
                 total += more.nbytes
-            self._started = True
             _SHARED.readers += 1
-            _SHARED.held += total
-            for e in batch:
-                self._held[e.name] = e.nbytes
-            return batch
+            self._hold(entry)
+            return run
 
-    def _landed(
-        self, batch: List[Entry], values: List[Any], errors: List[Optional[BaseException]]
-    ) -> None:
-        """Records what reading ``batch`` gave, per entry (the reader is
-        free again)."""
-        with _SHARED.cond:
-            _SHARED.readers -= 1
-            self._leading = False
-            for entry, value, error in zip(batch, values, errors, strict=True):
-                if self._closed:
-                    self._release(entry.name)
-                elif error is not None:
-                    self._release(entry.name)
-                    self._failed[entry.name] = error
-                else:
-                    self._ready[entry.name] = value
-            _SHARED.notify()
+    def _joins(self, last: Entry, entry: Entry, total: int = 0) -> bool:
+        """Whether ``entry`` is read with the run ending with ``last``
+        (``total`` bytes so far): both whole tensors, next to each other in
+        the plan, within :data:`RUN`."""
+        return (
+            last.index is None
+            and entry.index is None
+            and self._place[entry.name] == self._place[last.name] + 1
+            and total + entry.nbytes <= RUN
+        )
+
+    def _hold(self, entry: Entry) -> None:
+        """Counts ``entry``'s bytes as held (the lock held)."""
+        self._held[entry.name] = entry.nbytes
+        _SHARED.held += entry.nbytes
 
     def _release(self, name: str) -> None:
         """Returns ``name``'s bytes to the budget (the lock held)."""
@@ -477,8 +477,9 @@ class PrefetchLoader:
         with _SHARED.cond:
             self._closed = True
             self._todo.clear()
-            for name in list(self._ready):
-                self._ready.pop(name)
+            self._ready.clear()
+            # Landed or being read: loads in flight stop at their next report.
+            for name in [n for n in self._held if n in self._entries]:
                 self._release(name)
             self._failed.clear()
             _SHARED.notify()
@@ -517,15 +518,15 @@ def _landed_in(queues: List[PrefetchLoader]) -> Optional[Tuple[PrefetchLoader, s
 
 def sharded(
     filename: str,
-    shards: List[Tuple[List[Entry], Callable[[List[Entry]], List[Any]], int]],
+    shards: List[Tuple[List[Entry], Read]],
     threads: int,
     budget: Optional[int],
     closing: Optional[Callable[[], None]] = None,
 ) -> PrefetchLoader:
     """The loader of a sharded checkpoint ``filename`` (its index): one
-    loader per shard (its entries, how they are read and its batch size),
-    reading side by side, their ``budget`` counting the bytes of all of
-    them; ``threads`` split between them, one reader per shard at least."""
+    loader per shard (its entries, and how they are read), reading side by
+    side, their ``budget`` counting the bytes of all of them; ``threads``
+    split between them, one reader per shard at least."""
     held: Dict[str, int] = {}
     share, extra = divmod(threads, len(shards))
     parts = tuple(
@@ -536,13 +537,12 @@ def sharded(
             max(1, share + (i < extra)),
             budget,
             held=held,
-            batch=batch,
         )
-        for i, (entries, read, batch) in enumerate(shards)
+        for i, (entries, read) in enumerate(shards)
     )
     entries = [e for part in parts for e in part._entries.values()]
     return PrefetchLoader(
-        filename, entries, lambda batch: [], threads, budget, parts=parts, closing=closing
+        filename, entries, lambda run, land: None, threads, budget, parts=parts, closing=closing
     )
 
 
@@ -553,40 +553,135 @@ def _work(ref: weakref.ReferenceType[PrefetchLoader]) -> None:
         loader = ref()
         if loader is None:
             return
-        entry = loader._next()
-        if entry is None:
+        entries = loader._next()
+        if entries is None:
             return
-        if isinstance(entry, int):
+        if isinstance(entries, int):
             del loader
             with _SHARED.cond:
-                if _SHARED.epoch == entry:
+                if _SHARED.epoch == entries:
                     _SHARED.cond.wait(_TICK)
             continue
-        assert isinstance(entry, list)
+        # Not held while reading: a loader dropped without close() is collected.
+        read = loader._read
+        del loader
+        _give_back()
+        run = _Run(ref, entries)
+        try:
+            read(entries, run.land)
+        except LoadStopped:
+            run.end(None)
+        except BaseException as exc:  # handed to the consumer
+            run.end(exc)
+        else:
+            run.end(None)
+        del read, run, entries
+
+
+def _give_back() -> None:
+    """Gives the allocator's free memory back to the system when tensors
+    were handed out since the last time (see the module's documentation)."""
+    with _SHARED.cond:
+        trim, _SHARED.handed = _SHARED.handed > 0, 0
+    if trim and _TRIM is not None:
+        _TRIM(0)
+
+
+class _Run:
+    """One read of a loader (its first entry admitted, its reader counted),
+    seen from the reader's thread: hands out what lands, admits the next
+    entries as the budgets let it, and puts back what it did not read."""
+
+    def __init__(self, ref: weakref.ReferenceType[PrefetchLoader], entries: List[Entry]) -> None:
+        self._ref = ref
+        self._entries = entries
+        #: Bytes of the entries up to each one, from the first.
+        self._ends = list(accumulate(e.nbytes for e in entries))
+        self._landed = 0
+        self._admitted = 1
+        #: Whether the read counts as one of the process's readers.
+        self._reading = True
+
+    def land(self, values: List[Any]) -> int:
+        """Hands out the next ``values`` (the read's tensors, in order), then
+        answers how many bytes of the entries, from the first, are admitted
+        (the read's bound). While every admitted entry has landed and the
+        next may not start, it waits (its reader not counted). Raises
+        ``LoadStopped`` once the loader is closed or collected, or when it
+        waits while a consumer waits for a tensor of its loader not yet
+        landed (the run gives way: :meth:`end` puts that tensor first)."""
+        cond = _SHARED.cond
+        waited = False
+        with cond:
+            loader = self._ref()
+            if loader is None:
+                raise LoadStopped
+            for value in values:
+                entry = self._entries[self._landed]
+                self._landed += 1
+                self._admitted = max(self._admitted, self._landed)
+                if loader._closed:
+                    continue
+                if entry.name not in loader._held:
+                    # Read with the request before it, past the bound.
+                    loader._hold(entry)
+                loader._ready[entry.name] = value
+            if values:
+                loader._leading = False
+                _SHARED.notify()
+            while True:
+                if loader._closed:
+                    raise LoadStopped
+                if loader._leading:
+                    bound = self._ends[0]
+                    break
+                while self._admitted < len(self._entries) and loader._admits(
+                    self._entries[self._admitted], self._reading
+                ):
+                    if not self._reading:
+                        _SHARED.readers += 1
+                        self._reading = True
+                    loader._hold(self._entries[self._admitted])
+                    self._admitted += 1
+                if self._admitted > self._landed or self._admitted == len(self._entries):
+                    bound = self._ends[self._admitted - 1]
+                    break
+                if any(name not in loader._ready for name in loader._wanted):
+                    raise LoadStopped
+                if self._reading:
+                    _SHARED.readers -= 1
+                    self._reading = False
+                    _SHARED.notify()
+                waited = True
+                del loader
+                cond.wait(_TICK)
+                loader = self._ref()
+                if loader is None:
+                    raise LoadStopped
+        if waited:
+            _give_back()
+        return bound
+
+    def end(self, error: Optional[BaseException]) -> None:
+        """The read is over (``error``: how it failed): its reader is free,
+        and the entries it did not hand out are released and, unless the
+        loader is closed, put back to read (the one it failed in gets
+        ``error``; a tensor a consumer waits for goes first)."""
         with _SHARED.cond:
-            trim, _SHARED.handed = _SHARED.handed > 0, 0
-        if trim and _TRIM is not None:
-            _TRIM(0)
-        values, errors = _read_batch(loader, entry)
-        loader._landed(entry, values, errors)
-        del loader, values, errors
-
-
-def _read_batch(
-    loader: PrefetchLoader, batch: List[Entry]
-) -> Tuple[List[Any], List[Optional[BaseException]]]:
-    """What reading ``batch`` gives, per entry: its tensor or its failure.
-    A batch that fails is read again one entry at a time, so that each
-    failure is its own tensor's (those read before it are handed out)."""
-    try:
-        return list(loader._read(batch)), [None] * len(batch)
-    except BaseException as exc:  # handed to the consumer
-        if len(batch) == 1:
-            return [None], [exc]
-    values: List[Any] = []
-    errors: List[Optional[BaseException]] = []
-    for one in batch:
-        value, error = _read_batch(loader, [one])
-        values += value
-        errors += error
-    return values, errors
+            if self._reading:
+                _SHARED.readers -= 1
+            loader = self._ref()
+            rest = self._entries[self._landed :]
+            if loader is not None:
+                for entry in rest:
+                    loader._release(entry.name)
+                if not loader._closed:
+                    if error is not None and rest:
+                        loader._failed[rest[0].name] = error
+                        loader._single = True
+                        rest = rest[1:]
+                    loader._todo.extendleft(reversed(rest))
+                    for entry in [e for e in loader._todo if e.name in loader._wanted]:
+                        loader._todo.remove(entry)
+                        loader._todo.appendleft(entry)
+            _SHARED.notify()

@@ -16,7 +16,6 @@ from .._dtypes import NUMPY_DTYPES, PACKED_BITS, target_dtype, to_numpy
 from .._errors import Where, closed_file_error, rule_error
 from .._fastst.read import (
     DEFAULT_HEADER_CAP,
-    MOSTLY_CACHED,
     RawFile,
     changing_mappings,
     load_into,
@@ -59,18 +58,6 @@ def _aligned_empty(nbytes: int, place: Placement) -> np.ndarray:
     block = np.empty(nbytes + align, dtype=np.uint8)
     skip = (phase - block.ctypes.data) % align
     return block[skip : skip + nbytes]
-
-
-def _batch_size(file: RawFile, entries: List[_loader.Entry]) -> int:
-    """The batch size of a loader reading ``entries`` of ``file``:
-    :data:`~fastst._read.loader.WARM_BATCH` when most pages of the span of
-    their whole tensors are cached, else :data:`~fastst._read.loader.BATCH`."""
-    spans = [file.info(e.name)[2:] for e in entries if e.index is None]
-    if not spans:
-        return _loader.BATCH
-    share = file.cached_share(min(b for b, _ in spans), max(e for _, e in spans))
-    warm = share is not None and share >= MOSTLY_CACHED
-    return _loader.WARM_BATCH if warm else _loader.BATCH
 
 
 def _batches(raw: RawSource, names: List[str]) -> List[Tuple[RawFile, List[str]]]:
@@ -198,27 +185,18 @@ class safe_open:  # noqa: N801 - the reference package's name
         own = self._shared()
         threads = threads or prefetch_threads()
 
-        def read(batch: List[_loader.Entry]) -> List[Any]:
-            return own._read_entries(batch, target, whole)
+        def read(run: List[_loader.Entry], land: Callable[[List[Any]], int]) -> None:
+            own._read_entries(run, target, whole, land)
 
         if isinstance(own._raw, ShardedFile):
             groups = _batches(own._raw, [e.name for e in entries])
             by_name = {e.name: e for e in entries}
-            shards: List[
-                Tuple[List[_loader.Entry], Callable[[List[_loader.Entry]], List[Any]], int]
-            ] = []
-            for shard, names in groups:
-                mine = [by_name[n] for n in names]
-                shards.append((mine, read, _batch_size(shard, mine)))
+            shards: List[Tuple[List[_loader.Entry], _loader.Read]] = [
+                ([by_name[n] for n in names], read) for _shard, names in groups
+            ]
             return _loader.sharded(own._raw.name, shards, threads, budget, own.close)
         return _loader.PrefetchLoader(
-            own._raw.name,
-            entries,
-            read,
-            threads,
-            budget,
-            closing=own.close,
-            batch=_batch_size(cast(RawFile, own._raw), entries),
+            own._raw.name, entries, read, threads, budget, closing=own.close
         )
 
     def _shared(self) -> safe_open:
@@ -275,17 +253,42 @@ class safe_open:  # noqa: N801 - the reference package's name
             name,
         )
 
-    def _read_entries(self, batch: List[_loader.Entry], device: Any, whole: int) -> List[Any]:
-        """A loader's batch in memory of its own on ``device``: whole
-        tensors in one batch load (around the page cache when cold, as
-        :meth:`get_tensors`; part of the ``whole`` bytes of the plan's
-        whole tensors, for the huge-page choice), or one slice, reading no
-        byte beyond it."""
-        if len(batch) == 1 and batch[0].index is not None:
-            return [self._read_slice(batch[0], device)]
-        names = [e.name for e in batch]
-        made = self._load_owned(names, None, None, device, job=whole)
-        return [made[name] for name in names]
+    def _read_entries(
+        self,
+        run: List[_loader.Entry],
+        device: Any,
+        whole: int,
+        land: Callable[[List[Any]], int],
+    ) -> None:
+        """A loader's read (:data:`fastst._read.loader.Read`), in memory of
+        its own on ``device``: one slice, reading no byte beyond it; or
+        whole tensors of one file as one streaming load (every destination
+        allocated first; around the page cache when cold, as
+        :meth:`get_tensors`; part of the ``whole`` bytes of the plan's whole
+        tensors, for the huge-page choice), each handed to ``land`` once
+        filled (the load lets go of it then), whose answer bounds the
+        reads."""
+        if len(run) == 1 and run[0].index is not None:
+            land([self._read_slice(run[0], device)])
+            return
+        names = [e.name for e in run]
+        made, plans = changing_mappings(lambda: self._allocate(names, None))
+        (plan,) = plans
+        ends = [plan.file.info(name)[3] for name in names]
+        outs: List[Optional[np.ndarray]] = list(plan.outs)
+        at = 0
+
+        def report(_done: int, _total: int, filled: int) -> int:
+            nonlocal at
+            values = []
+            while at < len(names) and ends[at] <= filled:
+                outs[at] = None
+                values.append(self._finish(names[at], made.pop(names[at]), device))
+                at += 1
+            return land(values)
+
+        del plans, plan.outs[:]
+        load_into(plan.file, names, outs, plan.targets, report, None, stream=True, job=whole)
 
     def _read_slice(self, entry: _loader.Entry, device: Any) -> Any:
         """One planned slice in memory of its own on ``device``."""

@@ -152,13 +152,13 @@ pub use identify::{identify, Identified, IDENTIFY_LEN};
 pub use io::{enter_changes, probe_faults, Changing, FaultProbe};
 pub use load::{
     load_into, load_streaming, tensor_into, Destination, HugePages, LoadOptions, LoadProgress,
-    Outcome, Reporter,
+    Outcome, Reporter, StreamReporter,
 };
 pub use prefetch::{PrefetchMethod, PrefetchOptions, PrefetchStatus, Prefetcher};
 pub use progress::{Progress, StderrLine};
 pub use read::{
     Backend, MappedFile, OpenOptions, OwnedBytes, SharedRegion, TensorData, HANDOUT_ALIGN,
-    MOSTLY_CACHED, PRIVATE_MAP_THRESHOLD,
+    PRIVATE_MAP_THRESHOLD,
 };
 pub use rules::{Family, RuleId, Severity, Verdict};
 pub use size::{parse_size, SizeGrammarError};

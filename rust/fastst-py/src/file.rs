@@ -177,8 +177,10 @@ impl WritableBytes {
             return &mut [];
         }
         // SAFETY: `ptr`/`len` describe a writable, C-contiguous buffer kept
-        // alive by the caller's `PyBuffer`; fastst holds no other reference
-        // into it during the call.
+        // alive by the caller's `PyBuffer` while the slice is used (a
+        // streaming `load_into` lets go of it only once the load reports
+        // its tensor filled: every request into it read, its slices
+        // dropped); fastst holds no other reference into it during the call.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 }
@@ -456,14 +458,6 @@ impl RawFile {
         let file = self.file()?;
         py.allow_threads(|| file.advise_sequential());
         Ok(())
-    }
-
-    /// The share (0 to 1) of the pages of data-section bytes
-    /// `[begin, end)` in the page cache; None for a source other than a
-    /// local file, or where the kernel cannot tell.
-    fn cached_share(&self, py: Python<'_>, begin: u64, end: u64) -> PyResult<Option<f64>> {
-        let file = self.file()?;
-        Ok(py.allow_threads(|| file.cached_share(begin..end)))
     }
 
     /// Data offset of the byte buffer in the file (8 + header length).

@@ -115,7 +115,6 @@ fn submodule(
 /// memory Python allocated, read-ahead, and a whole file held in bytes.
 fn read_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_HEADER_CAP", fastst_core::DEFAULT_HEADER_CAP)?;
-    m.add("MOSTLY_CACHED", fastst_core::MOSTLY_CACHED)?;
     m.add_class::<file::RawFile>()?;
     m.add_class::<buffer::TensorBuffer>()?;
     m.add_function(wrap_pyfunction!(file::parse_bytes, m)?)?;

@@ -26,9 +26,15 @@ use crate::wait::hearing_signals;
 /// uncached pages around the page cache. `huge_pages` (None: the measured
 /// choice, `HugePages::Auto`; True: keep the allocator's advice; False:
 /// never) governs transparent huge pages for the destinations. `stream`:
-/// `progress(done, total, filled)` is also called each time more tensors
-/// are filled (every tensor ending at or before `filled` in the data
-/// section), and once more before a read error is raised. `in_order` (with
+/// `progress(done, total, filled)` is also called before the first read and
+/// each time more tensors are filled (every tensor ending at or before
+/// `filled` in the data section), and once more before a read error is
+/// raised (its answer then ignored); it answers None, or the most source
+/// bytes, in file order from the start of the load, that reads may start
+/// below (`fastst_core::StreamReporter`: called with all of them read, it
+/// raises the bound or stops the load), and the load lets go of each
+/// destination once it is filled (its owner may free it while the rest is
+/// read). `in_order` (with
 /// `stream`, read around the page cache): requests are handed out close
 /// behind the first one not read (the files of a sharded checkpoint). `job`: the
 /// bytes of the whole job this load is part of (a prefetch plan's batches; 0: none),
@@ -63,6 +69,8 @@ pub fn load_into(
     }
     let file = raw.file()?;
     let mut wanted = Vec::with_capacity(names.len());
+    // Where each destination's tensor ends in the data section.
+    let mut ends = Vec::with_capacity(names.len());
     for ((name, out), target) in names.iter().zip(&outs).zip(&targets) {
         let info = raw.lookup(&file, name)?;
         let to = match target {
@@ -70,8 +78,10 @@ pub fn load_into(
             Some(t) => Dtype::from_name(t)
                 .ok_or_else(|| PyValueError::new_err(format!("unknown dtype {t:?}")))?,
         };
+        ends.push(info.end);
         wanted.push((info, to, writable(out)?));
     }
+    let mut outs: Vec<Option<PyBuffer<u8>>> = outs.into_iter().map(Some).collect();
     check_disjoint(&wanted)?;
     let options = LoadOptions {
         threads,
@@ -101,7 +111,7 @@ pub fn load_into(
                 dst: bytes.into_slice(),
             })
             .collect();
-        let mut report = |p: LoadProgress| -> ControlFlow<()> {
+        let mut report = |p: LoadProgress| -> ControlFlow<(), u64> {
             let LoadProgress {
                 done,
                 total,
@@ -110,15 +120,30 @@ pub fn load_into(
             if let Some(line) = &line {
                 line.report(done, total);
             }
+            // Filled: every request into it is read, and its slices of the
+            // destination dropped. Released below, with the GIL.
+            let filled_outs: Vec<PyBuffer<u8>> = match stream {
+                true => outs
+                    .iter_mut()
+                    .zip(&ends)
+                    .filter(|(_, &end)| end <= filled)
+                    .filter_map(|(out, _)| out.take())
+                    .collect(),
+                false => Vec::new(),
+            };
             let called = caller.call(move |py| {
+                drop(filled_outs);
                 py.check_signals().and_then(|()| match progress {
-                    Some(cb) if stream => cb.call1(py, (done, total, filled)).map(drop),
-                    Some(cb) => cb.call1(py, (done, total)).map(drop),
-                    None => Ok(()),
+                    Some(cb) if stream => cb
+                        .call1(py, (done, total, filled))
+                        .and_then(|bound| bound.extract::<Option<u64>>(py))
+                        .map(|bound| bound.unwrap_or(u64::MAX)),
+                    Some(cb) => cb.call1(py, (done, total)).map(|_| u64::MAX),
+                    None => Ok(u64::MAX),
                 })
             });
             match called {
-                Some(Ok(())) => ControlFlow::Continue(()),
+                Some(Ok(bound)) => ControlFlow::Continue(bound),
                 Some(Err(e)) => {
                     *pending_ref = Some(e);
                     ControlFlow::Break(())
@@ -129,12 +154,13 @@ pub fn load_into(
         let outcome = if stream {
             fastst_core::load_streaming(file_ref, dests, options, &mut report)
         } else {
-            let mut steps = |done, total| {
-                report(LoadProgress {
-                    done,
-                    total,
-                    filled: 0,
-                })
+            let mut steps = |done, total| match report(LoadProgress {
+                done,
+                total,
+                filled: 0,
+            }) {
+                ControlFlow::Break(()) => ControlFlow::Break(()),
+                ControlFlow::Continue(_) => ControlFlow::Continue(()),
             };
             fastst_core::load_into(file_ref, dests, options, Some(&mut steps))
         };

@@ -39,10 +39,14 @@
 //!
 //! [`load_streaming`] also tells which destinations are filled, so that a
 //! caller can hand them out while the rest is read: the workers record the
-//! requests they finish, and the calling thread reports again each time
-//! the run of finished requests from the start of the file grows
-//! ([`LoadProgress::filled`]), and once more after a failure (what was read
-//! before the failing request). Read around the page cache and asked to
+//! requests they finish, and the calling thread reports once before the
+//! first read, again each time the run of finished requests from the start
+//! of the file grows ([`LoadProgress::filled`]), and once more after a
+//! failure (what was read before the failing request). Its reporter also
+//! bounds the reads: each answer says how many source bytes, in file order
+//! from the start of the load, the workers may take requests from (a
+//! caller handing tensors out within a memory budget admits them as the
+//! budget frees). A request that starts below the bound is read whole. Read around the page cache and asked to
 //! keep in order ([`LoadOptions::in_order`]), its requests are handed out at most a little more than one per thread past the first
 //! one not read yet: a disk's scheduler serves requests in the order of
 //! their place on the disk, and one that arrived after the head had moved
@@ -190,6 +194,14 @@ pub enum Outcome {
 
 /// A progress reporter: `(source bytes done, source bytes in all)`.
 pub type Reporter<'r> = &'r mut dyn FnMut(u64, u64) -> ControlFlow<()>;
+
+/// A streaming load's reporter ([`load_streaming`]): given where the load
+/// stands, it stops it (`Break`) or answers the most source bytes, in file
+/// order from the start of the load, that requests may start below
+/// (`Continue(u64::MAX)`: no bound of its own). Called with every request
+/// below its bound read, it must raise the bound or stop the load: the
+/// load calls it again only once more is read.
+pub type StreamReporter<'r> = &'r mut dyn FnMut(LoadProgress) -> ControlFlow<(), u64>;
 
 /// Where a streaming load stands (see [`load_streaming`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -382,21 +394,26 @@ pub fn load_into(
             file,
             dests,
             options,
-            Some(&mut |p| r(p.done, p.total)),
+            Some(&mut |p| match r(p.done, p.total) {
+                ControlFlow::Break(()) => ControlFlow::Break(()),
+                ControlFlow::Continue(()) => ControlFlow::Continue(u64::MAX),
+            }),
             false,
         ),
         None => run(file, dests, options, None, false),
     }
 }
 
-/// [`load_into`] reporting to `report` also each time more destinations
-/// are filled (in file order: [`LoadProgress::filled`]), and, when a read
-/// fails, once more (its answer ignored) before the error is returned.
+/// [`load_into`] reporting to `report` also before the first read, each
+/// time more destinations are filled (in file order:
+/// [`LoadProgress::filled`]), and, when a read fails, once more (its answer
+/// ignored) before the error is returned; each answer bounds the reads
+/// ([`StreamReporter`]).
 pub fn load_streaming(
     file: &MappedFile,
     dests: Vec<Destination<'_>>,
     options: LoadOptions,
-    report: &mut dyn FnMut(LoadProgress) -> ControlFlow<()>,
+    report: StreamReporter<'_>,
 ) -> Result<Outcome> {
     run(file, dests, options, Some(report), true)
 }
@@ -406,7 +423,7 @@ fn run(
     file: &MappedFile,
     mut dests: Vec<Destination<'_>>,
     options: LoadOptions,
-    mut report: Option<&mut dyn FnMut(LoadProgress) -> ControlFlow<()>>,
+    mut report: Option<StreamReporter<'_>>,
     stream: bool,
 ) -> Result<Outcome> {
     check(&dests)?;
@@ -462,6 +479,19 @@ fn run(
     if let (Some(first), Some(raw)) = (parts.first(), file.local()) {
         io::advise_sequential_from(raw, file.header().data_start() + first.begin);
     }
+    // The reporter's bound on the source bytes read (a streaming load's).
+    let mut most = u64::MAX;
+    if let (true, Some(r)) = (stream, report.as_mut()) {
+        let first = LoadProgress {
+            done: 0,
+            total,
+            filled: parts.first().map_or(u64::MAX, |p| p.begin),
+        };
+        match r(first) {
+            ControlFlow::Break(()) => return Ok(Outcome::Stopped),
+            ControlFlow::Continue(bound) => most = bound,
+        }
+    }
     if parts.len() <= 1 {
         // One request (a single small tensor, most often): no thread.
         let reader = Reader {
@@ -488,7 +518,7 @@ fn run(
     let shared = Mutex::new(Shared {
         queue: parts.into_iter(),
         issued: 0,
-        limit: if gate { window } else { u64::MAX },
+        limit: if gate { window.min(most) } else { u64::MAX },
         stop: false,
         error: None,
         running: threads,
@@ -547,11 +577,15 @@ fn run(
                         filled: filled_offset(&begins, filled),
                     });
                     let mut g = shared.lock().unwrap_or_else(PoisonError::into_inner);
-                    if flow.is_break() {
-                        g.stop = true;
-                        stopped = true;
-                    } else {
-                        g.limit = now.saturating_add(window);
+                    match flow {
+                        ControlFlow::Break(()) => {
+                            g.stop = true;
+                            stopped = true;
+                        }
+                        ControlFlow::Continue(bound) => {
+                            most = bound;
+                            g.limit = now.saturating_add(window).min(most);
+                        }
                     }
                     drop(g);
                     wake_workers.notify_all();
@@ -583,7 +617,7 @@ fn run(
 
 /// The last report of a complete load: the reporter may still stop it (the
 /// destinations are then not handed out).
-fn finish(report: Option<&mut dyn FnMut(LoadProgress) -> ControlFlow<()>>, total: u64) -> Outcome {
+fn finish(report: Option<StreamReporter<'_>>, total: u64) -> Outcome {
     let end = LoadProgress {
         done: total,
         total,

@@ -1182,7 +1182,7 @@ fn streamed(truncate_at_first: bool) -> (Result<Outcome>, Vec<LoadProgress>) {
             file.set_len(100).unwrap();
         }
         calls.push(p);
-        ControlFlow::Continue(())
+        ControlFlow::Continue(u64::MAX)
     };
     let outcome = load_streaming(&file, dests, options, &mut report);
     (outcome, calls)
@@ -1203,6 +1203,53 @@ fn streaming_loads_report_what_is_filled_as_it_is() {
     for p in before {
         assert!(p.filled % (64 << 10) == 0 && p.filled <= p.done, "{p:?}");
     }
+}
+
+/// A streaming reporter's answer bounds the reads: the first report comes
+/// before any read, and a request starts only below the bound (so at
+/// most one request's bytes past it are read), however long the reporter
+/// takes.
+#[test]
+fn a_streaming_reporter_bounds_the_reads() {
+    const TENSOR: usize = 256 << 10;
+    const PIECE: usize = 64 << 10;
+    let specs: Vec<(String, Dtype, u64)> = (0..12)
+        .map(|i| (format!("t{i:02}"), Dtype::U8, TENSOR as u64))
+        .collect();
+    let shapes: Vec<(&str, Dtype, usize)> = specs
+        .iter()
+        .map(|(n, d, _)| (n.as_str(), *d, TENSOR))
+        .collect();
+    let (f, data) = layout(&shapes);
+    let file = open(&f.0, Backend::Pread);
+    let (infos, tos, mut outs) = wanted(&file, &specs, &data, false);
+    let dests = destinations(&infos, &tos, &mut outs);
+    let options = LoadOptions {
+        threads: 3,
+        piece: PIECE,
+        report_every: PIECE as u64,
+        direct: false,
+        huge_pages: HugePages::Keep,
+        ..LoadOptions::default()
+    };
+    // The first tensor's bytes; once they are read, a slow answer (the
+    // workers would run on, unbounded) that stops the load.
+    let bound = TENSOR as u64;
+    let mut first = None;
+    let mut report = |p: LoadProgress| {
+        first.get_or_insert(p.done);
+        if p.done < bound {
+            return ControlFlow::Continue(bound);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        ControlFlow::Break(())
+    };
+    let outcome = load_streaming(&file, dests, options, &mut report);
+    assert_eq!(outcome.unwrap(), Outcome::Stopped);
+    assert_eq!(first, Some(0), "the first report comes before any read");
+    assert!(outs[0] == expected(&data, infos[0], tos[0]));
+    let past: Vec<u8> = outs.concat().split_off(TENSOR + PIECE);
+    assert!(past.iter().all(|&b| b == 0xA5), "read past the bound");
 }
 
 /// A failed read ends the load with its error, after one more report of
@@ -1289,7 +1336,7 @@ fn loads_from_a_network_source_span_tensors_and_end_on_its_parts() {
         let dests = destinations(&infos, &tos, &mut outs);
         let done = if stream {
             load_streaming(&file, dests, LoadOptions::default(), &mut |_| {
-                ControlFlow::Continue(())
+                ControlFlow::Continue(u64::MAX)
             })
         } else {
             load_into(&file, dests, LoadOptions::default(), None)
@@ -1394,7 +1441,9 @@ fn reads_of_a_source_serving_one_at_a_time_take_turns_in_file_order() {
             piece: 64 << 10,
             ..LoadOptions::default()
         };
-        let done = load_streaming(&file, dests, options, &mut |_| ControlFlow::Continue(()));
+        let done = load_streaming(&file, dests, options, &mut |_| {
+            ControlFlow::Continue(u64::MAX)
+        });
         assert_eq!(done.unwrap(), Outcome::Done);
         for ((info, to), out) in infos.iter().zip(&tos).zip(&outs) {
             assert!(
