@@ -449,6 +449,45 @@ def test_a_take_the_budget_keeps_from_the_load_goes_first(
     assert _loader._SHARED.held == 0 and _loader._SHARED.readers == 0
 
 
+def test_a_tensor_taken_and_dropped_is_freed_while_its_load_goes_on(tmp_path: Path) -> None:
+    import gc
+    import weakref
+
+    path = _big(tmp_path, 8, MIB)
+    with fastst.safe_open(path, "np") as f, f.prefetch(budget=2 * MIB) as loader:
+        first = loader.take("t00")
+        while first.base is not None:  # the memory's owner
+            first = first.base
+        owner = weakref.ref(first)
+        del first
+        gc.collect()
+        freed = owner() is None
+        left = [name for name in loader.names() if name not in loader._ready]
+        rest = dict(loader)
+    assert freed, "the load still holds the tensor's memory"
+    assert len(left) >= 5 and sorted(rest) == loader.names()[1:]
+
+
+def test_a_tensor_that_fails_to_land_fails_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _big(tmp_path, 6, MIB)
+    finish = fastst_safe_open._finish
+
+    def failing(self: Any, name: str, made: Any, device: Any = None) -> Any:
+        if name == "t02":
+            raise RuntimeError("cannot place t02")
+        return finish(self, name, made, device)
+
+    monkeypatch.setattr(fastst_safe_open, "_finish", failing)
+    with fastst.safe_open(path, "np") as f, f.prefetch() as loader:
+        with pytest.raises(RuntimeError, match="t02"):
+            loader.take("t02")
+        got = dict(loader)
+    assert sorted(got) == ["t00", "t01", "t03", "t04", "t05"]
+    assert all((got[name] == int(name[1:])).all() for name in got)
+
+
 def test_a_load_waiting_on_the_budget_is_not_a_reader(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -275,7 +275,10 @@ class safe_open:  # noqa: N801 - the reference package's name
         made, plans = changing_mappings(lambda: self._allocate(names, None))
         (plan,) = plans
         ends = [plan.file.info(name)[3] for name in names]
+        # Only `outs` and `made` hold the destinations: each is let go of as
+        # it is handed out (and so is the load's own hold on it).
         outs: List[Optional[np.ndarray]] = list(plan.outs)
+        plan.outs.clear()
         at = 0
 
         def report(_done: int, _total: int, filled: int) -> int:
@@ -283,11 +286,14 @@ class safe_open:  # noqa: N801 - the reference package's name
             values = []
             while at < len(names) and ends[at] <= filled:
                 outs[at] = None
-                values.append(self._finish(names[at], made.pop(names[at]), device))
+                try:
+                    values.append(self._finish(names[at], made.pop(names[at]), device))
+                except BaseException:
+                    land(values)  # those before it; the load fails in this one
+                    raise
                 at += 1
             return land(values)
 
-        del plans, plan.outs[:]
         load_into(plan.file, names, outs, plan.targets, report, None, stream=True, job=whole)
 
     def _read_slice(self, entry: _loader.Entry, device: Any) -> Any:
@@ -399,20 +405,10 @@ class safe_open:  # noqa: N801 - the reference package's name
             plans.append(Plan(file, members, outs, targets, size))
         return made, plans
 
-    def _load_owned(
-        self,
-        names: List[str],
-        dtype: Any,
-        progress: Progress,
-        device: Any = None,
-        job: Optional[int] = None,
-    ) -> Dict[str, Any]:
+    def _load_owned(self, names: List[str], dtype: Any, progress: Progress) -> Dict[str, Any]:
         """Tensors ``names`` in memory of their own (converted to ``dtype``
-        when given), on ``device`` (None: the handle's): every destination
-        allocated first, then one batch load per file (the core's
-        ``load_into``). ``job``: a loader's batch, part of a plan of that
-        many bytes of whole tensors (one batch load even for one tensor;
-        the huge-page choice made for the plan)."""
+        when given), on the handle's device: every destination allocated
+        first, then one batch load per file (the core's ``load_into``)."""
         raw = self._raw
         callback, bar = resolve(progress, raw.name)
         # Mapped in one turn with the reads' fault-ins (other loads' readers).
@@ -423,7 +419,7 @@ class safe_open:  # noqa: N801 - the reference package's name
         if side_by_side:
             load_side_by_side(plans)
         for p in [] if side_by_side else plans:
-            if len(p.names) == 1 and callback is None and not bar and job is None:
+            if len(p.names) == 1 and callback is None and not bar:
                 # One tensor: read (or converted while read) straight into
                 # its destination, several threads when large.
                 if p.targets[0] is None:
@@ -435,11 +431,11 @@ class safe_open:  # noqa: N801 - the reference package's name
             if callback is not None and len(plans) > 1:
                 report = _offset_report(callback, base, grand)
             label = progress_label(p.file.name, bar)
-            load_into(p.file, p.names, p.outs, p.targets, report, label, job=job or 0)
+            load_into(p.file, p.names, p.outs, p.targets, report, label)
             base += p.nbytes
         if self._read_ahead is not None:
             self._read_ahead.consumed(grand)
-        return {name: self._finish(name, made[name], device) for name in names}
+        return {name: self._finish(name, made[name]) for name in names}
 
     def _destination(
         self, file: Any, name: str, dtype: Any, data_start: int
