@@ -110,7 +110,7 @@ def test_a_missing_tensor_names_the_index_and_the_tensor(mixed_shards: Path) -> 
 
 def _on_read(monkeypatch: pytest.MonkeyPatch, before: Callable[[List[str]], None]) -> None:
     """Calls ``before(names)`` as each read of a loader starts, with the
-    names of the tensors it reads (one entry, or a batch of them)."""
+    names of the tensors it reads (one entry, or a run of them)."""
     attr = "_read_entries" if hasattr(fastst_safe_open, "_read_entries") else "_read_entry"
     original = getattr(fastst_safe_open, attr)
 

@@ -37,7 +37,7 @@ use crate::wait::hearing_signals;
 /// read). `in_order` (with
 /// `stream`, read around the page cache): requests are handed out close
 /// behind the first one not read (the files of a sharded checkpoint). `job`: the
-/// bytes of the whole job this load is part of (a prefetch plan's batches; 0: none),
+/// bytes of the whole job this load is part of (a prefetch plan's loads; 0: none),
 /// for the huge-page choice (`LoadOptions::job`). The reads of an
 /// object of a store hear Ctrl-C while they wait (`crate::wait`); the
 /// callbacks run on this thread all the same.

@@ -98,16 +98,16 @@ pub(crate) fn recently_dear() -> bool {
 }
 
 /// The verdict of the last probe made for a job of several loads (a
-/// prefetch plan's batches), when it was made, and the trial it started:
+/// prefetch plan's), when it was made, and the trial it started:
 /// the job's later loads go on with it instead of probing again.
 type JobVerdict = (u64, Option<Arc<Trial>>);
 
 static JOB_PROBE: Mutex<Option<JobVerdict>> = Mutex::new(None);
 
-/// The trial for one load of a job of several (a prefetch plan's batches,
-/// each too small to be worth a probe of its own): the verdict of a probe
+/// The trial for one load of a job of several (a prefetch plan's loads,
+/// some too small to be worth a probe of their own): the verdict of a probe
 /// made less than [`REMEMBERED`] before (its trial shared: one window
-/// across the batches, one end), else a new probe's, kept for the next.
+/// across the loads, one end), else a new probe's, kept for the next.
 pub(crate) fn job_trial() -> Option<Arc<Trial>> {
     let mut last = JOB_PROBE.lock().unwrap_or_else(PoisonError::into_inner);
     let now = now_mark();

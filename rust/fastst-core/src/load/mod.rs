@@ -46,9 +46,10 @@
 //! bounds the reads: each answer says how many source bytes, in file order
 //! from the start of the load, the workers may take requests from (a
 //! caller handing tensors out within a memory budget admits them as the
-//! budget frees). A request that starts below the bound is read whole. Read around the page cache and asked to
-//! keep in order ([`LoadOptions::in_order`]), its requests are handed out at most a little more than one per thread past the first
-//! one not read yet: a disk's scheduler serves requests in the order of
+//! budget frees); a request that starts below the bound is read whole.
+//! Read around the page cache and asked to keep in order
+//! ([`LoadOptions::in_order`]), its requests are handed out at most a
+//! little more than one per thread past the first one not read yet: a disk's scheduler serves requests in the order of
 //! their place on the disk, and one that arrived after the head had moved
 //! past it (threads race to submit) would wait, until its deadline, while
 //! the load keeps sending requests ahead of it; with none left ahead it is
@@ -109,7 +110,7 @@ pub struct LoadOptions {
     /// after the other): see the module's documentation.
     pub in_order: bool,
     /// The bytes of the whole job this load is one part of (a prefetch
-    /// plan read in batches; 0: the load alone): [`HugePages::Auto`]
+    /// plan read in several loads; 0: the load alone): [`HugePages::Auto`]
     /// decides for that size, the job's loads sharing one probe and trial.
     pub job: u64,
 }
