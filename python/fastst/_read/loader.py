@@ -21,7 +21,9 @@ in the order their bytes land. A reader takes the whole tensors that follow
 each other in the plan together (up to :data:`RUN` bytes) and reads them as
 one streaming load (the core's ``load_into`` with ``stream=True``, as
 ``iter_tensors`` does), each tensor handed out as it is filled; a planned
-slice is read alone.
+slice is read alone. A loader starts no more readers than it has reads, and
+until its first tensor lands, its reads go no further than that tensor (it
+comes out as soon as a load of it alone would).
 
 Two process-wide bounds, shared by every loader (:data:`_SHARED`):
 
@@ -50,8 +52,9 @@ Two process-wide bounds, shared by every loader (:data:`_SHARED`):
   waiting on the budget does not count).
 
 ``close()`` (or leaving the ``with`` block) stops the loader: waiting readers
-and consumers wake, reads in flight finish their current tensor and are
-dropped, tensors not taken are released; tensors handed out stay valid. A
+and consumers wake, loads in flight stop at their next report (the requests
+being read end) and what they read is dropped, tensors not taken are
+released; tensors handed out stay valid. A
 failed read (a file truncated underneath: rule ``file-changed``) is raised
 by the ``take`` of the tensor it failed in, or by the iteration when it
 reaches it; the loader then reads the tensors left one at a time, so that
@@ -258,8 +261,7 @@ class PrefetchLoader:
         self._place = {e.name: i for i, e in enumerate(entries)}
         #: Set once a read failed: each later read takes one tensor.
         self._single = False
-        #: Until the first tensor lands, reads go no further than it: it
-        #: comes out as soon as a load of it alone would.
+        #: True until the first tensor lands (see the module's documentation).
         self._leading = True
         self._names = [e.name for e in entries]
         self._read = read
