@@ -288,9 +288,10 @@ class PrefetchLoader:
             worker.start()
 
     # reading ---------------------------------------------------------
-    def _admits(self, entry: Entry, reading: bool = False) -> bool:
+    def _admits(self, entry: Entry, reading: bool = False, mine: Optional[int] = None) -> bool:
         """Whether ``entry``'s bytes may be read now (the lock held);
-        ``reading``: by a read already running (its reader counted)."""
+        ``reading``: by a read already running (its reader counted);
+        ``mine``: the bytes this loader holds, when the caller keeps count."""
         if not reading and _SHARED.readers >= prefetch_threads():
             return False
         if entry.name in self._wanted or _SHARED.held == 0:
@@ -299,7 +300,7 @@ class PrefetchLoader:
             # A consumer waits with nothing of this loader's admitted (the
             # process's budget held by other loaders).
             return True
-        return self._fits(sum(self._held.values()), entry.nbytes)
+        return self._fits(sum(self._held.values()) if mine is None else mine, entry.nbytes)
 
     def _fits(self, mine: int, nbytes: int) -> bool:
         """Whether ``nbytes`` more fit this loader's budget (``mine`` held)
@@ -637,13 +638,16 @@ class _Run:
                 if loader._leading:
                     bound = self._ends[0]
                     break
+                mine = sum(loader._held.values())
                 while self._admitted < len(self._entries) and loader._admits(
-                    self._entries[self._admitted], self._reading
+                    self._entries[self._admitted], self._reading, mine
                 ):
                     if not self._reading:
                         _SHARED.readers += 1
                         self._reading = True
-                    loader._hold(self._entries[self._admitted])
+                    entry = self._entries[self._admitted]
+                    loader._hold(entry)
+                    mine += entry.nbytes
                     self._admitted += 1
                 if self._admitted > self._landed or self._admitted == len(self._entries):
                     bound = self._ends[self._admitted - 1]
