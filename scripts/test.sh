@@ -8,17 +8,16 @@
 # (the set-up, the extras' resolution, the reference's sdist) and crates.io
 # (the crates, and cargo-fuzz when it is not installed).
 #
-# Three phases keep a 2-core machine busy:
+# Three phases keep a 2-core machine busy without two heavy jobs fighting
+# over it while the Python tests run:
 #   1. the set-up (the downloads while the release wheel compiles, its fat
-#      LTO on one core), beside the Rust lane: cargo fmt, clippy, test and
-#      the header fuzzer, in a target folder of their own (target/checks: no
-#      wait on the wheel build's lock); then ruff;
-#   2. pytest, two workers per core (pytest-xdist), with three lanes beside
-#      it: the install check (mostly pip's downloads), stubtest (about 1.5
-#      minutes of one core) and the reference package's own suite (one test
-#      file at a time); waiting for the first two before pytest left it 1:30
-#      later to start;
-#   3. the lanes' results.
+#      LTO on one core), then ruff and stubtest beside the install check
+#      (mostly pip's downloads) and the reference package's own suite (one
+#      test file at a time, on into phase 2), all beside the Rust lane: cargo
+#      fmt, clippy, test and the header fuzzer, in a target folder of their
+#      own (target/checks: no wait on the wheel build's lock);
+#   2. pytest, two workers per core (pytest-xdist);
+#   3. the reference suite's result.
 # The wheel the tests install is the release one, built from the sdist (which
 # proves the sdist complete): scripts/build_release.sh.
 # A lane beside the main one writes to target/test-<lane>.log, printed when
@@ -93,11 +92,9 @@ start_lane install-check install_check
 section "ruff"; ruff check python tests benches scripts; ruff format --check python tests benches
 reference_suite() { python scripts/reference_suite.py --jobs 1; }
 start_lane reference-suite reference_suite
-stub_check() {
-    python -m mypy.stubtest fastst --mypy-config-file pyproject.toml \
-        --allowlist scripts/stubtest_allowlist.txt
-}
-start_lane stubtest stub_check
+section "stubtest"
+python -m mypy.stubtest fastst --mypy-config-file pyproject.toml --allowlist scripts/stubtest_allowlist.txt
+finish_lane install-check
 finish_lane rust
 
 # 2. --------------------------------------------------------------------------
@@ -114,7 +111,5 @@ python -m pytest -q -p no:cacheprovider --durations=25 --junitxml=target/pytest.
     -n "${FASTST_TEST_JOBS:-$(($(nproc) * 2))}" --dist loadscope tests
 
 # 3. --------------------------------------------------------------------------
-finish_lane install-check
-finish_lane stubtest
 finish_lane reference-suite
 section "all tests passed"
